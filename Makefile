@@ -1,0 +1,59 @@
+# trtfleet developer commands. Everything installs into ignored folders of this
+# checkout (.venv, .cache) or, for the Go-built Kubernetes control plane, into
+# $(TRTFLEET_CACHE) so fresh clones on the same machine reuse it.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
+
+.PHONY: install test unit lint crds crds-check demo control-plane cluster-up cluster-down bench e2e-kind clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; assert sys.version_info >= (3, 11), "trtfleet needs Python >= 3.11"'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip setuptools wheel
+	$(PY) -m pip install --quiet -e '.[reference,dev]'
+	rm -f $(VENV)/.installed-* && touch $@
+
+# The real kube-apiserver/etcd/kube-controller-manager used by the cluster tests.
+control-plane:
+	bash hack/build-control-plane.sh
+
+test: install control-plane crds-check
+	$(PY) -m pytest
+
+unit: install
+	$(PY) -m pytest -m 'unit or golden'
+
+lint: install
+	$(VENV)/bin/ruff check trtfleet engines router operator tests bench
+	$(VENV)/bin/mypy trtfleet engines/trtfleet_engines router/trtfleet_router operator/trtfleet_operator
+	$(VENV)/bin/lint-imports
+
+crds: install
+	$(VENV)/bin/trtfleet crds --out crds
+
+crds-check: install
+	$(VENV)/bin/trtfleet crds --check crds
+
+cluster-up: install control-plane
+	$(PY) tests/support/controlplane.py up --dir .cache/cluster
+
+cluster-down:
+	$(PY) tests/support/controlplane.py down --dir .cache/cluster
+
+demo: install
+	$(VENV)/bin/trtfleet demo
+
+bench: install
+	$(PY) -m bench --quick
+
+e2e-kind: install
+	$(PY) -m pytest -m e2e tests/e2e
+
+clean:
+	rm -rf $(VENV) .cache build dist *.egg-info

@@ -1,0 +1,5 @@
+"""``python -m trtfleet`` is the ``trtfleet`` command."""
+
+from trtfleet.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,36 @@
+"""trtfleet's API: the pydantic models behind the ``BaseModel`` and ``Adapter`` CRDs.
+
+These types are the only thing the operator, the router and the engine tooling
+share; everything else they exchange travels through Kubernetes objects.
+"""
+
+from trtfleet.api.adapter import Adapter, AdapterMode, AdapterPhase, AdapterSpec, AdapterStatus, ArtifactStatus
+from trtfleet.api.basemodel import (
+    DEFAULT_TARGET_MODULES,
+    LORA_MODULE_IDS,
+    Architecture,
+    BaseModel,
+    BaseModelSpec,
+    BaseModelStatus,
+    BatchSchedulerPolicy,
+    CapacityStatus,
+    Dtype,
+    EngineSpec,
+    EngineStatus,
+    KvCacheDtype,
+    LoraModule,
+    LoraSpec,
+    ModelDimensions,
+    Phase,
+    QuantizationMode,
+    Runtime,
+)
+from trtfleet.api.common import API_VERSION, GROUP, VERSION, Condition, ConditionStatus, Source, parse_quantity
+
+__all__ = [
+    "API_VERSION", "DEFAULT_TARGET_MODULES", "GROUP", "LORA_MODULE_IDS", "VERSION",
+    "Adapter", "AdapterMode", "AdapterPhase", "AdapterSpec", "AdapterStatus", "Architecture", "ArtifactStatus",
+    "BaseModel", "BaseModelSpec", "BaseModelStatus", "BatchSchedulerPolicy", "CapacityStatus", "Condition",
+    "ConditionStatus", "Dtype", "EngineSpec", "EngineStatus", "KvCacheDtype", "LoraModule", "LoraSpec",
+    "ModelDimensions", "Phase", "QuantizationMode", "Runtime", "Source", "parse_quantity",
+]

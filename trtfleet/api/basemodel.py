@@ -1,0 +1,385 @@
+"""The ``BaseModel`` custom resource: one base LLM, its TRT-LLM engine and its Triton fleet.
+
+``spec`` says what to build and serve; ``status`` is written only by the operator.
+Python-side validators mirror the CEL rules of the CRD so that the same spec is
+rejected with the same words by ``kubectl apply`` and by ``trtfleet engines``.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from trtfleet.api.common import API_VERSION, ApiModel, Condition, Quantity, Source, parse_quantity
+
+
+class Architecture(StrEnum):
+    """Model families whose TRT-LLM checkpoint converters trtfleet drives."""
+
+    LLAMA = "llama"
+    MISTRAL = "mistral"
+    MIXTRAL = "mixtral"
+    QWEN2 = "qwen2"
+    GEMMA = "gemma"
+    PHI3 = "phi3"
+
+
+class Dtype(StrEnum):
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+
+
+class QuantizationMode(StrEnum):
+    NONE = "none"
+    INT8_WEIGHT_ONLY = "int8_weight_only"
+    INT4_WEIGHT_ONLY = "int4_weight_only"
+    INT4_AWQ = "int4_awq"
+    FP8 = "fp8"
+
+
+class KvCacheDtype(StrEnum):
+    AUTO = "auto"
+    INT8 = "int8"
+    FP8 = "fp8"
+
+
+class LoraModule(StrEnum):
+    """TRT-LLM LoRA module names (``--lora_target_modules``) with their runtime module ids."""
+
+    ATTN_QKV = "attn_qkv"
+    ATTN_Q = "attn_q"
+    ATTN_K = "attn_k"
+    ATTN_V = "attn_v"
+    ATTN_DENSE = "attn_dense"
+    MLP_H_TO_4H = "mlp_h_to_4h"
+    MLP_4H_TO_H = "mlp_4h_to_h"
+    MLP_GATE = "mlp_gate"
+    MLP_GATE_UP = "mlp_gate_up"
+
+    @property
+    def module_id(self) -> int:
+        return LORA_MODULE_IDS[self]
+
+
+LORA_MODULE_IDS: dict[LoraModule, int] = {
+    LoraModule.ATTN_QKV: 0,
+    LoraModule.ATTN_Q: 1,
+    LoraModule.ATTN_K: 2,
+    LoraModule.ATTN_V: 3,
+    LoraModule.ATTN_DENSE: 4,
+    LoraModule.MLP_H_TO_4H: 5,
+    LoraModule.MLP_4H_TO_H: 6,
+    LoraModule.MLP_GATE: 7,
+    LoraModule.MLP_GATE_UP: 18,
+}
+
+DEFAULT_TARGET_MODULES: tuple[LoraModule, ...] = (
+    LoraModule.ATTN_Q,
+    LoraModule.ATTN_K,
+    LoraModule.ATTN_V,
+    LoraModule.ATTN_DENSE,
+    LoraModule.MLP_H_TO_4H,
+    LoraModule.MLP_4H_TO_H,
+    LoraModule.MLP_GATE,
+)
+
+
+class Runtime(StrEnum):
+    TENSORRTLLM = "tensorrtllm"
+    REFERENCE = "reference"
+
+
+class BatchSchedulerPolicy(StrEnum):
+    GUARANTEED_NO_EVICT = "guaranteedNoEvict"
+    MAX_UTILIZATION = "maxUtilization"
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    BUILDING = "Building"
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    FAILED = "Failed"
+
+
+class Quantization(ApiModel):
+    mode: QuantizationMode = Field(
+        default=QuantizationMode.NONE,
+        description="Weight quantization. fp8 needs Hopper or newer; int4_awq and fp8 run the quantization script.",
+    )
+    kv_cache_dtype: KvCacheDtype = Field(
+        default=KvCacheDtype.AUTO, description="KV-cache storage type; auto keeps the model dtype."
+    )
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(self.mode == 'fp8' && self.kvCacheDtype == 'int8')",
+                    "message": "quantization.mode fp8 cannot use an int8 KV cache: use kvCacheDtype fp8 or auto",
+                }
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _fp8_kv(self) -> Quantization:
+        if self.mode is QuantizationMode.FP8 and self.kv_cache_dtype is KvCacheDtype.INT8:
+            raise ValueError("quantization.mode fp8 cannot use an int8 KV cache: use kvCacheDtype fp8 or auto")
+        return self
+
+
+class Parallelism(ApiModel):
+    tensor: int = Field(default=1, ge=1, le=64, description="Tensor-parallel size (GPUs per pipeline stage).")
+    pipeline: int = Field(default=1, ge=1, le=64, description="Pipeline-parallel size.")
+
+
+class Gpu(ApiModel):
+    product: str = Field(
+        default="H100-80GB",
+        min_length=1,
+        max_length=63,
+        description="GPU product the engine is built for and scheduled on (e.g. L4, A100-80GB, H100-80GB, H200). "
+        "Engines only run on the GPU architecture that built them.",
+    )
+    count: int = Field(default=1, ge=1, le=64, description="GPUs per serving pod; must equal tensor * pipeline.")
+
+
+class EngineSpec(ApiModel):
+    max_batch_size: int = Field(default=64, ge=1, le=4096, description="trtllm-build --max_batch_size.")
+    max_input_len: int = Field(default=2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len.")
+    max_seq_len: int = Field(
+        default=4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (prompt plus output)."
+    )
+    max_num_tokens: int = Field(
+        default=8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens (tokens per scheduler step)."
+    )
+    image: str = Field(
+        default="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+        min_length=1,
+        max_length=512,
+        description="The tritonserver TRT-LLM image that builds and serves the engine; its tag is part of the "
+        "engine identity.",
+    )
+    gpu: Gpu = Field(default_factory=Gpu, description="Target GPU.")
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.maxInputLen < self.maxSeqLen",
+                    "message": "engine.maxInputLen must be smaller than engine.maxSeqLen (the sequence holds the "
+                    "prompt plus at least one output token)",
+                    "fieldPath": ".maxInputLen",
+                }
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _lengths(self) -> EngineSpec:
+        if self.max_input_len >= self.max_seq_len:
+            raise ValueError(
+                "engine.maxInputLen must be smaller than engine.maxSeqLen (the sequence holds the prompt plus "
+                "at least one output token)"
+            )
+        return self
+
+
+class LoraCacheSpec(ApiModel):
+    gpu_memory_fraction: float = Field(
+        default=0.05, gt=0, le=0.5, description="lora_cache_gpu_memory_fraction: share of free GPU memory."
+    )
+    host_memory_bytes: Quantity = Field(
+        default="1Gi", description="lora_cache_host_memory_bytes: pinned host memory for the host tier."
+    )
+    optimal_adapter_size: int = Field(
+        default=8, ge=1, le=1024, description="lora_cache_optimal_adapter_size (rank used for page geometry)."
+    )
+    max_adapter_size: int = Field(
+        default=64, ge=1, le=1024, description="lora_cache_max_adapter_size (largest rank one page must hold)."
+    )
+
+    @property
+    def host_bytes(self) -> int:
+        return parse_quantity(self.host_memory_bytes)
+
+
+_POWERS_OF_TWO = [1, 2, 4, 8, 16, 32, 64, 128, 256]
+
+
+class LoraSpec(ApiModel):
+    enabled: bool = Field(default=True, description="Build the engine with the LoRA plugin (multi-LoRA serving).")
+    max_rank: int = Field(default=64, ge=1, le=256, description="trtllm-build --max_lora_rank; a power of two.")
+    target_modules: list[LoraModule] = Field(
+        default_factory=lambda: list(DEFAULT_TARGET_MODULES),
+        min_length=1,
+        max_length=9,
+        description="TRT-LLM module names adapters may target (--lora_target_modules).",
+        json_schema_extra={"x-kubernetes-list-type": "set"},
+    )
+    cache: LoraCacheSpec = Field(default_factory=LoraCacheSpec, description="TRT-LLM LoRA cache sizing.")
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": f"self.maxRank in {_POWERS_OF_TWO}",
+                    "message": "lora.maxRank must be a power of two from 1 to 256",
+                    "fieldPath": ".maxRank",
+                }
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _rank(self) -> LoraSpec:
+        if self.max_rank not in _POWERS_OF_TWO:
+            raise ValueError("lora.maxRank must be a power of two from 1 to 256")
+        if len(set(self.target_modules)) != len(self.target_modules):
+            raise ValueError("lora.targetModules lists a module twice")
+        return self
+
+
+class Toleration(ApiModel):
+    key: str | None = Field(default=None, description="Taint key.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
+    value: str | None = Field(default=None, description="Taint value for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None)
+    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long to stay bound.")
+
+
+class Resources(ApiModel):
+    requests: dict[str, Quantity] | None = Field(default=None, description="Container resource requests.")
+    limits: dict[str, Quantity] | None = Field(default=None, description="Container resource limits.")
+
+
+class ServingSpec(ApiModel):
+    replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
+    kv_cache_free_gpu_mem_fraction: float = Field(
+        default=0.9, gt=0, le=1, description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm model."
+    )
+    enable_kv_cache_reuse: bool = Field(default=True, description="enable_kv_cache_reuse (prefix caching).")
+    enable_chunked_context: bool = Field(default=True, description="enable_chunked_context.")
+    batch_scheduler_policy: BatchSchedulerPolicy = Field(
+        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT, description="batch_scheduler_policy."
+    )
+    max_queue_size: int = Field(
+        default=256, ge=0, le=1_000_000, description="Requests queued per pod before back-pressure (0 = no limit)."
+    )
+    max_queue_delay_microseconds: int = Field(default=100, ge=0, le=10_000_000, description="Triton batcher delay.")
+    chat_template: str | None = Field(
+        default=None,
+        max_length=65536,
+        description="Chat template overriding the architecture's built-in one. Placeholders: {system}, "
+        "{messages} rendered per message with {role} and {content}, see docs/concepts.md.",
+    )
+    resources: Resources | None = Field(default=None, description="Resources of the serving container.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
+
+
+class ModelDimensions(ApiModel):
+    """Architecture numbers, normally read from the checkpoint's config.json."""
+
+    hidden_size: int = Field(ge=1, description="hidden_size")
+    intermediate_size: int = Field(ge=1, description="intermediate_size")
+    num_layers: int = Field(ge=1, description="num_hidden_layers")
+    num_attention_heads: int = Field(ge=1, description="num_attention_heads")
+    num_kv_heads: int = Field(ge=1, description="num_key_value_heads")
+    head_dim: int | None = Field(default=None, ge=1, description="head_dim (default hidden/heads)")
+    vocab_size: int = Field(ge=1, description="vocab_size")
+
+    @property
+    def head_size(self) -> int:
+        return self.head_dim or self.hidden_size // self.num_attention_heads
+
+
+class BaseModelSpec(ApiModel):
+    source: Source = Field(description="Where the HuggingFace checkpoint comes from.")
+    architecture: Architecture = Field(description="Model family; picks the TRT-LLM checkpoint converter.")
+    dtype: Dtype = Field(default=Dtype.FLOAT16, description="Engine dtype; LoRA weights must use the same.")
+    quantization: Quantization = Field(default_factory=Quantization, description="Quantization settings.")
+    parallelism: Parallelism = Field(default_factory=Parallelism, description="Tensor and pipeline parallelism.")
+    engine: EngineSpec = Field(default_factory=EngineSpec, description="trtllm-build limits, image and GPU.")
+    lora: LoraSpec = Field(default_factory=LoraSpec, description="Multi-LoRA settings.")
+    serving: ServingSpec = Field(default_factory=ServingSpec, description="Triton serving settings.")
+    runtime: Runtime = Field(
+        default=Runtime.TENSORRTLLM,
+        description="tensorrtllm: build and serve a TRT-LLM engine on GPUs. reference: trtfleet's CPU reference "
+        "engine (same Triton tensors and LoRA cache behaviour, no GPU).",
+    )
+    dimensions: ModelDimensions | None = Field(
+        default=None,
+        description="Model dimensions for capacity planning when the operator cannot read config.json.",
+    )
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "self.parallelism.tensor * self.parallelism.pipeline == self.engine.gpu.count",
+                    "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
+                }
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _gpus(self) -> BaseModelSpec:
+        if self.parallelism.tensor * self.parallelism.pipeline != self.engine.gpu.count:
+            raise ValueError("parallelism.tensor * parallelism.pipeline must equal engine.gpu.count")
+        return self
+
+
+class EngineStatus(ApiModel):
+    hash: str | None = Field(default=None, description="Content address of the engine.")
+    uri: str | None = Field(default=None, description="Where the built engine and model repository live.")
+    image: str | None = Field(default=None, description="Image that built it.")
+    built_at: str | None = Field(default=None, description="RFC 3339 time the engine was published.")
+    build_job: str | None = Field(default=None, description="Name of the engine-build Job, while one runs.")
+
+
+class CapacityStatus(ApiModel):
+    weights_bytes: int | None = Field(default=None, description="Weight bytes per GPU.")
+    kv_cache_tokens: int | None = Field(default=None, description="KV-cache tokens per pod.")
+    lora_host_adapters: int | None = Field(default=None, description="Max-rank adapters the host tier holds.")
+    lora_device_adapters: int | None = Field(default=None, description="Max-rank adapters the device tier holds.")
+    lora_page_width: int | None = Field(default=None, description="LoRA cache page width (elements).")
+    lora_slots_per_page: int | None = Field(default=None, description="LoRA cache slots per page.")
+    lora_host_pages: int | None = Field(default=None, description="Pages in the host tier.")
+    lora_device_pages: int | None = Field(default=None, description="Pages in the device tier.")
+
+
+class BaseModelStatus(ApiModel):
+    phase: Phase = Field(default=Phase.PENDING, description="Pending, Building, Ready, Degraded or Failed.")
+    observed_generation: int | None = Field(default=None, description="Generation the status describes.")
+    conditions: list[Condition] | None = Field(
+        default=None,
+        description="Kubernetes-style conditions.",
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+    )
+    engine: EngineStatus | None = Field(default=None, description="The engine being served or built.")
+    capacity: CapacityStatus | None = Field(default=None, description="Planned capacity per pod.")
+    replicas: int | None = Field(default=None, description="Desired serving pods.")
+    ready_replicas: int | None = Field(default=None, description="Ready serving pods.")
+    next_task_id: int | None = Field(
+        default=None,
+        ge=1,
+        description="Next LoRA task id to hand out; only grows (compare-and-swap on resourceVersion).",
+    )
+    service: str | None = Field(default=None, description="Headless Service of the serving pods.")
+
+
+class BaseModel(ApiModel):
+    """The whole BaseModel object as stored by Kubernetes."""
+
+    api_version: Literal["trtfleet.io/v1alpha1"] = Field(default=API_VERSION)
+    kind: Literal["BaseModel"] = "BaseModel"
+    metadata: dict[str, Any] = Field(default_factory=dict)
+    spec: BaseModelSpec
+    status: BaseModelStatus | None = None
+
+    model_config = ApiModel.model_config | {"extra": "ignore"}
