@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: install tools test unit lint crds crds-check demo control-plane cluster-up cluster-down bench e2e-kind clean
+.PHONY: docs install tools test unit lint crds crds-check demo control-plane cluster-up cluster-down bench e2e-kind clean
 
 install: $(STAMP)
 
@@ -41,6 +41,9 @@ lint: install
 crds: install
 	$(VENV)/bin/trtfleet crds --out crds
 	$(VENV)/bin/trtfleet crds --out charts/trtfleet/crds
+
+docs: install
+	$(VENV)/bin/trtfleet crds --markdown > docs/crd-reference.md
 
 crds-check: install
 	$(VENV)/bin/trtfleet crds --check crds

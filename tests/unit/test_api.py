@@ -60,3 +60,9 @@ def test_defaults_and_quantities() -> None:
     assert parse_quantity("2G") == 2_000_000_000
     with pytest.raises(ValueError, match="not a byte quantity"):
         parse_quantity("lots")
+
+
+def test_crd_reference_doc_is_current() -> None:
+    from trtfleet.api.docgen import render_crd_reference
+
+    assert (ROOT / "docs" / "crd-reference.md").read_text() == render_crd_reference(), "run `make docs`"

@@ -7,15 +7,20 @@ import sys
 from pathlib import Path
 
 from trtfleet.api.crdgen import render_crds, write_crds
+from trtfleet.api.docgen import render_crd_reference
 
 
 def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--out", type=Path, help="write one file per CRD into this folder (atomically)")
     parser.add_argument("--check", type=Path, help="exit 1 if this folder differs from a fresh generation")
+    parser.add_argument("--markdown", action="store_true", help="print the field reference as Markdown")
     parser.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.markdown:
+        sys.stdout.write(render_crd_reference())
+        return 0
     if args.check is not None:
         stale = [
             name
