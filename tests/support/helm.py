@@ -18,7 +18,9 @@ def helm_binary() -> Path:
     return HELM
 
 
-def helm(*args: str, home: Path, env: dict[str, str] | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
+def helm(
+    *args: str, home: Path, env: dict[str, str] | None = None, check: bool = True
+) -> subprocess.CompletedProcess[str]:
     """Run helm with its cache/config/data homes in ``home`` so tests never touch the user's."""
     full_env = {
         **os.environ,

@@ -4,7 +4,14 @@ These types are the only thing the operator, the router and the engine tooling
 share; everything else they exchange travels through Kubernetes objects.
 """
 
-from trtfleet.api.adapter import Adapter, AdapterMode, AdapterPhase, AdapterSpec, AdapterStatus, ArtifactStatus
+from trtfleet.api.adapter import (
+    Adapter,
+    AdapterMode,
+    AdapterPhase,
+    AdapterSpec,
+    AdapterStatus,
+    ArtifactStatus,
+)
 from trtfleet.api.basemodel import (
     DEFAULT_TARGET_MODULES,
     LORA_MODULE_IDS,
@@ -25,7 +32,15 @@ from trtfleet.api.basemodel import (
     QuantizationMode,
     Runtime,
 )
-from trtfleet.api.common import API_VERSION, GROUP, VERSION, Condition, ConditionStatus, Source, parse_quantity
+from trtfleet.api.common import (
+    API_VERSION,
+    GROUP,
+    VERSION,
+    Condition,
+    ConditionStatus,
+    Source,
+    parse_quantity,
+)
 
 __all__ = [
     "API_VERSION", "DEFAULT_TARGET_MODULES", "GROUP", "LORA_MODULE_IDS", "VERSION",

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from trtfleet.api.common import API_VERSION, ApiModel, Condition, Source
+from trtfleet.api.common import ApiModel, Condition, Source
 
 
 class AdapterFormat(StrEnum):
@@ -100,7 +100,7 @@ class AdapterStatus(ApiModel):
 class Adapter(ApiModel):
     """The whole Adapter object as stored by Kubernetes."""
 
-    api_version: Literal["trtfleet.io/v1alpha1"] = Field(default=API_VERSION)
+    api_version: Literal["trtfleet.io/v1alpha1"] = Field(default="trtfleet.io/v1alpha1")
     kind: Literal["Adapter"] = "Adapter"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: AdapterSpec

@@ -12,7 +12,7 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from trtfleet.api.common import API_VERSION, ApiModel, Condition, Quantity, Source, parse_quantity
+from trtfleet.api.common import ApiModel, Condition, Quantity, Source, parse_quantity
 
 
 class Architecture(StrEnum):
@@ -376,7 +376,7 @@ class BaseModelStatus(ApiModel):
 class BaseModel(ApiModel):
     """The whole BaseModel object as stored by Kubernetes."""
 
-    api_version: Literal["trtfleet.io/v1alpha1"] = Field(default=API_VERSION)
+    api_version: Literal["trtfleet.io/v1alpha1"] = Field(default="trtfleet.io/v1alpha1")
     kind: Literal["BaseModel"] = "BaseModel"
     metadata: dict[str, Any] = Field(default_factory=dict)
     spec: BaseModelSpec

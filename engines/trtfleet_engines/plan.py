@@ -1,0 +1,420 @@
+"""BaseModel spec -> engine build plan (exact argv of every step) and the engine's content address.
+
+Pure: no file system, no clock. :func:`plan_engine_build` returns a frozen :class:`BuildPlan` whose steps
+are data; :mod:`trtfleet_engines.runner` executes them. Steps, in order:
+
+1. ``fetch`` - make the HF checkpoint readable: hf:// and s3:// are downloaded into ``<workdir>/source``,
+   pvc:// is read in place under :data:`PVC_MOUNT_ROOT` (the build Job mounts the claim there), file:// in
+   place.
+2. (merged adapters only) ``fetch-adapter`` and ``merge-lora`` (``trtfleet lora merge``).
+3. ``convert-checkpoint`` (the architecture's ``convert_checkpoint.py``) or ``quantize`` (TRT-LLM's
+   ``examples/quantization/quantize.py``, for fp8, int4_awq, an fp8 KV cache, or an int8 KV cache on a
+   converter without ``--int8_kv_cache``) into ``<workdir>/checkpoint``.
+4. ``trtllm-build`` into ``<workdir>/engine``.
+5. ``stage`` - copy the tokenizer and render the Triton model repository (done by the runner itself).
+
+The reference runtime has no conversion: ``fetch`` then ``stage``, which copies the whole model.
+
+The engine hash is sha256 over canonical JSON of everything that makes engines differ (see
+:func:`engine_identity`); serving knobs, replicas, ``lora.cache``, ``runtime`` and ``secretRef`` are
+deliberately left out, and the GPU product counts only through its SM architecture.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+from trtfleet.api.basemodel import (
+    Architecture,
+    BaseModelSpec,
+    KvCacheDtype,
+    LoraModule,
+    LoraSpec,
+    QuantizationMode,
+    Runtime,
+)
+from trtfleet_engines.errors import PlanFileError, UnsupportedError
+from trtfleet_engines.gpus import lookup_gpu, require_fp8
+
+PLAN_FORMAT_VERSION = 1
+"""Bump when plans or engine layouts change in a way that must not reuse engines built before."""
+SHORT_HASH_LENGTH = 16
+DEFAULT_WORKDIR = "/work"
+DEFAULT_TRTLLM_DIR = "/app/tensorrt_llm"
+"""Where the build image holds TensorRT-LLM's sources (its ``examples/``); override per plan."""
+PVC_MOUNT_ROOT = "/mnt/trtfleet/pvc"
+"""pvc://<claim>/<path> is read at ``<PVC_MOUNT_ROOT>/<claim>/<path>``: the build Job mounts claims there."""
+SERVE_ARTIFACT_DIR = "/trtfleet/artifact"
+"""Where serving pods mount the published artifact; the rendered repository points inside it."""
+ENGINE_SUBDIR = "engine"
+TOKENIZER_SUBDIR = "tokenizer"
+REPOSITORY_SUBDIR = "model_repository"
+PYTHON = "python3"
+TRTLLM_BUILD = "trtllm-build"
+
+StepKind = Literal["fetch", "command", "stage"]
+
+
+@dataclass(frozen=True)
+class FetchStep:
+    """Make ``uri`` readable at ``local_dir``; ``download`` False means it is read in place."""
+
+    name: str
+    scheme: str
+    uri: str
+    revision: str | None
+    local_dir: str
+    download: bool
+    kind: StepKind = "fetch"
+
+
+@dataclass(frozen=True)
+class CommandStep:
+    """Run ``argv`` (``argv[0]`` is ``python3`` + a script path, ``trtllm-build`` or ``trtfleet``)."""
+
+    name: str
+    argv: tuple[str, ...]
+    kind: StepKind = "command"
+
+
+@dataclass(frozen=True)
+class StageStep:
+    """Copy the tokenizer (or the whole model) and render the Triton model repository (runner-internal)."""
+
+    name: str
+    model_dir: str
+    engine_dir: str
+    copy_whole_model: bool
+    serve_engine_dir: str
+    serve_tokenizer_dir: str
+    kind: StepKind = "stage"
+
+
+Step = FetchStep | CommandStep | StageStep
+
+
+@dataclass(frozen=True)
+class BuildPlan:
+    """Everything the runner needs: the steps, the engine's identity and the spec to render from."""
+
+    engine_hash: str
+    image: str
+    gpu_sm: str
+    workdir: str
+    steps: tuple[Step, ...]
+    spec: Mapping[str, Any] = field(compare=False)
+    merged_adapter: Mapping[str, Any] | None = None
+    format_version: int = PLAN_FORMAT_VERSION
+
+    @property
+    def engine_hash_short(self) -> str:
+        return self.engine_hash[:SHORT_HASH_LENGTH]
+
+    @property
+    def render_spec(self) -> BaseModelSpec:
+        return BaseModelSpec.model_validate(self.spec)
+
+    def to_json_dict(self) -> dict[str, Any]:
+        return {
+            "formatVersion": self.format_version,
+            "engineHash": self.engine_hash,
+            "engineHashShort": self.engine_hash_short,
+            "image": self.image,
+            "gpuSm": self.gpu_sm,
+            "workdir": self.workdir,
+            "mergedAdapter": dict(self.merged_adapter) if self.merged_adapter is not None else None,
+            "steps": [_step_to_json(step) for step in self.steps],
+            "spec": dict(self.spec),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_json_dict(), indent=2, sort_keys=True) + "\n"
+
+    @classmethod
+    def from_json_dict(cls, data: Mapping[str, Any]) -> BuildPlan:
+        if data.get("formatVersion") != PLAN_FORMAT_VERSION:
+            raise PlanFileError(
+                f"plan formatVersion {data.get('formatVersion')!r} is not {PLAN_FORMAT_VERSION}: "
+                "re-run `trtfleet engines plan` with this version of trtfleet"
+            )
+        try:
+            return cls(
+                engine_hash=str(data["engineHash"]),
+                image=str(data["image"]),
+                gpu_sm=str(data["gpuSm"]),
+                workdir=str(data["workdir"]),
+                steps=tuple(_step_from_json(step) for step in data["steps"]),
+                spec=dict(data["spec"]),
+                merged_adapter=data.get("mergedAdapter"),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            raise PlanFileError(f"not a trtfleet build plan: {exc!r}") from exc
+
+
+def _step_to_json(step: Step) -> dict[str, Any]:
+    if isinstance(step, FetchStep):
+        return {"kind": step.kind, "name": step.name, "scheme": step.scheme, "uri": step.uri,
+                "revision": step.revision, "localDir": step.local_dir, "download": step.download}
+    if isinstance(step, CommandStep):
+        return {"kind": step.kind, "name": step.name, "argv": list(step.argv)}
+    return {"kind": step.kind, "name": step.name, "modelDir": step.model_dir, "engineDir": step.engine_dir,
+            "copyWholeModel": step.copy_whole_model, "serveEngineDir": step.serve_engine_dir,
+            "serveTokenizerDir": step.serve_tokenizer_dir}
+
+
+def _step_from_json(data: Mapping[str, Any]) -> Step:
+    kind = data["kind"]
+    if kind == "fetch":
+        return FetchStep(str(data["name"]), str(data["scheme"]), str(data["uri"]), data.get("revision"),
+                         str(data["localDir"]), bool(data["download"]))
+    if kind == "command":
+        return CommandStep(str(data["name"]), tuple(str(a) for a in data["argv"]))
+    if kind == "stage":
+        return StageStep(str(data["name"]), str(data["modelDir"]), str(data["engineDir"]),
+                         bool(data["copyWholeModel"]), str(data["serveEngineDir"]),
+                         str(data["serveTokenizerDir"]))
+    raise ValueError(f"unknown step kind {kind!r}")
+
+
+# --- identity ----------------------------------------------------------------------------------------
+
+
+def engine_identity(spec: BaseModelSpec, merged_adapter: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The canonical facts an engine depends on (what :func:`engine_hash` hashes)."""
+    engine = spec.engine
+    lora: dict[str, Any] = {"enabled": spec.lora.enabled and merged_adapter is None}
+    if lora["enabled"]:
+        lora["maxRank"] = spec.lora.max_rank
+        lora["targetModules"] = sorted(str(m) for m in spec.lora.target_modules)
+    return {
+        "planFormat": PLAN_FORMAT_VERSION,
+        "source": {"uri": spec.source.uri, "revision": spec.source.revision},
+        "architecture": str(spec.architecture),
+        "dtype": str(spec.dtype),
+        "quantization": {
+            "mode": str(spec.quantization.mode),
+            "kvCacheDtype": str(spec.quantization.kv_cache_dtype),
+        },
+        "parallelism": {"tensor": spec.parallelism.tensor, "pipeline": spec.parallelism.pipeline},
+        "engine": {
+            "maxBatchSize": engine.max_batch_size,
+            "maxInputLen": engine.max_input_len,
+            "maxSeqLen": engine.max_seq_len,
+            "maxNumTokens": engine.max_num_tokens,
+            "image": engine.image,
+            "gpuSm": lookup_gpu(engine.gpu.product).sm,
+        },
+        "lora": lora,
+        "mergedAdapter": dict(merged_adapter) if merged_adapter is not None else None,
+    }
+
+
+def _hash(identity: Mapping[str, Any]) -> str:
+    canonical = json.dumps(identity, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
+
+
+def engine_hash(spec: BaseModelSpec) -> str:
+    """sha256 (hex) of the engine ``spec`` builds; equal hashes mean interchangeable engines."""
+    return _hash(engine_identity(spec))
+
+
+def engine_hash_short(spec: BaseModelSpec) -> str:
+    return engine_hash(spec)[:SHORT_HASH_LENGTH]
+
+
+# --- steps -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Converter:
+    script: str
+    gemma_style: bool
+    pipeline: bool
+    int8_kv_cache: bool
+
+
+_LLAMA = Converter("examples/models/core/llama/convert_checkpoint.py", False, True, True)
+CONVERTERS: dict[Architecture, Converter] = {
+    Architecture.LLAMA: _LLAMA,
+    Architecture.MISTRAL: _LLAMA,
+    Architecture.MIXTRAL: _LLAMA,
+    Architecture.QWEN2: Converter("examples/models/core/qwen/convert_checkpoint.py", False, True, True),
+    Architecture.GEMMA: Converter("examples/models/core/gemma/convert_checkpoint.py", True, False, True),
+    Architecture.PHI3: Converter("examples/models/core/phi/convert_checkpoint.py", False, False, False),
+}
+QUANTIZE_SCRIPT = "examples/quantization/quantize.py"
+_QFORMAT = {
+    QuantizationMode.NONE: "full_prec",
+    QuantizationMode.INT8_WEIGHT_ONLY: "int8_wo",
+    QuantizationMode.INT4_WEIGHT_ONLY: "int4_wo",
+    QuantizationMode.INT4_AWQ: "int4_awq",
+    QuantizationMode.FP8: "fp8",
+}
+_WEIGHT_ONLY = {QuantizationMode.INT8_WEIGHT_ONLY: "int8", QuantizationMode.INT4_WEIGHT_ONLY: "int4"}
+
+
+def fetch_step(name: str, uri: str, revision: str | None, workdir: str, subdir: str) -> FetchStep:
+    parsed = urlparse(uri)
+    if parsed.scheme in ("hf", "s3"):
+        return FetchStep(name, parsed.scheme, uri, revision, f"{workdir}/{subdir}", True)
+    if parsed.scheme == "pvc":
+        return FetchStep(name, "pvc", uri, revision, f"{PVC_MOUNT_ROOT}/{parsed.netloc}{parsed.path}", False)
+    if parsed.scheme == "file":
+        return FetchStep(name, "file", uri, revision, parsed.path, False)
+    raise UnsupportedError(f"source {uri!r}: unsupported scheme {parsed.scheme!r} (hf, s3, pvc or file)")
+
+
+def _check_supported(spec: BaseModelSpec) -> None:
+    gpu = lookup_gpu(spec.engine.gpu.product)
+    quant = spec.quantization
+    if spec.runtime == Runtime.REFERENCE:
+        if quant.mode != QuantizationMode.NONE or quant.kv_cache_dtype != KvCacheDtype.AUTO:
+            raise UnsupportedError("runtime reference runs the model in its dtype: set quantization.mode "
+                                   "none and quantization.kvCacheDtype auto")
+        return
+    if gpu.is_cpu:
+        raise UnsupportedError("engine.gpu.product cpu is only for runtime reference: pick a GPU product")
+    if quant.mode == QuantizationMode.FP8:
+        require_fp8(gpu, "quantization.mode fp8")
+    if quant.kv_cache_dtype == KvCacheDtype.FP8:
+        require_fp8(gpu, "quantization.kvCacheDtype fp8")
+    if spec.parallelism.pipeline > 1 and not CONVERTERS[spec.architecture].pipeline:
+        raise UnsupportedError(f"TRT-LLM's {spec.architecture} converter has no pipeline parallelism: set "
+                               "parallelism.pipeline 1 (use parallelism.tensor instead)")
+
+
+def checkpoint_step(spec: BaseModelSpec, model_dir: str, checkpoint_dir: str, trtllm_dir: str) -> CommandStep:
+    """``convert-checkpoint`` or ``quantize``, whichever the quantization settings need."""
+    quant, tp, pp = spec.quantization, spec.parallelism.tensor, spec.parallelism.pipeline
+    converter = CONVERTERS[spec.architecture]
+    kv = quant.kv_cache_dtype
+    needs_quantize = (
+        quant.mode in (QuantizationMode.FP8, QuantizationMode.INT4_AWQ)
+        or kv == KvCacheDtype.FP8
+        or (kv == KvCacheDtype.INT8 and not converter.int8_kv_cache)
+    )
+    if needs_quantize:
+        argv = [PYTHON, f"{trtllm_dir}/{QUANTIZE_SCRIPT}", "--model_dir", model_dir, "--output_dir",
+                checkpoint_dir, "--dtype", str(spec.dtype), "--qformat", _QFORMAT[quant.mode]]
+        if kv != KvCacheDtype.AUTO:
+            argv += ["--kv_cache_dtype", str(kv)]
+        argv += ["--tp_size", str(tp), "--pp_size", str(pp)]
+        return CommandStep("quantize", tuple(argv))
+    script = f"{trtllm_dir}/{converter.script}"
+    if converter.gemma_style:
+        argv = [PYTHON, script, "--ckpt-type", "hf", "--model-dir", model_dir, "--output-model-dir",
+                checkpoint_dir, "--dtype", str(spec.dtype), "--world-size", str(tp)]
+    else:
+        argv = [PYTHON, script, "--model_dir", model_dir, "--output_dir", checkpoint_dir, "--dtype",
+                str(spec.dtype), "--tp_size", str(tp), "--pp_size", str(pp)]
+    if quant.mode in _WEIGHT_ONLY:
+        argv += ["--use_weight_only", "--weight_only_precision", _WEIGHT_ONLY[quant.mode]]
+    if kv == KvCacheDtype.INT8:
+        argv.append("--int8_kv_cache")
+    if not converter.gemma_style:
+        argv += ["--workers", str(tp * pp)]
+    return CommandStep("convert-checkpoint", tuple(argv))
+
+
+def build_step(spec: BaseModelSpec, checkpoint_dir: str, engine_dir: str, *, lora: bool) -> CommandStep:
+    """``trtllm-build`` for in-flight batching (attention plugin, no padding, paged KV and context FMHA)."""
+    engine = spec.engine
+    gemm = "disable" if spec.quantization.mode == QuantizationMode.FP8 else "auto"
+    argv = [TRTLLM_BUILD, "--checkpoint_dir", checkpoint_dir, "--output_dir", engine_dir,
+            "--max_batch_size", str(engine.max_batch_size), "--max_input_len", str(engine.max_input_len),
+            "--max_seq_len", str(engine.max_seq_len), "--max_num_tokens", str(engine.max_num_tokens),
+            "--max_beam_width", "1", "--gpt_attention_plugin", "auto", "--gemm_plugin", gemm,
+            "--remove_input_padding", "enable", "--kv_cache_type", "paged",
+            "--use_paged_context_fmha", "enable"]
+    if lora:
+        modules = sorted(spec.lora.target_modules, key=lambda m: LoraModule(m).module_id)
+        argv += ["--lora_plugin", str(spec.dtype), "--lora_target_modules", *[str(m) for m in modules],
+                 "--max_lora_rank", str(spec.lora.max_rank)]
+    argv += ["--workers", str(spec.parallelism.tensor * spec.parallelism.pipeline)]
+    return CommandStep(TRTLLM_BUILD, tuple(argv))
+
+
+def plan_engine_build(
+    spec: BaseModelSpec,
+    *,
+    workdir: str = DEFAULT_WORKDIR,
+    trtllm_dir: str = DEFAULT_TRTLLM_DIR,
+    serve_dir: str = SERVE_ARTIFACT_DIR,
+) -> BuildPlan:
+    """The plan that builds (and stages a Triton repository for) the engine ``spec`` describes."""
+    return _plan(spec, workdir=workdir, trtllm_dir=trtllm_dir, serve_dir=serve_dir, merged_adapter=None)
+
+
+def merged_spec(spec: BaseModelSpec) -> BaseModelSpec:
+    """``spec`` as served by a merged-adapter engine: the same, with the LoRA plugin off."""
+    lora = LoraSpec.model_validate({**spec.lora.model_dump(by_alias=True), "enabled": False})
+    return spec.model_copy(update={"lora": lora})
+
+
+def plan_merged_engine_build(
+    spec: BaseModelSpec,
+    adapter_source_uri: str,
+    adapter_revision: str | None,
+    *,
+    workdir: str = DEFAULT_WORKDIR,
+    trtllm_dir: str = DEFAULT_TRTLLM_DIR,
+    serve_dir: str = SERVE_ARTIFACT_DIR,
+) -> BuildPlan:
+    """A derived build: merge the adapter into the base weights (``trtfleet lora merge``), then build
+    without the LoRA plugin. Its hash covers the adapter's source and revision."""
+    adapter = {"uri": adapter_source_uri, "revision": adapter_revision}
+    return _plan(spec, workdir=workdir, trtllm_dir=trtllm_dir, serve_dir=serve_dir, merged_adapter=adapter)
+
+
+def _plan(
+    spec: BaseModelSpec,
+    *,
+    workdir: str,
+    trtllm_dir: str,
+    serve_dir: str,
+    merged_adapter: Mapping[str, Any] | None,
+) -> BuildPlan:
+    _check_supported(spec)
+    workdir = workdir.rstrip("/") or "/"
+    serve_engine = f"{serve_dir}/{ENGINE_SUBDIR}"
+    engine_dir = f"{workdir}/{ENGINE_SUBDIR}"
+    fetch = fetch_step("fetch", spec.source.uri, spec.source.revision, workdir, "source")
+    steps: list[Step] = [fetch]
+    render_spec = spec
+    if spec.runtime == Runtime.REFERENCE:
+        if merged_adapter is not None:
+            raise UnsupportedError("merged adapters need runtime tensorrtllm; the reference engine serves "
+                                   "adapters dynamically")
+        steps.append(StageStep("stage", fetch.local_dir, engine_dir, True, serve_engine, serve_engine))
+    else:
+        model_dir = fetch.local_dir
+        if merged_adapter is not None:
+            adapter = fetch_step("fetch-adapter", str(merged_adapter["uri"]), merged_adapter.get("revision"),
+                                 workdir, "adapter")
+            merged_dir = f"{workdir}/merged"
+            steps += [adapter, CommandStep("merge-lora", ("trtfleet", "lora", "merge", "--base", model_dir,
+                                                          "--adapter", adapter.local_dir, "--dtype",
+                                                          str(spec.dtype), "--out", merged_dir))]
+            model_dir = merged_dir
+            render_spec = merged_spec(spec)
+        checkpoint_dir = f"{workdir}/checkpoint"
+        steps.append(checkpoint_step(spec, model_dir, checkpoint_dir, trtllm_dir))
+        lora = spec.lora.enabled and merged_adapter is None
+        steps.append(build_step(spec, checkpoint_dir, engine_dir, lora=lora))
+        steps.append(StageStep("stage", fetch.local_dir, engine_dir, False, serve_engine,
+                               f"{serve_dir}/{TOKENIZER_SUBDIR}"))
+    return BuildPlan(
+        engine_hash=_hash(engine_identity(spec, merged_adapter)),
+        image=spec.engine.image,
+        gpu_sm=lookup_gpu(spec.engine.gpu.product).sm,
+        workdir=workdir,
+        steps=tuple(steps),
+        spec=render_spec.to_wire(),
+        merged_adapter=merged_adapter,
+    )

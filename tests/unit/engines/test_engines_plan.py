@@ -1,0 +1,463 @@
+"""Build plans: exact argv per architecture and quantization, the engine hash and merged-adapter builds."""
+
+from __future__ import annotations
+
+import json
+import typing
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pydantic
+import pytest
+from trtfleet_engines.errors import PlanFileError, UnknownGpuError, UnsupportedError
+from trtfleet_engines.plan import (
+    BuildPlan,
+    CommandStep,
+    FetchStep,
+    StageStep,
+    engine_hash,
+    engine_hash_short,
+    plan_engine_build,
+    plan_merged_engine_build,
+)
+
+from trtfleet.api.basemodel import BaseModelSpec
+
+MakeSpec = Callable[..., BaseModelSpec]
+
+
+def _command(plan: BuildPlan, name: str) -> tuple[str, ...]:
+    steps = [s for s in plan.steps if isinstance(s, CommandStep) and s.name == name]
+    assert len(steps) == 1, [s.name for s in plan.steps]
+    return steps[0].argv
+
+
+def _flag(argv: tuple[str, ...], flag: str) -> str:
+    return argv[argv.index(flag) + 1]
+
+
+def test_default_llama_plan_steps_and_argv(make_spec: MakeSpec) -> None:
+    plan = plan_engine_build(make_spec(), workdir="/w", trtllm_dir="/t")
+    assert [s.name for s in plan.steps] == ["fetch", "convert-checkpoint", "trtllm-build", "stage"]
+    fetch = plan.steps[0]
+    assert isinstance(fetch, FetchStep) and fetch.download and fetch.local_dir == "/w/source"
+    assert _command(plan, "convert-checkpoint") == (
+        "python3",
+        "/t/examples/models/core/llama/convert_checkpoint.py",
+        "--model_dir",
+        "/w/source",
+        "--output_dir",
+        "/w/checkpoint",
+        "--dtype",
+        "float16",
+        "--tp_size",
+        "1",
+        "--pp_size",
+        "1",
+        "--workers",
+        "1",
+    )
+    assert _command(plan, "trtllm-build") == (
+        "trtllm-build",
+        "--checkpoint_dir",
+        "/w/checkpoint",
+        "--output_dir",
+        "/w/engine",
+        "--max_batch_size",
+        "64",
+        "--max_input_len",
+        "2048",
+        "--max_seq_len",
+        "4096",
+        "--max_num_tokens",
+        "8192",
+        "--max_beam_width",
+        "1",
+        "--gpt_attention_plugin",
+        "auto",
+        "--gemm_plugin",
+        "auto",
+        "--remove_input_padding",
+        "enable",
+        "--kv_cache_type",
+        "paged",
+        "--use_paged_context_fmha",
+        "enable",
+        "--lora_plugin",
+        "float16",
+        "--lora_target_modules",
+        "attn_q",
+        "attn_k",
+        "attn_v",
+        "attn_dense",
+        "mlp_h_to_4h",
+        "mlp_4h_to_h",
+        "mlp_gate",
+        "--max_lora_rank",
+        "64",
+        "--workers",
+        "1",
+    )
+    stage = plan.steps[-1]
+    assert isinstance(stage, StageStep) and not stage.copy_whole_model
+    assert (stage.serve_engine_dir, stage.serve_tokenizer_dir) == (
+        "/trtfleet/artifact/engine",
+        "/trtfleet/artifact/tokenizer",
+    )
+
+
+def test_no_deprecated_build_flags(make_spec: MakeSpec) -> None:
+    argv = _command(plan_engine_build(make_spec()), "trtllm-build")
+    for deprecated in ("--paged_kv_cache", "--max_output_len", "--use_custom_all_reduce", "--lora_dir"):
+        assert deprecated not in argv
+
+
+@pytest.mark.parametrize(
+    ("patch", "step", "expected_in", "expected_not_in"),
+    [
+        (
+            {"quantization": {"mode": "int8_weight_only"}},
+            "convert-checkpoint",
+            ["--use_weight_only", "--weight_only_precision", "int8"],
+            ["--int8_kv_cache"],
+        ),
+        (
+            {"quantization": {"mode": "int4_weight_only", "kvCacheDtype": "int8"}},
+            "convert-checkpoint",
+            ["--use_weight_only", "int4", "--int8_kv_cache"],
+            ["--qformat"],
+        ),
+        ({"quantization": {"mode": "int4_awq"}}, "quantize", ["--qformat", "int4_awq"], ["--kv_cache_dtype"]),
+        (
+            {"quantization": {"mode": "fp8", "kvCacheDtype": "fp8"}},
+            "quantize",
+            ["--qformat", "fp8", "--kv_cache_dtype"],
+            ["--use_weight_only"],
+        ),
+        (
+            {"quantization": {"mode": "none", "kvCacheDtype": "fp8"}},
+            "quantize",
+            ["--qformat", "full_prec", "--kv_cache_dtype", "fp8"],
+            [],
+        ),
+        (
+            {"architecture": "phi3", "quantization": {"kvCacheDtype": "int8"}},
+            "quantize",
+            ["--qformat", "full_prec", "--kv_cache_dtype", "int8"],
+            [],
+        ),
+    ],
+)
+def test_quantization_routes(
+    make_spec: MakeSpec, patch: dict[str, Any], step: str, expected_in: list[str], expected_not_in: list[str]
+) -> None:
+    argv = _command(plan_engine_build(make_spec(patch), trtllm_dir="/t"), step)
+    for item in expected_in:
+        assert item in argv
+    for item in expected_not_in:
+        assert item not in argv
+    if step == "quantize":
+        assert argv[1] == "/t/examples/quantization/quantize.py"
+        assert _flag(argv, "--tp_size") == "1" and _flag(argv, "--pp_size") == "1"
+
+
+def test_fp8_disables_gemm_plugin_only_for_fp8(make_spec: MakeSpec) -> None:
+    fp8 = _command(plan_engine_build(make_spec({"quantization": {"mode": "fp8"}})), "trtllm-build")
+    awq = _command(plan_engine_build(make_spec({"quantization": {"mode": "int4_awq"}})), "trtllm-build")
+    assert _flag(fp8, "--gemm_plugin") == "disable"
+    assert _flag(awq, "--gemm_plugin") == "auto"
+
+
+@pytest.mark.parametrize(
+    ("architecture", "script"),
+    [
+        ("llama", "examples/models/core/llama/convert_checkpoint.py"),
+        ("mistral", "examples/models/core/llama/convert_checkpoint.py"),
+        ("mixtral", "examples/models/core/llama/convert_checkpoint.py"),
+        ("qwen2", "examples/models/core/qwen/convert_checkpoint.py"),
+        ("gemma", "examples/models/core/gemma/convert_checkpoint.py"),
+        ("phi3", "examples/models/core/phi/convert_checkpoint.py"),
+    ],
+)
+def test_converter_per_architecture(make_spec: MakeSpec, architecture: str, script: str) -> None:
+    argv = _command(
+        plan_engine_build(make_spec({"architecture": architecture}), trtllm_dir="/t"), "convert-checkpoint"
+    )
+    assert argv[1] == f"/t/{script}"
+    if architecture == "gemma":  # its converter spells its flags differently and has no PP
+        assert argv[2:4] == ("--ckpt-type", "hf") and "--model-dir" in argv and "--world-size" in argv
+        assert "--tp_size" not in argv
+    else:
+        assert "--model_dir" in argv and "--tp_size" in argv and "--pp_size" in argv
+
+
+def test_tensor_and_pipeline_parallel_sizes(make_spec: MakeSpec) -> None:
+    spec = make_spec({"parallelism": {"tensor": 2, "pipeline": 2}, "engine": {"gpu": {"count": 4}}})
+    plan = plan_engine_build(spec)
+    convert = _command(plan, "convert-checkpoint")
+    assert (_flag(convert, "--tp_size"), _flag(convert, "--pp_size"), _flag(convert, "--workers")) == (
+        "2",
+        "2",
+        "4",
+    )
+    assert _flag(_command(plan, "trtllm-build"), "--workers") == "4"
+
+
+@pytest.mark.parametrize(
+    ("patch", "message"),
+    [
+        (
+            {"quantization": {"mode": "fp8"}, "engine": {"gpu": {"product": "A100-80GB"}}},
+            "needs a GPU with fp8",
+        ),
+        (
+            {"quantization": {"kvCacheDtype": "fp8"}, "engine": {"gpu": {"product": "A10G"}}},
+            "kvCacheDtype fp8",
+        ),
+        (
+            {"architecture": "gemma", "parallelism": {"pipeline": 2}, "engine": {"gpu": {"count": 2}}},
+            "no pipeline parallelism",
+        ),
+        ({"engine": {"gpu": {"product": "cpu"}}}, "only for runtime reference"),
+        ({"runtime": "reference", "quantization": {"mode": "int4_awq"}}, "runs the model in its dtype"),
+    ],
+)
+def test_unsupported_combinations(make_spec: MakeSpec, patch: dict[str, Any], message: str) -> None:
+    with pytest.raises(UnsupportedError, match=message):
+        plan_engine_build(make_spec(patch))
+
+
+def test_unknown_gpu_lists_known_products(make_spec: MakeSpec) -> None:
+    with pytest.raises(UnknownGpuError, match="H100-80GB") as info:
+        plan_engine_build(make_spec({"engine": {"gpu": {"product": "RTX-9090"}}}))
+    assert "'RTX-9090'" in str(info.value) and "A10G" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("uri", "scheme", "local_dir", "download"),
+    [
+        ("hf://org/model", "hf", "/w/source", True),
+        ("s3://bucket/models/m", "s3", "/w/source", True),
+        ("pvc://models-claim/llama/8b", "pvc", "/mnt/trtfleet/pvc/models-claim/llama/8b", False),
+        ("file:///opt/models/m", "file", "/opt/models/m", False),
+    ],
+)
+def test_fetch_step_per_scheme(
+    make_spec: MakeSpec, uri: str, scheme: str, local_dir: str, download: bool
+) -> None:
+    plan = plan_engine_build(make_spec({"source": {"uri": uri}}), workdir="/w")
+    fetch = plan.steps[0]
+    assert isinstance(fetch, FetchStep)
+    assert (fetch.scheme, fetch.local_dir, fetch.download) == (scheme, local_dir, download)
+    assert _flag(_command(plan, "convert-checkpoint"), "--model_dir") == local_dir
+
+
+def test_reference_plan_copies_the_model(make_spec: MakeSpec) -> None:
+    spec = make_spec(
+        {
+            "source": {"uri": "file:///opt/trtfleet/models/tiny-llama"},
+            "runtime": "reference",
+            "engine": {"gpu": {"product": "cpu"}},
+        }
+    )
+    plan = plan_engine_build(spec, workdir="/w")
+    assert [s.kind for s in plan.steps] == ["fetch", "stage"]
+    stage = plan.steps[1]
+    assert isinstance(stage, StageStep) and stage.copy_whole_model
+    assert stage.serve_tokenizer_dir == stage.serve_engine_dir == "/trtfleet/artifact/engine"
+    assert plan.gpu_sm == "cpu"
+
+
+def test_plan_json_round_trip_and_determinism(make_spec: MakeSpec) -> None:
+    plan = plan_engine_build(make_spec({"quantization": {"mode": "int4_awq"}}))
+    text = plan.to_json()
+    assert text == plan_engine_build(make_spec({"quantization": {"mode": "int4_awq"}})).to_json()
+    again = BuildPlan.from_json_dict(json.loads(text))
+    assert again == plan and again.to_json() == text
+    assert again.render_spec == make_spec({"quantization": {"mode": "int4_awq"}})
+
+
+def test_plan_file_of_another_format_is_refused(make_spec: MakeSpec) -> None:
+    data = plan_engine_build(make_spec()).to_json_dict()
+    with pytest.raises(PlanFileError, match="formatVersion"):
+        BuildPlan.from_json_dict({**data, "formatVersion": 99})
+    with pytest.raises(PlanFileError, match="not a trtfleet build plan"):
+        BuildPlan.from_json_dict({"formatVersion": 1, "steps": []})
+
+
+# --- engine hash: exhaustive over the spec's fields ---------------------------------------------------
+
+CHANGES_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
+    ("source uri", ("source.uri",), {"source": {"uri": "hf://org/other"}}),
+    ("source revision", ("source.revision",), {"source": {"revision": "def456"}}),
+    ("architecture", ("architecture",), {"architecture": "mistral"}),
+    ("dtype", ("dtype",), {"dtype": "bfloat16"}),
+    ("quantization mode", ("quantization.mode",), {"quantization": {"mode": "int8_weight_only"}}),
+    ("kv cache dtype", ("quantization.kvCacheDtype",), {"quantization": {"kvCacheDtype": "int8"}}),
+    (
+        "tensor parallel",
+        ("parallelism.tensor", "engine.gpu.count"),
+        {"parallelism": {"tensor": 2}, "engine": {"gpu": {"count": 2}}},
+    ),
+    (
+        "pipeline parallel",
+        ("parallelism.pipeline",),
+        {"parallelism": {"pipeline": 2}, "engine": {"gpu": {"count": 2}}},
+    ),
+    ("max batch size", ("engine.maxBatchSize",), {"engine": {"maxBatchSize": 128}}),
+    ("max input len", ("engine.maxInputLen",), {"engine": {"maxInputLen": 1024}}),
+    ("max seq len", ("engine.maxSeqLen",), {"engine": {"maxSeqLen": 8192}}),
+    ("max num tokens", ("engine.maxNumTokens",), {"engine": {"maxNumTokens": 4096}}),
+    (
+        "image",
+        ("engine.image",),
+        {"engine": {"image": "nvcr.io/nvidia/tritonserver:26.01-trtllm-python-py3"}},
+    ),
+    ("gpu of another SM", ("engine.gpu.product",), {"engine": {"gpu": {"product": "A100-80GB"}}}),
+    ("lora off", ("lora.enabled",), {"lora": {"enabled": False}}),
+    ("lora max rank", ("lora.maxRank",), {"lora": {"maxRank": 16}}),
+    ("lora modules", ("lora.targetModules",), {"lora": {"targetModules": ["attn_q", "attn_v"]}}),
+]
+
+KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
+    ("gpu of the same SM", ("engine.gpu.product",), {"engine": {"gpu": {"product": "H200"}}}),
+    ("gpu product alias", ("engine.gpu.product",), {"engine": {"gpu": {"product": "nvidia-h100-80gb-hbm3"}}}),
+    (
+        "lora modules reordered",
+        ("lora.targetModules",),
+        {
+            "lora": {
+                "targetModules": [
+                    "mlp_gate",
+                    "mlp_4h_to_h",
+                    "mlp_h_to_4h",
+                    "attn_dense",
+                    "attn_v",
+                    "attn_k",
+                    "attn_q",
+                ]
+            }
+        },
+    ),
+    ("secret", ("source.secretRef",), {"source": {"secretRef": {"name": "hf-token"}}}),
+    ("runtime", ("runtime",), {"runtime": "reference"}),
+    (
+        "dimensions",
+        ("dimensions",),
+        {
+            "dimensions": {
+                "hiddenSize": 8,
+                "intermediateSize": 8,
+                "numLayers": 1,
+                "numAttentionHeads": 1,
+                "numKvHeads": 1,
+                "vocabSize": 8,
+            }
+        },
+    ),
+    (
+        "cache gpu fraction",
+        ("lora.cache.gpuMemoryFraction",),
+        {"lora": {"cache": {"gpuMemoryFraction": 0.2}}},
+    ),
+    ("cache host bytes", ("lora.cache.hostMemoryBytes",), {"lora": {"cache": {"hostMemoryBytes": "8Gi"}}}),
+    (
+        "cache optimal size",
+        ("lora.cache.optimalAdapterSize",),
+        {"lora": {"cache": {"optimalAdapterSize": 32}}},
+    ),
+    ("cache max size", ("lora.cache.maxAdapterSize",), {"lora": {"cache": {"maxAdapterSize": 128}}}),
+    ("replicas", ("serving.replicas",), {"serving": {"replicas": 9}}),
+    ("kv fraction", ("serving.kvCacheFreeGpuMemFraction",), {"serving": {"kvCacheFreeGpuMemFraction": 0.5}}),
+    ("kv reuse", ("serving.enableKvCacheReuse",), {"serving": {"enableKvCacheReuse": False}}),
+    ("chunked context", ("serving.enableChunkedContext",), {"serving": {"enableChunkedContext": False}}),
+    ("scheduler", ("serving.batchSchedulerPolicy",), {"serving": {"batchSchedulerPolicy": "maxUtilization"}}),
+    ("queue size", ("serving.maxQueueSize",), {"serving": {"maxQueueSize": 1}}),
+    ("queue delay", ("serving.maxQueueDelayMicroseconds",), {"serving": {"maxQueueDelayMicroseconds": 7}}),
+    ("chat template", ("serving.chatTemplate",), {"serving": {"chatTemplate": "{system}{messages}"}}),
+    ("resources", ("serving.resources",), {"serving": {"resources": {"limits": {"cpu": "4"}}}}),
+    ("node selector", ("serving.nodeSelector",), {"serving": {"nodeSelector": {"pool": "gpu"}}}),
+    ("tolerations", ("serving.tolerations",), {"serving": {"tolerations": [{"operator": "Exists"}]}}),
+]
+
+
+@pytest.mark.parametrize(("name", "paths", "patch"), CHANGES_HASH, ids=[c[0] for c in CHANGES_HASH])
+def test_engine_hash_changes(
+    make_spec: MakeSpec, name: str, paths: tuple[str, ...], patch: dict[str, Any]
+) -> None:
+    assert engine_hash(make_spec(patch)) != engine_hash(make_spec()), name
+
+
+@pytest.mark.parametrize(("name", "paths", "patch"), KEEPS_HASH, ids=[c[0] for c in KEEPS_HASH])
+def test_engine_hash_keeps(
+    make_spec: MakeSpec, name: str, paths: tuple[str, ...], patch: dict[str, Any]
+) -> None:
+    assert engine_hash(make_spec(patch)) == engine_hash(make_spec()), name
+
+
+def _leaf_paths(model: type[pydantic.BaseModel], prefix: str = "") -> Iterator[str]:
+    for name, info in model.model_fields.items():
+        alias = info.alias or name
+        annotation = info.annotation
+        if (
+            isinstance(annotation, type)
+            and issubclass(annotation, pydantic.BaseModel)
+            and typing.get_origin(annotation) is None
+        ):
+            yield from _leaf_paths(annotation, f"{prefix}{alias}.")
+        else:
+            yield f"{prefix}{alias}"
+
+
+def test_hash_tables_cover_every_spec_field() -> None:
+    covered = {path for table in (CHANGES_HASH, KEEPS_HASH) for _, paths, _ in table for path in paths}
+    assert set(_leaf_paths(BaseModelSpec)) - covered == set()
+
+
+def test_lora_settings_do_not_matter_when_lora_is_off(make_spec: MakeSpec) -> None:
+    off = make_spec({"lora": {"enabled": False}})
+    assert engine_hash(off) == engine_hash(
+        make_spec({"lora": {"enabled": False, "maxRank": 8, "targetModules": ["attn_q"]}})
+    )
+
+
+def test_hash_forms(make_spec: MakeSpec) -> None:
+    spec = make_spec()
+    full = engine_hash(spec)
+    assert len(full) == 64 and int(full, 16) >= 0
+    assert engine_hash_short(spec) == full[:16] == plan_engine_build(spec).engine_hash_short
+    assert plan_engine_build(spec).engine_hash == full
+
+
+def test_merged_adapter_build(make_spec: MakeSpec) -> None:
+    spec = make_spec()
+    plan = plan_merged_engine_build(spec, "hf://org/sql-adapter", "r1", workdir="/w")
+    assert [s.name for s in plan.steps] == [
+        "fetch",
+        "fetch-adapter",
+        "merge-lora",
+        "convert-checkpoint",
+        "trtllm-build",
+        "stage",
+    ]
+    assert _command(plan, "merge-lora") == (
+        "trtfleet",
+        "lora",
+        "merge",
+        "--base",
+        "/w/source",
+        "--adapter",
+        "/w/adapter",
+        "--dtype",
+        "float16",
+        "--out",
+        "/w/merged",
+    )
+    assert _flag(_command(plan, "convert-checkpoint"), "--model_dir") == "/w/merged"
+    assert "--lora_plugin" not in _command(plan, "trtllm-build")
+    assert plan.render_spec.lora.enabled is False
+    base = engine_hash(spec)
+    assert plan.engine_hash != base
+    assert plan.engine_hash != plan_merged_engine_build(spec, "hf://org/sql-adapter", "r2").engine_hash
+    assert plan.engine_hash != plan_merged_engine_build(spec, "hf://org/other-adapter", "r1").engine_hash
+    assert plan.engine_hash == plan_merged_engine_build(spec, "hf://org/sql-adapter", "r1").engine_hash
