@@ -1,0 +1,376 @@
+"""The stateful orchestrator of one base model's pods: decide, then keep the books.
+
+Life of a request (the I/O shell drives it; nothing here blocks, sleeps or reads a clock of its own)::
+
+    decision = fleet.route(request)        # pure decision: which pod, send weights or not
+    ticket = fleet.start(decision, request)  # when the request is actually sent
+    fleet.confirm(ticket)                   # first response: the pod admitted it (and its weights)
+    fleet.finish(ticket, Outcome.OK)        # or MISS / CACHE_FULL / FAILED
+
+Cost: ``route`` is O(pods) (never O(adapters)); ``start``/``finish`` are O(1) plus the shadow
+cache's eviction walk; ``set_pods`` is O(pods + adapters resident on changed pods);
+``prewarm_plan`` and ``snapshot`` are off the hot path.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+import random
+from collections.abc import Callable, Mapping, Sequence
+
+from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.framework import Policy, RoutingContext
+from trtfleet_router.routing.hashing import RendezvousRankings
+from trtfleet_router.routing.load import AdapterDemand, PodLoad
+from trtfleet_router.routing.residency import PodResidency, Residency
+from trtfleet_router.routing.types import (
+    AdapterRef,
+    AdapterTooLarge,
+    Decision,
+    FleetSnapshot,
+    NoCapacity,
+    Outcome,
+    PodInfo,
+    PodMetrics,
+    PodSnapshot,
+    RouteRequest,
+    RoutingError,
+    Ticket,
+    UnknownPod,
+)
+
+log = logging.getLogger(__name__)
+
+PREWARM_POLICY = "prewarm"
+
+
+class PodState:
+    """One pod as the fleet tracks it (a :class:`~trtfleet_router.routing.framework.PodView`)."""
+
+    __slots__ = (
+        "address",
+        "cache_full_total",
+        "cache_full_until_s",
+        "cold_loads_total",
+        "device_pages",
+        "failures_total",
+        "host_pages",
+        "load",
+        "misses_total",
+        "pod_id",
+        "ready",
+        "residency",
+        "uid",
+        "warm_routes_total",
+    )
+
+    def __init__(self, info: PodInfo, residency: PodResidency) -> None:
+        self.pod_id = info.pod_id
+        self.address = info.address
+        self.uid = info.uid
+        self.ready = info.ready
+        self.host_pages = info.host_pages
+        self.device_pages = info.device_pages
+        self.residency = residency
+        self.load = PodLoad()
+        self.cache_full_until_s = -math.inf
+        self.warm_routes_total = 0
+        self.cold_loads_total = 0
+        self.misses_total = 0
+        self.cache_full_total = 0
+        self.failures_total = 0
+
+
+class Fleet:
+    """Routing state and decisions for the pods of one base model."""
+
+    def __init__(
+        self,
+        policy: Policy,
+        *,
+        now: Callable[[], float],
+        rng: random.Random,
+        config: RoutingConfig,
+        model: str = "",
+    ) -> None:
+        self._policy = policy
+        self._now = now
+        self._rng = rng
+        self._config = config
+        self._model = model
+        self._pods: dict[str, PodState] = {}
+        self._pod_order: list[str] = []  # sorted ids, ready or not
+        self._ready: list[PodState] = []
+        self._largest_host_pages = 0
+        self._residency = Residency()
+        self._demand = AdapterDemand(config.trtfleet.demand_half_life_s)
+        self._rankings = RendezvousRankings(config.trtfleet.hrw_cache_entries)
+        self._tickets = itertools.count(1)
+        self._open: dict[int, Ticket] = {}
+        self._loading: set[int] = set()  # tickets whose weights the pod has not admitted yet
+
+    @property
+    def policy_name(self) -> str:
+        return self._policy.name
+
+    # -- pods ------------------------------------------------------------------------------------
+    def set_pods(self, pods: Mapping[str, PodInfo]) -> None:
+        """The current pods (from discovery). New or restarted (new uid) pods start with an empty
+        shadow cache and no in-flight requests; pods no longer listed are dropped.
+        """
+        for pod_id, info in pods.items():
+            if pod_id != info.pod_id:
+                raise RoutingError(f"pod listed under {pod_id!r} calls itself {info.pod_id!r}")
+        for pod_id in [pod_id for pod_id in self._pods if pod_id not in pods]:
+            del self._pods[pod_id]
+            self._residency.drop_pod(pod_id)
+            log.info("pod removed", extra={"pod": pod_id, "model": self._model})
+        for pod_id, info in pods.items():
+            old = self._pods.get(pod_id)
+            if (
+                old is None
+                or old.uid != info.uid
+                or old.host_pages != info.host_pages
+                or old.device_pages != info.device_pages
+            ):
+                residency = self._residency.reset_pod(pod_id, info.host_pages, info.device_pages)
+                self._pods[pod_id] = PodState(info, residency)
+                log.info("pod %s", "added" if old is None else "restarted",
+                         extra={"pod": pod_id, "uid": info.uid, "model": self._model})
+            else:
+                old.address = info.address
+                old.ready = info.ready
+        ordered = sorted(self._pods)
+        self._ready = [self._pods[pod_id] for pod_id in ordered if self._pods[pod_id].ready]
+        self._largest_host_pages = max((pod.host_pages for pod in self._pods.values()), default=0)
+        if ordered != self._pod_order:  # rebuilding rings and rankings is O(pods x points)
+            self._pod_order = ordered
+            self._rankings.set_pods(ordered)
+            self._policy.pods_changed(ordered)
+
+    # -- the decision ----------------------------------------------------------------------------
+    def route(self, request: RouteRequest) -> Decision:
+        """Which pod takes ``request`` and whether weights go with it. Books nothing (a policy may
+        advance its own rotation); :meth:`start` does the bookkeeping once the request is sent.
+
+        Raises NoCapacity (retry later) or AdapterTooLarge (never fits).
+        """
+        now_s = self._now()
+        excluded = request.exclude_pods
+        pods = self._ready if not excluded else [pod for pod in self._ready if pod.pod_id not in excluded]
+        if not pods:
+            reason = "no ready pod" if not self._ready else "every ready pod already tried"
+            raise NoCapacity(reason, self._config.no_capacity_retry_after_s)
+        adapter = request.adapter
+        if adapter is not None and adapter.pages > self._largest_host_pages:
+            raise AdapterTooLarge(adapter.name, adapter.pages, self._largest_host_pages)
+        loads = []
+        for pod in pods:
+            load = pod.load
+            metrics = load.metrics
+            if metrics is not None and now_s <= load.fresh_until_s:
+                loads.append(load.inflight + metrics.waiting_requests)
+            else:
+                loads.append(load.inflight)
+        ctx = RoutingContext(
+            request=request,
+            now_s=now_s,
+            pods=pods,
+            loads=loads,
+            by_id=self._pods,
+            residency=self._residency,
+            demand=self._demand,
+            rankings=self._rankings,
+            rng=self._rng,
+        )
+        choice = self._policy.choose(ctx)
+        chosen = choice.pod
+        if adapter is None:
+            return Decision(chosen.pod_id, False, True, self._policy.name, choice.reason)
+        residency = chosen.residency
+        warm = residency.is_warm(adapter.task_id)
+        loading = warm and residency.is_loading(adapter.task_id)
+        return Decision(chosen.pod_id, not warm, warm, self._policy.name, choice.reason, loading)
+
+    # -- bookkeeping -----------------------------------------------------------------------------
+    def start(self, decision: Decision, request: RouteRequest) -> Ticket:
+        """The request is being sent as decided: count it in flight, store weights in the pod's
+        shadow (when sent) and pin the adapter there until :meth:`finish`.
+        """
+        pod = self._pods.get(decision.pod)
+        if pod is None:
+            raise UnknownPod(decision.pod)
+        now_s = self._now()
+        pod.load.inflight += 1
+        adapter = request.adapter
+        task_id = None
+        pinned = loads = False
+        if adapter is not None:
+            task_id = adapter.task_id
+            self._demand.started(task_id, now_s)
+            if decision.send_weights:
+                pod.cold_loads_total += 1
+                loads = self._residency.put(pod.pod_id, task_id, adapter.pages)
+                if loads:
+                    self._residency.begin_load(pod.pod_id, task_id)
+            else:
+                pod.warm_routes_total += 1
+            pinned = self._residency.acquire(pod.pod_id, task_id)
+        ticket = Ticket(
+            next(self._tickets), pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
+        )
+        self._open[ticket.ticket_id] = ticket
+        if loads:
+            self._loading.add(ticket.ticket_id)
+        return ticket
+
+    def confirm(self, ticket: Ticket) -> None:
+        """The pod admitted the request (its first response arrived): weights it carried are stored.
+
+        Optional and idempotent; without it a load counts as in transit until :meth:`finish`.
+        """
+        if ticket.ticket_id not in self._loading:
+            return
+        self._loading.discard(ticket.ticket_id)
+        pod = self._pods.get(ticket.pod)
+        if pod is not None and pod.uid == ticket.pod_uid and ticket.task_id is not None:
+            self._residency.end_load(pod.pod_id, ticket.task_id)
+
+    def finish(self, ticket: Ticket, outcome: Outcome) -> None:
+        """The request ended with ``outcome``; pass every ticket exactly once."""
+        if ticket.ticket_id not in self._open:
+            raise RoutingError(f"ticket {ticket.ticket_id} finished twice or never started")
+        self.confirm(ticket)
+        del self._open[ticket.ticket_id]
+        task_id = ticket.task_id
+        if task_id is not None:
+            self._demand.finished(task_id)
+        pod = self._pods.get(ticket.pod)
+        if pod is None or pod.uid != ticket.pod_uid:
+            return  # the pod left or restarted: its books were reset
+        pod.load.inflight -= 1
+        if task_id is not None and ticket.pinned:
+            self._residency.release(pod.pod_id, task_id)
+        if outcome is Outcome.OK:
+            return
+        if outcome is Outcome.MISS:
+            pod.misses_total += 1
+        elif outcome is Outcome.CACHE_FULL:
+            pod.cache_full_total += 1
+            pod.cache_full_until_s = self._now() + self._config.cache_full_backoff_s
+        else:
+            pod.failures_total += 1
+        # MISS: the pod does not hold it. CACHE_FULL / FAILED: weights we sent may not be stored.
+        if task_id is not None and (outcome is Outcome.MISS or ticket.sent_weights):
+            self._residency.mark_cold(pod.pod_id, task_id)
+        log.debug("request ended %s", outcome.value, extra={"pod": pod.pod_id, "task_id": task_id})
+
+    def observe_metrics(self, pod: str, snapshot: PodMetrics) -> None:
+        """Scraped metrics of ``pod`` as of now (unknown pods are ignored)."""
+        state = self._pods.get(pod)
+        if state is not None:
+            state.load.observe(snapshot, self._now(), self._config.metrics_stale_after_s)
+
+    # -- prewarming ------------------------------------------------------------------------------
+    def prewarm_plan(self, adapters: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
+        """(pod, adapter) pairs to push weights to so each adapter is warm on ``min_pods`` ready pods.
+
+        Targets follow the adapter's rendezvous ranking (where cold loads would place it anyway)
+        and skip pods whose cache has no room without evicting a busy adapter. Push each pair as
+        a request whose Decision is ``prewarm_decision(pod)``, through start/finish.
+        O(adapters with min_pods x pods): call it from a timer, not per request.
+        """
+        plan: list[tuple[str, AdapterRef]] = []
+        for adapter in adapters:
+            if adapter.min_pods <= 0:
+                continue
+            warm = 0
+            targets: list[str] = []
+            for pod_id in self._rankings.rank(adapter.name):
+                pod = self._pods[pod_id]
+                if not pod.ready:
+                    continue
+                if pod.residency.is_warm(adapter.task_id):
+                    warm += 1
+                elif pod.residency.has_evictable_slot(adapter.pages):
+                    targets.append(pod_id)
+                if warm + len(targets) >= adapter.min_pods:
+                    break
+            needed = max(0, adapter.min_pods - warm)
+            plan.extend((pod_id, adapter) for pod_id in targets[:needed])
+        return plan
+
+    @staticmethod
+    def prewarm_decision(pod: str) -> Decision:
+        return Decision(pod, True, False, PREWARM_POLICY, "min-pods")
+
+    # -- introspection ---------------------------------------------------------------------------
+    def is_warm(self, pod: str, task_id: int) -> bool:
+        """Whether the shadow of ``pod`` holds ``task_id`` (False for an unknown pod)."""
+        state = self._pods.get(pod)
+        return state is not None and state.residency.is_warm(task_id)
+
+    def has_evictable_slot(self, pod: str, pages: int) -> bool:
+        """Whether ``pod``'s shadow could store ``pages`` now, evicting idle adapters only."""
+        state = self._pods.get(pod)
+        return state is not None and state.residency.has_evictable_slot(pages)
+
+    def would_evict(self, pod: str, pages: int) -> bool:
+        """Whether storing ``pages`` on ``pod`` would evict an adapter (per its shadow)."""
+        state = self._pods.get(pod)
+        return state is not None and state.residency.would_evict(pages)
+
+    def snapshot(self) -> FleetSnapshot:
+        now_s = self._now()
+        pods = []
+        for pod_id in sorted(self._pods):
+            pod = self._pods[pod_id]
+            cache = pod.residency.cache
+            pods.append(
+                PodSnapshot(
+                    pod_id=pod_id,
+                    address=pod.address,
+                    uid=pod.uid,
+                    ready=pod.ready,
+                    inflight=pod.load.inflight,
+                    waiting_requests=pod.load.waiting(now_s),
+                    kv_cache_used_fraction=pod.load.kv_used(now_s),
+                    resident_task_ids=tuple(cache.resident()),
+                    host_pages_used=cache.host.used,
+                    host_pages=cache.host.capacity,
+                    cache_full_until_s=pod.cache_full_until_s,
+                    warm_routes_total=pod.warm_routes_total,
+                    cold_loads_total=pod.cold_loads_total,
+                    misses_total=pod.misses_total,
+                    cache_full_total=pod.cache_full_total,
+                    failures_total=pod.failures_total,
+                    evictions_total=pod.residency.evictions_total,
+                )
+            )
+        return FleetSnapshot(self._model, self._policy.name, now_s, tuple(pods), len(self._open))
+
+    def check_invariants(self) -> None:
+        """Books agree with each other (for tests and fixtures' teardown)."""
+        self._residency.check_invariants()
+        open_per_pod: dict[tuple[str, str], int] = {}
+        for ticket in self._open.values():
+            key = (ticket.pod, ticket.pod_uid)
+            open_per_pod[key] = open_per_pod.get(key, 0) + 1
+        loading_per_pod: dict[tuple[str, str, int], int] = {}
+        for ticket_id in self._loading:
+            ticket = self._open[ticket_id]
+            assert ticket.task_id is not None and ticket.loads_weights
+            key3 = (ticket.pod, ticket.pod_uid, ticket.task_id)
+            loading_per_pod[key3] = loading_per_pod.get(key3, 0) + 1
+        for pod in self._pods.values():
+            loading = {(pod.pod_id, pod.uid, task): n for task, n in pod.residency.loading.items()}
+            mine = {key: n for key, n in loading_per_pod.items() if key[:2] == (pod.pod_id, pod.uid)}
+            if loading != mine:
+                raise AssertionError(f"{pod.pod_id}: loading {loading} != loading tickets {mine}")
+            expected = open_per_pod.get((pod.pod_id, pod.uid), 0)
+            if pod.load.inflight != expected:
+                raise AssertionError(
+                    f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}"
+                )

@@ -1,0 +1,98 @@
+"""Load signals: the router's own in-flight counts plus scraped pod metrics that go stale.
+
+* In-flight (exact, instant): requests this router started on the pod and has not finished.
+* Scraped (from the pod's ``nv_trt_llm_request_metrics`` / KV-cache block metrics, seconds old):
+  requests waiting in the pod's queue (from every router replica) and the KV-cache fraction in use.
+  A snapshot older than ``metrics_stale_after_s`` is *unknown*, never a stale number.
+
+The load every policy compares is ``inflight + waiting`` (waiting only while fresh): the pod's
+queue beyond its running batch is what a new request would sit behind.
+
+Per adapter, :class:`AdapterDemand` keeps the router-wide in-flight count (for hot-adapter
+spreading) and an exponentially decayed request count (rare vs popular adapters). Both are O(1)
+per request; memory is one entry per adapter seen.
+"""
+
+from __future__ import annotations
+
+import math
+
+from trtfleet_router.routing.types import PodMetrics
+
+
+class PodLoad:
+    """Load of one pod."""
+
+    __slots__ = ("fresh_until_s", "inflight", "metrics", "observed_at_s")
+
+    def __init__(self) -> None:
+        self.inflight = 0
+        self.metrics: PodMetrics | None = None
+        self.observed_at_s = -math.inf
+        self.fresh_until_s = -math.inf
+
+    def observe(self, metrics: PodMetrics, now_s: float, stale_after_s: float) -> None:
+        self.metrics = metrics
+        self.observed_at_s = now_s
+        self.fresh_until_s = now_s + stale_after_s
+
+    def fresh_metrics(self, now_s: float) -> PodMetrics | None:
+        return self.metrics if now_s <= self.fresh_until_s else None
+
+    def waiting(self, now_s: float) -> int | None:
+        """Requests waiting in the pod's queue, or None when unknown (never scraped or stale)."""
+        metrics = self.metrics
+        if metrics is None or now_s > self.fresh_until_s:
+            return None
+        return metrics.waiting_requests
+
+    def kv_used(self, now_s: float) -> float | None:
+        metrics = self.metrics
+        if metrics is None or now_s > self.fresh_until_s:
+            return None
+        return metrics.kv_cache_used_fraction
+
+    def load(self, now_s: float) -> int:
+        """``inflight`` plus the scraped queue while it is fresh."""
+        metrics = self.metrics
+        if metrics is not None and now_s <= self.fresh_until_s:
+            return self.inflight + metrics.waiting_requests
+        return self.inflight
+
+
+class AdapterDemand:
+    """Router-wide per-adapter in-flight counts and decayed request counts."""
+
+    __slots__ = ("_decay_per_s", "_inflight", "_recent")
+
+    def __init__(self, half_life_s: float) -> None:
+        if half_life_s <= 0:
+            raise ValueError("demand half-life must be positive")
+        self._decay_per_s = math.log(2) / half_life_s
+        self._inflight: dict[int, int] = {}
+        self._recent: dict[int, tuple[float, float]] = {}  # task id -> (decayed count, at_s)
+
+    def inflight(self, task_id: int) -> int:
+        return self._inflight.get(task_id, 0)
+
+    def recent_requests(self, task_id: int, now_s: float) -> float:
+        """Requests for the adapter, each weighted by ``2 ** -(age / half_life)``."""
+        entry = self._recent.get(task_id)
+        if entry is None:
+            return 0.0
+        count, at_s = entry
+        return count * math.exp(-self._decay_per_s * max(0.0, now_s - at_s))
+
+    def started(self, task_id: int, now_s: float) -> None:
+        self._inflight[task_id] = self._inflight.get(task_id, 0) + 1
+        self._recent[task_id] = (self.recent_requests(task_id, now_s) + 1.0, now_s)
+
+    def finished(self, task_id: int) -> None:
+        left = self._inflight.get(task_id, 0) - 1
+        if left > 0:
+            self._inflight[task_id] = left
+        else:
+            self._inflight.pop(task_id, None)
+
+    def total_inflight(self) -> int:
+        return sum(self._inflight.values())

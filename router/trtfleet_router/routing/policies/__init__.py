@@ -1,0 +1,1 @@
+"""Routing policies, one module each; the registry is ``routing.framework.registry``."""

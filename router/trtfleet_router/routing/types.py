@@ -1,0 +1,178 @@
+"""Data the routing core takes and gives: requests, pods, decisions, tickets, snapshots.
+
+All hot-path types are frozen, slotted dataclasses. Times are seconds on the clock the
+:class:`~trtfleet_router.routing.fleet.Fleet` was given (``now``), never wall time of our own.
+
+Errors (one tree, all raised by the routing core; the server maps them to HTTP/gRPC in one place):
+
+* :class:`RoutingError` - the root.
+* :class:`NoCapacity` - no pod can take the request now (none ready, all excluded, or every LoRA
+  cache full of busy adapters): answer 503 with ``Retry-After: retry_after_s``.
+* :class:`AdapterTooLarge` - the adapter needs more cache pages than any pod's host tier has:
+  a configuration error, retrying never helps (answer 500/400, not 503).
+* :class:`UnknownPod` - ``start`` for a pod that is no longer in the fleet (removed between
+  ``route`` and ``start``): route again.
+* :class:`RoutingConfigError` - the policy configuration is invalid (unknown policy name):
+  raised at start-up.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class RoutingError(Exception):
+    """Root of the routing core's errors."""
+
+
+class NoCapacity(RoutingError):
+    """No pod can take the request now; retry after ``retry_after_s``."""
+
+    def __init__(self, reason: str, retry_after_s: float) -> None:
+        super().__init__(f"no pod can take the request: {reason}")
+        self.reason = reason
+        self.retry_after_s = retry_after_s
+
+
+class AdapterTooLarge(RoutingError):
+    """The adapter needs more LoRA cache pages than any pod's host tier holds."""
+
+    def __init__(self, adapter: str, pages: int, largest_tier_pages: int) -> None:
+        super().__init__(
+            f"adapter {adapter!r} needs {pages} LoRA cache pages but the largest pod cache has "
+            f"{largest_tier_pages}: raise lora.cache.hostMemoryBytes or lower the adapter rank"
+        )
+        self.adapter = adapter
+        self.pages = pages
+
+
+class UnknownPod(RoutingError):
+    """The pod a decision named is no longer part of the fleet."""
+
+    def __init__(self, pod: str) -> None:
+        super().__init__(f"pod {pod!r} is not part of the fleet (removed or restarted): route again")
+        self.pod = pod
+
+
+class RoutingConfigError(RoutingError):
+    """The routing configuration is invalid (e.g. an unknown policy name)."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterRef:
+    """A LoRA adapter as the router knows it (from the Adapter CR's status)."""
+
+    name: str  # served name; the stable key for hashing (task ids differ per BaseModel)
+    task_id: int  # TRT-LLM lora_task_id
+    weights_bytes: int  # size of lora_weights as sent on the wire
+    pages: int  # host-tier cache pages the adapter takes (trtfleet.loracache geometry)
+    min_pods: int = 0  # warm.minPods: pods kept warm by prewarming
+
+
+@dataclass(frozen=True, slots=True)
+class RouteRequest:
+    model: str  # base model name
+    adapter: AdapterRef | None  # None: the base model alone
+    prompt_tokens: int
+    max_tokens: int
+    request_id: str = ""
+    exclude_pods: frozenset[str] = frozenset()  # pods already tried for this request
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    pod: str
+    send_weights: bool  # True: cold on this pod, attach lora_weights + lora_config
+    warm: bool  # the adapter is resident on the pod (always True without an adapter)
+    policy: str
+    reason: str  # short machine-friendly tag, e.g. "warm", "cold-home", "hot-spread"
+    # warm, but its weights are still travelling with an earlier request that the pod has not admitted
+    # yet: sent id-only now, this request may overtake them and miss (hold it for that admission, or
+    # retry on the miss).
+    loading: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PodInfo:
+    pod_id: str
+    address: str  # host:port of the pod's Triton gRPC endpoint
+    # Identity of the Triton process: a new value resets the pod's shadow cache. The Kubernetes pod
+    # uid survives container restarts, which also empty the cache: fold the container's
+    # restartCount in ("<uid>/<restarts>") where discovery knows it; otherwise misses correct it.
+    uid: str
+    host_pages: int  # host-tier LoRA cache pages (BaseModel status.capacity.loraHostPages)
+    device_pages: int  # device-tier pages (status.capacity.loraDevicePages)
+    ready: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class PodMetrics:
+    """Scraped from the pod's Triton metrics (nv_trt_llm_request_metrics, kv cache blocks)."""
+
+    active_requests: int
+    waiting_requests: int
+    kv_cache_used_fraction: float | None = None  # 0..1; None when the pod does not export it
+
+
+class Outcome(StrEnum):
+    OK = "ok"
+    MISS = "miss"  # the pod said "LoRA task <id> not found in cache": it does not hold the adapter
+    CACHE_FULL = "cache_full"  # "Cache is full. There are no done tasks to evict": back-pressure
+    FAILED = "failed"  # any other pod error, or the pod was unreachable
+
+
+@dataclass(frozen=True, slots=True)
+class Ticket:
+    """Bookkeeping for one request sent to a pod; hand it back to ``Fleet.finish`` exactly once."""
+
+    ticket_id: int
+    pod: str
+    pod_uid: str  # finish on a restarted pod releases nothing
+    task_id: int | None
+    sent_weights: bool
+    pinned: bool  # the adapter was acquired in the pod's shadow cache (False if it could not be stored)
+    started_at_s: float
+    loads_weights: bool = False  # its weights are in the shadow as loading until confirm/finish
+
+
+@dataclass(frozen=True, slots=True)
+class PodSnapshot:
+    pod_id: str
+    address: str
+    uid: str
+    ready: bool
+    inflight: int  # this router's requests in flight on the pod
+    waiting_requests: int | None  # scraped; None when stale or never scraped
+    kv_cache_used_fraction: float | None
+    resident_task_ids: tuple[int, ...]  # shadow host cache, least recently used idle first, then busy
+    host_pages_used: int
+    host_pages: int
+    cache_full_until_s: float  # cold placement avoids the pod until then
+    warm_routes_total: int  # requests started warm (no weights sent)
+    cold_loads_total: int  # requests started with weights
+    misses_total: int  # MISS outcomes (the shadow was wrong)
+    cache_full_total: int
+    failures_total: int
+    evictions_total: int  # adapters the shadow evicted to make room (predicted evictions)
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSnapshot:
+    model: str
+    policy: str
+    at_s: float
+    pods: tuple[PodSnapshot, ...]
+    open_tickets: int
+
+    @property
+    def warm_routes_total(self) -> int:
+        return sum(p.warm_routes_total for p in self.pods)
+
+    @property
+    def cold_loads_total(self) -> int:
+        return sum(p.cold_loads_total for p in self.pods)
+
+    @property
+    def misses_total(self) -> int:
+        return sum(p.misses_total for p in self.pods)

@@ -1,0 +1,67 @@
+"""The YAML routing configuration and the policy registry."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from trtfleet_router.routing import (
+    RoutingConfig,
+    RoutingConfigError,
+    build_policy,
+    load_routing_config,
+    parse_routing_config,
+    policy_names,
+)
+
+
+def test_defaults() -> None:
+    config = parse_routing_config(None)
+    assert config.policy == "trtfleet"
+    assert (config.chwbl.load_factor, config.chwbl.virtual_nodes) == (1.25, 256)
+    weights = config.gie_lora_affinity
+    assert (weights.queue_weight, weights.kv_cache_weight, weights.lora_affinity_weight) == (2, 2, 1)
+    assert 8 <= config.trtfleet.load_bound_inflight <= 16
+
+
+def test_yaml_file_camel_and_snake_case(tmp_path: Path) -> None:
+    path = tmp_path / "routing.yaml"
+    path.write_text(
+        "policy: chwbl\nmetricsStaleAfterS: 2\nchwbl: {load_factor: 1.5}\ntrtfleet:\n  loadBoundInflight: 8\n"
+    )
+    config = load_routing_config(path)
+    assert (config.policy, config.metrics_stale_after_s) == ("chwbl", 2)
+    assert (config.chwbl.load_factor, config.trtfleet.load_bound_inflight) == (1.5, 8)
+    assert build_policy(config).name == "chwbl"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"policy": "fastest"}, "unknown routing policy 'fastest'; known: round-robin, least-load"),
+        ({"polcy": "trtfleet"}, "polcy"),
+        ({"chwbl": {"loadFactor": 0.5}}, "loadFactor"),
+    ],
+)
+def test_invalid_config_fails_at_load(data: dict[str, object], message: str) -> None:
+    with pytest.raises(RoutingConfigError, match=message):
+        parse_routing_config(data)
+
+
+def test_unreadable_file(tmp_path: Path) -> None:
+    with pytest.raises(RoutingConfigError, match="cannot read"):
+        load_routing_config(tmp_path / "missing.yaml")
+    (tmp_path / "bad.yaml").write_text("policy: [unclosed\n")
+    with pytest.raises(RoutingConfigError, match="cannot read"):
+        load_routing_config(tmp_path / "bad.yaml")
+
+
+def test_build_policy_rejects_unknown_names_even_unvalidated() -> None:
+    config = RoutingConfig.model_construct(policy="nope")
+    with pytest.raises(RoutingConfigError, match="known: " + ", ".join(policy_names())):
+        build_policy(config)
+
+
+def test_every_registered_policy_builds_under_its_own_name() -> None:
+    for name in policy_names():
+        assert build_policy(parse_routing_config({"policy": name})).name == name

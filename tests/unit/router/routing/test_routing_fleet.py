@@ -1,0 +1,278 @@
+"""Fleet bookkeeping: outcomes, pod changes, errors, metrics staleness, prewarming, snapshots."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import pytest
+from trtfleet_router.routing import (
+    AdapterTooLarge,
+    Decision,
+    Fleet,
+    NoCapacity,
+    Outcome,
+    PodInfo,
+    PodMetrics,
+    RouteRequest,
+    RoutingError,
+    UnknownPod,
+    parse_routing_config,
+    policy_names,
+)
+from trtfleet_router.routing.framework import Choice, RoutingContext
+from trtfleet_router.routing.hashing import rendezvous_rank
+
+if TYPE_CHECKING:
+    from tests.unit.router.routing.conftest import Harness
+
+
+@pytest.mark.parametrize("policy", policy_names())
+def test_miss_makes_the_next_request_to_that_pod_send_weights(
+    make_harness: Callable[..., Harness], policy: str
+) -> None:
+    h = make_harness(policy, pods=1)
+    adapter = h.adapter(1)
+    assert h.run(adapter).send_weights
+    assert not h.route(adapter).send_weights
+    decision = h.run(adapter, Outcome.MISS)  # id only, but the pod had lost it
+    assert not decision.send_weights
+    after = h.route(adapter)
+    assert (after.pod, after.send_weights, after.warm) == ("p0", True, False)
+    assert h.fleet.snapshot().misses_total == 1
+
+
+def test_trtfleet_returns_to_the_same_pod_after_a_miss(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=4)
+    adapter = h.adapter(1)
+    first = h.run(adapter)
+    h.run(adapter, Outcome.MISS)
+    again = h.route(adapter)
+    assert (again.pod, again.send_weights) == (first.pod, True)
+
+
+def test_miss_while_other_requests_pin_the_adapter(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=1)
+    adapter = h.adapter(1)
+    _, first = h.send(adapter)
+    _, second = h.send(adapter)
+    h.finish(first, Outcome.MISS)
+    assert h.route(adapter).send_weights  # suspect: cold for routing although still pinned
+    assert 1001 in h.resident("p0")
+    h.finish(second)
+    assert 1001 not in h.resident("p0")
+    h.fleet.check_invariants()
+
+
+def test_weights_resent_clear_the_suspicion(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=1)
+    adapter = h.adapter(1)
+    _, pinned = h.send(adapter)
+    h.run(adapter, Outcome.MISS)
+    decision, _ = h.send(adapter)
+    assert decision.send_weights
+    assert not h.route(adapter).send_weights
+    h.finish(pinned)
+
+
+@pytest.mark.parametrize("outcome", [Outcome.CACHE_FULL, Outcome.FAILED])
+def test_sent_weights_that_may_not_be_stored_count_as_cold(
+    make_harness: Callable[..., Harness], outcome: Outcome
+) -> None:
+    h = make_harness("trtfleet", pods=1)
+    adapter = h.adapter(1)
+    assert h.run(adapter, outcome).send_weights
+    assert h.route(adapter).send_weights
+    snapshot = h.fleet.snapshot().pods[0]
+    assert (snapshot.cache_full_total, snapshot.failures_total) == (
+        (1, 0) if outcome is Outcome.CACHE_FULL else (0, 1)
+    )
+
+
+def test_failure_of_a_warm_request_keeps_residency(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=1)
+    adapter = h.adapter(1)
+    h.run(adapter)
+    h.run(adapter, Outcome.FAILED)
+    assert not h.route(adapter).send_weights
+
+
+def test_pod_restart_resets_residency_and_in_flight(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    decision, ticket = h.send(adapter)
+    pod = decision.pod
+    h.uids[pod] = "uid-new"
+    h.sync_pods()
+    assert h.resident(pod) == set()
+    assert h.fleet.snapshot().pods[int(pod[1])].inflight == 0
+    h.finish(ticket)  # a ticket of the old incarnation releases nothing
+    h.fleet.check_invariants()
+    again = h.route(adapter)
+    assert (again.pod, again.send_weights) == (pod, True)
+
+
+def test_same_uid_keeps_residency_and_readiness_follows(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    pod = h.run(adapter).pod
+    h.sync_pods()
+    assert not h.route(adapter).send_weights
+    h.ready[pod] = False
+    h.sync_pods()
+    other = h.route(adapter)
+    assert other.pod != pod and other.send_weights
+    h.ready[pod] = True
+    h.sync_pods()
+    assert h.route(adapter).pod == pod
+
+
+def test_removed_pod_is_dropped_and_its_tickets_finish_quietly(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    decision, ticket = h.send(adapter)
+    h.pod_ids.remove(decision.pod)
+    h.sync_pods()
+    assert [p.pod_id for p in h.fleet.snapshot().pods] == h.pod_ids
+    h.finish(ticket)
+    assert h.route(adapter).pod == h.pod_ids[0]
+    with pytest.raises(UnknownPod):
+        h.fleet.start(decision, h.request(adapter))
+
+
+def test_no_capacity(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2, config={"noCapacityRetryAfterS": 3})
+    with pytest.raises(NoCapacity) as caught:
+        h.route(None, exclude=["p0", "p1"])
+    assert caught.value.retry_after_s == 3
+    h.ready = dict.fromkeys(h.ready, False)
+    h.sync_pods()
+    with pytest.raises(NoCapacity, match="no ready pod"):
+        h.route(h.adapter(1))
+
+
+def test_adapter_larger_than_any_cache(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2, host_pages=8)
+    with pytest.raises(AdapterTooLarge):
+        h.route(h.adapter(1, pages=9))
+
+
+def test_ticket_finished_twice(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("least-load", pods=1)
+    _, ticket = h.send(None)
+    h.finish(ticket)
+    with pytest.raises(RoutingError, match="twice"):
+        h.fleet.finish(ticket, Outcome.OK)
+
+
+def test_scraped_metrics_go_stale(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("least-load", pods=2, config={"metricsStaleAfterS": 5})
+    h.fleet.observe_metrics(
+        "p0", PodMetrics(active_requests=4, waiting_requests=3, kv_cache_used_fraction=0.7)
+    )
+    h.fleet.observe_metrics("nobody", PodMetrics(1, 1))  # unknown pods are ignored
+    h.load("p1", 2)
+    assert h.route(None).pod == "p1"
+    pod = h.fleet.snapshot().pods[0]
+    assert (pod.waiting_requests, pod.kv_cache_used_fraction) == (3, 0.7)
+    h.now_s += 5.01
+    assert h.route(None).pod == "p0"
+    pod = h.fleet.snapshot().pods[0]
+    assert (pod.waiting_requests, pod.kv_cache_used_fraction) == (None, None)
+
+
+def test_prewarm_plan_follows_the_rendezvous_ranking(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=5, host_pages=2)
+    wanted = h.adapter(1, min_pods=3)
+    none = h.adapter(2)
+    ranking = rendezvous_rank(wanted.name, h.pod_ids)
+    assert h.fleet.prewarm_plan([wanted, none]) == [(pod, wanted) for pod in ranking[:3]]
+    h.make_warm(ranking[1], wanted)
+    h.pin(ranking[0], h.adapter(3))
+    h.pin(ranking[0], h.adapter(4))  # ranking[0] full of busy adapters: skipped
+    plan = h.fleet.prewarm_plan([wanted])
+    assert plan == [(ranking[2], wanted), (ranking[3], wanted)]
+    for pod, adapter in plan:
+        h.fleet.finish(h.fleet.start(h.fleet.prewarm_decision(pod), h.request(adapter)), Outcome.OK)
+    assert h.fleet.prewarm_plan([wanted]) == []
+
+
+def test_snapshot_counts(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=1, host_pages=2)
+    a, b, c = h.adapter(1), h.adapter(2), h.adapter(3)
+    for adapter in (a, a, b, c):
+        h.run(adapter)
+    snapshot = h.fleet.snapshot()
+    pod = snapshot.pods[0]
+    assert (snapshot.policy, snapshot.model, snapshot.open_tickets) == ("trtfleet", "m", 0)
+    assert (pod.cold_loads_total, pod.warm_routes_total, pod.evictions_total) == (3, 1, 1)
+    assert pod.resident_task_ids == (b.task_id, c.task_id)
+    assert (pod.host_pages_used, pod.host_pages) == (2, 2)
+    assert (snapshot.cold_loads_total, snapshot.warm_routes_total) == (3, 1)
+
+
+class RecordingPolicy:
+    """A fake implementing the Policy protocol: always the first candidate; records pod changes."""
+
+    name = "recording"
+
+    def __init__(self) -> None:
+        self.changes: list[list[str]] = []
+
+    def choose(self, ctx: RoutingContext) -> Choice:
+        return Choice(ctx.pods[0], "first")
+
+    def pods_changed(self, pod_ids: Sequence[str]) -> None:
+        self.changes.append(list(pod_ids))
+
+
+def test_policies_hear_only_real_pod_set_changes() -> None:
+    policy = RecordingPolicy()
+    fleet = Fleet(policy, now=lambda: 0.0, rng=random.Random(0), config=parse_routing_config(None))
+    pods = {name: PodInfo(name, "x:1", "u", 4, 2) for name in ("b", "a")}
+    fleet.set_pods(pods)
+    fleet.set_pods({**pods, "a": PodInfo("a", "x:2", "u2", 4, 2, ready=False)})  # restart + readiness only
+    fleet.set_pods({"a": pods["a"]})
+    assert policy.changes == [["a", "b"], ["a"]]
+    assert fleet.route(RouteRequest("m", None, 1, 1)) == Decision("a", False, True, "recording", "first")
+    with pytest.raises(RoutingError, match="calls itself"):
+        fleet.set_pods({"c": pods["a"]})
+    assert [p.pod_id for p in fleet.snapshot().pods] == ["a"]  # nothing changed
+
+
+def test_weights_in_transit_until_the_pod_admits_the_request(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    first, ticket = h.send(adapter)
+    assert first.send_weights and not first.loading
+    during = h.route(adapter)
+    assert (during.pod, during.send_weights, during.warm, during.loading) == (first.pod, False, True, True)
+    h.fleet.confirm(ticket)
+    h.fleet.confirm(ticket)  # idempotent
+    after = h.route(adapter)
+    assert (after.pod, after.send_weights, after.loading) == (first.pod, False, False)
+    h.fleet.check_invariants()
+
+
+def test_an_overtaken_load_makes_the_next_request_carry_weights(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    first, _loading = h.send(adapter)
+    overtaking = h.run(adapter, Outcome.MISS)  # id-only, arrived before the weights
+    assert (overtaking.pod, overtaking.loading) == (first.pod, True)
+    retry = h.route(adapter)
+    assert (retry.pod, retry.send_weights) == (first.pod, True)
+
+
+def test_finish_ends_an_unconfirmed_load_and_restarts_forget_it(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    first, ticket = h.send(adapter)
+    h.finish(ticket)
+    assert not h.route(adapter).loading
+    second, ticket = h.send(h.adapter(2))
+    h.uids[second.pod] = "new"
+    h.sync_pods()
+    h.fleet.confirm(ticket)  # a load on the old incarnation: nothing to end
+    h.fleet.check_invariants()
