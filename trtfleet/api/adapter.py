@@ -87,7 +87,6 @@ class AdapterStatus(ApiModel):
     task_id: int | None = Field(
         default=None,
         ge=1,
-        le=2**63 - 1,
         description="TRT-LLM lora_task_id, unique per BaseModel and never reused.",
     )
     source_key: str | None = Field(

@@ -56,6 +56,10 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = _structural(value, defs)
         else:
             out[key] = value
+    if isinstance(out.get("exclusiveMinimum"), (int, float)) and not isinstance(out["exclusiveMinimum"], bool):
+        # JSON Schema draft 2020 writes a number; apiextensions/v1 wants minimum + a boolean.
+        out["minimum"] = out["exclusiveMinimum"]
+        out["exclusiveMinimum"] = True
     if out.get("additionalProperties") is False:
         # Structural schemas forbid it next to properties; unknown fields are pruned
         # or, with server-side strict field validation (kubectl's default), rejected.
@@ -83,7 +87,9 @@ def _inject_factory_defaults(model: type[ApiModel], schema: dict[str, Any]) -> N
         nested = _model_class(info.annotation)
         if info.default_factory is not None:
             value = info.default_factory()  # type: ignore[call-arg]
-            sub["default"] = {} if isinstance(value, ApiModel) else [str(v) for v in value]
+            # The whole default object, not {}: the API server validates a default (CEL rules
+            # included) before nested defaults would fill it in.
+            sub["default"] = value.to_wire() if isinstance(value, ApiModel) else [str(v) for v in value]
         if nested is not None:
             _inject_factory_defaults(nested, sub)
 
