@@ -1,0 +1,112 @@
+"""Pieces every builder shares: object metadata, volumes, pod scheduling and resources.
+
+All builders are pure and deterministic: the same inputs give the same dict (maps are compared and
+golden-filed with sorted keys; lists are built in a fixed order).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet_operator.names import common_labels
+
+GPU_RESOURCE = "nvidia.com/gpu"
+SHM_VOLUME = "dshm"
+ENGINES_VOLUME = "engines"
+
+Obj = dict[str, Any]
+
+
+def metadata(
+    name: str,
+    namespace: str,
+    *,
+    component: str,
+    labels: Mapping[str, str] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    owners: Sequence[Mapping[str, Any]] = (),
+) -> Obj:
+    meta: Obj = {
+        "name": name,
+        "namespace": namespace,
+        "labels": {**common_labels(component), **(labels or {})},
+    }
+    if annotations:
+        meta["annotations"] = dict(annotations)
+    if owners:
+        meta["ownerReferences"] = [dict(owner) for owner in owners]
+    return meta
+
+
+def shm_volume() -> Obj:
+    """``/dev/shm`` in memory: Triton's python backend and NCCL need more than the 64 MiB default."""
+    return {"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}
+
+
+def shm_mount() -> Obj:
+    return {"name": SHM_VOLUME, "mountPath": "/dev/shm"}
+
+
+def pvc_volume(name: str, claim: str, *, read_only: bool = False) -> Obj:
+    source: Obj = {"claimName": claim}
+    if read_only:
+        source["readOnly"] = True
+    return {"name": name, "persistentVolumeClaim": source}
+
+
+def env_from_secret(spec_secret: str | None) -> list[Obj]:
+    return [{"secretRef": {"name": spec_secret}}] if spec_secret else []
+
+
+def scheduling(spec: BaseModelSpec) -> Obj:
+    """nodeSelector and tolerations of ``spec.serving`` (build Jobs use them too: an engine only runs on
+    the GPU architecture that built it)."""
+    out: Obj = {}
+    serving = spec.serving
+    if serving.node_selector:
+        out["nodeSelector"] = dict(sorted(serving.node_selector.items()))
+    if serving.tolerations:
+        out["tolerations"] = [t.to_wire() for t in serving.tolerations]
+    return out
+
+
+def gpu_resources(spec: BaseModelSpec, *, gpus: bool) -> Obj:
+    """``spec.serving.resources`` with ``nvidia.com/gpu: engine.gpu.count`` added when ``gpus``."""
+    requests: dict[str, Any] = {}
+    limits: dict[str, Any] = {}
+    if spec.serving.resources is not None:
+        requests.update(spec.serving.resources.requests or {})
+        limits.update(spec.serving.resources.limits or {})
+    if gpus:
+        limits.setdefault(GPU_RESOURCE, spec.engine.gpu.count)
+        requests.setdefault(GPU_RESOURCE, limits[GPU_RESOURCE])
+    out: Obj = {}
+    if requests:
+        out["requests"] = dict(sorted(requests.items()))
+    if limits:
+        out["limits"] = dict(sorted(limits.items()))
+    return out
+
+
+def sorted_env(items: Mapping[str, str]) -> list[Obj]:
+    return [{"name": key, "value": value} for key, value in sorted(items.items())]
+
+
+TRTFLEET_UID = 10001
+"""The user of trtfleet's own images (images/*.Dockerfile)."""
+
+
+def container_security() -> Obj:
+    """Every operator-owned container: no privilege escalation, no capabilities (NVIDIA's images run as
+    root by design; the device plugin grants GPU access without capabilities)."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+def pod_security(*, non_root: bool) -> Obj:
+    """Pods of trtfleet's own images run as its user; NVIDIA's images need root."""
+    security: Obj = {"seccompProfile": {"type": "RuntimeDefault"}}
+    if non_root:
+        security.update(runAsNonRoot=True, runAsUser=TRTFLEET_UID, runAsGroup=TRTFLEET_UID, fsGroup=TRTFLEET_UID)
+    return security

@@ -1,0 +1,152 @@
+"""The adapter-conversion Job: a small CPU Job running ``trtfleet lora convert`` into the artifact PVC.
+
+Its entrypoint (:mod:`trtfleet_operator.jobs.convert`) writes a JSON summary of the converted manifest to
+the termination message, which the operator reads from the pod status (``FallbackToLogsOnError`` turns a
+crash's log tail into the message). The output directory is content-addressed,
+``<artifact mount>/<sourceKey>-<dtype>``, so Adapters with the same source share one artifact and a
+new revision gets a new directory. Adapters of ``runtime: reference`` BaseModels convert in the
+reference-worker image, which ships the sample adapters (``file:///opt/trtfleet/adapters/...``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+from urllib.parse import urlparse
+
+from trtfleet_engines.plan import PVC_MOUNT_ROOT
+
+from trtfleet.api import BaseModelSpec, Runtime, Source
+from trtfleet_operator.builders.common import (
+    Obj,
+    container_security,
+    env_from_secret,
+    metadata,
+    pod_security,
+    pvc_volume,
+)
+from trtfleet_operator.config import OperatorConfig
+from trtfleet_operator.names import (
+    ANNOTATION_SOURCE_URI,
+    COMPONENT_ADAPTER_CONVERT,
+    LABEL_ADAPTER,
+    LABEL_BASEMODEL,
+    LABEL_SOURCE_KEY,
+    convert_job_name,
+    digest,
+    label_value,
+)
+
+CONVERT_CONTAINER = "convert"
+ARTIFACTS_VOLUME = "artifacts"
+CONVERT_RESOURCES: Obj = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}
+"""Conversion holds one adapter's tensors in memory a few times over (rank-64 8B adapters: ~0.7 GB)."""
+
+
+def artifact_dir(source_key: str, dtype: str) -> str:
+    """The artifact's directory inside the artifact PVC."""
+    return f"{source_key}-{dtype}"
+
+
+def artifact_uri(config: OperatorConfig, source_key: str, dtype: str) -> str:
+    return f"pvc://{config.storage.artifact_pvc}/{artifact_dir(source_key, dtype)}"
+
+
+def conversion_id(source_key: str, dtype: str) -> str:
+    """What one conversion is keyed by (the Job name carries it): the source and the target dtype."""
+    return digest({"sourceKey": source_key, "dtype": dtype}, 16)
+
+
+def convert_image(base: BaseModelSpec, config: OperatorConfig) -> str:
+    return config.images.worker if base.runtime is Runtime.REFERENCE else config.images.trtfleet
+
+
+def build_convert_job(
+    *,
+    adapter: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    source: Source,
+    source_key: str,
+    basemodel: str,
+    base: BaseModelSpec,
+    config: OperatorConfig,
+) -> Obj:
+    dtype = base.dtype.value
+    out = f"{config.storage.artifact_mount}/{artifact_dir(source_key, dtype)}"
+    labels = {
+        LABEL_ADAPTER: label_value(adapter),
+        LABEL_BASEMODEL: label_value(basemodel),
+        LABEL_SOURCE_KEY: source_key,
+    }
+    mounts: list[Obj] = [
+        {"name": ARTIFACTS_VOLUME, "mountPath": config.storage.artifact_mount},
+        {"name": "work", "mountPath": "/work"},
+    ]
+    volumes: list[Obj] = [
+        pvc_volume(ARTIFACTS_VOLUME, config.storage.artifact_pvc),
+        {"name": "work", "emptyDir": {}},
+    ]
+    parsed = urlparse(source.uri)
+    if parsed.scheme == "pvc":
+        mounts.append({"name": "source", "mountPath": f"{PVC_MOUNT_ROOT}/{parsed.netloc}", "readOnly": True})
+        volumes.append(pvc_volume("source", parsed.netloc, read_only=True))
+    container: Obj = {
+        "name": CONVERT_CONTAINER,
+        "image": convert_image(base, config),
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["python3", "-m", "trtfleet_operator.jobs.convert"],
+        "args": [
+            "--source-uri",
+            source.uri,
+            "--revision",
+            source.revision or "",
+            "--out",
+            out,
+            "--dtype",
+            dtype,
+        ],
+        "resources": CONVERT_RESOURCES,
+        "volumeMounts": mounts,
+        "securityContext": container_security(),
+        "terminationMessagePath": "/dev/termination-log",
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if source.secret_ref is not None:
+        container["envFrom"] = env_from_secret(source.secret_ref.name)
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": metadata(
+            convert_job_name(adapter, conversion_id(source_key, dtype)),
+            namespace,
+            component=COMPONENT_ADAPTER_CONVERT,
+            labels=labels,
+            annotations={ANNOTATION_SOURCE_URI: source.uri},
+            owners=[owner],
+        ),
+        "spec": {
+            "backoffLimit": config.convert_backoff_limit,
+            "activeDeadlineSeconds": config.convert_deadline_s,
+            "template": {
+                "metadata": {
+                    "labels": {
+                        **metadata("x", namespace, component=COMPONENT_ADAPTER_CONVERT)["labels"],
+                        **labels,
+                    }
+                },
+                "spec": {
+                    "restartPolicy": "Never",
+                    "enableServiceLinks": False,
+                    **(
+                        {"nodeSelector": dict(sorted(config.convert_node_selector))}
+                        if config.convert_node_selector
+                        else {}
+                    ),
+                    "securityContext": pod_security(non_root=True),
+                    "containers": [container],
+                    "volumes": volumes,
+                },
+            },
+        },
+    }

@@ -1,0 +1,129 @@
+"""``trtfleet operator``: run the Kubernetes operator (kopf).
+
+    trtfleet operator [--namespace NS ... | --all-namespaces] [--peering NAME [--standby | --priority N]]
+                      [--standalone] [--metrics-port 8080] [--health-port 8081]
+                      [--engine-pvc trtfleet-engines] [--artifact-pvc trtfleet-adapters]
+                      [--resync-interval 30] [--build-backoff-limit 1] [--build-max-attempts 5]
+                      [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--log-level INFO]
+
+Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_RUNTIME_IMAGE (see
+:mod:`trtfleet_operator.config`). Exit codes: 0 after a clean stop, 2 for bad flags or environment.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from trtfleet_operator import logs
+from trtfleet_operator.config import BuildPolicy, OperatorConfig, Storage, images_from_environment
+from trtfleet_operator.errors import ConfigError
+
+EXIT_CONFIG = 2
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    scope = parser.add_mutually_exclusive_group()
+    scope.add_argument(
+        "--namespace",
+        "-n",
+        action="append",
+        default=[],
+        metavar="NS",
+        help="watch this namespace (repeatable)",
+    )
+    scope.add_argument("--all-namespaces", "-A", action="store_true", help="watch every namespace")
+    peering = parser.add_mutually_exclusive_group()
+    peering.add_argument("--peering", metavar="NAME", help="kopf peering object shared with standby replicas")
+    peering.add_argument("--standalone", action="store_true", help="no peering (a single replica; default)")
+    rank = parser.add_mutually_exclusive_group()
+    rank.add_argument("--standby", action="store_true", help="with --peering: work only when no peer is alive")
+    rank.add_argument("--priority", type=int, help="with --peering: this replica's priority (default random)")
+    parser.add_argument("--metrics-port", type=int, default=8080, help="Prometheus /metrics port (0: off)")
+    parser.add_argument("--health-port", type=int, default=8081, help="liveness /healthz port (0: off)")
+    storage = Storage()
+    parser.add_argument("--engine-pvc", default=storage.engine_pvc, help="PVC holding built engines")
+    parser.add_argument("--artifact-pvc", default=storage.artifact_pvc, help="PVC holding converted adapters")
+    defaults = OperatorConfig()
+    parser.add_argument(
+        "--resync-interval",
+        type=float,
+        default=defaults.resync_interval_s,
+        help="seconds between periodic reconciles of every object",
+    )
+    parser.add_argument(
+        "--build-backoff-limit",
+        type=int,
+        default=defaults.build.backoff_limit,
+        help="pod retries inside one build Job",
+    )
+    parser.add_argument(
+        "--build-max-attempts",
+        type=int,
+        default=defaults.build.max_attempts,
+        help="build Jobs per engine before giving up",
+    )
+    parser.add_argument(
+        "--build-retry-delay",
+        type=float,
+        default=defaults.build.retry_base_s,
+        help="seconds before the second build attempt (doubling after each failure)",
+    )
+    parser.add_argument(
+        "--convert-node-selector",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="node label adapter-convert Jobs must match (repeatable)",
+    )
+    parser.add_argument("--log-level", default=os.environ.get("TRTFLEET_LOG_LEVEL", "INFO"))
+    parser.set_defaults(func=run)
+
+
+def config_from_args(args: argparse.Namespace) -> OperatorConfig:
+    defaults = BuildPolicy()
+    return OperatorConfig(
+        images=images_from_environment(),
+        build=BuildPolicy(
+            backoff_limit=args.build_backoff_limit,
+            deadline_s=defaults.deadline_s,
+            max_attempts=args.build_max_attempts,
+            retry_base_s=args.build_retry_delay,
+            retry_max_s=max(defaults.retry_max_s, args.build_retry_delay),
+        ),
+        storage=Storage(engine_pvc=args.engine_pvc, artifact_pvc=args.artifact_pvc),
+        resync_interval_s=args.resync_interval,
+        convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
+    )
+
+
+def _key_value(item: str) -> tuple[str, str]:
+    key, sep, value = item.partition("=")
+    if not sep or not key:
+        raise ConfigError(f"--convert-node-selector {item!r}: expected KEY=VALUE")
+    return key, value
+
+
+def run(args: argparse.Namespace) -> int:
+    logs.configure(str(args.log_level))
+    try:
+        config = config_from_args(args)
+        if (args.standby or args.priority is not None) and not args.peering:
+            raise ConfigError("--standby and --priority need --peering")
+    except ConfigError as exc:
+        print(f"trtfleet operator: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    from trtfleet_operator.main import RunOptions
+    from trtfleet_operator.main import run as run_main
+
+    options = RunOptions(
+        namespaces=tuple(args.namespace),
+        all_namespaces=args.all_namespaces or not args.namespace,
+        peering=args.peering,
+        standby=args.standby,
+        priority=args.priority,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+    )
+    return run_main(config, options)

@@ -1,0 +1,105 @@
+"""The operator's configuration: flags and environment, parsed once into frozen dataclasses.
+
+Images of operator-owned pods come from the environment (the Helm chart sets them):
+
+``TRTFLEET_IMAGE``           converts adapters (``trtfleet lora convert``); default
+                             ``ghcr.io/trtfleet/trtfleet:<version>``.
+``TRTFLEET_WORKER_IMAGE``    serves ``runtime: reference`` BaseModels (``trtfleet worker``) and converts
+                             their adapters (the sample adapters ship in it); default
+                             ``ghcr.io/trtfleet/reference-worker:<version>``.
+``TRTFLEET_RUNTIME_IMAGE``   optional: NVIDIA's Triton + TRT-LLM image with trtfleet installed
+                             (images/trtllm-runtime.Dockerfile). Build Jobs and Triton pods of a BaseModel
+                             whose ``spec.engine.image`` is ``TRTFLEET_RUNTIME_BASE_IMAGE`` (default: the
+                             API's default engine image) run it instead, since the stock NVIDIA image has
+                             no ``trtfleet`` command. Any other ``spec.engine.image`` runs as written.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from trtfleet.api.basemodel import EngineSpec
+from trtfleet.version import __version__
+from trtfleet_operator.errors import ConfigError
+
+DEFAULT_ENGINE_IMAGE: str = EngineSpec.model_fields["image"].default
+
+
+@dataclass(frozen=True)
+class Images:
+    trtfleet: str = f"ghcr.io/trtfleet/trtfleet:{__version__}"
+    worker: str = f"ghcr.io/trtfleet/reference-worker:{__version__}"
+    runtime: str | None = None
+    runtime_base: str = DEFAULT_ENGINE_IMAGE
+
+    def for_engine(self, engine_image: str) -> str:
+        """The image that runs ``trtfleet engines build`` and ``tritonserver`` for ``spec.engine.image``."""
+        if self.runtime and engine_image == self.runtime_base:
+            return self.runtime
+        return engine_image
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> Images:
+        defaults = cls()
+        return cls(
+            trtfleet=env.get("TRTFLEET_IMAGE") or defaults.trtfleet,
+            worker=env.get("TRTFLEET_WORKER_IMAGE") or defaults.worker,
+            runtime=env.get("TRTFLEET_RUNTIME_IMAGE") or None,
+            runtime_base=env.get("TRTFLEET_RUNTIME_BASE_IMAGE") or defaults.runtime_base,
+        )
+
+
+@dataclass(frozen=True)
+class BuildPolicy:
+    """Engine-build Jobs: pod-level retries inside a Job, Job-level retries by the operator."""
+
+    backoff_limit: int = 1
+    deadline_s: int = 4 * 3600
+    max_attempts: int = 5
+    retry_base_s: float = 60.0
+    retry_max_s: float = 1800.0
+
+    def retry_delay_s(self, attempt: int) -> float:
+        """Delay before attempt ``attempt + 1`` after attempt ``attempt`` failed: doubling, capped."""
+        return float(min(self.retry_base_s * 2 ** max(attempt - 1, 0), self.retry_max_s))
+
+
+@dataclass(frozen=True)
+class Storage:
+    """Where engines and converted adapters live: one PVC each, in every BaseModel's namespace."""
+
+    engine_pvc: str = "trtfleet-engines"
+    artifact_pvc: str = "trtfleet-adapters"
+    engine_mount: str = "/engines"
+    artifact_mount: str = "/artifacts"
+
+    def engine_uri(self, engine_hash: str) -> str:
+        return f"pvc://{self.engine_pvc}/{engine_hash}"
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    images: Images = field(default_factory=Images)
+    build: BuildPolicy = field(default_factory=BuildPolicy)
+    storage: Storage = field(default_factory=Storage)
+    convert_backoff_limit: int = 2
+    convert_deadline_s: int = 3600
+    convert_node_selector: tuple[tuple[str, str], ...] = ()
+    """Where adapter-convert Jobs run (CPU nodes, say); empty: anywhere."""
+    resync_interval_s: float = 30.0
+    trtllm_models_dir: str = "/app/all_models/inflight_batcher_llm"
+    """Where NVIDIA's Triton TRT-LLM image keeps the python models (model.py) of the model repository."""
+
+    def __post_init__(self) -> None:
+        if self.build.max_attempts < 1:
+            raise ConfigError("--build-max-attempts must be at least 1")
+        if self.build.backoff_limit < 0 or self.convert_backoff_limit < 0:
+            raise ConfigError("backoff limits cannot be negative")
+        if self.resync_interval_s <= 0:
+            raise ConfigError("--resync-interval must be positive")
+
+
+def images_from_environment() -> Images:
+    return Images.from_env(os.environ)

@@ -1,0 +1,136 @@
+"""kopf registration: thin handlers that call the runtime, and the one place errors become kopf's.
+
+Per kind, one reconcile registered for create, update, resume and a resync timer. Child events (the
+operator's Jobs and Deployments) trigger their owners' reconciles; a BaseModel's create or update
+triggers its Adapters (so ``BaseModelNotFound`` or ``RankTooHigh`` heal at once). Deleting a BaseModel
+runs :func:`delete_basemodel` behind kopf's finalizer, named ``trtfleet.io/adapters``: it holds the
+deletion while Adapters point at the BaseModel. (kopf puts the same finalizer on Adapters, only to stop
+their resync timer cleanly; it is removed as soon as an Adapter's deletion starts.)
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import kopf
+
+from trtfleet.api import GROUP, VERSION
+from trtfleet_operator import metrics
+from trtfleet_operator.config import OperatorConfig
+from trtfleet_operator.errors import (
+    ConflictError,
+    KubeError,
+    KubeUnavailableError,
+    OperatorError,
+    TaskIdConflictError,
+)
+from trtfleet_operator.names import LABEL_MANAGED_BY, MANAGED_BY
+from trtfleet_operator.runtime import OperatorRuntime
+
+logger = logging.getLogger(__name__)
+
+FINALIZER = "trtfleet.io/adapters"
+DELETION_RECHECK_S = 5.0
+CONFLICT_RETRY_S = 1.0
+UNAVAILABLE_RETRY_S = 10.0
+OWNER_KINDS = ("BaseModel", "Adapter")
+
+
+def kopf_error(exc: OperatorError) -> kopf.TemporaryError | kopf.PermanentError:
+    """How an operator error is retried by kopf (the only place this is decided)."""
+    if isinstance(exc, ConflictError | TaskIdConflictError):
+        return kopf.TemporaryError(str(exc), delay=CONFLICT_RETRY_S)
+    if isinstance(exc, KubeUnavailableError) or (
+        isinstance(exc, KubeError) and (exc.status >= 500 or exc.status == 429)
+    ):
+        return kopf.TemporaryError(str(exc), delay=UNAVAILABLE_RETRY_S)
+    return kopf.PermanentError(str(exc))
+
+
+async def _run(kind: str, reconcile: Callable[[str, str], Awaitable[object]], namespace: str, name: str) -> None:
+    started = time.monotonic()
+    result = "ok"
+    try:
+        await reconcile(namespace, name)
+    except OperatorError as exc:
+        error = kopf_error(exc)
+        result = "temporary_error" if isinstance(error, kopf.TemporaryError) else "permanent_error"
+        raise error from exc
+    except Exception:
+        result = "error"
+        raise
+    finally:
+        metrics.RECONCILES.labels(kind, result).inc()
+        logger.debug(
+            "reconciled",
+            extra={
+                "kind": kind,
+                "object": f"{namespace}/{name}",
+                "seconds": round(time.monotonic() - started, 4),
+            },
+        )
+
+
+def register(registry: kopf.OperatorRegistry, runtime: OperatorRuntime, config: OperatorConfig) -> None:
+    basemodels = (GROUP, VERSION, "basemodels")
+    adapters = (GROUP, VERSION, "adapters")
+    managed = {LABEL_MANAGED_BY: MANAGED_BY}
+
+    async def reconcile_basemodel(**kwargs: Any) -> None:
+        namespace, name = kwargs["namespace"], kwargs["name"]
+        async with runtime.lock(("BaseModel", namespace, name)):
+            await _run("BaseModel", runtime.reconcile_basemodel, namespace, name)
+
+    async def basemodel_changed(**kwargs: Any) -> None:
+        await reconcile_basemodel(**kwargs)
+        for adapter in await runtime.adapters_of(kwargs["namespace"], kwargs["name"]):
+            runtime.trigger("Adapter", kwargs["namespace"], adapter["metadata"]["name"])
+
+    async def reconcile_adapter(**kwargs: Any) -> None:
+        namespace, name = kwargs["namespace"], kwargs["name"]
+        async with runtime.lock(("Adapter", namespace, name)):
+            await _run("Adapter", runtime.reconcile_adapter, namespace, name)
+
+    async def delete_basemodel(**kwargs: Any) -> None:
+        namespace, name = kwargs["namespace"], kwargs["name"]
+        remaining = await runtime.blocked_deletion(namespace, name)
+        if remaining:
+            raise kopf.TemporaryError(
+                f"{len(remaining)} Adapter(s) still use BaseModel {name}: {', '.join(remaining[:10])}",
+                delay=DELETION_RECHECK_S,
+            )
+
+    async def child_event(**kwargs: Any) -> None:
+        body: kopf.Body = kwargs["body"]
+        for owner in body.metadata.get("ownerReferences") or []:
+            if owner.get("kind") in OWNER_KINDS and str(owner.get("apiVersion", "")).startswith(f"{GROUP}/"):
+                runtime.trigger(owner["kind"], kwargs["namespace"], owner["name"])
+
+    kopf.on.create(*basemodels, registry=registry, id="reconcile")(basemodel_changed)
+    kopf.on.update(*basemodels, registry=registry, id="reconcile")(basemodel_changed)
+    kopf.on.resume(*basemodels, registry=registry, id="reconcile")(reconcile_basemodel)
+    kopf.timer(
+        *basemodels,
+        registry=registry,
+        id="resync",
+        interval=config.resync_interval_s,
+        initial_delay=config.resync_interval_s,
+    )(reconcile_basemodel)
+    kopf.on.delete(*basemodels, registry=registry, id="adapters")(delete_basemodel)
+
+    kopf.on.create(*adapters, registry=registry, id="reconcile")(reconcile_adapter)
+    kopf.on.update(*adapters, registry=registry, id="reconcile")(reconcile_adapter)
+    kopf.on.resume(*adapters, registry=registry, id="reconcile")(reconcile_adapter)
+    kopf.timer(
+        *adapters,
+        registry=registry,
+        id="resync",
+        interval=config.resync_interval_s,
+        initial_delay=config.resync_interval_s,
+    )(reconcile_adapter)
+
+    kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry, id="owners")(child_event)
+    kopf.on.event("apps", "v1", "deployments", labels=managed, registry=registry, id="owners")(child_event)

@@ -1,0 +1,48 @@
+"""Every metric of the operator, in one place (prefix ``trtfleet_operator_``, base units in names).
+
+No unbounded labels: ``kind`` is BaseModel or Adapter, ``result`` one of a fixed set.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+PREFIX = "trtfleet_operator"
+RESULTS = ("ok", "temporary_error", "permanent_error", "error")
+
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+RECONCILES = Counter(
+    f"{PREFIX}_reconciles_total", "Reconciles run, by kind and result.", ["kind", "result"], registry=REGISTRY
+)
+RECONCILE_DURATION = Histogram(
+    f"{PREFIX}_reconcile_duration_seconds",
+    "Wall time of one reconcile (reads, apply, status), by kind.",
+    ["kind"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0),
+    registry=REGISTRY,
+)
+BUILDS = Counter(
+    f"{PREFIX}_builds_total",
+    "Engine-build Jobs: started (a Job created), succeeded (an engine recorded), failed (a Job failed).",
+    ["result"],
+    registry=REGISTRY,
+)
+TASKIDS_ALLOCATED = Counter(
+    f"{PREFIX}_taskids_allocated_total", "LoRA task ids taken from a BaseModel's counter.", registry=REGISTRY
+)
+TASKID_CONFLICTS = Counter(
+    f"{PREFIX}_taskid_conflicts_total",
+    "Compare-and-swap attempts on status.nextTaskId that lost to a concurrent writer (409 Conflict).",
+    registry=REGISTRY,
+)
+APPLIES = Counter(
+    f"{PREFIX}_applies_total", "Server-side applies sent, by object kind.", ["object_kind"], registry=REGISTRY
+)
+
+BUILD_COUNTER_RESULTS = {"build_started": "started", "build_succeeded": "succeeded", "build_failed": "failed"}
+
+
+def serve(port: int, addr: str = "0.0.0.0") -> None:
+    """Expose ``/metrics`` on ``port`` from a daemon thread."""
+    start_http_server(port, addr=addr, registry=REGISTRY)

@@ -1,0 +1,145 @@
+"""Names, labels and annotations of everything the operator creates, derived from its inputs only.
+
+Conventions other components rely on (the router watches them):
+
+* Serving pods carry ``trtfleet.io/basemodel=<BaseModel>``, ``trtfleet.io/engine-hash=<first 16 hex digits
+  of the engine hash>`` and ``trtfleet.io/role`` = ``base`` or ``merged``; merged pods add
+  ``trtfleet.io/adapter=<Adapter>``. The full engine hash is in the ``trtfleet.io/engine-hash`` annotation.
+* The headless Service of a BaseModel is named like the BaseModel and labelled
+  ``trtfleet.io/basemodel=<name>, trtfleet.io/role=base``; a merged adapter's Service adds
+  ``trtfleet.io/adapter=<name>`` and ``trtfleet.io/role=merged``.
+* Build Jobs are named ``trtfleet-build-<hash16>`` (``-<attempt>`` from the second attempt on), one per
+  engine hash and namespace, whoever asks for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from typing import Any
+
+FIELD_MANAGER = "trtfleet-operator"
+MANAGED_BY = "trtfleet-operator"
+PART_OF = "trtfleet"
+
+LABEL_NAME = "app.kubernetes.io/name"
+LABEL_INSTANCE = "app.kubernetes.io/instance"
+LABEL_COMPONENT = "app.kubernetes.io/component"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_PART_OF = "app.kubernetes.io/part-of"
+LABEL_BASEMODEL = "trtfleet.io/basemodel"
+LABEL_ADAPTER = "trtfleet.io/adapter"
+LABEL_ENGINE_HASH = "trtfleet.io/engine-hash"
+LABEL_ROLE = "trtfleet.io/role"
+LABEL_RUNTIME = "trtfleet.io/runtime"
+LABEL_SOURCE_KEY = "trtfleet.io/source-key"
+LABEL_BUILD_ATTEMPT = "trtfleet.io/build-attempt"
+LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+
+ANNOTATION_ENGINE_HASH = "trtfleet.io/engine-hash"
+ANNOTATION_SPEC_HASH = "trtfleet.io/spec-hash"
+ANNOTATION_SOURCE_URI = "trtfleet.io/source-uri"
+
+COMPONENT_SERVING = "serving"
+COMPONENT_ENGINE_BUILD = "engine-build"
+COMPONENT_BUILD_PLAN = "build-plan"
+COMPONENT_ENGINE_RECORD = "engine-record"
+COMPONENT_MODEL_REPO = "model-repository"
+COMPONENT_ADAPTER_CONVERT = "adapter-convert"
+
+ROLE_BASE = "base"
+ROLE_MERGED = "merged"
+
+DNS_LABEL_MAX = 63
+_DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+
+def digest(value: Any, length: int = 64) -> str:
+    """sha256 hex of ``value``'s canonical JSON (sorted keys), cut to ``length`` characters."""
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:length]
+
+
+def hash16(engine_hash: str) -> str:
+    """The first 16 lowercase hex/alphanumeric characters of a hash, without a ``sha256:`` style prefix."""
+    tail = engine_hash.rsplit(":", 1)[-1]
+    if tail.startswith("sha256-"):
+        tail = tail[len("sha256-") :]
+    cleaned = re.sub(r"[^a-z0-9]", "", tail.lower())
+    return (cleaned or digest(engine_hash))[:16]
+
+
+def label_value(value: str) -> str:
+    """``value`` if it is a valid label value, else a valid label value derived from it (stable)."""
+    if len(value) <= DNS_LABEL_MAX and _LABEL_VALUE.match(value):
+        return value
+    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[: DNS_LABEL_MAX - 9].strip("-_.")
+    return f"{cleaned}-{digest(value, 8)}" if cleaned else digest(value, 16)
+
+
+def engine_hash_label(engine_hash: str) -> str:
+    """The label form of an engine hash: its 16-character short form (``engine_hash_short`` of the engine
+    tooling); label values hold at most 63 characters and a sha256 has 64. The full hash is in the
+    ``trtfleet.io/engine-hash`` annotation."""
+    return hash16(engine_hash)
+
+
+def dns_label(name: str) -> str:
+    """``name`` if it is a DNS-1035 label (Service names), else a stable shortened or prefixed form."""
+    if len(name) <= DNS_LABEL_MAX and _DNS_LABEL.match(name):
+        return name
+    cleaned = re.sub(r"[^a-z0-9-]", "-", name.lower())
+    if not cleaned[:1].isalpha():
+        cleaned = f"m-{cleaned}"
+    cleaned = cleaned[: DNS_LABEL_MAX - 9].strip("-")
+    return f"{cleaned}-{digest(name, 8)}"
+
+
+def build_job_name(engine_hash: str, attempt: int = 1) -> str:
+    base = f"trtfleet-build-{hash16(engine_hash)}"
+    return base if attempt <= 1 else f"{base}-{attempt}"
+
+
+def plan_configmap_name(engine_hash: str) -> str:
+    return f"trtfleet-plan-{hash16(engine_hash)}"
+
+
+def engine_record_name(engine_hash: str) -> str:
+    return f"trtfleet-engine-{hash16(engine_hash)}"
+
+
+def serving_name(basemodel: str) -> str:
+    """Deployment, Service and PodDisruptionBudget of a BaseModel."""
+    return dns_label(basemodel)
+
+
+def merged_serving_name(adapter: str) -> str:
+    """Deployment, Service and PodDisruptionBudget of a merged Adapter."""
+    return dns_label(f"{adapter}-merged")
+
+
+def model_repo_configmap_name(serving: str) -> str:
+    return f"{serving}-model-repo"
+
+
+def convert_job_name(adapter: str, source_key: str) -> str:
+    return dns_label(f"trtfleet-convert-{adapter}-{source_key[:8]}")
+
+
+def common_labels(component: str) -> dict[str, str]:
+    return {
+        LABEL_COMPONENT: component,
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_PART_OF: PART_OF,
+    }
+
+
+def owner_reference(kind: str, api_version: str, name: str, uid: str, *, controller: bool) -> dict[str, Any]:
+    """An ownerReference; a controller owner also blocks the owner's foreground deletion."""
+    ref: dict[str, Any] = {"apiVersion": api_version, "kind": kind, "name": name, "uid": uid}
+    if controller:
+        ref["controller"] = True
+        ref["blockOwnerDeletion"] = True
+    return ref

@@ -1,0 +1,303 @@
+"""The engine-build state machine shared by BaseModels and merged Adapters (pure).
+
+Observed: the build Jobs of one engine hash (all attempts), its plan ConfigMap, its engine record, the
+pods of the newest failed Job. Decided:
+
+* record present -> built (nothing to run);
+* a Job Complete -> built; write the record (its ``builtAt`` is the Job's completion time);
+* no Job -> create the plan ConfigMap and Job attempt 1;
+* the newest Job running -> building;
+* the newest Job failed -> failed with the pod's termination message; once ``retry_delay_s(attempt)``
+  has passed since it failed, attempt + 1 replaces it (a new Job ``...-<attempt>``; the failed one is
+  deleted). After ``max_attempts`` it stays failed until the spec changes or someone deletes the Job.
+
+Every user of the hash owns the Job and ConfigMap (non-controller owner references, kept in sync with
+a resourceVersion-guarded patch). A user whose hash changed stops owning its old build; an old build
+nobody wants any more is deleted, which is how a spec change supersedes a running build.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet_operator import conditions as cond
+from trtfleet_operator.builders.engine import (
+    BUILD_CONTAINER,
+    build_engine_job,
+    build_engine_record,
+    build_plan_configmap,
+)
+from trtfleet_operator.config import OperatorConfig
+from trtfleet_operator.names import ANNOTATION_ENGINE_HASH, build_job_name, hash16
+from trtfleet_operator.planning import EnginePlan
+from trtfleet_operator.reconcile.types import (
+    Counter,
+    JobSnapshot,
+    Obj,
+    ObjectRef,
+    SetOwners,
+    failure_message,
+)
+
+BUILT = "Built"
+BUILDING = "Building"
+BUILD_FAILED = "BuildFailed"
+BUILD_RETRYING = "BuildRetrying"
+
+
+@dataclass(frozen=True)
+class EngineInputs:
+    namespace: str
+    plan: EnginePlan
+    spec: BaseModelSpec
+    owners: tuple[Obj, ...]
+    jobs: tuple[JobSnapshot, ...] = ()
+    plan_configmap: Obj | None = None
+    record: Obj | None = None
+    failure_pods: tuple[Obj, ...] = ()
+    labels: Mapping[str, str] = field(default_factory=dict)
+    merged_sources: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class EngineOutcome:
+    state: Literal["built", "building", "failed"]
+    condition: cond.Condition
+    engine_status: Obj
+    apply: tuple[Obj, ...] = ()
+    set_owners: tuple[SetOwners, ...] = ()
+    delete: tuple[ObjectRef, ...] = ()
+    counters: tuple[Counter, ...] = ()
+    requeue_after_s: float | None = None
+
+
+def _owner_uids(owners: Sequence[Mapping[str, Any]]) -> set[str]:
+    return {str(owner.get("uid")) for owner in owners}
+
+
+def sync_owners(obj_ref: ObjectRef, current: Sequence[Obj], wanted: Sequence[Obj], rv: str) -> list[SetOwners]:
+    return [] if _owner_uids(current) == _owner_uids(wanted) else [SetOwners(obj_ref, tuple(wanted), rv)]
+
+
+def _parse(stamp: str | None) -> datetime | None:
+    if not stamp:
+        return None
+    try:
+        return datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime) -> EngineOutcome:
+    engine_hash = inputs.plan.engine_hash
+    short = hash16(engine_hash)
+    spec = inputs.spec
+    engine_status: Obj = {
+        "hash": engine_hash,
+        "image": spec.engine.image,
+        "uri": config.storage.engine_uri(engine_hash),
+    }
+    jobs = sorted((j for j in inputs.jobs if not j.deleting), key=lambda j: (j.attempt, j.name))
+    set_owners: list[SetOwners] = []
+    for job in jobs:
+        set_owners += sync_owners(job.ref, job.owners, inputs.owners, job.resource_version)
+    plan_cm = inputs.plan_configmap
+    if plan_cm is not None and not plan_cm["metadata"].get("deletionTimestamp"):
+        meta = plan_cm["metadata"]
+        ref = ObjectRef("v1", "ConfigMap", inputs.namespace, meta["name"], meta.get("uid"))
+        set_owners += sync_owners(
+            ref, meta.get("ownerReferences") or [], inputs.owners, meta.get("resourceVersion", "")
+        )
+
+    if inputs.record is not None:
+        data = inputs.record.get("data") or {}
+        engine_status["builtAt"] = data.get("builtAt", "")
+        message = f"engine {short} is in the engine store (built {data.get('builtAt', 'earlier')})"
+        return EngineOutcome(
+            "built",
+            cond.make(cond.ENGINE_BUILT, cond.TRUE, BUILT, message),
+            engine_status,
+            set_owners=tuple(set_owners),
+        )
+
+    complete = [j for j in jobs if j.complete]
+    if complete:
+        job = complete[-1]
+        built_at = job.finished_at or rfc3339(now)
+        engine_status["builtAt"] = built_at
+        record = build_engine_record(
+            engine_hash,
+            namespace=inputs.namespace,
+            uri=engine_status["uri"],
+            image=spec.engine.image,
+            built_at=built_at,
+            build_job=job.name,
+        )
+        message = f"build Job {job.name} published engine {short}"
+        return EngineOutcome(
+            "built",
+            cond.make(cond.ENGINE_BUILT, cond.TRUE, BUILT, message),
+            engine_status,
+            apply=(record,),
+            set_owners=tuple(set_owners),
+            counters=("build_succeeded",),
+        )
+
+    latest = jobs[-1] if jobs else None
+    older = tuple(j.ref for j in jobs[:-1] if j.finished)
+    policy = config.build
+    if latest is None:
+        return _start(
+            inputs,
+            config,
+            1,
+            engine_status,
+            set_owners,
+            older,
+            f"started build Job {build_job_name(engine_hash, 1)} for engine {short}",
+        )
+    if not latest.finished:
+        engine_status["buildJob"] = latest.name
+        applies: tuple[Obj, ...] = () if plan_cm is not None else (_plan_cm(inputs),)
+        message = (
+            f"build Job {latest.name} is running (attempt {latest.attempt} of {policy.max_attempts}): "
+            f"{latest.active} active pod(s), {latest.failed} failed pod(s)"
+        )
+        return EngineOutcome(
+            "building",
+            cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILDING, message),
+            engine_status,
+            apply=applies,
+            set_owners=tuple(set_owners),
+            delete=older,
+        )
+
+    why = failure_message(latest, inputs.failure_pods, BUILD_CONTAINER)
+    engine_status["buildJob"] = latest.name
+    if latest.attempt >= policy.max_attempts:
+        message = (
+            f"build Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}, no "
+            f"retries left): {why}. Fix the cause (see `kubectl logs job/{latest.name}`), then delete "
+            f"Job {latest.name} to build again"
+        )
+        return EngineOutcome(
+            "failed",
+            cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILD_FAILED, message),
+            engine_status,
+            set_owners=tuple(set_owners),
+            delete=older,
+        )
+    failed_at = _parse(latest.finished_at)
+    delay = policy.retry_delay_s(latest.attempt)
+    wait_s = 0.0 if failed_at is None else (failed_at - now).total_seconds() + delay
+    if wait_s <= 0:
+        return _start(
+            inputs,
+            config,
+            latest.attempt + 1,
+            engine_status,
+            set_owners,
+            (*older, latest.ref),
+            f"retrying the build of engine {short} (attempt {latest.attempt + 1} of "
+            f"{policy.max_attempts}) after Job {latest.name} failed: {why}",
+        )
+    message = (
+        f"build Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}): {why}. "
+        f"Retrying in {int(wait_s + 0.999)}s; delete Job {latest.name} to retry now"
+    )
+    return EngineOutcome(
+        "failed",
+        cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILD_RETRYING, message),
+        engine_status,
+        set_owners=tuple(set_owners),
+        delete=older,
+        requeue_after_s=wait_s,
+    )
+
+
+def _plan_cm(inputs: EngineInputs) -> Obj:
+    return build_plan_configmap(
+        inputs.plan.engine_hash,
+        inputs.plan.plan_json,
+        namespace=inputs.namespace,
+        owners=inputs.owners,
+        labels=inputs.labels,
+    )
+
+
+def _start(
+    inputs: EngineInputs,
+    config: OperatorConfig,
+    attempt: int,
+    engine_status: Obj,
+    set_owners: list[SetOwners],
+    delete: tuple[ObjectRef, ...],
+    message: str,
+) -> EngineOutcome:
+    job = build_engine_job(
+        inputs.spec,
+        engine_hash=inputs.plan.engine_hash,
+        namespace=inputs.namespace,
+        owners=inputs.owners,
+        attempt=attempt,
+        config=config,
+        labels=inputs.labels,
+        merged_sources=inputs.merged_sources,
+    )
+    engine_status["buildJob"] = job["metadata"]["name"]
+    applies = (job,) if inputs.plan_configmap is not None else (_plan_cm(inputs), job)
+    return EngineOutcome(
+        "building",
+        cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILDING, message),
+        engine_status,
+        apply=applies,
+        set_owners=tuple(set_owners),
+        delete=delete,
+        counters=("build_started",),
+    )
+
+
+def release_stale(
+    owner_uid: str,
+    desired_hash: str | None,
+    jobs: Sequence[JobSnapshot],
+    plan_configmaps: Sequence[Obj],
+    users_by_hash: Mapping[str, Sequence[Obj]],
+) -> tuple[list[ObjectRef], list[SetOwners]]:
+    """Builds ``owner_uid`` owns for another hash than ``desired_hash``: delete those nobody else wants,
+    hand the others over to their remaining users."""
+    deletes: list[ObjectRef] = []
+    handovers: list[SetOwners] = []
+
+    def visit(ref: ObjectRef, engine_hash: str | None, owners: Sequence[Obj], rv: str) -> None:
+        if engine_hash is None or engine_hash == desired_hash or owner_uid not in _owner_uids(owners):
+            return
+        remaining = [u for u in users_by_hash.get(engine_hash, ()) if u.get("uid") != owner_uid]
+        if remaining:
+            handovers.extend(sync_owners(ref, owners, remaining, rv))
+        else:
+            deletes.append(ref)
+
+    for job in jobs:
+        if not job.deleting:
+            visit(job.ref, job.engine_hash, job.owners, job.resource_version)
+    for cm in plan_configmaps:
+        meta = cm["metadata"]
+        if meta.get("deletionTimestamp"):
+            continue
+        ref = ObjectRef("v1", "ConfigMap", meta.get("namespace", ""), meta["name"], meta.get("uid"))
+        visit(
+            ref,
+            (meta.get("annotations") or {}).get(ANNOTATION_ENGINE_HASH),
+            meta.get("ownerReferences") or [],
+            meta.get("resourceVersion", ""),
+        )
+    return deletes, handovers

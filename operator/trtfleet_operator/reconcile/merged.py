@@ -1,0 +1,192 @@
+"""``mode: merged`` Adapters (pure): an engine of their own with the adapter merged into the base weights.
+
+The plan comes from :func:`trtfleet_engines.plan.plan_merged_engine_build` (its hash covers the base
+engine identity plus the adapter's uri and revision); the build runs through the same state machine as
+BaseModels (one Job per hash, shared by every merged Adapter with that hash), and the result is served by
+a Deployment, headless Service and PDB of the Adapter's own, named ``<adapter>-merged`` and labelled
+``trtfleet.io/basemodel=<base>, trtfleet.io/adapter=<adapter>, trtfleet.io/role=merged``: the router sends
+this adapter's served name there instead of to the base fleet. No task id (TRT-LLM sees a plain model).
+
+Phases: Converting while the engine builds, Failed when it cannot be planned, does not fit or the build
+failed, Pending while the pods roll out, Ready when the rollout is complete.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+from pydantic import ValidationError
+
+from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec
+from trtfleet_operator import conditions as cond
+from trtfleet_operator.builders.serving import (
+    build_deployment,
+    build_model_repo_configmap,
+    build_pdb,
+    build_service,
+)
+from trtfleet_operator.config import OperatorConfig
+from trtfleet_operator.errors import PlanningError
+from trtfleet_operator.names import (
+    LABEL_ADAPTER,
+    LABEL_BASEMODEL,
+    label_value,
+    merged_serving_name,
+    owner_reference,
+)
+from trtfleet_operator.planning import plan_capacity, plan_merged
+from trtfleet_operator.reconcile.basemodel import engine_inputs, finish, shared_owner
+from trtfleet_operator.reconcile.engine import reconcile_engine, release_stale
+from trtfleet_operator.reconcile.serving import serving_state
+from trtfleet_operator.reconcile.types import AdapterObserved, Obj, Reconciliation, job_snapshot
+
+
+def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
+    """The engine hash a merged Adapter wants, or None."""
+    meta = adapter.get("metadata") or {}
+    if meta.get("deletionTimestamp"):
+        return None
+    try:
+        spec = AdapterSpec.model_validate(adapter.get("spec"))
+        if spec.mode is not AdapterMode.MERGED:
+            return None
+        base_obj = next((b for b in basemodels if b["metadata"]["name"] == spec.base_model), None)
+        if base_obj is None:
+            return None
+        base = BaseModelSpec.model_validate(base_obj.get("spec"))
+        return plan_merged(base, spec.source.uri, spec.source.revision).engine_hash
+    except (ValidationError, PlanningError):
+        return None
+
+
+def merged_users(adapters: Sequence[Obj], basemodels: Sequence[Obj]) -> dict[str, tuple[Obj, ...]]:
+    users: dict[str, list[Obj]] = {}
+    for adapter in sorted(adapters, key=lambda a: str(a["metadata"]["name"])):
+        wanted = merged_hash(adapter, basemodels)
+        if wanted is not None:
+            users.setdefault(wanted, []).append(shared_owner(adapter))
+    return {key: tuple(value) for key, value in users.items()}
+
+
+def reconcile_merged(
+    obj: Obj,
+    spec: AdapterSpec,
+    base: BaseModelSpec,
+    observed: AdapterObserved,
+    config: OperatorConfig,
+    now: datetime,
+    status: Obj,
+) -> Reconciliation:
+    meta = obj["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    generation = int(meta.get("generation") or 0)
+    jobs = [job_snapshot(j) for j in observed.build_jobs]
+    users = merged_users(observed.merged_adapters, observed.basemodels)
+
+    def c(type_: str, status_: str, reason: str, message: str) -> cond.Condition:
+        return cond.make(type_, status_, reason, message, generation=generation)
+
+    try:
+        plan = plan_merged(base, spec.source.uri, spec.source.revision)
+        capacity = plan_capacity(plan.render_spec)
+        if not capacity.fits:
+            raise PlanningError(capacity.reason, capacity.message)
+    except PlanningError as exc:
+        deletes, handovers = release_stale(uid, None, jobs, observed.plan_configmaps, users)
+        failure = c(cond.VALIDATED, cond.FALSE, exc.reason, f"the merged engine cannot be planned: {exc}")
+        return finish(
+            obj,
+            {
+                **status,
+                "phase": AdapterPhase.FAILED.value,
+                "conditions": [failure, {**failure, "type": cond.READY}],
+            },
+            now,
+            delete=deletes,
+            set_owners=handovers,
+        )
+    deletes, handovers = release_stale(uid, plan.engine_hash, jobs, observed.plan_configmaps, users)
+    me = shared_owner(obj)
+    owners = tuple(
+        sorted(
+            {o["uid"]: o for o in (*users.get(plan.engine_hash, ()), me)}.values(),
+            key=lambda o: str(o["name"]),
+        )
+    )
+    labels = {LABEL_ADAPTER: label_value(name), LABEL_BASEMODEL: label_value(spec.base_model)}
+    engine = reconcile_engine(
+        engine_inputs(
+            namespace,
+            plan,
+            base,
+            owners,
+            jobs,
+            observed.plan_configmaps,
+            observed.engine_records,
+            observed.build_pods,
+            labels=labels,
+            merged_sources=(spec.source.uri,),
+        ),
+        config,
+        now,
+    )
+    serving = merged_serving_name(name)
+    owner = owner_reference("Adapter", API_VERSION, name, uid, controller=True)
+    applies: list[Obj] = [
+        build_service(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
+        build_pdb(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
+        *engine.apply,
+    ]
+    validated = c(
+        cond.VALIDATED,
+        cond.TRUE,
+        "MergedPlanned",
+        f"merged engine of BaseModel {spec.base_model} with {spec.source.uri} planned ({capacity.message})",
+    )
+    if engine.state == "built":
+        model_repo = build_model_repo_configmap(
+            plan.render_spec,
+            name=serving,
+            namespace=namespace,
+            owner=owner,
+            engine_hash=plan.engine_hash,
+            config=config,
+            labels=labels,
+        )
+        desired = build_deployment(
+            plan.render_spec,
+            name=serving,
+            namespace=namespace,
+            owner=owner,
+            basemodel=spec.base_model,
+            engine_hash=plan.engine_hash,
+            model_repo=model_repo,
+            config=config,
+            adapter=name,
+        )
+        applies += [model_repo, desired]
+        state = serving_state(
+            desired,
+            observed.deployment,
+            was_serving=(obj.get("status") or {}).get("phase") == AdapterPhase.READY.value,
+        )
+        ready = {**state.condition, "observedGeneration": generation}
+        phase = AdapterPhase.READY if state.state == "ready" else AdapterPhase.PENDING
+    else:
+        ready = c(cond.READY, cond.FALSE, engine.condition["reason"], engine.condition["message"])
+        phase = AdapterPhase.FAILED if engine.state == "failed" else AdapterPhase.CONVERTING
+    return finish(
+        obj,
+        {
+            **status,
+            "phase": phase.value,
+            "conditions": [validated, {**engine.condition, "observedGeneration": generation}, ready],
+        },
+        now,
+        apply=applies,
+        delete=(*engine.delete, *deletes),
+        set_owners=(*engine.set_owners, *handovers),
+        requeue_after_s=engine.requeue_after_s,
+        counters=engine.counters,
+    )

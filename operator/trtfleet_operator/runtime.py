@@ -1,0 +1,336 @@
+"""The I/O shell around the pure reconcilers: observe, reconcile, act.
+
+Each reconcile reads the object fresh from the API server (never kopf's possibly stale body), gathers
+the objects the pure reconciler needs, and carries out its :class:`Reconciliation` in a fixed order:
+server-side applies, owner hand-overs (resourceVersion-guarded), the status patch (only the fields that
+changed; for a newly allocated task id, guarded by the Adapter's resourceVersion), events, deletions.
+Reconciles of one object never overlap in this process (one lock per object); child events (Jobs,
+Deployments) and requeues go through :meth:`OperatorRuntime.trigger`, which coalesces them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from trtfleet.api import API_VERSION, AdapterMode
+from trtfleet_operator import metrics
+from trtfleet_operator.config import OperatorConfig
+from trtfleet_operator.errors import ConflictError, KubeError
+from trtfleet_operator.kube import KubeClient, KubeTaskIdStore, collection_path, object_path
+from trtfleet_operator.names import (
+    COMPONENT_ADAPTER_CONVERT,
+    COMPONENT_BUILD_PLAN,
+    COMPONENT_ENGINE_BUILD,
+    COMPONENT_ENGINE_RECORD,
+    LABEL_ADAPTER,
+    LABEL_COMPONENT,
+    LABEL_JOB_NAME,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+    label_value,
+    merged_serving_name,
+    serving_name,
+)
+from trtfleet_operator.reconcile.adapter import reconcile_adapter
+from trtfleet_operator.reconcile.basemodel import (
+    STATUS_KEYS as BASEMODEL_STATUS_KEYS,
+)
+from trtfleet_operator.reconcile.basemodel import (
+    BaseModelObserved,
+    deletion_blocked,
+    reconcile_basemodel,
+)
+from trtfleet_operator.reconcile.engine import rfc3339
+from trtfleet_operator.reconcile.types import (
+    AdapterObserved,
+    Obj,
+    Reconciliation,
+    job_snapshot,
+    status_patch,
+)
+from trtfleet_operator.taskids import TaskIdAllocator
+
+logger = logging.getLogger(__name__)
+
+ADAPTER_STATUS_KEYS = (
+    "phase",
+    "observedGeneration",
+    "conditions",
+    "taskId",
+    "sourceKey",
+    "servedName",
+    "artifact",
+)
+Key = tuple[str, str, str]
+"""(kind, namespace, name)"""
+
+
+def _selector(**labels: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in labels.items())
+
+
+def _utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class OperatorRuntime:
+    def __init__(self, config: OperatorConfig, client: KubeClient, *, clock: Callable[[], datetime] = _utcnow) -> None:
+        self.config = config
+        self.client = client
+        self.clock = clock
+        self.allocator = TaskIdAllocator(
+            KubeTaskIdStore(client),
+            on_allocated=metrics.TASKIDS_ALLOCATED.inc,
+            on_conflict=metrics.TASKID_CONFLICTS.inc,
+        )
+        self._locks: dict[Key, asyncio.Lock] = {}
+        self._pending: set[Key] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._max_task_id: dict[tuple[str, str], int] = {}
+        self._reserved: dict[tuple[str, str], int] = {}
+        """Ids taken for (Adapter uid, source key) whose status write has not succeeded yet: a retry
+        reuses the id instead of burning another (a crash still burns it; ids are never reused)."""
+
+    # ------------------------------------------------------------------ scheduling
+    def lock(self, key: Key) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    def trigger(self, kind: str, namespace: str, name: str, delay_s: float = 0.0) -> None:
+        """Reconcile ``kind/namespace/name`` soon; triggers arriving before it starts are merged."""
+        key = (kind, namespace, name)
+        if delay_s > 0:
+            asyncio.get_running_loop().call_later(delay_s, self.trigger, kind, namespace, name)
+            return
+        if key in self._pending:
+            return
+        self._pending.add(key)
+        task = asyncio.create_task(self._run_triggered(key))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run_triggered(self, key: Key) -> None:
+        kind, namespace, name = key
+        run: Callable[[str, str], Awaitable[object]] = (
+            self.reconcile_basemodel if kind == "BaseModel" else self.reconcile_adapter
+        )
+        async with self.lock(key):
+            self._pending.discard(key)
+            try:
+                await run(namespace, name)
+            except KubeError as exc:  # the next trigger or the resync timer retries
+                logger.warning("triggered reconcile failed", extra={"object": "/".join(key), "error": str(exc)})
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    # ------------------------------------------------------------------ reconciles
+    async def reconcile_basemodel(self, namespace: str, name: str) -> Reconciliation | None:
+        started = time.monotonic()
+        try:
+            obj = await self.client.get(object_path(API_VERSION, "BaseModel", namespace, name))
+            if obj is None or obj["metadata"].get("deletionTimestamp"):
+                return None
+            observed = await self._observe_basemodel(namespace, name)
+            result = reconcile_basemodel(obj, observed, self.config, self.clock())
+            await self._act(obj, result, BASEMODEL_STATUS_KEYS)
+            return result
+        finally:
+            metrics.RECONCILE_DURATION.labels("BaseModel").observe(time.monotonic() - started)
+
+    async def _observe_basemodel(self, namespace: str, name: str) -> BaseModelObserved:
+        builds, deployment = await asyncio.gather(
+            self._observe_builds(namespace),
+            self.client.get(object_path("apps/v1", "Deployment", namespace, serving_name(name))),
+        )
+        return BaseModelObserved(
+            basemodels=builds.basemodels,
+            build_jobs=builds.build_jobs,
+            plan_configmaps=builds.plan_configmaps,
+            engine_records=builds.engine_records,
+            build_pods=builds.build_pods,
+            deployment=deployment,
+        )
+
+    async def _observe_builds(self, namespace: str) -> BaseModelObserved:
+        """The namespace's BaseModels and engine-build objects (no Deployment)."""
+        client = self.client
+        basemodels, jobs, configmaps = await asyncio.gather(
+            client.list(collection_path(API_VERSION, "BaseModel", namespace)),
+            client.list(
+                collection_path("batch/v1", "Job", namespace),
+                label_selector=_selector(**{LABEL_COMPONENT: COMPONENT_ENGINE_BUILD}),
+            ),
+            client.list(
+                collection_path("v1", "ConfigMap", namespace),
+                label_selector=f"{LABEL_COMPONENT} in ({COMPONENT_BUILD_PLAN},{COMPONENT_ENGINE_RECORD}),"
+                f"{LABEL_MANAGED_BY}={MANAGED_BY}",
+            ),
+        )
+        pods = await self._pods_of(namespace, [j for j in jobs if job_snapshot(j).failed_final])
+        return BaseModelObserved(
+            basemodels=tuple(basemodels),
+            build_jobs=tuple(jobs),
+            plan_configmaps=tuple(c for c in configmaps if _component(c) == COMPONENT_BUILD_PLAN),
+            engine_records=tuple(c for c in configmaps if _component(c) == COMPONENT_ENGINE_RECORD),
+            build_pods=tuple(pods),
+        )
+
+    async def _pods_of(self, namespace: str, jobs: Sequence[Obj]) -> list[Obj]:
+        names = sorted({j["metadata"]["name"] for j in jobs})
+        if not names:
+            return []
+        selector = f"{LABEL_JOB_NAME} in ({','.join(names)})"
+        return await self.client.list(collection_path("v1", "Pod", namespace), label_selector=selector)
+
+    async def reconcile_adapter(self, namespace: str, name: str) -> Reconciliation | None:
+        started = time.monotonic()
+        try:
+            obj = await self.client.get(object_path(API_VERSION, "Adapter", namespace, name))
+            if obj is None or obj["metadata"].get("deletionTimestamp"):
+                return None
+            observed = await self._observe_adapter(obj)
+            result = reconcile_adapter(obj, observed, self.config, self.clock())
+            base = str(obj["spec"]["baseModel"])
+            self._note_task_id(namespace, base, obj)
+            if result.needs_task_id:
+                uid = str(obj["metadata"]["uid"])
+                reservation = (uid, str(result.status.get("sourceKey")))
+                task_id = self._reserved.get(reservation)
+                if task_id is None:
+                    floor = self._max_task_id.get((namespace, base), 0)
+                    task_id = await self.allocator.allocate(namespace, base, floor=floor)
+                    self._max_task_id[(namespace, base)] = max(floor, task_id)
+                    self._reserved[reservation] = task_id
+                result = reconcile_adapter(obj, observed, self.config, self.clock(), task_id=task_id)
+                await self._act(obj, result, ADAPTER_STATUS_KEYS, guard_status=True)
+                self._reserved.pop(reservation, None)
+                logger.info(
+                    "task id assigned", extra={"adapter": f"{namespace}/{name}", "uid": uid, "task_id": task_id}
+                )
+            else:
+                await self._act(obj, result, ADAPTER_STATUS_KEYS)
+            return result
+        finally:
+            metrics.RECONCILE_DURATION.labels("Adapter").observe(time.monotonic() - started)
+
+    def _note_task_id(self, namespace: str, base: str, obj: Obj) -> None:
+        task_id = (obj.get("status") or {}).get("taskId")
+        if isinstance(task_id, int):
+            key = (namespace, base)
+            self._max_task_id[key] = max(self._max_task_id.get(key, 0), task_id)
+
+    async def _observe_adapter(self, obj: Obj) -> AdapterObserved:
+        client = self.client
+        meta, spec = obj["metadata"], obj["spec"]
+        namespace, name = meta["namespace"], meta["name"]
+        base, jobs = await asyncio.gather(
+            client.get(object_path(API_VERSION, "BaseModel", namespace, str(spec["baseModel"]))),
+            client.list(
+                collection_path("batch/v1", "Job", namespace),
+                label_selector=_selector(
+                    **{LABEL_COMPONENT: COMPONENT_ADAPTER_CONVERT, LABEL_ADAPTER: label_value(name)}
+                ),
+            ),
+        )
+        pods = await self._pods_of(namespace, [j for j in jobs if job_snapshot(j).finished])
+        if spec.get("mode") != AdapterMode.MERGED.value:
+            return AdapterObserved(basemodel=base, convert_jobs=tuple(jobs), convert_pods=tuple(pods))
+        merged, adapters, deployment = await asyncio.gather(
+            self._observe_builds(namespace),
+            client.list(collection_path(API_VERSION, "Adapter", namespace)),
+            client.get(object_path("apps/v1", "Deployment", namespace, merged_serving_name(name))),
+        )
+        return AdapterObserved(
+            basemodel=base,
+            convert_jobs=tuple(jobs),
+            convert_pods=tuple(pods),
+            basemodels=merged.basemodels,
+            merged_adapters=tuple(a for a in adapters if (a.get("spec") or {}).get("mode") == "merged"),
+            build_jobs=merged.build_jobs,
+            plan_configmaps=merged.plan_configmaps,
+            engine_records=merged.engine_records,
+            build_pods=merged.build_pods,
+            deployment=deployment,
+        )
+
+    async def adapters_of(self, namespace: str, basemodel: str) -> list[Obj]:
+        adapters = await self.client.list(collection_path(API_VERSION, "Adapter", namespace))
+        return [a for a in adapters if (a.get("spec") or {}).get("baseModel") == basemodel]
+
+    async def blocked_deletion(self, namespace: str, name: str) -> list[str]:
+        """Names of the Adapters that still block deleting BaseModel ``name`` (status says so)."""
+        remaining = sorted(a["metadata"]["name"] for a in await self.adapters_of(namespace, name))
+        if remaining:
+            obj = await self.client.get(object_path(API_VERSION, "BaseModel", namespace, name))
+            if obj is not None:
+                await self._act(obj, deletion_blocked(obj, remaining, self.clock()), BASEMODEL_STATUS_KEYS)
+        return remaining
+
+    # ------------------------------------------------------------------ acting
+    async def _act(self, obj: Obj, result: Reconciliation, keys: Sequence[str], *, guard_status: bool = False) -> None:
+        client = self.client
+        meta = obj["metadata"]
+        errors: list[KubeError] = []
+        for desired in result.apply:
+            try:
+                await client.apply(desired)
+                metrics.APPLIES.labels(desired["kind"]).inc()
+            except KubeError as exc:
+                logger.warning(
+                    "apply failed",
+                    extra={"object": f"{desired['kind']}/{desired['metadata']['name']}", "error": str(exc)},
+                )
+                errors.append(exc)
+        for handover in result.set_owners:
+            ref = handover.ref
+            patch = {
+                "metadata": {
+                    "ownerReferences": list(handover.owners),
+                    "resourceVersion": handover.resource_version,
+                }
+            }
+            try:
+                await client.patch_merge(object_path(ref.api_version, ref.kind, ref.namespace, ref.name), patch)
+            except ConflictError:
+                self.trigger(obj["kind"], meta["namespace"], meta["name"])
+            except KubeError as exc:
+                if exc.status != 404:
+                    errors.append(exc)
+        patch = status_patch(obj.get("status") or {}, result.status, keys)
+        if patch:
+            body: dict[str, Any] = {"status": patch}
+            if guard_status:
+                body["metadata"] = {"resourceVersion": meta["resourceVersion"]}
+            await client.patch_merge(
+                object_path(obj["apiVersion"], obj["kind"], meta["namespace"], meta["name"]),
+                body,
+                status=True,
+            )
+        now = rfc3339(self.clock())
+        for event in result.events:
+            try:
+                await client.event(obj, type_=event.type, reason=event.reason, message=event.message, now=now)
+            except KubeError as exc:
+                logger.info("event not recorded", extra={"reason": event.reason, "error": str(exc)})
+        for ref in result.delete:
+            try:
+                await client.delete(object_path(ref.api_version, ref.kind, ref.namespace, ref.name), uid=ref.uid)
+            except KubeError as exc:
+                errors.append(exc)
+        for counter in result.counters:
+            metrics.BUILDS.labels(metrics.BUILD_COUNTER_RESULTS[counter]).inc()
+        if result.requeue_after_s is not None:
+            self.trigger(obj["kind"], meta["namespace"], meta["name"], delay_s=result.requeue_after_s)
+        if errors:
+            raise errors[0]
+
+
+def _component(obj: Obj) -> str:
+    return str((obj["metadata"].get("labels") or {}).get(LABEL_COMPONENT, ""))

@@ -1,0 +1,258 @@
+"""Fixtures and helpers of the operator's cluster tests: the CRDs, ``trtfleet operator`` as a real
+subprocess, and a stand-in kubelet that finishes Pods the way a node would (the control plane runs the
+real Job and Deployment controllers; a kwok node runs Pods that have no nodeSelector)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from trtfleet_operator.kube import KubeClient, collection_path, credentials_from_kubeconfig, object_path
+
+from tests.support.controlplane import ControlPlane, eventually, free_port
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD_DIR = ROOT / "crds"
+TRTFLEET = Path(sys.executable).parent / "trtfleet"
+MANUAL_POOL = "trtfleet.io/test-pool=manual"
+"""Convert Jobs are pinned to a node label no node has, so the test finishes their Pods itself."""
+IMAGES = {
+    "TRTFLEET_IMAGE": "ghcr.io/trtfleet/trtfleet:test",
+    "TRTFLEET_WORKER_IMAGE": "ghcr.io/trtfleet/reference-worker:test",
+}
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class OperatorProcess:
+    """``trtfleet operator --namespace NS`` with its log in a file; restartable."""
+
+    cp: ControlPlane
+    namespace: str
+    log_dir: Path
+    extra: Sequence[str] = ()
+    proc: subprocess.Popen[bytes] | None = None
+    health_port: int = 0
+    metrics_port: int = 0
+    starts: int = 0
+    logs: list[Path] = field(default_factory=list)
+
+    def start(self) -> OperatorProcess:
+        self.health_port, self.metrics_port = free_port(), free_port()
+        self.starts += 1
+        log = self.log_dir / f"operator-{self.starts}.log"
+        self.logs.append(log)
+        argv = [
+            str(TRTFLEET),
+            "operator",
+            "--namespace",
+            self.namespace,
+            "--health-port",
+            str(self.health_port),
+            "--metrics-port",
+            str(self.metrics_port),
+            "--resync-interval",
+            "3",
+            "--build-backoff-limit",
+            "0",
+            "--build-retry-delay",
+            "2",
+            "--convert-node-selector",
+            MANUAL_POOL,
+            *self.extra,
+        ]
+        with log.open("wb") as out:
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**self.cp.env, **IMAGES})
+        eventually(self._healthy, timeout=60, what="the operator's /healthz")
+        return self
+
+    def _healthy(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"operator exited with {self.proc.returncode}:\n{self.log_tail()}")
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.health_port}/healthz", timeout=2) as response:
+                return bool(response.status == 200)
+        except OSError:
+            return False
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
+    def restart(self, *, kill: bool = False) -> None:
+        self.stop(kill=kill)
+        self.start()
+
+    def metrics(self) -> str:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5) as response:
+            return str(response.read().decode())
+
+    def log_tail(self, lines: int = 60) -> str:
+        return "\n".join(self.logs[-1].read_text(errors="replace").splitlines()[-lines:]) if self.logs else ""
+
+
+# --------------------------------------------------------------------------------------------- reads
+def get(cp: ControlPlane, ns: str, kind: str, name: str) -> Obj | None:
+    res = cp.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
+    return json.loads(res.stdout) if res.returncode == 0 else None
+
+
+def items(cp: ControlPlane, ns: str, kind: str, selector: str | None = None) -> list[Obj]:
+    args = ["get", kind, "-n", ns, "-o", "json"] + (["-l", selector] if selector else [])
+    return list(json.loads(cp.kubectl(*args).stdout)["items"])
+
+
+def cond(obj: Obj | None, type_: str) -> Obj:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return dict(c)
+    return {}
+
+
+def phase(obj: Obj | None) -> str | None:
+    return ((obj or {}).get("status") or {}).get("phase")
+
+
+def wait_phase(cp: ControlPlane, ns: str, kind: str, name: str, want: str, timeout: float = 60) -> Obj:
+    def probe() -> Obj | None:
+        obj = get(cp, ns, kind, name)
+        return obj if phase(obj) == want else None
+
+    try:
+        return dict(eventually(probe, timeout=timeout, what=f"{kind}/{name} phase {want}"))
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}; now: {json.dumps((get(cp, ns, kind, name) or {}).get('status'))}") from exc
+
+
+def apply(cp: ControlPlane, ns: str, doc: str) -> None:
+    cp.kubectl("apply", "-n", ns, "-f", "-", input=doc)
+
+
+def patch(cp: ControlPlane, ns: str, kind: str, name: str, body: Obj, *, status: bool = False) -> None:
+    args = ["patch", kind, name, "-n", ns, "--type=merge", "-p", json.dumps(body)]
+    cp.kubectl(*(args + ["--subresource=status"] if status else args))
+
+
+# ------------------------------------------------------------------------------------------- kubelet
+def _now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def finished_pod_status(pod: Obj, container: str, *, exit_code: int, message: str = "") -> Obj:
+    """The status a kubelet writes when ``container`` of a restartPolicy Never pod exits."""
+    now = _now()
+    terminated = {
+        "exitCode": exit_code,
+        "reason": "Completed" if exit_code == 0 else "Error",
+        "startedAt": now,
+        "finishedAt": now,
+    }
+    if message:
+        terminated["message"] = message
+    statuses = [
+        {
+            "name": c["name"],
+            "image": c["image"],
+            "imageID": "",
+            "ready": False,
+            "restartCount": 0,
+            "state": {"terminated": terminated if c["name"] == container else {**terminated, "exitCode": 0}},
+        }
+        for c in pod["spec"]["containers"]
+    ]
+    return {
+        "status": {
+            "phase": "Succeeded" if exit_code == 0 else "Failed",
+            "startTime": now,
+            "containerStatuses": statuses,
+        }
+    }
+
+
+def finish_job_pod(cp: ControlPlane, ns: str, job: str, container: str, *, exit_code: int, message: str = "") -> None:
+    """Act as the kubelet: the (first unfinished) pod of Job ``job`` ends with ``exit_code``/``message``."""
+    pod = eventually(
+        lambda: next(
+            (
+                p
+                for p in items(cp, ns, "pods", f"batch.kubernetes.io/job-name={job}")
+                if p["status"].get("phase") in ("Pending", "Running")
+            ),
+            None,
+        ),
+        timeout=30,
+        what=f"a pod of Job {job}",
+    )
+    patch(
+        cp,
+        ns,
+        "pod",
+        pod["metadata"]["name"],
+        finished_pod_status(pod, container, exit_code=exit_code, message=message),
+        status=True,
+    )
+
+
+class AsyncKube:
+    """The operator's own client, for bulk work in tests (200 adapters); one session per call."""
+
+    def __init__(self, cp: ControlPlane) -> None:
+        self.credentials = credentials_from_kubeconfig(cp.kubeconfig)
+
+    def _client(self) -> KubeClient:
+        return KubeClient(self.credentials, field_manager="trtfleet-tests")
+
+    def list(self, ns: str, api_version: str, kind: str, selector: str | None = None) -> list[Obj]:
+        async def run() -> list[Obj]:
+            async with self._client() as client:
+                return await client.list(collection_path(api_version, kind, ns), label_selector=selector)
+
+        return asyncio.run(run())
+
+    def finish_pods(
+        self, ns: str, pods: Sequence[Obj], container: str, messages: dict[str, str], concurrency: int = 16
+    ) -> None:
+        """Act as the kubelet for many pods at once: each ends with exit code 0 and its Job's message."""
+
+        async def run() -> None:
+            gate = asyncio.Semaphore(concurrency)
+            async with self._client() as client:
+
+                async def one(pod: Obj) -> None:
+                    job = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]
+                    async with gate:
+                        await client.patch_merge(
+                            object_path("v1", "Pod", ns, pod["metadata"]["name"]),
+                            finished_pod_status(pod, container, exit_code=0, message=messages[job]),
+                            status=True,
+                        )
+
+                await asyncio.gather(*(one(p) for p in pods))
+
+        asyncio.run(run())
+
+
+def wait_until(probe: Any, timeout: float, what: str) -> Any:
+    return eventually(probe, timeout=timeout, what=what)
+
+
+def elapsed(start: float) -> float:
+    return round(time.monotonic() - start, 1)

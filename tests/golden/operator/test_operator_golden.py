@@ -1,0 +1,191 @@
+"""Golden files of the operator's builders: every Kubernetes object it creates, per case.
+
+Each ``<case>/input.yaml`` holds a BaseModel, optionally followed by an Adapter of it; ``<case>/expected/``
+holds the objects the operator builds for them, as YAML with sorted keys. Every object is also checked
+against the Kubernetes OpenAPI schema (strict: unknown fields fail). Regenerate on purpose with
+``pytest tests/golden/operator --update-golden`` and review the diff like code.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+from trtfleet_operator.builders.convert import build_convert_job
+from trtfleet_operator.builders.engine import build_engine_job, build_engine_record, build_plan_configmap
+from trtfleet_operator.builders.serving import build_deployment, build_model_repo_configmap, build_pdb, build_service
+from trtfleet_operator.config import Images, OperatorConfig
+from trtfleet_operator.names import (
+    LABEL_ADAPTER,
+    LABEL_BASEMODEL,
+    merged_serving_name,
+    owner_reference,
+    serving_name,
+)
+from trtfleet_operator.planning import plan_engine, plan_merged
+from trtfleet_operator.taskids import source_key
+
+from trtfleet.api import API_VERSION, Adapter, AdapterMode, BaseModel
+
+pytestmark = pytest.mark.golden
+
+HERE = Path(__file__).resolve().parent
+CASES = sorted(p.name for p in HERE.iterdir() if (p / "input.yaml").is_file())
+NAMESPACE = "models"
+KUBERNETES_VERSION = "1.33.0"
+CONFIG = OperatorConfig(
+    images=Images(
+        trtfleet="ghcr.io/trtfleet/trtfleet:0.1.0",
+        worker="ghcr.io/trtfleet/reference-worker:0.1.0",
+        runtime="ghcr.io/trtfleet/trtllm-runtime:0.1.0-25.12",
+    )
+)
+
+
+def _uid(name: str) -> str:
+    return f"00000000-0000-4000-8000-{sum(name.encode()):012d}"
+
+
+def render_case(case: str) -> dict[str, dict[str, Any]]:
+    docs = list(yaml.safe_load_all((HERE / case / "input.yaml").read_text()))
+    base = BaseModel.model_validate(docs[0])
+    name = base.metadata["name"]
+    owner = owner_reference("BaseModel", API_VERSION, name, _uid(name), controller=True)
+    shared = owner_reference("BaseModel", API_VERSION, name, _uid(name), controller=False)
+    plan = plan_engine(base.spec)
+    out: dict[str, dict[str, Any]] = {}
+    if len(docs) == 1:
+        if base.spec.runtime.value == "tensorrtllm":
+            out["plan-configmap"] = build_plan_configmap(
+                plan.engine_hash, plan.plan_json, namespace=NAMESPACE, owners=[shared]
+            )
+            out["build-job"] = build_engine_job(
+                base.spec, engine_hash=plan.engine_hash, namespace=NAMESPACE, owners=[shared], attempt=1, config=CONFIG
+            )
+            out["build-job-attempt-2"] = build_engine_job(
+                base.spec, engine_hash=plan.engine_hash, namespace=NAMESPACE, owners=[shared], attempt=2, config=CONFIG
+            )
+            out["engine-record"] = build_engine_record(
+                plan.engine_hash,
+                namespace=NAMESPACE,
+                uri=CONFIG.storage.engine_uri(plan.engine_hash),
+                image=base.spec.engine.image,
+                built_at="2026-11-21T12:00:00Z",
+                build_job=out["build-job"]["metadata"]["name"],
+            )
+        serving = serving_name(name)
+        repo = build_model_repo_configmap(
+            plan.render_spec,
+            name=serving,
+            namespace=NAMESPACE,
+            owner=owner,
+            engine_hash=plan.engine_hash,
+            config=CONFIG,
+        )
+        out["model-repo-configmap"] = repo
+        out["deployment"] = build_deployment(
+            plan.render_spec,
+            name=serving,
+            namespace=NAMESPACE,
+            owner=owner,
+            basemodel=name,
+            engine_hash=plan.engine_hash,
+            model_repo=repo,
+            config=CONFIG,
+        )
+        out["service"] = build_service(name=serving, namespace=NAMESPACE, owner=owner, basemodel=name)
+        out["pdb"] = build_pdb(name=serving, namespace=NAMESPACE, owner=owner, basemodel=name)
+        return out
+    adapter = Adapter.model_validate(docs[1])
+    ad_name = adapter.metadata["name"]
+    ad_owner = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=True)
+    if adapter.spec.mode is AdapterMode.DYNAMIC:
+        out["convert-job"] = build_convert_job(
+            adapter=ad_name,
+            namespace=NAMESPACE,
+            owner=ad_owner,
+            source=adapter.spec.source,
+            source_key=source_key(adapter.spec.source),
+            basemodel=name,
+            base=base.spec,
+            config=CONFIG,
+        )
+        return out
+    merged = plan_merged(base.spec, adapter.spec.source.uri, adapter.spec.source.revision)
+    labels = {LABEL_ADAPTER: ad_name, LABEL_BASEMODEL: name}
+    ad_shared = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=False)
+    out["build-job"] = build_engine_job(
+        base.spec,
+        engine_hash=merged.engine_hash,
+        namespace=NAMESPACE,
+        owners=[ad_shared],
+        attempt=1,
+        config=CONFIG,
+        labels=labels,
+        merged_sources=(adapter.spec.source.uri,),
+    )
+    serving = merged_serving_name(ad_name)
+    repo = build_model_repo_configmap(
+        merged.render_spec,
+        name=serving,
+        namespace=NAMESPACE,
+        owner=ad_owner,
+        engine_hash=merged.engine_hash,
+        config=CONFIG,
+        labels=labels,
+    )
+    out["model-repo-configmap"] = repo
+    out["deployment"] = build_deployment(
+        merged.render_spec,
+        name=serving,
+        namespace=NAMESPACE,
+        owner=ad_owner,
+        basemodel=name,
+        engine_hash=merged.engine_hash,
+        model_repo=repo,
+        config=CONFIG,
+        adapter=ad_name,
+    )
+    out["service"] = build_service(name=serving, namespace=NAMESPACE, owner=ad_owner, basemodel=name, adapter=ad_name)
+    out["pdb"] = build_pdb(name=serving, namespace=NAMESPACE, owner=ad_owner, basemodel=name, adapter=ad_name)
+    return out
+
+
+def dump(obj: dict[str, Any]) -> str:
+    return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=110)
+
+
+def test_cases_exist() -> None:
+    assert {
+        "llama3-8b-h100",
+        "tiny-reference",
+        "llama70b-tp2-pvc",
+        "adapter-llama3-sql",
+        "adapter-tiny-json",
+        "adapter-merged",
+    } <= set(CASES)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_golden(case: str, update_golden: bool) -> None:
+    objects = render_case(case)
+    for obj in objects.values():
+        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    assert render_case(case) == objects, "builders must be deterministic"
+    files = {f"{name}.yaml": dump(obj) for name, obj in objects.items()}
+    expected_dir = HERE / case / "expected"
+    if update_golden:
+        expected_dir.mkdir(exist_ok=True)
+        for stale in expected_dir.iterdir():
+            if stale.name not in files:
+                stale.unlink()
+        for name, text in files.items():
+            (expected_dir / name).write_text(text)
+        return
+    assert expected_dir.is_dir(), f"no golden files for {case}: run pytest --update-golden"
+    assert sorted(p.name for p in expected_dir.iterdir()) == sorted(files)
+    for name, text in files.items():
+        assert (expected_dir / name).read_text() == text, f"{case}/{name} differs: review, then --update-golden"
