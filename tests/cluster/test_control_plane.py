@@ -1,0 +1,164 @@
+"""The test control plane itself: real etcd + kube-apiserver + kube-controller-manager."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.controlplane import ControlPlane, eventually
+
+pytestmark = pytest.mark.cluster
+
+
+def get_json(cp: ControlPlane, *args: str) -> dict[str, Any]:
+    obj: dict[str, Any] = json.loads(cp.kubectl("get", *args, "-o", "json").stdout)
+    return obj
+
+
+def test_version_and_namespaces(control_plane: ControlPlane) -> None:
+    version = json.loads(control_plane.kubectl("version", "-o", "json").stdout)
+    assert version["serverVersion"]["gitVersion"] == "v1.36.3"
+    names = control_plane.kubectl("get", "ns", "-o", "name").stdout.split()
+    assert {"namespace/default", "namespace/kube-system"} <= set(names)
+    assert control_plane.env["KUBECONFIG"] == str(control_plane.kubeconfig)
+    assert control_plane.server.startswith("https://127.0.0.1:")
+
+
+DEPLOYMENT = """
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: web
+spec:
+  replicas: 2
+  selector:
+    matchLabels: {app: web}
+  template:
+    metadata:
+      labels: {app: web}
+    spec:
+      containers:
+      - name: web
+        image: registry.invalid/web:1
+"""
+
+
+def test_deployment_gets_replicaset_and_pods(control_plane: ControlPlane, kube_namespace: str) -> None:
+    control_plane.kubectl("apply", "-n", kube_namespace, "-f", "-", input=DEPLOYMENT)
+
+    def replicaset() -> dict[str, Any] | None:
+        items = get_json(control_plane, "replicasets", "-n", kube_namespace, "-l", "app=web")["items"]
+        return items[0] if items else None
+
+    rs = eventually(replicaset, what="a ReplicaSet of the Deployment")
+    assert rs["metadata"]["ownerReferences"][0]["kind"] == "Deployment"
+    # kube-scheduler binds the Pods to the kwok node, kwok marks them Running.
+    control_plane.kubectl("wait", "-n", kube_namespace, "--for=condition=Available", "deployment/web",
+                          "--timeout=60s")
+    pods = get_json(control_plane, "pods", "-n", kube_namespace, "-l", "app=web")["items"]
+    assert len(pods) == 2
+    assert {p["spec"]["nodeName"] for p in pods} == {"kwok-node-0"}
+    assert {p["status"]["phase"] for p in pods} == {"Running"}
+
+
+def test_job_runs_to_completion(control_plane: ControlPlane, kube_namespace: str) -> None:
+    control_plane.kubectl("create", "job", "once", "-n", kube_namespace, "--image=registry.invalid/job:1")
+    control_plane.kubectl("wait", "-n", kube_namespace, "--for=condition=Complete", "job/once",
+                          "--timeout=60s")
+
+
+def test_gpu_requests_are_scheduled(control_plane: ControlPlane, kube_namespace: str) -> None:
+    pod = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "gpu"}, "spec": {"containers": [{
+        "name": "c", "image": "registry.invalid/gpu:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
+    control_plane.kubectl("apply", "-n", kube_namespace, "-f", "-", input=json.dumps(pod))
+    control_plane.kubectl("wait", "-n", kube_namespace, "--for=condition=Ready", "pod/gpu", "--timeout=60s")
+
+
+def test_owner_deletion_garbage_collects_dependents(control_plane: ControlPlane, kube_namespace: str) -> None:
+    ns = kube_namespace
+    control_plane.kubectl("create", "configmap", "owner", "-n", ns, "--from-literal=a=1")
+    owner_uid = get_json(control_plane, "configmap", "owner", "-n", ns)["metadata"]["uid"]
+    owned = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": "owned",
+            "namespace": ns,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "owner", "uid": owner_uid}],
+        },
+        "data": {"b": "2"},
+    }
+    control_plane.kubectl("apply", "-f", "-", input=json.dumps(owned))
+    control_plane.kubectl("delete", "configmap", "owner", "-n", ns)
+
+    def gone() -> bool:
+        res = control_plane.kubectl("get", "configmap", "owned", "-n", ns, check=False)
+        return res.returncode != 0 and "NotFound" in res.stderr
+
+    eventually(gone, what="the garbage collector to delete the owned ConfigMap")
+
+
+def test_rbac_is_enforced(control_plane: ControlPlane, kube_namespace: str) -> None:
+    ns = kube_namespace
+    control_plane.kubectl("create", "serviceaccount", "nobody", "-n", ns)
+    user = f"system:serviceaccount:{ns}:nobody"
+    can = control_plane.kubectl("auth", "can-i", "list", "pods", "-n", ns, f"--as={user}", check=False)
+    assert can.stdout.strip() == "no" and can.returncode == 1
+    denied = control_plane.kubectl("get", "pods", "-n", ns, f"--as={user}", check=False)
+    assert denied.returncode != 0
+    assert "Forbidden" in denied.stderr and user in denied.stderr
+
+    control_plane.kubectl("create", "role", "pod-reader", "-n", ns, "--verb=get,list", "--resource=pods")
+    control_plane.kubectl(
+        "create",
+        "rolebinding",
+        "nobody-reads",
+        "-n",
+        ns,
+        "--role=pod-reader",
+        f"--serviceaccount={ns}:nobody",
+    )
+    assert (
+        control_plane.kubectl("auth", "can-i", "list", "pods", "-n", ns, f"--as={user}").stdout.strip()
+        == "yes"
+    )
+    assert control_plane.kubectl("get", "pods", "-n", ns, f"--as={user}").returncode == 0
+    # Still nothing outside the namespace or beyond the Role's verbs.
+    other = control_plane.kubectl("auth", "can-i", "delete", "pods", "-n", ns, f"--as={user}", check=False)
+    assert other.stdout.strip() == "no"
+
+
+def test_service_account_tokens_are_issued(
+    control_plane: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    """The SA signing key pair works: TokenRequest returns a token the apiserver accepts."""
+    ns = kube_namespace
+    control_plane.kubectl("create", "serviceaccount", "bot", "-n", ns)
+    token = control_plane.kubectl("create", "token", "bot", "-n", ns, "--duration=10m").stdout.strip()
+    assert token.count(".") == 2  # a JWT; never printed
+    kubeconfig = tmp_path / "bot.kubeconfig"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": "bot",
+                "clusters": [
+                    {
+                        "name": "c",
+                        "cluster": {
+                            "server": control_plane.server,
+                            "certificate-authority": str(control_plane.pki / "ca.crt"),
+                        },
+                    }
+                ],
+                "users": [{"name": "bot", "user": {"token": token}}],
+                "contexts": [{"name": "bot", "context": {"cluster": "c", "user": "bot"}}],
+            }
+        )
+    )
+    res = control_plane.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig)
+    assert json.loads(res.stdout)["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:bot"

