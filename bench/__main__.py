@@ -1,0 +1,58 @@
+"""``python -m bench [--quick] [--only SECTIONS]``: regenerate every table and plot of docs/benchmarks.md.
+
+Sections: ``bound`` (offline bound), ``sim`` (fleet simulation), ``routing`` (real runs: reference-engine
+workers + the router, every policy on one trace) and ``loadgen`` (the same trace through a public load
+generator; part of the routing section). ``--quick`` keeps the whole run under ten minutes on two cores.
+Raw results go to ``bench/results/`` (ignored), tables to ``docs/benchmarks.md``, plots to ``docs/img/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import sys
+import time
+from collections.abc import Sequence
+
+from bench import report
+
+ALL_SECTIONS = ("bound", "sim", "routing")
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n")[0])
+    parser.add_argument("--quick", action="store_true", help="small sizes (< 10 min on 2 cores)")
+    parser.add_argument("--only", default=",".join(ALL_SECTIONS),
+                        help=f"comma-separated sections of {', '.join(ALL_SECTIONS)}")
+    parser.add_argument("--no-loadgen", action="store_true", help="skip the external load generator")
+    args = parser.parse_args(argv)
+    wanted = [name.strip() for name in args.only.split(",") if name.strip()]
+    unknown = sorted(set(wanted) - set(ALL_SECTIONS))
+    if unknown:
+        parser.error(f"unknown sections {unknown}; known: {', '.join(ALL_SECTIONS)}")
+    # SIGTERM unwinds like Ctrl-C, so every worker and router this run started is stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
+    started = time.monotonic()
+    calibration = None
+    if "routing" in wanted:
+        from bench import routing
+
+        print("== routing quality (real runs)", flush=True)
+        section, calibration = routing.routing_section(args.quick, loadgen=not args.no_loadgen)
+        report.write_section("routing", section)
+    if "bound" in wanted:
+        from bench import simbench
+
+        print("== offline bound", flush=True)
+        report.write_section("bound", simbench.bound_section(args.quick))
+    if "sim" in wanted:
+        from bench import simbench
+
+        print("== fleet simulation", flush=True)
+        report.write_section("sim", simbench.sim_section(args.quick, calibration))
+    print(f"done in {time.monotonic() - started:.0f} s: {report.DOC.relative_to(report.ROOT)}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

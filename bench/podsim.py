@@ -1,0 +1,241 @@
+"""A simulated Triton + TensorRT-LLM pod: in-flight batching steps and the real LoRA page cache.
+
+The pod's LoRA cache is :class:`trtfleet.loracache.LoraPageCache` itself (the contract the reference
+engine implements), used the way TRT-LLM's executor uses its PEFT cache:
+
+* on **arrival** (the executor takes the request off the wire): weights attached -> ``put`` (ignored
+  when already cached; ``LoraCacheFull`` -> the "Cache is full" error), then ``acquire`` (id only and
+  not cached -> the "LoRA task not found" miss); the adapter stays pinned until the request ends;
+* at **scheduling** (a request joins the running batch): ``ensure_device`` copies it to the device
+  tier (a host -> device copy added to that step's time); a full device tier makes it wait;
+* the queue of admitted-but-not-running requests is bounded (``max_queue_size``: "queue full").
+
+Steps follow ``guaranteed_no_evict`` in FIFO order: a waiting request joins when a batch slot, its
+whole KV reservation (prompt + max_tokens), its prefill within ``max_num_tokens`` and its device pages
+are available. Each running sequence gains one token per step (the prefill step yields the first one).
+Step time is :class:`StepTimeModel`. Everything is pure: the simulator owns the clock and the events.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections import deque
+from dataclasses import dataclass, field
+
+from trtfleet.loracache import LoraCacheFull, LoraPageCache, LoraTaskNotFound
+
+
+@dataclass(frozen=True, slots=True)
+class StepTimeModel:
+    """``step_s = fixed + per_seq * running + per_context_token * sum(context) + per_prefill_token *
+    prefill + per_adapter * distinct_adapters`` (seconds)."""
+
+    name: str
+    fixed_s: float
+    per_seq_s: float
+    per_context_token_s: float
+    per_prefill_token_s: float
+    per_adapter_s: float = 0.0
+    source: str = ""
+
+    def step_s(self, running: int, context_tokens: int, prefill_tokens: int, adapters: int = 0) -> float:
+        return (
+            self.fixed_s
+            + self.per_seq_s * running
+            + self.per_context_token_s * context_tokens
+            + self.per_prefill_token_s * prefill_tokens
+            + self.per_adapter_s * adapters
+        )
+
+
+# Fitted to NVIDIA's published TensorRT-LLM figures for Llama-3.1-8B FP8 on one H100 SXM (perf-overview,
+# "Llama 3.1 8B", trtllm-bench max-throughput at ISL/OSL 128/128 28,312; 128/2048 22,714; 1000/1000 15,220;
+# 2048/128 3,450; 2048/2048 9,305; 5000/500 3,459 output tok/s) for the per-token terms, and the batch-1
+# first-token latency of the TRT-LLM v0.5 performance page (LLaMA 7B FP8 H100: 7 ms at 128 input tokens,
+# 36 ms at 2048) for the fixed step cost. See ``fit_report`` for the residuals.
+H100_LLAMA3_8B = StepTimeModel(
+    name="h100-llama3.1-8b-fp8",
+    fixed_s=5.2e-3,
+    per_seq_s=14.0e-6,
+    per_context_token_s=0.025e-6,
+    per_prefill_token_s=14.5e-6,
+    source="TensorRT-LLM docs/source/performance/perf-overview.md (Llama 3.1 8B, H100 TP1 FP8); "
+    "TensorRT-LLM v0.5 docs/source/performance.md (low latency, LLaMA 7B H100 FP8)",
+)
+
+PUBLISHED_H100_LLAMA31_8B: tuple[tuple[int, int, float], ...] = (
+    (128, 128, 28_312),
+    (128, 2048, 22_714),
+    (128, 4096, 14_325),
+    (500, 2000, 17_660),
+    (1000, 1000, 15_220),
+    (1000, 2000, 13_899),
+    (2048, 128, 3_450),
+    (2048, 2048, 9_305),
+    (5000, 500, 3_459),
+)
+
+
+def modelled_throughput(model: StepTimeModel, isl: int, osl: int, batch: int = 4096) -> float:
+    """Output tokens/s at a saturated batch of ``batch`` equal requests (steady state, amortised)."""
+    mean_context = isl + osl / 2
+    per_step = model.step_s(batch, int(batch * mean_context), int(batch * isl / osl))
+    return batch / per_step
+
+
+def fit_report(model: StepTimeModel = H100_LLAMA3_8B) -> list[tuple[int, int, float, float, float]]:
+    """(ISL, OSL, published, modelled, relative error) for every published point."""
+    rows = []
+    for isl, osl, published in PUBLISHED_H100_LLAMA31_8B:
+        modelled = modelled_throughput(model, isl, osl)
+        rows.append((isl, osl, published, modelled, modelled / published - 1.0))
+    return rows
+
+
+@dataclass(frozen=True, slots=True)
+class PodSpec:
+    host_pages: int
+    device_pages: int
+    page_bytes: int
+    max_batch_size: int = 64
+    max_num_tokens: int = 8192
+    kv_capacity_tokens: int = 400_000
+    max_queue_size: int = 256
+    host_to_device_bytes_per_s: float = 25e9  # PCIe Gen5 x16, effective
+
+
+@dataclass(slots=True)
+class SimRequest:
+    """One attempt of one trace request at a pod (the simulator owns it)."""
+
+    key: int  # index of the trace request
+    task_id: int
+    prompt_tokens: int
+    max_tokens: int
+    with_weights: bool
+    pages: int
+    hit: bool = False
+    loaded: bool = False
+    first_token_s: float | None = None
+    finished_s: float | None = None
+    finish_step: int = 0
+    ticket: object = None  # the router's ticket, carried for the simulator
+
+
+class ArrivalError(Exception):
+    """The pod refused a request at arrival; ``kind`` is miss, cache_full or queue_full."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(kind)
+        self.kind = kind
+
+
+@dataclass(slots=True)
+class SimPod:
+    pod_id: str
+    spec: PodSpec
+    model: StepTimeModel
+    cache: LoraPageCache = field(init=False)
+    waiting: deque[SimRequest] = field(default_factory=deque)
+    running: list[tuple[int, int, SimRequest]] = field(default_factory=list)  # heap (finish step, seq)
+    step_index: int = 0
+    stepping: bool = False
+    context_tokens: int = 0
+    reserved_tokens: int = 0
+    loads_total: int = 0
+    load_bytes_total: int = 0
+    busy_s: float = 0.0
+    _seq: int = 0
+    _new: list[SimRequest] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.cache = LoraPageCache(self.spec.host_pages, self.spec.device_pages)
+
+    # -- arrival ---------------------------------------------------------------------------------------
+    def arrive(self, request: SimRequest) -> None:
+        """The executor takes ``request``: store weights, pin the adapter, queue it. Raises ArrivalError."""
+        if len(self.waiting) >= self.spec.max_queue_size:
+            raise ArrivalError("queue_full")
+        resident = request.task_id in self.cache
+        request.hit = resident
+        if not resident:
+            if not request.with_weights:
+                raise ArrivalError("miss")
+            try:
+                self.cache.put(request.task_id, request.pages)
+            except LoraCacheFull:
+                raise ArrivalError("cache_full") from None
+            request.loaded = True
+            self.loads_total += 1
+        try:
+            self.cache.acquire(request.task_id)
+        except LoraTaskNotFound:  # cannot happen after put; kept for the contract
+            raise ArrivalError("miss") from None
+        self.waiting.append(request)
+
+    # -- steps -----------------------------------------------------------------------------------------
+    def start_step(self) -> float:
+        """Admit what fits, return the step's duration (0.0: nothing to run, the pod idles)."""
+        spec = self.spec
+        prefill = 0
+        copy_bytes = 0
+        admitted: list[SimRequest] = []
+        budget = spec.max_num_tokens - len(self.running)
+        while self.waiting and len(self.running) + len(admitted) < spec.max_batch_size:
+            head = self.waiting[0]
+            need = head.prompt_tokens + head.max_tokens
+            if self.reserved_tokens + need > spec.kv_capacity_tokens or head.prompt_tokens > budget - prefill:
+                break
+            on_device = self.cache.on_device(head.task_id)
+            if not self.cache.ensure_device(head.task_id):
+                break
+            if not on_device:
+                copy_bytes += head.pages * spec.page_bytes
+            self.waiting.popleft()
+            self.reserved_tokens += need
+            prefill += head.prompt_tokens
+            admitted.append(head)
+        decode = len(self.running)
+        if not admitted and not decode:
+            self.stepping = False
+            return 0.0
+        adapters = len({entry[2].task_id for entry in self.running} | {r.task_id for r in admitted})
+        duration = self.model.step_s(decode, self.context_tokens, prefill, adapters)
+        duration += copy_bytes / spec.host_to_device_bytes_per_s
+        for request in admitted:
+            request.finish_step = self.step_index + request.max_tokens - 1
+            self._seq += 1
+            heapq.heappush(self.running, (request.finish_step, self._seq, request))
+            self.context_tokens += request.prompt_tokens
+        self._new = admitted
+        self.stepping = True
+        self.busy_s += duration
+        return duration
+
+    def end_step(self, now_s: float) -> list[SimRequest]:
+        """The step finished at ``now_s``: first tokens for the new, one token for all; returns finished."""
+        for request in self._new:
+            request.first_token_s = now_s
+        self._new = []
+        self.context_tokens += len(self.running)
+        done: list[SimRequest] = []
+        while self.running and self.running[0][0] <= self.step_index:
+            _step, _seq, request = heapq.heappop(self.running)
+            request.finished_s = now_s
+            self.context_tokens -= request.prompt_tokens + request.max_tokens
+            self.reserved_tokens -= request.prompt_tokens + request.max_tokens
+            self.cache.release(request.task_id)
+            done.append(request)
+        self.step_index += 1
+        return done
+
+    @property
+    def queue_depth(self) -> int:
+        return len(self.waiting)
+
+    @property
+    def active(self) -> int:
+        return len(self.running)
+
+    def kv_used_fraction(self) -> float:
+        return self.reserved_tokens / self.spec.kv_capacity_tokens

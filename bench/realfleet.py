@@ -1,0 +1,295 @@
+"""Real processes for the routing benchmark: synthetic adapters, reference-engine workers, the router.
+
+* :func:`synthetic_adapters` writes ``count`` PEFT adapters for the reference tiny model (random
+  small-norm A/B, rank 8, all seven modules) and converts each with the project's own converter
+  (``trtfleet_engines.lora.convert.convert_dir``: ``model.lora_weights.npy`` [1,N,W] fp16,
+  ``model.lora_config.npy`` int32 [1,N,3], ``manifest.json``). Cached by (count, seed).
+* :class:`RealFleet` starts K real ``tritonserver`` workers on reference repositories with deliberately
+  small host LoRA caches, writes a static fleet file and starts ``trtfleet router`` as a subprocess
+  with one policy; :meth:`RealFleet.stop` ends them all (SIGTERM, then SIGKILL), only the processes
+  it started. A fresh fleet per policy, so every policy starts with cold caches.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+ADAPTER_CACHE = ROOT / ".cache" / "bench" / "adapters"
+HF_MODULES = {
+    "self_attn": ("q_proj", "k_proj", "v_proj", "o_proj"),
+    "mlp": ("gate_proj", "up_proj", "down_proj"),
+}
+
+
+class FleetStartError(RuntimeError):
+    """A worker or the router did not start (with the tail of its log)."""
+
+
+MODEL_DIR_ENV = "TRTFLEET_BENCH_MODEL_DIR"
+"""Overrides the reference model directory (default: the packaged ``assets/tiny-llama``)."""
+
+
+def model_dir() -> Path:
+    from trtfleet_engines.reference.numpy_llama import TINY_LLAMA_DIR
+
+    return Path(os.environ.get(MODEL_DIR_ENV) or TINY_LLAMA_DIR)
+
+
+def tiny_config() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((model_dir() / "config.json").read_text(encoding="utf-8"))
+    return data
+
+
+def _module_shapes(config: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    hidden = int(config["hidden_size"])
+    inter = int(config["intermediate_size"])
+    heads = int(config["num_attention_heads"])
+    head_dim = int(config.get("head_dim") or hidden // heads)
+    kv = int(config["num_key_value_heads"]) * head_dim
+    q = heads * head_dim
+    return {
+        "q_proj": (hidden, q), "k_proj": (hidden, kv), "v_proj": (hidden, kv), "o_proj": (q, hidden),
+        "gate_proj": (hidden, inter), "up_proj": (hidden, inter), "down_proj": (inter, hidden),
+    }
+
+
+def write_peft_adapter(out: Path, config: dict[str, Any], rng: np.random.Generator, rank: int = 8) -> None:
+    """A random small-norm PEFT LoRA adapter (what ``peft.get_peft_model`` + training would save)."""
+    from safetensors.numpy import save_file
+
+    shapes = _module_shapes(config)
+    tensors: dict[str, np.ndarray] = {}
+    for layer in range(int(config["num_hidden_layers"])):
+        for block, modules in HF_MODULES.items():
+            for module in modules:
+                in_dim, out_dim = shapes[module]
+                prefix = f"base_model.model.model.layers.{layer}.{block}.{module}"
+                tensors[f"{prefix}.lora_A.weight"] = (rng.standard_normal((rank, in_dim)) * 0.02).astype(np.float32)
+                tensors[f"{prefix}.lora_B.weight"] = (rng.standard_normal((out_dim, rank)) * 0.02).astype(np.float32)
+    out.mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(out / "adapter_model.safetensors"))
+    adapter_config = {
+        "peft_type": "LORA", "r": rank, "lora_alpha": 2 * rank, "lora_dropout": 0.0, "bias": "none",
+        "target_modules": [m for modules in HF_MODULES.values() for m in modules], "task_type": "CAUSAL_LM",
+    }
+    (out / "adapter_config.json").write_text(json.dumps(adapter_config, indent=2), encoding="utf-8")
+
+
+def synthetic_adapters(count: int, seed: int = 0, root: Path = ADAPTER_CACHE) -> list[Path]:
+    """``count`` converted adapters (directories ``s0000`` ...), generated once and reused."""
+    from trtfleet_engines.lora.convert import ConversionOptions, convert_dir
+    from trtfleet_engines.lora.manifest import MANIFEST_FILE
+
+    config = tiny_config()
+    base = root / f"n{count}-seed{seed}"
+    paths = [base / f"s{index:04d}" for index in range(count)]
+    if all((path / MANIFEST_FILE).is_file() for path in paths):
+        return paths
+    rng = np.random.default_rng(seed)
+    with tempfile.TemporaryDirectory(prefix="trtfleet-peft-") as scratch:
+        for index, path in enumerate(paths):
+            peft_dir = Path(scratch) / f"p{index}"
+            write_peft_adapter(peft_dir, config, rng)
+            if not (path / MANIFEST_FILE).is_file():
+                convert_dir(peft_dir, path, ConversionOptions(), replace=True)
+    return paths
+
+
+def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+@dataclass
+class RealFleet:
+    """K reference workers + one router subprocess with a given policy."""
+
+    policy: str
+    workers: int
+    adapters: Sequence[tuple[str, int, Path]]  # (served name, task id, artifact dir)
+    host_cache_bytes: int
+    work_dir: Path
+    max_batch_size: int = 8
+    max_queue_size: int = 64
+    min_step_ms: float | None = None
+    seed: int = 0
+    router_http_port: int = 0
+    router_metrics_port: int = 0
+    _workers: list[Any] = field(default_factory=list)
+    _router: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        from trtfleet_engines.reference.repository import build_reference_repository
+
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            for index in range(self.workers):
+                repo = build_reference_repository(
+                    self.work_dir / f"repo-w{index}", model_dir=model_dir(),
+                    lora_cache_host_bytes=self.host_cache_bytes,
+                    max_batch_size=self.max_batch_size, max_queue_size=self.max_queue_size,
+                    min_step_ms=self.min_step_ms,
+                )
+                self._workers.append(self._start_worker(repo, index))
+            for index in range(self.workers):
+                self._workers[index] = self._wait_worker(self._workers[index], index)
+            self._start_router()
+        except BaseException:
+            self.stop()
+            raise
+
+    def _start_worker(self, repo: Path, index: int) -> Any:
+        from trtfleet_engines.reference.server import free_port, start_worker
+
+        return start_worker(
+            repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
+            log_dir=self.work_dir / f"log-w{index}", wait=False,
+        )
+
+    def _wait_worker(self, worker: Any, index: int) -> Any:
+        """Wait until ready; a worker that died while starting (rarely, a Python backend stub's shared
+        memory lock under heavy CPU contention) is started once more."""
+        from trtfleet_engines.reference.errors import WorkerError
+
+        try:
+            worker.wait_ready()
+            return worker
+        except WorkerError:
+            repo = worker.repo_dir
+            worker.stop()
+            retry = self._start_worker(repo, index)
+            self._workers[index] = retry
+            retry.wait_ready()
+            return retry
+
+    def fleet_config(self) -> dict[str, Any]:
+        from trtfleet_engines.reference.repository import default_reference_spec
+
+        spec = default_reference_spec().model_dump(mode="json", by_alias=True, exclude_none=True)
+        spec["lora"]["cache"]["hostMemoryBytes"] = str(self.host_cache_bytes)
+        spec["engine"]["maxBatchSize"] = self.max_batch_size
+        spec["serving"]["maxQueueSize"] = self.max_queue_size
+        config = tiny_config()  # the dimensions let the router plan the cache geometry, as the operator does
+        spec["dimensions"] = {
+            "hiddenSize": config["hidden_size"], "intermediateSize": config["intermediate_size"],
+            "numLayers": config["num_hidden_layers"], "numAttentionHeads": config["num_attention_heads"],
+            "numKvHeads": config["num_key_value_heads"], "vocabSize": config["vocab_size"],
+        }
+        return {
+            "baseModels": [{
+                "name": "tiny",
+                "spec": spec,
+                "architecture": "reference",
+                "backends": [
+                    {"address": w.grpc_url, "metrics": f"{w.host}:{w.metrics_port}", "podId": f"w{i}"}
+                    for i, w in enumerate(self._workers)
+                ],
+                "adapters": [
+                    {"servedName": name, "taskId": task_id, "artifact": str(path)}
+                    for name, task_id, path in self.adapters
+                ],
+            }]
+        }
+
+    def _start_router(self) -> None:
+        from trtfleet_engines.reference.server import free_port
+
+        config_path = self.work_dir / "fleet.yaml"
+        config_path.write_text(yaml.safe_dump(self.fleet_config(), sort_keys=False), encoding="utf-8")
+        self.router_http_port = free_port()
+        self.router_metrics_port = free_port()
+        log = (self.work_dir / "router.log").open("ab")
+        command = [
+            str(Path(sys.executable).parent / "trtfleet"), "router", "--fleet-config", str(config_path),
+            "--policy", self.policy, "--seed", str(self.seed), "--host", "127.0.0.1",
+            "--http-port", str(self.router_http_port), "--grpc-port", "-1",
+            "--metrics-port", str(self.router_metrics_port), "--log-level", "WARNING",
+        ]
+        self._router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        cwd=self.work_dir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if self._router.poll() is not None:
+                raise FleetStartError(f"router exited: {self.router_log_tail()}")
+            if _http_ok(f"{self.base_url}/v1/models"):
+                return
+            time.sleep(0.1)
+        raise FleetStartError(f"router not ready after 60 s: {self.router_log_tail()}")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.router_http_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.router_metrics_port}/metrics"
+
+    def router_log_tail(self, size: int = 3000) -> str:
+        try:
+            return (self.work_dir / "router.log").read_bytes()[-size:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def router_metrics(self) -> str:
+        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+            return str(response.read().decode())
+
+    def fleets_debug(self) -> Any:
+        url = self.metrics_url.replace("/metrics", "/debug/fleets")
+        with urllib.request.urlopen(url, timeout=10) as response:
+            return json.loads(response.read().decode())
+
+    def stop(self) -> None:
+        router, self._router = self._router, None
+        if router is not None and router.poll() is None:
+            router.send_signal(signal.SIGTERM)
+            try:
+                router.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                router.kill()
+                router.wait()
+        workers, self._workers = self._workers, []
+        for worker in workers:
+            worker.stop()
+
+    def __enter__(self) -> RealFleet:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def parse_counters(text: str, name: str) -> float:
+    """Sum of every sample of metric family ``name`` (``_total`` added for counters) in exposition text."""
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        metric = line.split("{", 1)[0].split(" ", 1)[0]
+        if metric in (name, f"{name}_total"):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def clean(path: Path) -> None:
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,385 @@
+"""Discrete-event simulation of a trtfleet fleet, driving the router's REAL routing code.
+
+Every decision comes from :class:`trtfleet_router.routing.fleet.Fleet` with a policy from the router's
+own registry (``build_policy``): route -> start -> finish, scraped metrics through ``observe_metrics``,
+exactly the calls the router's server makes. Pods are :class:`bench.podsim.SimPod` (in-flight batching
+steps from :class:`bench.podsim.StepTimeModel`, the real :class:`trtfleet.loracache.LoraPageCache`).
+
+What a request goes through (times in simulated seconds; the clock is the event queue's):
+
+1. arrival at the router (trace time); ``Fleet.route`` (its measured wall time is added to the request's
+   latency when ``add_decision_time``) and ``Fleet.start``;
+2. weights, when the decision sends them: fetched from artifact storage unless the router's weight store
+   (an LRU of ``router_store_bytes``) holds them; then the request crosses the pod's inbound link
+   (``link_bytes_per_s``, FIFO per pod) plus ``one_way_latency_s``;
+3. the pod's executor takes it (``SimPod.arrive``): miss / cache full / queue full come back as errors
+   after one more one-way latency and the router retries like the server does (miss: route again; cache
+   full, queue full: route again excluding that pod; at most ``max_attempts`` attempts); "no capacity"
+   from the Fleet is the 503 the server answers, an error for the client;
+4. steps until its last token; first and last tokens reach the client one latency later.
+
+The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
+it caused, weight bytes sent, TTFT, end-to-end latency, output tokens, errors by kind.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+import random
+import time
+from collections import Counter, OrderedDict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from trtfleet_router.routing.config import RoutingConfig, parse_routing_config
+from trtfleet_router.routing.fleet import Fleet
+from trtfleet_router.routing.framework import build_policy
+from trtfleet_router.routing.types import (
+    AdapterRef,
+    AdapterTooLarge,
+    NoCapacity,
+    Outcome,
+    PodInfo,
+    PodMetrics,
+    RouteRequest,
+    Ticket,
+)
+
+from bench.podsim import ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel
+from bench.traces import TraceRequest
+
+_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE = range(6)
+_OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
+
+
+@dataclass(frozen=True, slots=True)
+class FleetSpec:
+    pods: int
+    pod: PodSpec
+    model: StepTimeModel
+    adapter_pages: int
+    adapter_weights_bytes: int
+    link_bytes_per_s: float = 1.25e9  # 10 GbE pod network
+    one_way_latency_s: float = 0.25e-3
+    router_store_bytes: int = 2 * 1024**3  # trtfleet_router.weights.DEFAULT_CAPACITY_BYTES
+    artifact_fetch_latency_s: float = 0.05
+    artifact_bytes_per_s: float = 0.5e9
+    scrape_interval_s: float = 1.0
+    max_attempts: int = 3
+    add_decision_time: bool = True
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    key: int
+    arrival_s: float
+    adapter: str
+    attempts: int = 0
+    hit: bool = False
+    misses: int = 0
+    loads: int = 0
+    weights_bytes: int = 0
+    ttft_s: float | None = None
+    e2e_s: float | None = None
+    output_tokens: int = 0
+    error: str | None = None
+    excluded: set[str] = field(default_factory=set)
+
+
+@dataclass
+class SimResult:
+    policy: str
+    records: list[RequestRecord]
+    decision_times_s: list[float]
+    pod_loads: int
+    pod_busy_s: list[float]
+    sim_end_s: float
+    fleet_counters: dict[str, int]
+    wall_s: float
+    admitted_adapters: list[str]  # in the order pods admitted them (for the per-run bound)
+
+
+def adapter_refs(names: Sequence[str], pages: int, weights_bytes: int) -> dict[str, AdapterRef]:
+    """One AdapterRef per adapter, task ids 1.. in name order (as the operator would allocate them)."""
+    return {
+        name: AdapterRef(name=name, task_id=index + 1, weights_bytes=weights_bytes, pages=pages)
+        for index, name in enumerate(sorted(names))
+    }
+
+
+class _WeightStore:
+    """The router's weight store as a latency model: byte-bounded LRU, coalesced fetches."""
+
+    def __init__(self, capacity_bytes: int, latency_s: float, bytes_per_s: float) -> None:
+        self._capacity = capacity_bytes
+        self._latency_s = latency_s
+        self._bytes_per_s = bytes_per_s
+        self._ready_at: OrderedDict[str, tuple[float, int]] = OrderedDict()
+        self._used = 0
+        self.fetches = 0
+
+    def ready_at(self, adapter: str, size: int, now_s: float) -> float:
+        entry = self._ready_at.get(adapter)
+        if entry is not None:
+            self._ready_at.move_to_end(adapter)
+            return max(entry[0], now_s)
+        self.fetches += 1
+        ready = now_s + self._latency_s + size / self._bytes_per_s
+        self._ready_at[adapter] = (ready, size)
+        self._used += size
+        while self._used > self._capacity and len(self._ready_at) > 1:
+            _name, (_ready, old) = self._ready_at.popitem(last=False)
+            self._used -= old
+        return ready
+
+
+class FleetSimulation:
+    def __init__(
+        self,
+        trace: Sequence[TraceRequest],
+        policy: str,
+        spec: FleetSpec,
+        *,
+        seed: int = 0,
+        config: RoutingConfig | None = None,
+        model_name: str = "llama3-8b",
+    ) -> None:
+        self.trace = trace
+        self.spec = spec
+        self.now_s = 0.0
+        routing = config if config is not None else parse_routing_config({"policy": policy})
+        if routing.policy != policy:
+            routing = routing.model_copy(update={"policy": policy})
+        self.fleet = Fleet(
+            build_policy(routing), now=lambda: self.now_s, rng=random.Random(seed), config=routing,
+            model=model_name,
+        )
+        self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", spec.pod, spec.model) for i in range(spec.pods)}
+        self.fleet.set_pods(
+            {
+                pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages,
+                                spec.pod.device_pages)
+                for pod_id in self.pods
+            }
+        )
+        names = sorted({r.adapter for r in trace})
+        self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes)
+        self.store = _WeightStore(
+            spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s
+        )
+        self.link_free_s = dict.fromkeys(self.pods, 0.0)
+        self.records = [RequestRecord(i, r.t_s, r.adapter) for i, r in enumerate(trace)]
+        self.decision_times_s: list[float] = []
+        self.admitted: list[str] = []
+        self._events: list[tuple[float, int, int, object]] = []
+        self._seq = 0
+        self._open = 0
+        self.model_name = model_name
+
+    def _push(self, at_s: float, kind: int, payload: object) -> None:
+        self._seq += 1
+        heapq.heappush(self._events, (at_s, self._seq, kind, payload))
+
+    def run(self) -> SimResult:
+        started = time.perf_counter()
+        for index, request in enumerate(self.trace):
+            self._push(request.t_s, _ARRIVAL, index)
+        self._push(0.0, _SCRAPE, None)
+        remaining_arrivals = len(self.trace)
+        events = self._events
+        while events:
+            at_s, _seq, kind, payload = heapq.heappop(events)
+            self.now_s = at_s
+            if kind == _STEP_END:
+                self._step_end(payload)  # type: ignore[arg-type]
+            elif kind == _ARRIVAL:
+                remaining_arrivals -= 1
+                self._open += 1
+                self._try_route(payload)  # type: ignore[arg-type]
+            elif kind == _DELIVER:
+                self._deliver(*payload)  # type: ignore[misc]
+            elif kind == _FINISH:
+                self._finish(*payload)  # type: ignore[misc]
+            elif kind == _REPLY_ERROR:
+                self._reply_error(*payload)  # type: ignore[misc]
+            elif kind == _SCRAPE:
+                self._scrape()
+                if remaining_arrivals or self._open:
+                    self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
+        self.fleet.check_invariants()
+        snapshot = self.fleet.snapshot()
+        counters = {
+            "warm_routes": snapshot.warm_routes_total,
+            "cold_loads": snapshot.cold_loads_total,
+            "misses": snapshot.misses_total,
+            "open_tickets": snapshot.open_tickets,
+            "artifact_fetches": self.store.fetches,
+        }
+        return SimResult(
+            policy=self.fleet.policy_name,
+            records=self.records,
+            decision_times_s=self.decision_times_s,
+            pod_loads=sum(pod.loads_total for pod in self.pods.values()),
+            pod_busy_s=[pod.busy_s for pod in self.pods.values()],
+            sim_end_s=self.now_s,
+            fleet_counters=counters,
+            wall_s=time.perf_counter() - started,
+            admitted_adapters=self.admitted,
+        )
+
+    # -- router side -------------------------------------------------------------------------------------
+    def _route_request(self, record: RequestRecord) -> RouteRequest:
+        request = self.trace[record.key]
+        return RouteRequest(
+            model=self.model_name,
+            adapter=self.refs[request.adapter],
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.max_tokens,
+            request_id=request.request_id,
+            exclude_pods=frozenset(record.excluded),
+        )
+
+    def _fail(self, record: RequestRecord, kind: str) -> None:
+        record.error = kind
+        self._open -= 1
+
+    def _try_route(self, key: int) -> None:
+        record = self.records[key]
+        route_request = self._route_request(record)
+        began = time.perf_counter()
+        try:
+            decision = self.fleet.route(route_request)
+        except NoCapacity:
+            self._fail(record, "no_capacity")  # the server answers 503 + Retry-After; the client sees it
+            return
+        except AdapterTooLarge:
+            self._fail(record, "adapter_too_large")
+            return
+        elapsed = time.perf_counter() - began
+        self.decision_times_s.append(elapsed)
+        ticket = self.fleet.start(decision, route_request)
+        record.attempts += 1
+        depart_s = self.now_s + (elapsed if self.spec.add_decision_time else 0.0)
+        adapter = route_request.adapter
+        assert adapter is not None
+        if decision.send_weights:
+            ready_s = self.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
+            link_start = max(ready_s, self.link_free_s[decision.pod])
+            self.link_free_s[decision.pod] = link_start + adapter.weights_bytes / self.spec.link_bytes_per_s
+            arrive_s = self.link_free_s[decision.pod] + self.spec.one_way_latency_s
+            record.weights_bytes += adapter.weights_bytes
+        else:
+            arrive_s = depart_s + self.spec.one_way_latency_s
+        self._push(arrive_s, _DELIVER, (decision.pod, key, ticket, decision.send_weights))
+
+    def _reply_error(self, key: int, ticket: Ticket, kind: str) -> None:
+        record = self.records[key]
+        self.fleet.finish(ticket, _OUTCOMES[kind])
+        if kind == "miss":
+            record.misses += 1
+        else:
+            record.excluded.add(ticket.pod)
+        if record.attempts >= self.spec.max_attempts:
+            self._fail(record, kind)
+            return
+        self._try_route(key)
+
+    def _finish(self, key: int, ticket: Ticket, request: SimRequest) -> None:
+        record = self.records[key]
+        self.fleet.finish(ticket, Outcome.OK)
+        latency = self.spec.one_way_latency_s
+        assert request.first_token_s is not None and request.finished_s is not None
+        record.ttft_s = request.first_token_s + latency - record.arrival_s
+        record.e2e_s = self.now_s - record.arrival_s
+        record.output_tokens = request.max_tokens
+        self._open -= 1
+
+    def _scrape(self) -> None:
+        for pod_id, pod in self.pods.items():
+            self.fleet.observe_metrics(
+                pod_id, PodMetrics(pod.active, pod.queue_depth, kv_cache_used_fraction=pod.kv_used_fraction())
+            )
+
+    # -- pod side ----------------------------------------------------------------------------------------
+    def _deliver(self, pod_id: str, key: int, ticket: Ticket, with_weights: bool) -> None:
+        trace_request = self.trace[key]
+        adapter = self.refs[trace_request.adapter]
+        request = SimRequest(
+            key, adapter.task_id, trace_request.prompt_tokens, trace_request.max_tokens, with_weights,
+            adapter.pages,
+        )
+        pod = self.pods[pod_id]
+        record = self.records[key]
+        try:
+            pod.arrive(request)
+        except ArrivalError as exc:
+            self._push(self.now_s + self.spec.one_way_latency_s, _REPLY_ERROR, (key, ticket, exc.kind))
+            return
+        self.admitted.append(trace_request.adapter)
+        record.hit = request.hit and record.misses == 0
+        record.loads += int(request.loaded)
+        request.ticket = ticket
+        if not pod.stepping:
+            duration = pod.start_step()
+            if duration > 0:
+                self._push(self.now_s + duration, _STEP_END, pod_id)
+
+    def _step_end(self, pod_id: str) -> None:
+        pod = self.pods[pod_id]
+        for request in pod.end_step(self.now_s):
+            reply_s = self.now_s + self.spec.one_way_latency_s
+            self._push(reply_s, _FINISH, (request.key, request.ticket, request))
+        duration = pod.start_step()
+        if duration > 0:
+            self._push(self.now_s + duration, _STEP_END, pod_id)
+
+
+def simulate(
+    trace: Sequence[TraceRequest], policy: str, spec: FleetSpec, *, seed: int = 0,
+    config: RoutingConfig | None = None,
+) -> SimResult:
+    return FleetSimulation(trace, policy, spec, seed=seed, config=config).run()
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    if not values:
+        return math.nan
+    ordered = sorted(values)
+    position = (len(ordered) - 1) * q / 100.0
+    low = math.floor(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def summarize(result: SimResult) -> dict[str, float | int | str]:
+    """The per-policy row: hit rate, loads, weight bytes, TTFT/e2e p50/p99, tokens/s, errors."""
+    records = result.records
+    served = [r for r in records if r.error is None and r.e2e_s is not None]
+    errors = Counter(r.error for r in records if r.error is not None)
+    ttft = [r.ttft_s for r in served if r.ttft_s is not None]
+    e2e = [r.e2e_s for r in served if r.e2e_s is not None]
+    first = min((r.arrival_s for r in records), default=0.0)
+    last = max((r.arrival_s + (r.e2e_s or 0.0) for r in records), default=0.0)
+    tokens = sum(r.output_tokens for r in served)
+    loads = sum(r.loads for r in records)
+    requests = len(records)
+    return {
+        "policy": result.policy,
+        "requests": requests,
+        "hit_rate": sum(r.hit for r in records) / requests if requests else 0.0,
+        "effective_hit_rate": 1.0 - (loads + sum(errors.values())) / requests if requests else 0.0,
+        "loads": loads,
+        "misses": sum(r.misses for r in records),
+        "weights_bytes": sum(r.weights_bytes for r in records),
+        "ttft_p50_s": percentile(ttft, 50),
+        "ttft_p99_s": percentile(ttft, 99),
+        "e2e_p50_s": percentile(e2e, 50),
+        "e2e_p99_s": percentile(e2e, 99),
+        "output_tokens_per_s": tokens / (last - first) if last > first else 0.0,
+        "errors": sum(errors.values()),
+        "error_kinds": ",".join(f"{k}:{v}" for k, v in sorted(errors.items())) or "-",
+        "decision_p50_us": percentile(result.decision_times_s, 50) * 1e6,
+        "decision_p99_us": percentile(result.decision_times_s, 99) * 1e6,
+        "wall_s": result.wall_s,
+    }
