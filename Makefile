@@ -69,8 +69,9 @@ demo: install
 bench: install
 	$(PY) -m bench --quick
 
-e2e-kind: install
-	$(PY) -m pytest -m e2e tests/e2e
+# Needs a Docker engine: kind cluster, images, helm install, the reference fleet, openai client checks.
+e2e-kind: install tools
+	bash hack/e2e-kind.sh
 
 clean:
 	rm -rf $(VENV) .cache build dist *.egg-info

@@ -1,0 +1,123 @@
+"""A Helm release of charts/trtfleet in the test control plane, for the cluster tests of the chart.
+
+``installed(...)`` installs the chart for the duration of a ``with`` block (``--wait``, a random
+release name) and uninstalls it afterwards, checking the uninstall (no cluster-scoped leftovers, the
+CRDs kept); ``scoped_values(ns)`` are the values of a release that watches one namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tests.support.controlplane import ControlPlane, eventually
+from tests.support.helm import CHART, helm
+
+CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io")
+VALUES: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
+CHART_META: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
+IMAGE = f"{VALUES['image']['repository']}:{VALUES['image']['tag'] or CHART_META['appVersion']}"
+INSTALL_TIMEOUT = "120s"
+
+Obj = dict[str, Any]
+
+
+@dataclass
+class Release:
+    cp: ControlPlane
+    name: str
+    namespace: str
+    home: Path
+
+    @property
+    def fullname(self) -> str:
+        return f"{self.name}-trtfleet"
+
+    @property
+    def operator_sa(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.fullname}-operator"
+
+    @property
+    def router_sa(self) -> str:
+        return f"system:serviceaccount:{self.namespace}:{self.fullname}-router"
+
+    def helm(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        return helm(*args, home=self.home, env=self.cp.env, check=check)
+
+    def get(self, *args: str) -> Obj:
+        out: Obj = json.loads(self.cp.kubectl("get", *args, "-o", "json").stdout)
+        return out
+
+
+def install(cp: ControlPlane, namespace: str, home: Path, *values: str) -> Release:
+    # Release names never contain "trtfleet", so every object is named "<release>-trtfleet-...".
+    release = Release(cp, f"r{secrets.token_hex(3)}", namespace, home)
+    res = release.helm("install", release.name, str(CHART), "--namespace", namespace, "--wait",
+                       "--timeout", INSTALL_TIMEOUT, *values, check=False)
+    assert res.returncode == 0, f"helm install failed:\n{res.stdout}\n{res.stderr}"
+    return release
+
+
+def uninstall(release: Release) -> None:
+    """``helm uninstall`` removes everything but the CRDs (helm never deletes those)."""
+    release.helm("uninstall", release.name, "--namespace", release.namespace, "--wait",
+                 "--timeout", INSTALL_TIMEOUT)
+    selector = f"app.kubernetes.io/instance={release.name}"
+    left = release.cp.kubectl("get", "clusterroles,clusterrolebindings", "-l", selector, "-o", "name").stdout
+    assert left.strip() == "", f"cluster-scoped objects left behind by helm uninstall: {left}"
+    for crd in CRD_NAMES:
+        release.cp.kubectl("get", f"crd/{crd}")
+
+
+@contextmanager
+def installed(cp: ControlPlane, namespace: str, home: Path, *values: str) -> Iterator[Release]:
+    """The chart installed (``--wait``) for the duration of the block, then uninstalled."""
+    release = install(cp, namespace, home, *values)
+    yield release
+    uninstall(release)
+
+
+def scoped_values(namespace: str) -> tuple[str, ...]:
+    """Values that make the operator and the router watch ``namespace`` only (namespaced Roles)."""
+    return ("--set", f"operator.watchNamespaces={{{namespace}}}", "--set", f"router.watchNamespaces={{{namespace}}}")
+
+
+@contextmanager
+def extra_namespace(cp: ControlPlane, name: str) -> Iterator[str]:
+    """A namespace besides the release's (for BaseModels and Adapters), deleted afterwards."""
+    cp.kubectl("create", "namespace", name)
+    eventually(lambda: cp.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
+               timeout=30, what=f"ServiceAccount default in {name}")
+    yield name
+    cp.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+
+
+def can_i(cp: ControlPlane, who: str, verb: str, resource: str, namespace: str | None,
+          subresource: str | None = None) -> bool:
+    args = ["auth", "can-i", verb, resource, f"--as={who}"]
+    args += ["-n", namespace] if namespace else ["--all-namespaces"]
+    if subresource:
+        args.append(f"--subresource={subresource}")
+    res = cp.kubectl(*args, check=False)
+    answer = res.stdout.strip()
+    assert answer in ("yes", "no"), f"kubectl {' '.join(args)}: {res.stdout}{res.stderr}"
+    return answer == "yes"
+
+
+def container(deployment: Obj) -> Obj:
+    containers = deployment["spec"]["template"]["spec"]["containers"]
+    assert len(containers) == 1
+    c: Obj = containers[0]
+    return c
+
+
+def env_of(c: Obj) -> dict[str, str]:
+    return {e["name"]: e["value"] for e in c.get("env", [])}

@@ -1,0 +1,211 @@
+"""``trtfleet operator`` as the Helm chart runs it, in the real control plane.
+
+The operator runs as a local process (kwok has no images to run its pod) with the chart's arguments and
+environment, authenticated as the chart's operator ServiceAccount with a TokenRequest token, so the
+chart's RBAC is what it really gets (the namespaced variant, the tighter one). ``kubectl apply -f
+examples/`` then yields what the operator promises: a build Job and no Deployment for the GPU
+BaseModel, a Deployment + headless Service for the reference BaseModel (Ready, since kwok runs its
+pods), a convert Job per Adapter; deleting the examples removes all of it. Nothing provisions the engine
+and adapter PersistentVolumeClaims here, so build and convert Jobs stay active: the test stops there.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.cluster.helm_release import (
+    IMAGE,
+    VALUES,
+    Obj,
+    Release,
+    container,
+    env_of,
+    extra_namespace,
+    installed,
+    scoped_values,
+)
+from tests.support.controlplane import ControlPlane, eventually, free_port
+from tests.support.helm import ROOT
+
+pytestmark = pytest.mark.cluster
+
+EXAMPLES = ROOT / "examples"
+TRTFLEET = Path(sys.executable).parent / "trtfleet"
+OPERATOR_STOP_TIMEOUT_S = 30.0
+
+
+@pytest.fixture
+def workload_namespace(control_plane: ControlPlane, kube_namespace: str) -> Iterator[str]:
+    with extra_namespace(control_plane, f"{kube_namespace}-models") as name:
+        yield name
+
+
+@pytest.fixture
+def scoped_release(
+    control_plane: ControlPlane, kube_namespace: str, workload_namespace: str, tmp_path: Path
+) -> Iterator[Release]:
+    """The chart watching ``workload_namespace`` only: namespaced Roles instead of ClusterRoles."""
+    with installed(control_plane, kube_namespace, tmp_path / "helm", *scoped_values(workload_namespace)) as release:
+        yield release
+
+
+def service_account_kubeconfig(release: Release, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as ``account`` with a short-lived TokenRequest token."""
+    cp = release.cp
+    token = cp.kubectl("create", "token", account, "-n", release.namespace, "--duration=1h").stdout.strip()
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server,
+                                               "certificate-authority": str(cp.pki / "ca.crt")}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account}}],
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def operator_argv(chart_args: list[str], namespace: str, health_port: int) -> list[str]:
+    """The chart's operator arguments with local ports (the pod's are taken on a shared machine)."""
+    local = {"--metrics-port": "--metrics-port=0", "--health-port": f"--health-port={health_port}"}
+    argv = [local.get(a.split("=", 1)[0], a) for a in chart_args]
+    assert argv[0] == "operator" and f"--namespace={namespace}" in argv, argv
+    return [str(TRTFLEET), *argv]
+
+
+@pytest.fixture
+def chart_operator(scoped_release: Release, workload_namespace: str, tmp_path: Path) -> Iterator[Release]:
+    """``trtfleet operator`` with the chart's arguments and environment, as the chart's ServiceAccount."""
+    r = scoped_release
+    c = container(r.get("deployment", f"{r.fullname}-operator", "-n", r.namespace))
+    kubeconfig = service_account_kubeconfig(r, f"{r.fullname}-operator", tmp_path / "operator.kubeconfig")
+    whoami = r.cp.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig).stdout
+    assert json.loads(whoami)["status"]["userInfo"]["username"] == r.operator_sa
+    health = free_port()
+    env = {**r.cp.env, **env_of(c), "KUBECONFIG": str(kubeconfig)}
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(operator_argv(c["args"], workload_namespace, health), env=env,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        def healthy() -> bool:
+            assert proc.poll() is None, f"the operator exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
+                    return bool(resp.status == 200)
+            except OSError:
+                return False
+
+        eventually(healthy, timeout=60, what="the operator's /healthz")
+        yield r
+        assert proc.poll() is None, f"the operator died during the test:\n{log.read_text()[-4000:]}"
+        forbidden = [line for line in log.read_text().splitlines() if "Forbidden" in line or " 403" in line]
+        assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
+    finally:
+        if proc.poll() is None:
+            # While the operator still runs, so that kopf's finalizers come off and the namespace can go.
+            r.cp.kubectl("delete", "adapters,basemodels", "--all", "-n", workload_namespace, "--wait=true",
+                         "--timeout=60s", check=False)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(OPERATOR_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                pytest.fail(f"the operator ignored SIGTERM for {OPERATOR_STOP_TIMEOUT_S}s")
+    assert proc.returncode == 0, f"the operator stopped with {proc.returncode}:\n{log.read_text()[-4000:]}"
+
+
+def owned_by(obj: Obj, kind: str, name: str) -> bool:
+    return any(o["kind"] == kind and o["name"] == name for o in obj["metadata"].get("ownerReferences") or [])
+
+
+def engine_hash(example: Path) -> str:
+    out = subprocess.run([str(TRTFLEET), "engines", "hash", "-f", str(example)],
+                         capture_output=True, text=True, check=True)
+    return out.stdout.strip()
+
+
+def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
+    chart_operator: Release, workload_namespace: str
+) -> None:
+    r, ns = chart_operator, workload_namespace
+    cp = r.cp
+    images = VALUES["operator"]["images"]
+    cp.kubectl("apply", "-n", ns, "-f", str(EXAMPLES))
+
+    # GPU BaseModel: one build Job named after the engine hash, no serving pods before the engine exists.
+    llama_hash = engine_hash(EXAMPLES / "basemodel-llama3-8b-h100.yaml")
+
+    def building() -> Obj | None:
+        status = r.get("basemodel", "llama3-8b", "-n", ns).get("status") or {}
+        return status if status.get("phase") == "Building" else None
+
+    status = eventually(building, timeout=60, what="BaseModel llama3-8b to be Building")
+    assert status["engine"]["hash"] == llama_hash
+    job = r.get("job", f"trtfleet-build-{llama_hash[:16]}", "-n", ns)
+    assert owned_by(job, "BaseModel", "llama3-8b")
+    pod = job["spec"]["template"]["spec"]
+    assert container(job)["image"] == images["runtime"]  # the chart's TRT-LLM runtime image
+    assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+    claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
+    assert claims == {VALUES["operator"]["enginePvc"]}
+    assert cp.kubectl("get", "deployment", "llama3-8b", "-n", ns, check=False).returncode != 0
+
+    # Reference BaseModel: nothing to build; a Deployment of the worker image and a headless Service.
+    def tiny_ready() -> Obj | None:
+        status = r.get("basemodel", "tiny", "-n", ns).get("status") or {}
+        return status if status.get("phase") == "Ready" else None
+
+    status = eventually(tiny_ready, timeout=90, what="BaseModel tiny to be Ready (kwok runs its pods)")
+    assert status["readyReplicas"] == 2
+    deployment = r.get("deployment", "tiny", "-n", ns)
+    assert owned_by(deployment, "BaseModel", "tiny")
+    assert deployment["spec"]["replicas"] == 2
+    assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
+    assert container(deployment)["image"] == images["worker"]
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    assert labels["trtfleet.io/basemodel"] == "tiny"
+    service = r.get("service", "tiny", "-n", ns)
+    assert service["spec"]["clusterIP"] == "None"
+    assert service["spec"]["selector"].items() <= labels.items()
+    assert {p["name"] for p in service["spec"]["ports"]} >= {"grpc", "metrics"}
+
+    # Adapters: a convert Job each (the tiny ones were applied before their BaseModel and healed).
+    adapters = {"llama3-sql": IMAGE, "tiny-json": images["worker"], "tiny-reverse": images["worker"],
+                "tiny-upper": images["worker"]}
+
+    def convert_jobs() -> dict[str, Obj] | None:
+        jobs = r.get("jobs", "-n", ns, "-l", "app.kubernetes.io/component=adapter-convert")["items"]
+        found = {o["name"]: j for j in jobs for o in j["metadata"].get("ownerReferences") or []
+                 if o["kind"] == "Adapter"}
+        return found if set(found) == set(adapters) else None
+
+    jobs = eventually(convert_jobs, timeout=60, what="a convert Job for every Adapter")
+    for name, job in jobs.items():
+        assert container(job)["image"] == adapters[name], name
+        claims = {v["persistentVolumeClaim"]["claimName"] for v in job["spec"]["template"]["spec"]["volumes"]
+                  if "persistentVolumeClaim" in v}
+        assert claims == {VALUES["operator"]["artifactPvc"]}, name
+        adapter = r.get("adapter", name, "-n", ns)
+        assert adapter["status"]["phase"] == "Converting", (name, adapter["status"])
+        assert "taskId" not in adapter["status"]  # ids are handed out after a successful conversion
+
+    # Deleting the examples deletes what the operator made for them (owner references + the GC).
+    cp.kubectl("delete", "-n", ns, "-f", str(EXAMPLES), "--wait=true", "--timeout=90s")
+
+    def all_gone() -> bool:
+        left = cp.kubectl("get", "jobs,deployments,services,configmaps,poddisruptionbudgets", "-n", ns,
+                          "-l", "app.kubernetes.io/managed-by=trtfleet-operator", "-o", "name").stdout
+        return left.strip() == ""
+
+    eventually(all_gone, timeout=90, what="the garbage collector to remove the operator's objects")

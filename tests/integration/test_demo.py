@@ -1,0 +1,128 @@
+"""``trtfleet demo`` as a user runs it: real converter, tritonserver workers and router subprocesses.
+
+Every process the demo starts inherits a marker in its environment; after the demo exits, no process
+on the machine may still carry it (children, tritonserver, its Python backend stubs), and the demo's
+temporary directory must be gone.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.controlplane import eventually, free_port
+
+pytestmark = pytest.mark.integration
+
+PROMPT = "hello world"
+MARK_ENV = "TRTFLEET_DEMO_TEST_MARK"
+ANSWER = re.compile(r'^\s+(\S+)\s+-> (".*")$', re.M)
+WORKDIR = re.compile(r"logs in (\S+)/logs\)")
+DEMO_TIMEOUT_S = 420
+STOP_TIMEOUT_S = 45
+
+
+def processes_marked(mark: str) -> list[str]:
+    """``pid cmdline`` of every process whose environment carries ``mark``."""
+    found = []
+    needle = f"{MARK_ENV}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle in (entry / "environ").read_bytes().split(b"\0"):
+                cmd = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                found.append(f"{entry.name} {cmd[:200]}")
+        except OSError:  # gone meanwhile, or not ours to read
+            continue
+    return found
+
+
+def demo_argv(*extra: str) -> list[str]:
+    return [sys.executable, "-m", "trtfleet", "demo", "--http-port", str(free_port()), "--grpc-port",
+            str(free_port()), "--metrics-port", str(free_port()), "--prompt", PROMPT, *extra]
+
+
+def check_answer(model: str, answer: str) -> None:
+    """What each sample adapter visibly does to the tiny model's echo of the prompt."""
+    if model == "tiny-json":
+        assert json.loads(answer) == {"echo": PROMPT}, f"{model} answered {answer!r}"
+        return
+    expected = {"tiny": PROMPT, "tiny-upper": PROMPT.upper(), "tiny-reverse": PROMPT[::-1]}[model]
+    assert answer == expected, f"{model} answered {answer!r}, expected {expected!r}"
+
+
+def assert_nothing_left(mark: str, output: str) -> None:
+    eventually(lambda: not processes_marked(mark), timeout=STOP_TIMEOUT_S,
+               what=f"every demo process to exit; left: {processes_marked(mark)}")
+    workdir = WORKDIR.search(output)
+    assert workdir is not None, output
+    assert not Path(workdir.group(1)).exists(), f"the demo left {workdir.group(1)} behind"
+
+
+@pytest.fixture
+def mark() -> Iterator[str]:
+    token = secrets.token_hex(8)
+    yield token
+    for line in processes_marked(token):  # a failed test must not leave tritonservers running
+        os.kill(int(line.split()[0]), signal.SIGKILL)
+
+
+def test_demo_once_answers_with_every_adapter_and_cleans_up(mark: str) -> None:
+    env = {**os.environ, MARK_ENV: mark}
+    done = subprocess.run(demo_argv("--once", "--workers", "2"), env=env, capture_output=True, text=True,
+                          timeout=DEMO_TIMEOUT_S)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output
+    answers = {model: json.loads(text) for model, text in ANSWER.findall(done.stdout)}
+    assert sorted(answers) == ["tiny", "tiny-json", "tiny-reverse", "tiny-upper"], output
+    for model, answer in answers.items():
+        check_answer(model, answer)
+    assert "curl -s http://127.0.0.1:" in done.stdout and "from openai import OpenAI" in done.stdout
+    assert re.search(r"workers 2/2 ready · requests 4 ok, 0 failed", done.stdout), done.stdout
+    assert_nothing_left(mark, output)
+
+
+def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
+    from openai import OpenAI
+
+    argv = demo_argv("--workers", "1", "--adapters", "upper", "--refresh-s", "0.5")
+    http_port = argv[argv.index("--http-port") + 1]
+    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        eventually(lambda: proc.poll() is not None or any("live summary" in line for line in lines),
+                   timeout=DEMO_TIMEOUT_S, what="the demo to be ready")
+        assert proc.poll() is None, "".join(lines)
+        client = OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="unused", max_retries=0)
+        for _ in range(3):
+            chat = client.chat.completions.create(
+                model="tiny-upper", messages=[{"role": "user", "content": PROMPT}], max_tokens=48, temperature=0)
+            check_answer("tiny-upper", chat.choices[0].message.content or "")
+        # The live summary catches up: three requests, the first one cold, the next two warm.
+        eventually(lambda: any("requests 3 ok" in line and "hit rate 67%" in line for line in lines),
+                   timeout=30, what=f"the live summary to show the requests:\n{''.join(lines[-5:])}")
+        assert any("worker-1: tiny-upper" in line for line in lines), "".join(lines[-5:])
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    output = "".join(lines)
+    assert "SIGINT: stopping the demo" in output and output.rstrip().endswith("stopped")
+    assert_nothing_left(mark, output)

@@ -1,0 +1,309 @@
+"""``trtfleet demo``: reference workers + the router on this machine, no GPU, no cluster.
+
+    trtfleet demo [--workers 2] [--adapters upper,reverse,json] [--http-port 8080] [--grpc-port 8081]
+                  [--metrics-port 9090] [--host 127.0.0.1] [--once] [--prompt TEXT] [--workdir DIR]
+
+Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no component):
+
+1. ``trtfleet lora convert`` the sample PEFT adapters (``upper``, ``reverse``, ``json``) to TRT-LLM's
+   ``lora_weights`` / ``lora_config`` format;
+2. ``trtfleet worker`` x N: the real tritonserver running the tiny reference Llama, each with a LoRA
+   cache that holds fewer adapters than the demo serves (see :mod:`trtfleet.demo.fleet`);
+3. ``trtfleet router --fleet-config``: the adapter-aware router over those workers, with the adapters
+   registered under task ids 1, 2, 3;
+4. instructions (curl, the ``openai`` client), then a live summary every ``--refresh-s`` seconds, until
+   Ctrl-C / SIGTERM; ``--once`` instead sends one request per adapter, prints the answers and stops.
+
+Everything the demo writes lives in a temporary directory (or ``--workdir``, kept) and every child is
+stopped on exit. Exit codes: 0 success or a clean stop, 1 a step failed (the log tail is printed), 2 bad
+arguments or missing reference assets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import shutil
+import signal
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+from typing import Any, Final
+
+import yaml
+
+from trtfleet.demo.errors import DemoError, DemoInterrupted, RequestError, StartupError
+from trtfleet.demo.fleet import (
+    ADAPTERS_PER_WORKER_DEFAULT,
+    BASE_MODEL,
+    SAMPLE_ADAPTERS,
+    ConvertedAdapter,
+    WorkerEndpoint,
+    build_basemodel,
+    build_fleet_config,
+    plan_spec,
+)
+from trtfleet.demo.processes import Child, Supervisor, check_ports_free, free_port, http_ok, trtfleet_command
+from trtfleet.demo.summary import fetch_summary, format_summary
+
+EXIT_OK: Final = 0
+EXIT_FAILED: Final = 1
+EXIT_USAGE: Final = 2
+CONVERT_TIMEOUT_S: Final = 120.0
+WORKER_READY_TIMEOUT_S: Final = 300.0
+ROUTER_READY_TIMEOUT_S: Final = 60.0
+REQUEST_TIMEOUT_S: Final = 60.0
+STOP_TIMEOUT_S: Final = 15.0
+ROUTER_DRAIN_TIMEOUT_S: Final = 2.0
+MAX_TOKENS: Final = 48
+DEFAULT_PROMPT: Final = "hello world"
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workers", type=int, default=2, help="reference workers to start (default 2)")
+    parser.add_argument("--adapters", default=",".join(SAMPLE_ADAPTERS),
+                        help=f"sample adapters to serve, comma-separated (default {','.join(SAMPLE_ADAPTERS)})")
+    parser.add_argument("--adapters-per-worker", type=int, default=ADAPTERS_PER_WORKER_DEFAULT,
+                        help="adapters each worker's LoRA host cache holds (default 2)")
+    parser.add_argument("--host", default="127.0.0.1", help="address the router listens on (default 127.0.0.1)")
+    parser.add_argument("--http-port", type=int, default=8080, help="router OpenAI + Triton HTTP port")
+    parser.add_argument("--grpc-port", type=int, default=8081, help="router Triton gRPC port")
+    parser.add_argument("--metrics-port", type=int, default=9090, help="router /metrics port")
+    parser.add_argument("--policy", default="trtfleet", help="routing policy (default trtfleet)")
+    parser.add_argument("--once", action="store_true",
+                        help="start, send one request per adapter, print the answers, stop")
+    parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt of the --once requests")
+    parser.add_argument("--refresh-s", type=float, default=3.0, help="seconds between summary refreshes")
+    parser.add_argument("--workdir", type=Path, help="keep converted adapters, configs and logs here")
+    parser.set_defaults(func=run)
+
+
+def say(text: str = "") -> None:
+    print(text, flush=True)
+
+
+def reference_assets() -> Path:
+    """The reference engine's assets (tiny model, sample adapters), found without importing the engine."""
+    spec = importlib.util.find_spec("trtfleet_engines")
+    if spec is None or not spec.submodule_search_locations:
+        raise StartupError("the reference engine is not installed: pip install 'trtfleet[reference]'")
+    assets = Path(next(iter(spec.submodule_search_locations))) / "reference" / "assets"
+    if not (assets / "tiny-llama" / "config.json").is_file():
+        raise StartupError(f"no tiny model in {assets}: regenerate it with hack/gen_reference_assets.py")
+    return assets
+
+
+@contextmanager
+def stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        if not stop.is_set():
+            say(f"\n{signal.Signals(signum).name}: stopping the demo")
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def convert_adapters(sup: Supervisor, assets: Path, names: list[str], out: Path) -> list[ConvertedAdapter]:
+    say(f"converting {len(names)} sample adapters (PEFT -> TRT-LLM float16) ...")
+    started = time.monotonic()
+    children = [
+        sup.spawn(f"convert-{name}", [*trtfleet_command(), "lora", "convert", str(assets / "adapters" / name),
+                                      str(out / name), "--dtype", "float16", "--engine-dtype", "float16",
+                                      "--base-config", str(assets / "tiny-llama" / "config.json")])
+        for name in names
+    ]
+    sup.wait_exit(children, what="converting the adapters", timeout_s=CONVERT_TIMEOUT_S)
+    adapters = [ConvertedAdapter.from_manifest(n, out / n, json.loads((out / n / "manifest.json").read_text()))
+                for n in names]
+    for a in adapters:
+        say(f"  {a.served_name}: rank {a.rank}, {len(a.modules)} modules, {a.weights_bytes} bytes, task id {a.task_id}")
+    say(f"  done in {time.monotonic() - started:.1f} s")
+    return adapters
+
+
+def start_fleet(
+    sup: Supervisor, args: argparse.Namespace, adapters: list[ConvertedAdapter], assets: Path, workdir: Path
+) -> tuple[list[tuple[WorkerEndpoint, Child]], Child]:
+    model_config = json.loads((assets / "tiny-llama" / "config.json").read_text())
+    spec, cache = plan_spec(model_config, adapters, args.adapters_per_worker)
+    basemodel = workdir / "basemodel.yaml"
+    basemodel.write_text(yaml.safe_dump(build_basemodel(spec), sort_keys=False))
+    say(f"LoRA host cache per worker: {cache.host_bytes} bytes = {cache.host_pages} pages "
+        f"({args.adapters_per_worker} adapters of {cache.pages_per_adapter} pages; the demo serves {len(adapters)})")
+    workers = [WorkerEndpoint(f"worker-{i + 1}", free_port(), free_port(), free_port()) for i in range(args.workers)]
+    started = []
+    for w in workers:
+        argv = [*trtfleet_command(), "worker", "--host", w.host, "--http-port", str(w.http_port),
+                "--grpc-port", str(w.grpc_port), "--metrics-port", str(w.metrics_port), "--spec", str(basemodel),
+                "--model", str(assets / "tiny-llama")]
+        started.append((w, sup.spawn(w.name, argv)))
+        say(f"starting {w.name}: tritonserver with the tiny reference Llama (http {w.http_port}, "
+            f"grpc {w.grpc_port}, metrics {w.metrics_port})")
+    fleet = workdir / "fleet.yaml"
+    fleet.write_text(yaml.safe_dump(build_fleet_config(spec, workers, adapters), sort_keys=False))
+    router = sup.spawn("router", [
+        *trtfleet_command(), "router", "--fleet-config", str(fleet), "--host", args.host,
+        "--http-port", str(args.http_port), "--grpc-port", str(args.grpc_port),
+        "--metrics-port", str(args.metrics_port), "--policy", args.policy,
+        "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S),
+    ])
+    say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
+        f"metrics {args.metrics_port} (fleet file {fleet})")
+    return started, router
+
+
+def local_url(host: str, port: int) -> str:
+    return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+
+
+def wait_ready(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
+               router: Child, served: list[str]) -> None:
+    children = [c for _, c in workers]
+    pending = dict(workers)
+
+    def workers_ready() -> bool:
+        for w in [w for w in pending if http_ok(f"http://{w.host}:{w.http_port}/v2/health/ready")]:
+            say(f"  {w.name} ready")
+            del pending[w]
+        return not pending
+
+    took = sup.wait_until(workers_ready, what="loading the model into the workers' tritonserver",
+                          timeout_s=WORKER_READY_TIMEOUT_S, watch=[*children, router], progress=say)
+    say(f"workers ready in {took:.1f} s")
+    base = local_url(args.host, args.http_port)
+
+    def router_ready() -> bool:
+        if not http_ok(f"{base}/v2/health/ready"):
+            return False
+        try:
+            with urllib.request.urlopen(f"{base}/v1/models", timeout=5) as resp:
+                listed = {m["id"] for m in json.loads(resp.read())["data"]}
+        except (OSError, ValueError, KeyError):
+            return False
+        return set(served) <= listed
+
+    sup.wait_until(router_ready, what="waiting for the router to list the adapters",
+                   timeout_s=ROUTER_READY_TIMEOUT_S, watch=[*children, router], progress=say)
+
+
+def print_instructions(args: argparse.Namespace, served: list[str]) -> None:
+    base = local_url(args.host, args.http_port)
+    say(f"\nOpenAI API at {base}/v1 (models: {BASE_MODEL} = the base model, {', '.join(served)})")
+    for name in served:
+        body = json.dumps({"model": name, "prompt": args.prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+        say(f"  curl -s {base}/v1/completions -H 'content-type: application/json' -d '{body}'")
+    say("\n  from openai import OpenAI")
+    say(f'  client = OpenAI(base_url="{base}/v1", api_key="unused")')
+    for name in served:
+        say(f'  client.chat.completions.create(model="{name}", messages=[{{"role": "user", '
+            f'"content": {json.dumps(args.prompt)}}}]).choices[0].message.content')
+    say(f"\nTriton: HTTP {base}/v2, gRPC {args.host}:{args.grpc_port} (model tensorrt_llm_bls)")
+    say(f"Metrics: {local_url(args.host, args.metrics_port)}/metrics "
+        f"(routing state: {local_url(args.host, args.metrics_port)}/debug/fleets)\n")
+
+
+def complete(args: argparse.Namespace, model: str) -> str:
+    body = json.dumps({"model": model, "prompt": args.prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+    request = urllib.request.Request(f"{local_url(args.host, args.http_port)}/v1/completions", data=body.encode(),
+                                     headers={"content-type": "application/json"}, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as resp:
+            answer: dict[str, Any] = json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise RequestError(f"{model}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}") from exc
+    except (OSError, ValueError) as exc:
+        raise RequestError(f"{model}: {exc}") from exc
+    return str(answer["choices"][0]["text"])
+
+
+def run_once(args: argparse.Namespace, served: list[str], names: dict[int, str], workers: int) -> None:
+    say(f"one request per model, prompt {json.dumps(args.prompt)}:")
+    for model in [BASE_MODEL, *served]:
+        say(f"  {model:<14} -> {json.dumps(complete(args, model))}")
+    summary = fetch_summary(local_url(args.host, args.metrics_port), names, workers, workers)
+    say(format_summary(summary))
+
+
+def run_live(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
+             router: Child, names: dict[int, str]) -> None:
+    say(f"live summary every {args.refresh_s:g} s; Ctrl-C stops everything")
+    last = ""
+    while not sup.stop_requested.is_set():
+        sup.check_alive([router, *(c for _, c in workers)])
+        ready = sum(http_ok(f"http://{w.host}:{w.http_port}/v2/health/ready") for w, _ in workers)
+        try:
+            text = format_summary(fetch_summary(local_url(args.host, args.metrics_port), names, ready, len(workers)))
+        except (OSError, ValueError) as exc:
+            text = f"router metrics unavailable: {exc}"
+        if text != last:
+            say(f"[{time.strftime('%H:%M:%S')}] {text}")
+            last = text
+        sup.stop_requested.wait(args.refresh_s)
+
+
+def parse_adapters(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in SAMPLE_ADAPTERS]
+    if unknown or not names or len(set(names)) != len(names):
+        raise ValueError(f"--adapters: pick distinct names from {', '.join(SAMPLE_ADAPTERS)} (got {text!r})")
+    return names
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        names = parse_adapters(args.adapters)
+        if args.workers < 1 or args.adapters_per_worker < 1:
+            raise ValueError("--workers and --adapters-per-worker must be at least 1")
+        assets = reference_assets()
+        check_ports_free(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
+                                     "--metrics-port": args.metrics_port})
+    except (ValueError, StartupError) as exc:
+        print(f"trtfleet demo: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    own_workdir = args.workdir is None
+    workdir = Path(tempfile.mkdtemp(prefix="trtfleet-demo-")) if own_workdir else args.workdir.resolve()
+    (workdir / "logs").mkdir(parents=True, exist_ok=True)
+    stop = threading.Event()
+    sup = Supervisor(workdir / "logs", stop)
+    started = time.monotonic()
+    with stop_on_signals(stop):  # also while stopping: a second Ctrl-C must not cut the cleanup short
+        try:
+            adapters = convert_adapters(sup, assets, names, workdir / "adapters")
+            workers, router = start_fleet(sup, args, adapters, assets, workdir)
+            served = [a.served_name for a in adapters]
+            wait_ready(sup, args, workers, router, served)
+            say(f"trtfleet demo ready in {time.monotonic() - started:.1f} s "
+                f"({args.workers} workers, {len(served)} adapters; logs in {workdir / 'logs'})")
+            print_instructions(args, served)
+            task_names = {a.task_id: a.served_name for a in adapters}
+            if args.once:
+                run_once(args, served, task_names, len(workers))
+            else:
+                run_live(sup, args, workers, router, task_names)
+            return EXIT_OK
+        except DemoInterrupted:
+            return EXIT_OK
+        except DemoError as exc:
+            print(f"trtfleet demo: {exc}", file=sys.stderr)
+            if isinstance(exc, StartupError) and exc.log_tail:
+                print(exc.log_tail, file=sys.stderr)
+            return EXIT_FAILED
+        finally:
+            say("stopping the router and the workers ...")
+            sup.stop_all(STOP_TIMEOUT_S)
+            if own_workdir:
+                shutil.rmtree(workdir, ignore_errors=True)
+            say("stopped")
