@@ -117,11 +117,11 @@ class Processes:
                     child.kill()
                     child.wait()
         if self.reference_worker is not None:
-            self.reference_worker.stop()
+            self.reference_worker.__exit__(None, None, None)
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def start(upstream: str, upstream_calls: str) -> Processes:
+def start(upstream: str, upstream_calls: str, upstream_http_on: bool) -> Processes:
     work = Path(tempfile.mkdtemp(prefix="trtfleet-bench-router-"))
     children: list[subprocess.Popen[bytes]] = []
     reference_worker = None
@@ -153,39 +153,19 @@ def start(upstream: str, upstream_calls: str) -> Processes:
     else:
         from trtfleet_engines.reference.server import running_worker
 
-        context = running_worker()
-        reference_worker = context.__enter__()
-        upstream_grpc, upstream_http, model = reference_worker.grpc_url, reference_worker.http_url, "tensorrt_llm_bls"
+        reference_worker = running_worker()  # the context manager itself: stop() exits it
+        worker = reference_worker.__enter__()
+        upstream_grpc, upstream_http, model = worker.grpc_url, worker.http_url, "tensorrt_llm_bls"
         upstream_http = upstream_http.removeprefix("http://")
         adapter_args, router_model, task_id, architecture = [], "bench", None, "reference"
     router_http, router_grpc, metrics = free_port(), free_port(), free_port()
+    backend = f"{upstream_grpc}//{upstream_http.rsplit(':', 1)[1]}" if upstream_http_on else upstream_grpc
     command = [
-        str(Path(python).parent / "trtfleet"),
-        "router",
-        "--host",
-        "127.0.0.1",
-        "--backend",
-        upstream_grpc,
-        "--base-model",
-        "bench",
-        "--architecture",
-        architecture,
-        "--max-input-len",
-        "256",
-        "--max-seq-len",
-        "512",
-        *adapter_args,
-        "--http-port",
-        str(router_http),
-        "--grpc-port",
-        str(router_grpc),
-        "--metrics-port",
-        str(metrics),
-        "--log-level",
-        "WARNING",
-        "--upstream-calls",
-        upstream_calls,
-    ]
+        str(Path(python).parent / "trtfleet"), "router", "--host", "127.0.0.1", "--backend", backend,
+        "--base-model", "bench", "--architecture", architecture, "--max-input-len", "256", "--max-seq-len", "512",
+        *adapter_args, "--http-port", str(router_http), "--grpc-port", str(router_grpc),
+        "--metrics-port", str(metrics), "--log-level", "WARNING", "--upstream-calls", upstream_calls,
+    ]  # fmt: skip
     router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(work / "router.log").open("wb"))
     children.append(router)
     processes = Processes(
@@ -316,8 +296,9 @@ def wrk_throughput(url: str, body: dict[str, Any], concurrency: int, duration_s:
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:
-    procs = start(args.upstream, args.upstream_calls)
+    procs = start(args.upstream, args.upstream_calls, not args.no_upstream_http)
     results: dict[str, Any] = {
+        "upstream_http": not args.no_upstream_http,
         "upstream": args.upstream,
         "upstream_calls": args.upstream_calls,
         "latency": {},
@@ -411,7 +392,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
 
 def table(results: dict[str, Any]) -> str:
     lines = [
-        f"upstream: {results['upstream']}, upstream calls: {results['upstream_calls']}, cores: {results['cores']}, "
+        f"upstream: {results['upstream']}, warm requests over HTTP: {results['upstream_http']}, "
+        f"upstream gRPC calls: {results['upstream_calls']}, cores: {results['cores']}, "
         f"load average {results['load_avg_start']:.1f} -> {results['load_avg_end']:.1f}",
         "",
         "| latency (concurrency 1)                                | direct p50 / p99 ms | router p50 / p99 ms "
@@ -443,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.router_overhead", description=__doc__.splitlines()[0])
     parser.add_argument("--upstream", choices=["echo", "reference"], default="echo")
     parser.add_argument("--upstream-calls", choices=["auto", "per-request", "multiplexed"], default="auto")
+    parser.add_argument("--no-upstream-http", action="store_true", help="router: warm requests over gRPC too")
     parser.add_argument("--requests", type=int, default=400, help="sequential requests per latency case")
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration-s", type=float, default=6.0)

@@ -1,0 +1,302 @@
+"""Wiring: builds the router's parts, starts its servers and background loops, drains on stop.
+
+Ports: HTTP (OpenAI + Triton HTTP on one aiohttp server), gRPC (Triton), metrics (``/metrics`` and
+``/debug/fleets``). Background loops: discovery, load-signal scraping, prewarming. ``stop`` drains:
+readiness turns false and new requests get 503 at once, in-flight requests get ``drain_timeout_s``
+to finish, then the servers close (remaining streams are cancelled, which cancels their upstream
+calls).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Final, Protocol
+
+import grpc
+from aiohttp import web
+from tritonclient.grpc import service_pb2
+
+from trtfleet_router.errors import RouterError, mapping_for, openai_error_body
+from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.fleet import Fleet
+from trtfleet_router.server.auth import ApiKeys
+from trtfleet_router.server.common import FrontendSettings, Lifecycle, Services
+from trtfleet_router.server.openai_http import OpenAIFrontend
+from trtfleet_router.server.triton_grpc import build_grpc_server
+from trtfleet_router.server.triton_http import TritonHttpFrontend
+from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall, UpstreamCalls
+from trtfleet_router.upstream.modelinfo import ModelInfoCache
+from trtfleet_router.upstream.pool import ChannelPool
+from trtfleet_router.upstream.protocol import SamplingParams, build_text_request
+from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT, MetricsScraper
+from trtfleet_router.upstream.text import TextGenerator
+from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
+from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES, SchemeReader, WeightStore
+
+log = logging.getLogger(__name__)
+
+DRAIN_TIMEOUT_S_DEFAULT: Final = 30.0
+PREWARM_INTERVAL_S_DEFAULT: Final = 10.0
+PREWARM_TIMEOUT_S: Final = 60.0
+HTTP_OVERHEAD_BYTES: Final = 64 * 1024
+HEALTH_PROBE_INTERVAL_S: Final = 1.0
+HEALTH_PROBE_TIMEOUT_S: Final = 1.0
+
+
+class Discovery(Protocol):
+    def initial(self) -> DiscoverySnapshot: ...
+
+    async def run(self, apply: Callable[[DiscoverySnapshot], None]) -> None: ...
+
+
+@dataclass(frozen=True)
+class RouterSettings:
+    host: str = "0.0.0.0"
+    http_port: int = 8080
+    grpc_port: int | None = 8081
+    metrics_port: int | None = 9090
+    routing: RoutingConfig = field(default_factory=RoutingConfig)
+    frontend: FrontendSettings = field(default_factory=FrontendSettings)
+    weight_store_bytes: int = DEFAULT_CAPACITY_BYTES
+    scrape_interval_s: float = SCRAPE_INTERVAL_S_DEFAULT
+    prewarm_interval_s: float = PREWARM_INTERVAL_S_DEFAULT
+    drain_timeout_s: float = DRAIN_TIMEOUT_S_DEFAULT
+    max_attempts: int = 3
+    upstream_calls: UpstreamCalls = UpstreamCalls.AUTO
+    streams_per_pod: int = STREAMS_PER_POD_DEFAULT
+    warm_over_http: bool = True
+    seed: int | None = None
+    api_keys_path: Path | None = None
+
+
+class Router:
+    """One router process: build with settings + discovery, then ``await start()`` / ``await stop()``."""
+
+    def __init__(self, settings: RouterSettings, discovery: Discovery) -> None:
+        self.settings = settings
+        self.discovery = discovery
+        self.metrics = RouterMetrics()
+        self.fleets = FleetSet(settings.routing, seed=settings.seed)
+        self.pool = ChannelPool()
+        self.reader = SchemeReader()
+        self.weights = WeightStore(settings.weight_store_bytes, self.reader, self.metrics)
+        self.model_info = ModelInfoCache(self.pool, self.fleets)
+        self.dispatcher = Dispatcher(
+            self.fleets,
+            self.pool,
+            self.weights,
+            self.model_info,
+            self.metrics,
+            max_attempts=settings.max_attempts,
+            calls=settings.upstream_calls,
+            streams_per_pod=settings.streams_per_pod,
+            warm_over_http=settings.warm_over_http,
+        )
+        api_keys = ApiKeys.load(settings.api_keys_path) if settings.api_keys_path is not None else None
+        self.lifecycle = Lifecycle()
+        self.services = Services(
+            fleets=self.fleets,
+            text=TextGenerator(self.dispatcher),
+            dispatcher=self.dispatcher,
+            model_info=self.model_info,
+            metrics=self.metrics,
+            settings=settings.frontend,
+            api_keys=api_keys,
+            lifecycle=self.lifecycle,
+        )
+        self._runners: list[web.AppRunner] = []
+        self._grpc: Any = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self.http_port: int | None = None
+        self.grpc_port: int | None = None
+        self.metrics_port: int | None = None
+
+    # -- discovery -------------------------------------------------------------------------------------
+    def apply(self, snapshot: DiscoverySnapshot) -> None:
+        old_models = {name: base.upstream_model for name, base in self.fleets.registry.bases.items()}
+        self.fleets.apply(snapshot)
+        for name, base in snapshot.registry.bases.items():
+            if old_models.get(name) not in (None, base.upstream_model):
+                self.model_info.forget(name)
+        addresses = self.fleets.addresses()
+        self.pool.retain(addresses)
+        self.dispatcher.retain(addresses)
+        log.info(
+            "fleet updated",
+            extra={
+                "ctx": {
+                    "base_models": len(snapshot.registry.bases),
+                    "adapters": len(snapshot.registry.adapters),
+                    "pods": sum(len(p) for p in snapshot.pods.values()),
+                }
+            },
+        )
+
+    # -- lifecycle -------------------------------------------------------------------------------------
+    def http_app(self) -> web.Application:
+        app = web.Application(
+            client_max_size=self.settings.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES,
+            middlewares=[_unexpected_errors],
+        )
+        app.add_routes(OpenAIFrontend(self.services).routes())
+        app.add_routes(TritonHttpFrontend(self.services).routes())
+        return app
+
+    def metrics_app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes([web.get("/metrics", self._metrics), web.get("/debug/fleets", self._fleets_debug)])
+        return app
+
+    async def start(self) -> None:
+        self.apply(await asyncio.to_thread(self.discovery.initial))
+        s = self.settings
+        self.http_port = await self._serve_http(self.http_app(), s.http_port, handler_cancellation=True)
+        if s.metrics_port is not None:
+            self.metrics_port = await self._serve_http(self.metrics_app(), s.metrics_port)
+        if s.grpc_port is not None:
+            self._grpc = build_grpc_server(
+                self.services, max_message_bytes=s.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES
+            )
+            self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
+            await self._grpc.start()
+        self._background(self.discovery.run(self.apply), "discovery")
+        self._background(MetricsScraper(self.fleets, self.metrics, s.scrape_interval_s).run(), "scraper")
+        self._background(self._prewarm_loop(), "prewarm")
+        self._background(self._health_loop(), "health")
+        log.info(
+            "router started",
+            extra={
+                "ctx": {
+                    "http_port": self.http_port,
+                    "grpc_port": self.grpc_port,
+                    "metrics_port": self.metrics_port,
+                    "policy": s.routing.policy,
+                }
+            },
+        )
+
+    async def _serve_http(self, app: web.Application, port: int, *, handler_cancellation: bool = False) -> int:
+        runner = web.AppRunner(app, access_log=None, handler_cancellation=handler_cancellation)
+        await runner.setup()
+        site = web.TCPSite(runner, self.settings.host, port, backlog=1024, reuse_address=True)
+        await site.start()
+        self._runners.append(runner)
+        server = site._server
+        sockets = getattr(server, "sockets", None) or []
+        return int(sockets[0].getsockname()[1]) if sockets else port
+
+    def _background(self, coro: Awaitable[None], name: str) -> None:
+        async def guarded() -> None:
+            try:
+                await coro
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("background loop failed", extra={"ctx": {"loop": name}})
+
+        self._tasks.append(asyncio.create_task(guarded(), name=name))
+
+    async def stop(self) -> None:
+        self.lifecycle.start_draining()
+        drained = await self.lifecycle.wait_idle(self.settings.drain_timeout_s)
+        log.info("router draining done", extra={"ctx": {"drained": drained, "left": self.lifecycle.inflight}})
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._grpc is not None:
+            await self._grpc.stop(grace=1.0)
+        for runner in self._runners:
+            await runner.cleanup()
+        await self.dispatcher.close()
+        await self.pool.close()
+        await self.reader.close()
+
+    # -- metrics port ----------------------------------------------------------------------------------
+    async def _metrics(self, request: web.Request) -> web.Response:
+        return web.Response(body=self.metrics.exposition(), content_type="text/plain", charset="utf-8")
+
+    async def _fleets_debug(self, request: web.Request) -> web.Response:
+        snapshots = {name: dataclasses.asdict(fleet.snapshot()) for name, fleet in self.fleets.fleets.items()}
+        return web.json_response(snapshots)
+
+    # -- passive health ---------------------------------------------------------------------------------
+    async def _health_loop(self) -> None:
+        """Probe suspended pods (``ModelReady`` of the upstream model); resume those that answer."""
+        while True:
+            await asyncio.sleep(HEALTH_PROBE_INTERVAL_S)
+            for base_name, endpoint in self.fleets.suspended_endpoints():
+                base = self.fleets.registry.bases.get(base_name)
+                if base is None:
+                    continue
+                request = service_pb2.ModelReadyRequest(name=base.upstream_model)
+                try:
+                    ready = await self.pool.stub(endpoint.address).ModelReady(request, timeout=HEALTH_PROBE_TIMEOUT_S)
+                except grpc.aio.AioRpcError:
+                    continue
+                if ready.ready:
+                    self.fleets.resume(base_name, endpoint.pod_id)
+
+    # -- prewarming ------------------------------------------------------------------------------------
+    async def _prewarm_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.prewarm_interval_s)
+            for name, fleet in list(self.fleets.fleets.items()):
+                adapters = self.fleets.registry.adapters_of(name)
+                plan = fleet.prewarm_plan([a.ref for a in adapters if a.min_pods > 0])
+                by_name = {a.served_name: a for a in adapters}
+                for pod, ref in plan:
+                    await self._prewarm(name, pod, by_name[ref.name].served_name)
+
+    async def _prewarm(self, base_model: str, pod: str, served_name: str) -> None:
+        target = self.fleets.registry.resolve(served_name)
+        info = await self.model_info.info(target.base)
+        assert target.adapter is not None
+        request = build_text_request(
+            info,
+            " ",
+            SamplingParams(max_tokens=1),
+            stream=False,
+            task_id=target.adapter.task_id,
+            request_id=f"prewarm-{served_name}",
+        )
+        call = UpstreamCall(
+            request_id=f"prewarm-{served_name}",
+            target=target,
+            request=request,
+            prompt_tokens=3,
+            max_tokens=1,
+            deadline_s=time.monotonic() + PREWARM_TIMEOUT_S,
+            pinned_decision=Fleet.prewarm_decision(pod),
+        )
+        try:
+            async for _ in self.dispatcher.stream(call):
+                pass
+        except RouterError as exc:
+            log.warning("prewarm failed", extra={"ctx": {"pod": pod, "adapter": served_name, "error": exc.message}})
+        else:
+            log.info("prewarmed", extra={"ctx": {"pod": pod, "adapter": served_name, "base_model": base_model}})
+
+
+@web.middleware
+async def _unexpected_errors(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    """Last resort: an unexpected exception becomes a logged 500 with an OpenAI-style body."""
+    try:
+        return await handler(request)
+    except web.HTTPException:
+        raise
+    except (asyncio.CancelledError, ConnectionError):
+        raise
+    except Exception:
+        log.exception("unhandled error", extra={"ctx": {"path": request.path}})
+        error = RouterError("internal error")
+        return web.json_response(openai_error_body(error), status=mapping_for(error).http_status)

@@ -1,0 +1,183 @@
+"""``trtfleet router``: run the adapter-aware router.
+
+Examples::
+
+    trtfleet router --fleet-config fleet.yaml
+    trtfleet router --base-model tiny --architecture reference --max-input-len 256 --max-seq-len 512 \\
+        --backend 127.0.0.1:8001/8002,127.0.0.1:9001/9002 --adapter tiny-upper=1:/data/adapters/upper
+    trtfleet router --kubernetes --namespace models
+
+SIGTERM/SIGINT drain: readiness goes false, new requests get 503, in-flight ones get
+``--drain-timeout-s`` to finish.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+from trtfleet_router.app import (
+    DRAIN_TIMEOUT_S_DEFAULT,
+    PREWARM_INTERVAL_S_DEFAULT,
+    Discovery,
+    Router,
+    RouterSettings,
+)
+from trtfleet_router.logs import configure_logging
+from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
+from trtfleet_router.routing.config import RoutingConfig, load_routing_config
+from trtfleet_router.server.common import MAX_BODY_BYTES_DEFAULT, REQUEST_TIMEOUT_S_DEFAULT, FrontendSettings
+from trtfleet_router.upstream.dispatch import UpstreamCalls
+from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT
+from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
+from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    ports = parser.add_argument_group("ports")
+    ports.add_argument("--host", default="0.0.0.0", help="address to listen on (default 0.0.0.0)")
+    ports.add_argument("--http-port", type=int, default=8080, help="OpenAI + Triton HTTP (0: any free port)")
+    ports.add_argument("--grpc-port", type=int, default=8081, help="Triton gRPC (-1: disabled)")
+    ports.add_argument("--metrics-port", type=int, default=9090, help="/metrics (-1: disabled)")
+
+    routing = parser.add_argument_group("routing")
+    routing.add_argument("--policy", help="routing policy (overrides the policy config file)")
+    routing.add_argument("--policy-config", type=Path, help="routing policy YAML file")
+    routing.add_argument("--max-attempts", type=int, default=3, help="pods tried per request (default 3)")
+    routing.add_argument(
+        "--upstream-calls",
+        choices=[c.value for c in UpstreamCalls],
+        default="auto",
+        help="auto: a gRPC call per client stream (cancellable), unary requests multiplexed "
+        "on shared streams; per-request; multiplexed",
+    )
+    routing.add_argument(
+        "--streams-per-pod",
+        type=int,
+        default=STREAMS_PER_POD_DEFAULT,
+        help="shared gRPC streams per pod for multiplexed requests",
+    )
+    routing.add_argument(
+        "--no-upstream-http",
+        action="store_true",
+        help="send warm text requests over gRPC too (default: Triton HTTP when the pod's HTTP port is known; "
+        "requests with weights always use gRPC)",
+    )
+    routing.add_argument("--seed", type=int, help="seed of the routing tie-breaks (default: random)")
+
+    source = parser.add_argument_group("discovery (one of --fleet-config, --backend, --kubernetes)")
+    source.add_argument("--fleet-config", type=Path, help="fleet YAML (base models, backends, adapters)")
+    source.add_argument(
+        "--backend",
+        action="append",
+        default=[],
+        help="host:grpcport[/metricsport[/httpport]][,...] of a Triton pod (repeatable)",
+    )
+    source.add_argument("--base-model", help="base model name for --backend")
+    source.add_argument("--adapter", action="append", default=[], help="name=task_id:artifact_dir (repeatable)")
+    source.add_argument("--architecture", default="llama", help="chat template family for --backend")
+    source.add_argument("--max-input-len", type=int, default=2048, help="engine maxInputLen for --backend")
+    source.add_argument("--max-seq-len", type=int, default=4096, help="engine maxSeqLen for --backend")
+    source.add_argument("--host-pages", type=int, help="LoRA host-cache pages per pod for --backend")
+    source.add_argument("--device-pages", type=int, help="LoRA device-cache pages per pod for --backend")
+    source.add_argument("--upstream-model", default=DEFAULT_UPSTREAM_MODEL, help="text-level model on the pods")
+    source.add_argument("--kubernetes", action="store_true", help="watch BaseModels, Adapters, EndpointSlices")
+    source.add_argument("--namespace", help="namespace to watch (default: the service account's)")
+
+    limits = parser.add_argument_group("limits")
+    limits.add_argument("--api-keys", type=Path, help="API keys file (YAML/JSON); keys are off without it")
+    limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES_DEFAULT)
+    limits.add_argument("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S_DEFAULT)
+    limits.add_argument(
+        "--weight-store-bytes",
+        type=int,
+        default=DEFAULT_CAPACITY_BYTES,
+        help="host memory for cached adapter weights",
+    )
+    limits.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S_DEFAULT)
+    limits.add_argument("--prewarm-interval-s", type=float, default=PREWARM_INTERVAL_S_DEFAULT)
+    limits.add_argument("--drain-timeout-s", type=float, default=DRAIN_TIMEOUT_S_DEFAULT)
+    parser.add_argument("--log-level", default="INFO")
+    parser.set_defaults(func=run)
+
+
+def _routing_config(args: argparse.Namespace) -> RoutingConfig:
+    config = load_routing_config(args.policy_config) if args.policy_config else RoutingConfig()
+    if args.policy:
+        config = RoutingConfig.model_validate({**config.model_dump(), "policy": args.policy})
+    return config
+
+
+def build_discovery(args: argparse.Namespace) -> Discovery:
+    chosen = [bool(args.fleet_config), bool(args.backend), bool(args.kubernetes)]
+    if sum(chosen) != 1:
+        raise SystemExit("trtfleet router: give exactly one of --fleet-config, --backend, --kubernetes")
+    if args.kubernetes:
+        from trtfleet_router.discovery.kubeclient import KubeClient, load_credentials
+        from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
+
+        return KubernetesDiscovery(KubeClient(load_credentials()), args.namespace)
+    from trtfleet_router.discovery.static import StaticDiscovery, config_from_flags
+
+    if args.fleet_config:
+        return StaticDiscovery(path=args.fleet_config)
+    if not args.base_model:
+        raise SystemExit("trtfleet router: --backend needs --base-model")
+    return StaticDiscovery(
+        config=config_from_flags(
+            base_model=args.base_model,
+            backends=args.backend,
+            adapters=args.adapter,
+            architecture=args.architecture,
+            max_input_len=args.max_input_len,
+            max_seq_len=args.max_seq_len,
+            host_pages=args.host_pages,
+            device_pages=args.device_pages,
+            upstream_model=args.upstream_model,
+        )
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> RouterSettings:
+    return RouterSettings(
+        host=args.host,
+        http_port=args.http_port,
+        grpc_port=None if args.grpc_port < 0 else args.grpc_port,
+        metrics_port=None if args.metrics_port < 0 else args.metrics_port,
+        routing=_routing_config(args),
+        frontend=FrontendSettings(max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s),
+        weight_store_bytes=args.weight_store_bytes,
+        scrape_interval_s=args.scrape_interval_s,
+        prewarm_interval_s=args.prewarm_interval_s,
+        drain_timeout_s=args.drain_timeout_s,
+        max_attempts=args.max_attempts,
+        upstream_calls=UpstreamCalls(args.upstream_calls),
+        streams_per_pod=args.streams_per_pod,
+        warm_over_http=not args.no_upstream_http,
+        seed=args.seed,
+        api_keys_path=args.api_keys,
+    )
+
+
+async def serve(router: Router) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    await router.start()
+    await stop.wait()
+    await router.stop()
+
+
+def run(args: argparse.Namespace) -> int:
+    configure_logging(args.log_level)
+    try:
+        settings = settings_from_args(args)
+        discovery = build_discovery(args)
+        router = Router(settings, discovery)
+    except ValueError as exc:
+        raise SystemExit(f"trtfleet router: {exc}") from exc
+    asyncio.run(serve(router))
+    return 0

@@ -1,0 +1,1 @@
+"""Discovery: where the base models, adapters and serving pods come from (static file/flags or Kubernetes)."""

@@ -1,0 +1,208 @@
+"""Kubernetes discovery: BaseModels, Adapters and the EndpointSlices of BaseModel Services.
+
+Watched in one namespace (``--namespace``, default: the service account's or the kubeconfig
+context's):
+
+* ``BaseModel`` (``trtfleet.io/v1alpha1``): limits from ``spec.engine``, LoRA cache pages per pod from
+  ``status.capacity.loraHostPages``/``loraDevicePages`` (else planned from ``spec``), chat template,
+  dtype. Annotation ``trtfleet.io/upstream-model`` overrides the upstream model name.
+* ``Adapter``: served when ``status.phase`` is Ready and ``status.taskId``/``status.artifact.uri`` are
+  set; served name ``status.servedName`` (else ``spec.servedName``, else the object name); base model
+  ``spec.baseModel``; weights size, rank and modules from ``status.artifact``.
+* ``EndpointSlice`` labelled ``trtfleet.io/basemodel=<name>`` (the label is copied from the Service):
+  one pod per endpoint, address ``<ip>:<port named grpc>``, metrics ``<ip>:<port named metrics>``,
+  Triton HTTP ``<ip>:<port named http>`` (used for warm requests when present), pod
+  id ``targetRef.name``, uid ``targetRef.uid`` (a new uid or IP resets that pod's shadow cache), ready
+  from ``conditions.ready`` (absent = ready, as the API defines).
+
+The translation functions are pure; :class:`KubernetesDiscovery` only keeps the latest objects and
+rebuilds the snapshot after every event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
+
+from pydantic import ValidationError
+
+from trtfleet.api.adapter import Adapter as AdapterObject
+from trtfleet.api.adapter import AdapterPhase
+from trtfleet.api.basemodel import BaseModel as BaseModelObject
+from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
+from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
+from trtfleet_router.models_registry import (
+    DEFAULT_UPSTREAM_MODEL,
+    AdapterEntry,
+    BaseModelEntry,
+    ModelRegistry,
+    base_entry_from_spec,
+    lora_geometry,
+    pages_for_adapter,
+)
+
+log = logging.getLogger(__name__)
+
+BASEMODEL_LABEL: Final = "trtfleet.io/basemodel"
+UPSTREAM_MODEL_ANNOTATION: Final = "trtfleet.io/upstream-model"
+GRPC_PORT_NAME: Final = "grpc"
+METRICS_PORT_NAME: Final = "metrics"
+HTTP_PORT_NAME: Final = "http"
+GROUP_PATH: Final = "/apis/trtfleet.io/v1alpha1/namespaces/{ns}"
+
+
+def _host_port(ip: str, port: int) -> str:
+    return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
+
+
+def pods_from_endpointslices(slices: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, PodEndpoint]]:
+    """EndpointSlices -> ``{base model: {pod id: PodEndpoint}}``."""
+    pods: dict[str, dict[str, PodEndpoint]] = {}
+    for slice_ in slices:
+        base = (slice_.get("metadata", {}).get("labels") or {}).get(BASEMODEL_LABEL)
+        if not base:
+            continue
+        ports = {p.get("name"): p.get("port") for p in slice_.get("ports") or []}
+        grpc_port, metrics_port = ports.get(GRPC_PORT_NAME), ports.get(METRICS_PORT_NAME)
+        http_port = ports.get(HTTP_PORT_NAME)
+        if not isinstance(grpc_port, int):
+            continue
+        target = pods.setdefault(base, {})
+        for endpoint in slice_.get("endpoints") or []:
+            addresses = endpoint.get("addresses") or []
+            if not addresses:
+                continue
+            ip = addresses[0]
+            ref = endpoint.get("targetRef") or {}
+            conditions = endpoint.get("conditions") or {}
+            ready = conditions.get("ready") is not False and conditions.get("terminating") is not True
+            pod_id = ref.get("name") or ip
+            target[pod_id] = PodEndpoint(
+                pod_id=pod_id,
+                address=_host_port(ip, grpc_port),
+                uid=f"{ref.get('uid') or pod_id}@{ip}",
+                metrics_url=f"http://{_host_port(ip, metrics_port)}/metrics" if isinstance(metrics_port, int) else None,
+                ready=ready,
+                http_address=_host_port(ip, http_port) if isinstance(http_port, int) else None,
+            )
+    return pods
+
+
+def base_entry_from_object(obj: Mapping[str, Any]) -> BaseModelEntry | None:
+    try:
+        parsed = BaseModelObject.model_validate(obj)
+    except ValidationError as exc:
+        log.warning(
+            "BaseModel ignored",
+            extra={"ctx": {"name": obj.get("metadata", {}).get("name"), "error": str(exc)[:500]}},
+        )
+        return None
+    metadata = parsed.metadata
+    upstream = (metadata.get("annotations") or {}).get(UPSTREAM_MODEL_ANNOTATION) or DEFAULT_UPSTREAM_MODEL
+    return base_entry_from_spec(metadata.get("name", ""), parsed.spec, parsed.status, upstream_model=upstream)
+
+
+def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseModelObject]) -> AdapterEntry | None:
+    """A served adapter, or None while it is not Ready (no task id or artifact yet)."""
+    try:
+        parsed = AdapterObject.model_validate(obj)
+    except ValidationError as exc:
+        log.warning(
+            "Adapter ignored",
+            extra={"ctx": {"name": obj.get("metadata", {}).get("name"), "error": str(exc)[:500]}},
+        )
+        return None
+    status = parsed.status
+    if status is None or status.phase is not AdapterPhase.READY or status.task_id is None:
+        return None
+    artifact = status.artifact
+    if artifact is None or not artifact.uri:
+        return None
+    name = status.served_name or parsed.spec.served_name or parsed.metadata.get("name", "")
+    base = bases.get(parsed.spec.base_model)
+    geometry = lora_geometry(base.spec) if base is not None else None
+    weights_bytes = artifact.bytes or 0
+    return AdapterEntry(
+        served_name=name,
+        base_model=parsed.spec.base_model,
+        task_id=status.task_id,
+        artifact_uri=artifact.uri,
+        sha256=artifact.sha256,
+        weights_bytes=weights_bytes,
+        pages=pages_for_adapter(geometry, artifact.rank, artifact.modules, weights_bytes),
+        min_pods=parsed.spec.warm.min_pods,
+    )
+
+
+def build_snapshot(
+    basemodels: Iterable[Mapping[str, Any]],
+    adapters: Iterable[Mapping[str, Any]],
+    slices: Iterable[Mapping[str, Any]],
+) -> DiscoverySnapshot:
+    """The router's view from the three object lists (pure)."""
+    parsed_bases: dict[str, BaseModelObject] = {}
+    entries = []
+    for obj in basemodels:
+        entry = base_entry_from_object(obj)
+        if entry is not None:
+            entries.append(entry)
+            parsed_bases[entry.name] = BaseModelObject.model_validate(obj)
+    adapter_entries = [a for a in (adapter_entry_from_object(o, parsed_bases) for o in adapters) if a is not None]
+    pods = pods_from_endpointslices(slices)
+    return DiscoverySnapshot(
+        ModelRegistry(entries, adapter_entries), {name: pods.get(name, {}) for name in parsed_bases}
+    )
+
+
+class KubernetesDiscovery:
+    """Watches the three kinds and applies a fresh snapshot after every change."""
+
+    def __init__(self, client: KubeClient, namespace: str | None = None) -> None:
+        self.client = client
+        self.namespace = namespace or client.credentials.namespace
+        self._objects: dict[str, dict[str, Mapping[str, Any]]] = {"bm": {}, "ad": {}, "es": {}}
+        self._synced: set[str] = set()
+
+    def _paths(self) -> dict[str, tuple[str, str | None]]:
+        group = GROUP_PATH.format(ns=self.namespace)
+        return {
+            "bm": (f"{group}/basemodels", None),
+            "ad": (f"{group}/adapters", None),
+            "es": (f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices", BASEMODEL_LABEL),
+        }
+
+    def initial(self) -> DiscoverySnapshot:
+        """Empty: the router serves nothing until every watch has listed once."""
+        return DiscoverySnapshot(ModelRegistry())
+
+    def snapshot(self) -> DiscoverySnapshot:
+        o = self._objects
+        return build_snapshot(o["bm"].values(), o["ad"].values(), o["es"].values())
+
+    async def run(self, apply: Callable[[DiscoverySnapshot], None]) -> None:
+        await asyncio.gather(
+            *(self._follow(kind, path, selector, apply) for kind, (path, selector) in self._paths().items())
+        )
+
+    async def _follow(
+        self, kind: str, path: str, selector: str | None, apply: Callable[[DiscoverySnapshot], None]
+    ) -> None:
+        objects = self._objects[kind]
+        async for event, payload in self.client.watch(path, selector):
+            if event == SYNC:
+                objects.clear()
+                for item in payload:
+                    objects[_key(item)] = item
+                self._synced.add(kind)
+            elif event == "DELETED":
+                objects.pop(_key(payload), None)
+            else:
+                objects[_key(payload)] = payload
+            if len(self._synced) == len(self._objects):
+                apply(self.snapshot())
+
+
+def _key(obj: Mapping[str, Any]) -> str:
+    return str(obj.get("metadata", {}).get("name", ""))

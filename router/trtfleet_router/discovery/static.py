@@ -1,0 +1,315 @@
+"""Static discovery: a fleet file (``--fleet-config fleet.yaml``) or command-line flags.
+
+Fleet file (camelCase or snake_case keys)::
+
+    baseModels:
+      - name: tiny
+        spec: {...}                 # optional BaseModel spec: limits, dtype, chat template, cache geometry
+        architecture: reference     # without spec: llama | mistral | qwen2 | gemma | phi3 | reference
+        maxInputLen: 256            # without spec
+        maxSeqLen: 512
+        hostPages: 4                # LoRA cache pages per pod (else planned from spec, else 8)
+        devicePages: 2
+        upstreamModel: tensorrt_llm_bls
+        chatTemplate: null          # override, see trtfleet_router.chat
+        backends:
+          - 127.0.0.1:8001/8002/8000                        # Triton gRPC host:port[/metrics[/http]]
+          - {address: 127.0.0.1:9001, metrics: 127.0.0.1:9002, http: 127.0.0.1:9000, podId: w2}
+        adapters:
+          - {servedName: tiny-upper, taskId: 1, artifact: /data/upper, minPods: 0}
+
+Adapter sizes (``weightsBytes``, rank, modules) come from the artifact's ``manifest.json`` when it is
+a local directory, else from the entry (``weightsBytes``, ``pages``). Relative paths are relative to
+the fleet file. :class:`StaticDiscovery` re-reads the file when its modification time changes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any, Final
+from urllib.parse import urlparse
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic.alias_generators import to_camel
+
+from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet_router.chat import chat_renderer
+from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
+from trtfleet_router.models_registry import (
+    BYTES_PER_TOKEN_DEFAULT,
+    BYTES_PER_TOKEN_REFERENCE,
+    DEFAULT_CACHE_PAGES,
+    DEFAULT_MAX_TOKENS,
+    DEFAULT_UPSTREAM_MODEL,
+    AdapterEntry,
+    BaseModelEntry,
+    EngineLimits,
+    ModelRegistry,
+    base_entry_from_spec,
+    lora_geometry,
+    pages_for_adapter,
+)
+
+log = logging.getLogger(__name__)
+
+POLL_INTERVAL_S: Final = 2.0
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, alias_generator=to_camel, populate_by_name=True)
+
+
+class BackendConfig(_Model):
+    address: str = Field(description="host:port of the pod's Triton gRPC endpoint.")
+    metrics: str | None = Field(default=None, description="host:port or URL of Triton's metrics endpoint.")
+    http: str | None = Field(default=None, description="host:port of Triton's HTTP endpoint (warm requests).")
+    pod_id: str | None = Field(default=None, description="Pod name (default: the address).")
+    uid: str | None = Field(default=None, description="Pod identity; a new uid resets the shadow cache.")
+
+
+class AdapterConfig(_Model):
+    served_name: str
+    task_id: int = Field(ge=1, le=2**63 - 1)
+    artifact: str = Field(description="Directory (path, file://, http(s)://, s3://) of the converted adapter.")
+    sha256: str | None = None
+    weights_bytes: int | None = Field(default=None, ge=0)
+    pages: int | None = Field(default=None, ge=1)
+    min_pods: int = Field(default=0, ge=0)
+
+
+class BaseModelConfig(_Model):
+    name: str
+    spec: BaseModelSpec | None = None
+    architecture: str | None = Field(
+        default=None,
+        description="Chat template family; default llama, or the spec's (reference for the reference runtime).",
+    )
+    max_input_len: int = Field(default=2048, ge=1)
+    max_seq_len: int = Field(default=4096, ge=2)
+    host_pages: int | None = Field(default=None, ge=1)
+    device_pages: int | None = Field(default=None, ge=1)
+    upstream_model: str = DEFAULT_UPSTREAM_MODEL
+    chat_template: str | None = None
+    weights_dtype: str = Field(default="FP16", pattern="^(FP16|BF16)$")
+    bytes_per_token: float | None = Field(default=None, gt=0)
+    default_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    backends: list[BackendConfig] = Field(default_factory=list)
+    adapters: list[AdapterConfig] = Field(default_factory=list)
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _plain_addresses(cls, value: Any) -> Any:
+        if isinstance(value, list):
+            return [parse_backend(v) if isinstance(v, str) else v for v in value]
+        return value
+
+
+class FleetConfig(_Model):
+    base_models: list[BaseModelConfig] = Field(min_length=1)
+
+
+def parse_backend(text: str) -> dict[str, Any]:
+    """``host:grpcport[/metricsport[/httpport]]``."""
+    address, *ports = text.strip().split("/")
+    host = address.rsplit(":", 1)[0]
+    metrics = f"{host}:{ports[0]}" if len(ports) > 0 and ports[0] else None
+    http = f"{host}:{ports[1]}" if len(ports) > 1 and ports[1] else None
+    return {"address": address, "metrics": metrics, "http": http}
+
+
+def metrics_url(metrics: str | None) -> str | None:
+    if metrics is None:
+        return None
+    if metrics.startswith(("http://", "https://")):
+        return metrics
+    return f"http://{metrics}/metrics"
+
+
+def _artifact_dir(uri: str, base_dir: Path | None) -> Path | None:
+    parsed = urlparse(uri)
+    if parsed.scheme == "file":
+        return Path(parsed.path)
+    if parsed.scheme:
+        return None
+    path = Path(uri)
+    return path if path.is_absolute() or base_dir is None else base_dir / path
+
+
+def _local_manifest(directory: Path | None) -> dict[str, Any]:
+    if directory is None:
+        return {}
+    try:
+        data = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        log.warning("adapter manifest unreadable", extra={"ctx": {"dir": str(directory), "error": str(exc)}})
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def base_entry(config: BaseModelConfig) -> BaseModelEntry:
+    if config.spec is not None:
+        entry = base_entry_from_spec(
+            config.name,
+            config.spec,
+            upstream_model=config.upstream_model,
+            host_pages=config.host_pages,
+            device_pages=config.device_pages,
+        )
+        if config.bytes_per_token is not None:
+            entry = replace(entry, bytes_per_token=config.bytes_per_token)
+        if config.architecture is not None and config.chat_template is None and not config.spec.serving.chat_template:
+            entry = replace(entry, architecture=config.architecture, chat=chat_renderer(config.architecture))
+        if config.chat_template is not None:
+            entry = replace(entry, chat=chat_renderer(entry.architecture, config.chat_template))
+        return entry
+    architecture = config.architecture or "llama"
+    reference = architecture == "reference"
+    default_bpt = BYTES_PER_TOKEN_REFERENCE if reference else BYTES_PER_TOKEN_DEFAULT
+    host_pages = config.host_pages or DEFAULT_CACHE_PAGES
+    return BaseModelEntry(
+        name=config.name,
+        architecture=architecture,
+        limits=EngineLimits(config.max_input_len, config.max_seq_len),
+        chat=chat_renderer(architecture, config.chat_template),
+        upstream_model=config.upstream_model,
+        weights_datatype=config.weights_dtype,
+        bytes_per_token=config.bytes_per_token or default_bpt,
+        host_pages=host_pages,
+        device_pages=config.device_pages or host_pages,
+        default_max_tokens=config.default_max_tokens,
+    )
+
+
+def adapter_entry(config: AdapterConfig, base: BaseModelConfig, base_dir: Path | None) -> AdapterEntry:
+    directory = _artifact_dir(config.artifact, base_dir)
+    manifest = _local_manifest(directory)
+    weights_bytes = config.weights_bytes or int(manifest.get("weights_bytes") or 0)
+    pages = config.pages
+    if pages is None:
+        geometry = lora_geometry(base.spec) if base.spec is not None else None
+        rank = manifest.get("rank")
+        modules = manifest.get("modules")
+        pages = pages_for_adapter(
+            geometry,
+            rank if isinstance(rank, int) else None,
+            modules if isinstance(modules, list) else None,
+            weights_bytes,
+        )
+    uri = str(directory) if directory is not None else config.artifact
+    return AdapterEntry(
+        served_name=config.served_name,
+        base_model=base.name,
+        task_id=config.task_id,
+        artifact_uri=uri,
+        sha256=config.sha256,
+        weights_bytes=weights_bytes,
+        pages=pages,
+        min_pods=config.min_pods,
+    )
+
+
+def snapshot_from_config(config: FleetConfig, base_dir: Path | None = None) -> DiscoverySnapshot:
+    bases, adapters, pods = [], [], {}
+    for base in config.base_models:
+        bases.append(base_entry(base))
+        adapters += [adapter_entry(a, base, base_dir) for a in base.adapters]
+        endpoints = {}
+        for backend in base.backends:
+            pod_id = backend.pod_id or backend.address
+            endpoints[pod_id] = PodEndpoint(
+                pod_id=pod_id,
+                address=backend.address,
+                uid=backend.uid or backend.address,
+                metrics_url=metrics_url(backend.metrics),
+                http_address=backend.http,
+            )
+        pods[base.name] = endpoints
+    return DiscoverySnapshot(ModelRegistry(bases, adapters), pods)
+
+
+def load_fleet_config(path: Path) -> FleetConfig:
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return FleetConfig.model_validate(data)
+    except (OSError, yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"invalid fleet configuration {path}: {exc}") from exc
+
+
+def config_from_flags(
+    *,
+    base_model: str,
+    backends: Sequence[str],
+    adapters: Sequence[str],
+    architecture: str,
+    max_input_len: int,
+    max_seq_len: int,
+    host_pages: int | None,
+    device_pages: int | None,
+    upstream_model: str,
+) -> FleetConfig:
+    """``--backend h:p[/m],... --base-model NAME --adapter name=task_id:artifact_dir ...``"""
+    parsed_adapters = []
+    for text in adapters:
+        name, sep, rest = text.partition("=")
+        task, sep2, artifact = rest.partition(":")
+        if not (sep and sep2 and name and task.isdigit() and artifact):
+            raise ValueError(f"--adapter {text!r}: expected name=task_id:artifact_dir")
+        parsed_adapters.append(AdapterConfig(served_name=name, task_id=int(task), artifact=artifact))
+    backend_list = [parse_backend(b) for item in backends for b in item.split(",") if b.strip()]
+    return FleetConfig(
+        base_models=[
+            BaseModelConfig(
+                name=base_model,
+                architecture=architecture,
+                max_input_len=max_input_len,
+                max_seq_len=max_seq_len,
+                host_pages=host_pages,
+                device_pages=device_pages,
+                upstream_model=upstream_model,
+                backends=[BackendConfig(**b) for b in backend_list],
+                adapters=parsed_adapters,
+            )
+        ]
+    )
+
+
+class StaticDiscovery:
+    """Applies a fleet file (and re-applies it when it changes) or a fixed config."""
+
+    def __init__(self, *, path: Path | None = None, config: FleetConfig | None = None) -> None:
+        if (path is None) == (config is None):
+            raise ValueError("give a fleet file or a config")
+        self.path = path
+        self.config = config
+        self._mtime_ns = 0
+
+    def initial(self) -> DiscoverySnapshot:
+        if self.path is None:
+            assert self.config is not None
+            return snapshot_from_config(self.config)
+        self._mtime_ns = self.path.stat().st_mtime_ns
+        return snapshot_from_config(load_fleet_config(self.path), self.path.parent)
+
+    async def run(self, apply: Callable[[DiscoverySnapshot], None]) -> None:
+        """Poll the file; apply a new snapshot when it changed and is valid."""
+        if self.path is None:
+            return
+        while True:
+            await asyncio.sleep(POLL_INTERVAL_S)
+            try:
+                mtime_ns = (await asyncio.to_thread(self.path.stat)).st_mtime_ns
+                if mtime_ns == self._mtime_ns:
+                    continue
+                self._mtime_ns = mtime_ns
+                snapshot = await asyncio.to_thread(self.initial)
+            except (OSError, ValueError) as exc:
+                log.warning("fleet configuration not applied", extra={"ctx": {"error": str(exc)}})
+                continue
+            apply(snapshot)
+            log.info("fleet configuration reloaded", extra={"ctx": {"path": str(self.path)}})

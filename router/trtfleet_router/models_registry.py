@@ -1,0 +1,236 @@
+"""Served names -> base model / adapter, with the limits and chat template of each (pure).
+
+A :class:`ModelRegistry` is an immutable snapshot built by discovery (static config or Kubernetes);
+the router swaps the whole snapshot when something changes, so a request sees one consistent view.
+
+Prompt lengths: the router has no tokenizer (tokenizers are model-specific and live with the engine),
+so it *estimates* prompt tokens as ``ceil(utf8_bytes / bytes_per_token)``. ``bytes_per_token`` is 1.0
+for the reference runtime (its byte-level tokenizer makes the estimate exact up to two special tokens)
+and 4.0 otherwise (a typical English average). The check only rejects what the estimate says is too
+long; the engine stays the final authority and its own refusal reaches the client as a 400.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Final
+
+from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime
+from trtfleet.loracache import (
+    LoraCacheConfig,
+    LoraGeometry,
+    adapter_pages,
+    lora_module_shapes,
+    plan_lora_geometry,
+    tier_pages,
+)
+from trtfleet_router.chat import ChatRenderer, chat_renderer
+from trtfleet_router.errors import LimitExceeded, ModelNotFound
+from trtfleet_router.routing.types import AdapterRef
+
+DEFAULT_UPSTREAM_MODEL: Final = "tensorrt_llm_bls"
+BYTES_PER_TOKEN_REFERENCE: Final = 1.0
+BYTES_PER_TOKEN_DEFAULT: Final = 4.0
+PROMPT_SPECIAL_TOKENS: Final = 2
+"""Tokens an engine adds around a prompt (BOS/separator); counted in the estimate."""
+DEFAULT_MAX_TOKENS: Final = 256
+DEFAULT_CACHE_PAGES: Final = 8
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLimits:
+    max_input_tokens: int
+    max_sequence_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class BaseModelEntry:
+    """One base model: how to reach it upstream and what it accepts."""
+
+    name: str
+    architecture: str
+    limits: EngineLimits
+    chat: ChatRenderer
+    upstream_model: str = DEFAULT_UPSTREAM_MODEL
+    weights_datatype: str = "FP16"
+    bytes_per_token: float = BYTES_PER_TOKEN_DEFAULT
+    host_pages: int = DEFAULT_CACHE_PAGES
+    device_pages: int = DEFAULT_CACHE_PAGES
+    default_max_tokens: int = DEFAULT_MAX_TOKENS
+    batched: bool = True
+    """The upstream model has ``max_batch_size > 0``: tensors carry a leading batch dim of 1."""
+
+    def estimate_tokens(self, text: str) -> int:
+        return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token) + PROMPT_SPECIAL_TOKENS
+
+    def resolve_max_tokens(self, prompt_tokens: int, requested: int | None) -> int:
+        """Check the prompt and ``max_tokens`` against the engine limits; the max_tokens to send."""
+        limits = self.limits
+        if prompt_tokens > limits.max_input_tokens:
+            raise LimitExceeded(
+                f"the prompt has about {prompt_tokens} tokens but model '{self.name}' accepts at most "
+                f"{limits.max_input_tokens} input tokens (maxInputLen)",
+                param="prompt",
+                code="context_length_exceeded",
+            )
+        room = limits.max_sequence_tokens - prompt_tokens
+        if requested is None:
+            return max(1, min(self.default_max_tokens, room))
+        if requested < 1:
+            raise LimitExceeded("max_tokens must be at least 1", param="max_tokens")
+        if requested > room:
+            raise LimitExceeded(
+                f"max_tokens {requested} plus about {prompt_tokens} prompt tokens exceed the "
+                f"model '{self.name}' maxSeqLen of {limits.max_sequence_tokens} "
+                f"(at most {room} new tokens for this prompt)",
+                param="max_tokens",
+                code="context_length_exceeded",
+            )
+        return requested
+
+
+@dataclass(frozen=True, slots=True)
+class AdapterEntry:
+    """One LoRA adapter served on a base model under ``served_name``."""
+
+    served_name: str
+    base_model: str
+    task_id: int
+    artifact_uri: str
+    sha256: str | None = None
+    weights_bytes: int = 0
+    pages: int = 1
+    min_pods: int = 0
+    ref: AdapterRef = field(init=False, compare=False)
+
+    def __post_init__(self) -> None:
+        ref = AdapterRef(
+            name=self.served_name,
+            task_id=self.task_id,
+            weights_bytes=self.weights_bytes,
+            pages=self.pages,
+            min_pods=self.min_pods,
+        )
+        object.__setattr__(self, "ref", ref)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a request's ``model`` resolved to."""
+
+    base: BaseModelEntry
+    adapter: AdapterEntry | None
+
+    @property
+    def model_kind(self) -> str:
+        return "base" if self.adapter is None else "adapter"
+
+    @property
+    def served_name(self) -> str:
+        return self.base.name if self.adapter is None else self.adapter.served_name
+
+
+class ModelRegistry:
+    """Immutable lookup of served names. Base model names win over adapters with the same name."""
+
+    def __init__(self, bases: Iterable[BaseModelEntry] = (), adapters: Iterable[AdapterEntry] = ()) -> None:
+        self.bases: Mapping[str, BaseModelEntry] = {b.name: b for b in bases}
+        self.adapters: Mapping[str, AdapterEntry] = {
+            a.served_name: a for a in adapters if a.base_model in self.bases and a.served_name not in self.bases
+        }
+        self._by_task: Mapping[tuple[str, int], AdapterEntry] = {
+            (a.base_model, a.task_id): a for a in self.adapters.values()
+        }
+        self._targets: dict[str, Target] = {name: Target(b, None) for name, b in self.bases.items()}
+        for name, a in self.adapters.items():
+            self._targets[name] = Target(self.bases[a.base_model], a)
+
+    def resolve(self, name: str) -> Target:
+        target = self._targets.get(name)
+        if target is None:
+            raise ModelNotFound(f"The model '{name}' does not exist", param="model", code="model_not_found")
+        return target
+
+    def adapter_by_task(self, base_model: str, task_id: int) -> AdapterEntry:
+        adapter = self._by_task.get((base_model, task_id))
+        if adapter is None:
+            raise ModelNotFound(
+                f"no adapter with lora_task_id {task_id} is served on base model '{base_model}'",
+                param="lora_task_id",
+                code="model_not_found",
+            )
+        return adapter
+
+    def adapters_of(self, base_model: str) -> list[AdapterEntry]:
+        return [a for a in self.adapters.values() if a.base_model == base_model]
+
+    def served_names(self) -> list[str]:
+        return sorted(self._targets)
+
+
+# -- builders from the API types ----------------------------------------------------------------------
+
+
+def lora_geometry(spec: BaseModelSpec) -> LoraGeometry | None:
+    """The engine's LoRA page geometry, when the spec has model dimensions."""
+    if spec.dimensions is None or not spec.lora.enabled:
+        return None
+    shapes = lora_module_shapes(spec.dimensions, spec.lora.target_modules, tp=spec.parallelism.tensor)
+    config = LoraCacheConfig(
+        optimal_adapter_size=spec.lora.cache.optimal_adapter_size,
+        max_adapter_size=spec.lora.cache.max_adapter_size,
+        max_lora_rank=spec.lora.max_rank,
+        dtype_bytes=2,
+        num_layers=spec.dimensions.num_layers,
+    )
+    return plan_lora_geometry(shapes, config)
+
+
+def base_entry_from_spec(
+    name: str,
+    spec: BaseModelSpec,
+    status: BaseModelStatus | None = None,
+    *,
+    upstream_model: str = DEFAULT_UPSTREAM_MODEL,
+    host_pages: int | None = None,
+    device_pages: int | None = None,
+) -> BaseModelEntry:
+    """A registry entry from a BaseModel: limits from ``spec.engine``, pages from ``status.capacity``
+    (else planned from ``spec.dimensions``), chat template from ``spec.serving.chatTemplate``."""
+    reference = spec.runtime is Runtime.REFERENCE
+    capacity = status.capacity if status is not None else None
+    geometry = lora_geometry(spec)
+    if host_pages is None:
+        host_pages = capacity.lora_host_pages if capacity and capacity.lora_host_pages else None
+    if host_pages is None and geometry is not None:
+        host_pages = tier_pages(geometry, spec.lora.cache.host_bytes)
+    if device_pages is None:
+        device_pages = capacity.lora_device_pages if capacity and capacity.lora_device_pages else None
+    return BaseModelEntry(
+        name=name,
+        architecture="reference" if reference else spec.architecture.value,
+        limits=EngineLimits(spec.engine.max_input_len, spec.engine.max_seq_len),
+        chat=chat_renderer("reference" if reference else spec.architecture.value, spec.serving.chat_template),
+        upstream_model=upstream_model,
+        weights_datatype="BF16" if spec.dtype is Dtype.BFLOAT16 else "FP16",
+        bytes_per_token=BYTES_PER_TOKEN_REFERENCE if reference else BYTES_PER_TOKEN_DEFAULT,
+        host_pages=host_pages or DEFAULT_CACHE_PAGES,
+        device_pages=device_pages or host_pages or DEFAULT_CACHE_PAGES,
+    )
+
+
+def pages_for_adapter(
+    geometry: LoraGeometry | None, rank: int | None, modules: Iterable[str] | None, weights_bytes: int
+) -> int:
+    """Cache pages an adapter takes: exact from the geometry and its rank, else one page per
+    ``page_bytes`` of weights, at least one."""
+    if geometry is not None and rank is not None:
+        try:
+            return max(1, adapter_pages(geometry, rank, modules))
+        except ValueError:
+            return max(1, math.ceil(weights_bytes / geometry.page_bytes))
+    if geometry is not None and weights_bytes:
+        return max(1, math.ceil(weights_bytes / geometry.page_bytes))
+    return 1

@@ -1,0 +1,1 @@
+"""Front ends: OpenAI HTTP, Triton HTTP and Triton gRPC, plus API keys and SSE framing."""

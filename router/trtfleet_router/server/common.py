@@ -1,0 +1,210 @@
+"""What every front end shares: the services they call, request bookkeeping, body reading.
+
+:class:`Services` is the whole surface the front ends see (registry lookups with API-key checks,
+the text generator, the dispatcher, upstream model info, metrics, the drain state). Each request runs
+inside :meth:`Services.track`, which counts it for draining and records ``requests_total`` and
+``request_duration_seconds`` once, whatever the outcome.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Final
+
+from aiohttp import web
+
+from trtfleet_router.errors import (
+    BodyTooLarge,
+    MalformedRequest,
+    RouterError,
+    ShuttingDown,
+    mapping_for,
+)
+from trtfleet_router.fleets import FleetSet
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.models_registry import Target
+from trtfleet_router.server.auth import ApiKeys
+from trtfleet_router.upstream.dispatch import Dispatcher
+from trtfleet_router.upstream.modelinfo import ModelInfoCache
+from trtfleet_router.upstream.text import TextGenerator
+
+log = logging.getLogger(__name__)
+
+MAX_BODY_BYTES_DEFAULT: Final = 8 * 1024 * 1024
+REQUEST_TIMEOUT_S_DEFAULT: Final = 600.0
+REQUEST_ID_HEADER: Final = "x-request-id"
+
+
+@dataclass(frozen=True, slots=True)
+class FrontendSettings:
+    max_body_bytes: int = MAX_BODY_BYTES_DEFAULT
+    request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT
+
+
+class Lifecycle:
+    """Counts requests in flight; after :meth:`start_draining` new requests get 503."""
+
+    def __init__(self) -> None:
+        self.draining = False
+        self.inflight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    def enter(self) -> None:
+        if self.draining:
+            raise ShuttingDown("the router is shutting down; retry on another replica", retry_after_s=1)
+        self.inflight += 1
+        self._idle.clear()
+
+    def exit(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self._idle.set()
+
+    def start_draining(self) -> None:
+        self.draining = True
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        """True when every request finished within ``timeout_s``."""
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+        except TimeoutError:
+            return False
+        return True
+
+
+class RequestIds:
+    """Short unique request ids: a per-process random prefix and a counter (cheap on the hot path)."""
+
+    def __init__(self) -> None:
+        self._prefix = os.urandom(4).hex()
+        self._counter = itertools.count(1)
+
+    def new(self, supplied: str | None = None) -> str:
+        if supplied and len(supplied) <= 128 and supplied.isprintable():
+            return supplied
+        return f"{self._prefix}-{next(self._counter):x}"
+
+
+@dataclass(slots=True)
+class RequestRecord:
+    """Mutable facts about one request, filled in while it runs (for metrics and the log line)."""
+
+    request_id: str
+    frontend: str
+    started_s: float
+    model_kind: str = "unknown"
+    model: str = ""
+    code: str = "ok"
+    first_output_s: float | None = None
+
+
+class Services:
+    def __init__(
+        self,
+        *,
+        fleets: FleetSet,
+        text: TextGenerator,
+        dispatcher: Dispatcher,
+        model_info: ModelInfoCache,
+        metrics: RouterMetrics,
+        settings: FrontendSettings,
+        api_keys: ApiKeys | None = None,
+        lifecycle: Lifecycle | None = None,
+    ) -> None:
+        self.fleets = fleets
+        self.text = text
+        self.dispatcher = dispatcher
+        self.model_info = model_info
+        self.metrics = metrics
+        self.settings = settings
+        self.api_keys = api_keys
+        self.lifecycle = lifecycle if lifecycle is not None else Lifecycle()
+        self.request_ids = RequestIds()
+
+    def resolve(self, model: str, presented_key: str | None) -> Target:
+        """The target of ``model``, after the API-key check (when keys are configured)."""
+        if self.api_keys is not None:
+            self.api_keys.authenticate(presented_key)
+        target = self.fleets.registry.resolve(model)
+        if self.api_keys is not None:
+            self.api_keys.authorize(presented_key, target.served_name)
+        return target
+
+    def visible(self, served_name: str, presented_key: str | None) -> bool:
+        if self.api_keys is None:
+            return True
+        return self.api_keys.authenticate(presented_key).may_use(served_name)
+
+    @contextmanager
+    def track(self, frontend: str, request_id: str) -> Iterator[RequestRecord]:
+        """Wraps one request: drain accounting, ``requests_total``, duration, TTFT, the log line."""
+        record = RequestRecord(request_id, frontend, time.perf_counter())
+        self.lifecycle.enter()
+        try:
+            yield record
+        except RouterError as exc:
+            record.code = mapping_for(exc).code_label
+            raise
+        except (asyncio.CancelledError, ConnectionError):
+            record.code = "client_gone"
+            raise
+        except BaseException:
+            record.code = "internal"
+            raise
+        finally:
+            self.lifecycle.exit()
+            self._observe(record)
+
+    def _observe(self, record: RequestRecord) -> None:
+        m = self.metrics
+        elapsed_s = time.perf_counter() - record.started_s
+        m.requests.labels(record.frontend, record.model_kind, record.code).inc()
+        m.request_duration.labels(record.frontend, record.model_kind).observe(elapsed_s)
+        if record.first_output_s is not None:
+            m.time_to_first_token.labels(record.frontend, record.model_kind).observe(
+                record.first_output_s - record.started_s
+            )
+        if log.isEnabledFor(logging.DEBUG) or record.code not in ("ok", "client_gone"):
+            level = logging.DEBUG if record.code == "ok" else logging.INFO
+            log.log(
+                level,
+                "request",
+                extra={
+                    "ctx": {
+                        "request_id": record.request_id,
+                        "frontend": record.frontend,
+                        "model": record.model,
+                        "model_kind": record.model_kind,
+                        "code": record.code,
+                        "duration_s": round(elapsed_s, 6),
+                    }
+                },
+            )
+
+
+async def read_json_body(request: web.Request, max_body_bytes: int) -> Any:
+    """The request body as JSON (413 above ``max_body_bytes``, 400 when not JSON)."""
+    body = await read_body(request, max_body_bytes)
+    try:
+        return json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"the request body is not valid JSON: {exc}") from exc
+
+
+async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
+    length = request.content_length
+    if length is not None and length > max_body_bytes:
+        raise BodyTooLarge(f"the request body has {length} bytes; the limit is {max_body_bytes}")
+    try:
+        return await request.read()
+    except web.HTTPRequestEntityTooLarge as exc:
+        raise BodyTooLarge(f"the request body exceeds the limit of {max_body_bytes} bytes") from exc

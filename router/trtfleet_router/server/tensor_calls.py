@@ -1,0 +1,107 @@
+"""Tensor-level requests (Triton infer/generate over HTTP, ModelInfer/ModelStreamInfer over gRPC)
+-> an :class:`~trtfleet_router.upstream.dispatch.UpstreamCall` for the base model's upstream model.
+
+The client addresses a base model or an adapter by its served name. For an adapter the router sets
+``lora_task_id``; a client that names the base model may instead send ``lora_task_id`` of a served
+adapter itself. ``lora_weights``/``lora_config`` from clients are refused: the router owns the weights.
+The prompt length and ``max_tokens`` are checked when the request has ``text_input``/``max_tokens``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Final
+
+from tritonclient.grpc import service_pb2
+
+from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
+from trtfleet_router.models_registry import Target
+from trtfleet_router.server.common import Services
+from trtfleet_router.upstream.dispatch import UpstreamCall
+from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
+from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
+
+CLIENT_WEIGHT_INPUTS: Final = frozenset({"lora_weights", "lora_config"})
+
+
+def _raw_of(request: service_pb2.ModelInferRequest, name: str) -> tuple[str, bytes] | None:
+    for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
+        if tensor.name == name:
+            return tensor.datatype, raw
+    return None
+
+
+def _int_of(request: service_pb2.ModelInferRequest, name: str) -> int | None:
+    found = _raw_of(request, name)
+    if found is None:
+        return None
+    datatype, raw = found
+    widths = {"INT32": (4, True), "INT64": (8, True), "UINT32": (4, False), "UINT64": (8, False)}
+    if datatype not in widths or len(raw) < widths[datatype][0]:
+        raise MalformedRequest(f"input '{name}' must be an integer scalar")
+    width, signed = widths[datatype]
+    return int.from_bytes(raw[:width], "little", signed=signed)
+
+
+def _bool_of(request: service_pb2.ModelInferRequest, name: str) -> bool:
+    found = _raw_of(request, name)
+    return found is not None and found[0] == "BOOL" and found[1][:1] == b"\x01"
+
+
+def prompt_text(request: service_pb2.ModelInferRequest) -> str | None:
+    found = _raw_of(request, "text_input")
+    if found is None or found[0] != "BYTES":
+        return None
+    return b"".join(decode_bytes(found[1])).decode("utf-8", errors="replace")
+
+
+async def prepare_tensor_call(
+    services: Services,
+    request: service_pb2.ModelInferRequest,
+    served_name: str,
+    api_key: str | None,
+    request_id: str,
+    *,
+    client_streaming: bool = False,
+) -> tuple[Target, UpstreamCall]:
+    """Resolve, check and rewrite ``request`` (in place) for the upstream model."""
+    target = services.resolve(served_name, api_key)
+    normalize_to_raw(request)
+    names = {tensor.name for tensor in request.inputs}
+    if names & CLIENT_WEIGHT_INPUTS:
+        raise UnsupportedParameter(
+            "lora_weights/lora_config cannot be sent through the router: register the adapter and use its served name",
+            param="lora_weights",
+        )
+    task_id = _int_of(request, "lora_task_id")
+    if task_id is not None:
+        if target.adapter is None:
+            adapter = services.fleets.registry.adapter_by_task(target.base.name, task_id)
+            if services.api_keys is not None:
+                services.api_keys.authorize(api_key, adapter.served_name)
+            target = Target(target.base, adapter)
+        elif target.adapter.task_id != task_id:
+            raise MalformedRequest(
+                f"lora_task_id {task_id} does not belong to adapter '{served_name}'", param="lora_task_id"
+            )
+    base = target.base
+    info = await services.model_info.info(base)
+    request.model_name = info.name
+    request.model_version = ""
+    if target.adapter is not None:
+        set_lora_task_id(request, info, target.adapter.task_id)
+    else:
+        strip_lora_inputs(request)
+    prompt = prompt_text(request)
+    prompt_tokens = base.estimate_tokens(prompt) if prompt is not None else 0
+    max_tokens = base.resolve_max_tokens(prompt_tokens, _int_of(request, "max_tokens"))
+    call = UpstreamCall(
+        request_id=request_id,
+        target=target,
+        request=request,
+        prompt_tokens=prompt_tokens,
+        max_tokens=max_tokens,
+        deadline_s=time.monotonic() + services.settings.request_timeout_s,
+        client_streaming=client_streaming and _bool_of(request, "stream"),
+    )
+    return target, call

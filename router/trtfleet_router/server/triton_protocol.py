@@ -1,0 +1,252 @@
+"""Triton's HTTP/JSON forms <-> the gRPC protobufs the router forwards upstream (pure).
+
+* ``/infer``: KServe v2 JSON with optional binary tensors after a JSON header of
+  ``Inference-Header-Content-Length`` bytes, both ways (:func:`parse_infer_request`,
+  :func:`encode_infer_response`).
+* ``/generate`` and ``/generate_stream``: top-level JSON keys are input names, typed by the upstream
+  model's config; ``parameters`` become request parameters (:func:`parse_generate_request`); outputs
+  come back as flat JSON keys, single elements as scalars (:func:`generate_output_json`).
+* metadata and config JSON under the served name the client asked for.
+* :func:`merge_responses`: the one answer for a unary call when the upstream model streamed several
+  (``BYTES`` outputs concatenated element-wise, other outputs from the last response).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from google.protobuf import json_format
+from tritonclient.grpc import model_config_pb2, service_pb2
+
+from trtfleet_router.errors import MalformedRequest
+from trtfleet_router.upstream.protocol import triton_datatype
+from trtfleet_router.upstream.tensors import decode_bytes, encode_bytes, json_to_raw, raw_to_json
+
+HEADER_LENGTH = "Inference-Header-Content-Length"
+RESERVED_GENERATE_KEYS = frozenset({"parameters", "id"})
+
+
+def _set_parameter(target: Any, key: str, value: Any) -> None:
+    param = target[key]
+    if isinstance(value, bool):
+        param.bool_param = value
+    elif isinstance(value, int):
+        if value >= 0:
+            param.uint64_param = value
+        else:
+            param.int64_param = value
+    elif isinstance(value, float):
+        param.double_param = value
+    elif isinstance(value, str):
+        param.string_param = value
+    else:
+        raise MalformedRequest(f"parameter '{key}' must be a boolean, number or string")
+
+
+def parameter_value(param: service_pb2.InferParameter) -> Any:
+    which = param.WhichOneof("parameter_choice")
+    return getattr(param, which) if which else None
+
+
+@dataclass(frozen=True, slots=True)
+class OutputChoice:
+    """Which outputs the client wants and which of them as binary data."""
+
+    names: tuple[str, ...]  # empty: all
+    binary: frozenset[str]
+    binary_default: bool
+
+
+def parse_infer_request(body: bytes, header_length: int | None) -> tuple[service_pb2.ModelInferRequest, OutputChoice]:
+    """A KServe v2 infer body -> a raw-contents ``ModelInferRequest`` (model name left empty)."""
+    if header_length is not None and not 0 < header_length <= len(body):
+        raise MalformedRequest(f"{HEADER_LENGTH} {header_length} does not fit a body of {len(body)} bytes")
+    head, binary = (body[:header_length], body[header_length:]) if header_length else (body, b"")
+    try:
+        doc = json.loads(head)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise MalformedRequest(f"the inference request header is not valid JSON: {exc}") from exc
+    if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
+        raise MalformedRequest("the inference request must be an object with an 'inputs' list")
+    request = service_pb2.ModelInferRequest(id=str(doc.get("id", "")))
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise MalformedRequest("'parameters' must be an object")
+    binary_default = bool(params.get("binary_data_output", False))
+    for key, value in params.items():
+        if key != "binary_data_output":
+            _set_parameter(request.parameters, key, value)
+    offset = 0
+    for item in doc["inputs"]:
+        name, datatype, shape = _tensor_head(item)
+        size = (item.get("parameters") or {}).get("binary_data_size")
+        if size is not None:
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary):
+                raise MalformedRequest(f"input '{name}': binary_data_size {size} exceeds the binary data")
+            raw = binary[offset : offset + size]
+            offset += size
+        elif "data" in item:
+            raw = json_to_raw(name, datatype, shape, item["data"])
+        else:
+            raise MalformedRequest(f"input '{name}' has neither 'data' nor 'binary_data_size'")
+        request.inputs.add(name=name, datatype=datatype, shape=shape)
+        request.raw_input_contents.append(raw)
+    if offset != len(binary):
+        raise MalformedRequest(f"{len(binary) - offset} bytes of binary data belong to no input")
+    names, wanted_binary = [], set()
+    for item in doc.get("outputs") or []:
+        if not isinstance(item, dict) or not isinstance(item.get("name"), str):
+            raise MalformedRequest("every requested output needs a 'name'")
+        names.append(item["name"])
+        request.outputs.add(name=item["name"])
+        if (item.get("parameters") or {}).get("binary_data", binary_default):
+            wanted_binary.add(item["name"])
+    return request, OutputChoice(tuple(names), frozenset(wanted_binary), binary_default)
+
+
+def _tensor_head(item: Any) -> tuple[str, str, list[int]]:
+    if not isinstance(item, dict):
+        raise MalformedRequest("every input must be an object")
+    name, datatype, shape = item.get("name"), item.get("datatype"), item.get("shape")
+    if not isinstance(name, str) or not isinstance(datatype, str) or not isinstance(shape, list):
+        raise MalformedRequest("every input needs 'name', 'datatype' and 'shape'")
+    if not all(isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape):
+        raise MalformedRequest(f"input '{name}': shape must be a list of non-negative integers")
+    return name, datatype, shape
+
+
+def encode_infer_response(
+    response: service_pb2.ModelInferResponse, choice: OutputChoice, model_name: str
+) -> tuple[bytes, int | None]:
+    """A ``ModelInferResponse`` -> (body, JSON header length when binary outputs follow)."""
+    outputs_json, binaries = [], []
+    raws = response.raw_output_contents
+    for index, tensor in enumerate(response.outputs):
+        if choice.names and tensor.name not in choice.names:
+            continue
+        raw = raws[index] if index < len(raws) else b""
+        item: dict[str, Any] = {"name": tensor.name, "datatype": tensor.datatype, "shape": list(tensor.shape)}
+        if tensor.name in choice.binary or (not choice.names and choice.binary_default):
+            item["parameters"] = {"binary_data_size": len(raw)}
+            binaries.append(raw)
+        else:
+            item["data"] = raw_to_json(tensor.datatype, raw)
+        outputs_json.append(item)
+    doc: dict[str, Any] = {
+        "model_name": model_name,
+        "model_version": response.model_version or "1",
+        "outputs": outputs_json,
+    }
+    if response.id:
+        doc["id"] = response.id
+    header = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    if not binaries:
+        return header, None
+    return header + b"".join(binaries), len(header)
+
+
+def parse_generate_request(doc: Any, config: model_config_pb2.ModelConfig) -> service_pb2.ModelInferRequest:
+    """Triton's generate JSON -> a raw-contents request for the upstream model."""
+    if not isinstance(doc, dict):
+        raise MalformedRequest("the generate request body must be a JSON object")
+    declared = {tensor.name: tensor for tensor in config.input}
+    batched = config.max_batch_size > 0
+    request = service_pb2.ModelInferRequest(id=str(doc.get("id", "")))
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise MalformedRequest("'parameters' must be an object")
+    for key, value in params.items():
+        _set_parameter(request.parameters, key, value)
+    for name, value in doc.items():
+        if name in RESERVED_GENERATE_KEYS:
+            continue
+        tensor = declared.get(name)
+        if tensor is None:
+            raise MalformedRequest(f"unexpected inference input '{name}' for model '{config.name}'")
+        datatype = triton_datatype(tensor.data_type)
+        values = value if isinstance(value, list) else [value]
+        shape = [len(values)] if any(d < 0 for d in tensor.dims) or len(values) != 1 else [1] * len(tensor.dims)
+        if not shape:
+            shape = [1]
+        if batched:
+            shape = [1, *shape]
+        request.inputs.add(name=name, datatype=datatype, shape=shape)
+        request.raw_input_contents.append(json_to_raw(name, datatype, shape, values))
+    return request
+
+
+def generate_output_json(response: service_pb2.ModelInferResponse, model_name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": response.model_version or "1"}
+    if response.id:
+        doc["id"] = response.id
+    raws = response.raw_output_contents
+    for index, tensor in enumerate(response.outputs):
+        values = raw_to_json(tensor.datatype, raws[index] if index < len(raws) else b"")
+        doc[tensor.name] = values[0] if len(values) == 1 else values
+    return doc
+
+
+def merge_responses(responses: Sequence[service_pb2.ModelInferResponse]) -> service_pb2.ModelInferResponse:
+    if len(responses) == 1:
+        return responses[0]
+    merged = service_pb2.ModelInferResponse()
+    if not responses:
+        return merged
+    merged.CopyFrom(responses[-1])
+    for index, tensor in enumerate(merged.outputs):
+        if tensor.datatype != "BYTES" or index >= len(merged.raw_output_contents):
+            continue
+        parts: list[list[bytes]] = []
+        for response in responses:
+            for j, other in enumerate(response.outputs):
+                if other.name == tensor.name and j < len(response.raw_output_contents):
+                    parts.append(decode_bytes(response.raw_output_contents[j]))
+        width = max(len(p) for p in parts)
+        joined = [b"".join(p[k] for p in parts if k < len(p)) for k in range(width)]
+        merged.raw_output_contents[index] = encode_bytes(joined)
+    return merged
+
+
+def _shapes_to_int(obj: Any) -> Any:
+    """MessageToDict writes int64 fields as strings; Triton's JSON has numbers for dims/shapes."""
+    if isinstance(obj, dict):
+        return {
+            k: ([int(x) for x in v] if k in ("shape", "dims") and isinstance(v, list) else _shapes_to_int(v))
+            for k, v in obj.items()
+        }
+    if isinstance(obj, list):
+        return [_shapes_to_int(v) for v in obj]
+    return obj
+
+
+def metadata_json(metadata: service_pb2.ModelMetadataResponse, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = _shapes_to_int(json_format.MessageToDict(metadata, preserving_proto_field_name=True))
+    doc["name"] = name
+    return doc
+
+
+def config_json(config: model_config_pb2.ModelConfig, name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = _shapes_to_int(json_format.MessageToDict(config, preserving_proto_field_name=True))
+    doc["name"] = name
+    return doc
+
+
+def renamed_metadata(metadata: service_pb2.ModelMetadataResponse, name: str) -> service_pb2.ModelMetadataResponse:
+    copy = service_pb2.ModelMetadataResponse()
+    copy.CopyFrom(metadata)
+    copy.name = name
+    return copy
+
+
+def renamed_config(config: model_config_pb2.ModelConfig, name: str) -> model_config_pb2.ModelConfig:
+    copy = model_config_pb2.ModelConfig()
+    copy.CopyFrom(config)
+    copy.name = name
+    return copy
+
+
+def requested_parameters(request: service_pb2.ModelInferRequest) -> Mapping[str, Any]:
+    return {key: parameter_value(value) for key, value in request.parameters.items()}

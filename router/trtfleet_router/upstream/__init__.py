@@ -1,0 +1,1 @@
+"""Upstream side of the router: channels to pods, the dispatcher, text generation, load scraping."""

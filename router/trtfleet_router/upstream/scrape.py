@@ -1,0 +1,101 @@
+"""Load signals: scrape each pod's Triton metrics endpoint on an interval, feed ``fleet.observe_metrics``.
+
+Read: ``nv_trt_llm_request_metrics{request_type="active"|"waiting"}`` and
+``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` (summed over models). A pod
+that does not answer within the timeout is skipped this round (its last values go stale in the fleet).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+from dataclasses import dataclass
+from typing import Final
+
+import aiohttp
+
+from trtfleet_router.fleets import FleetSet
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.routing.types import PodMetrics
+
+log = logging.getLogger(__name__)
+
+SCRAPE_INTERVAL_S_DEFAULT: Final = 1.0
+SCRAPE_TIMEOUT_S: Final = 0.8
+REQUEST_METRIC: Final = "nv_trt_llm_request_metrics"
+KV_METRIC: Final = "nv_trt_llm_kv_cache_block_metrics"
+_LINE: Final = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
+_LABEL: Final = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+@dataclass(frozen=True, slots=True)
+class ScrapedLoad:
+    active: int | None
+    waiting: int | None
+    kv_fraction: float | None
+
+
+def parse_triton_metrics(text: str) -> ScrapedLoad:
+    """The three load signals from Triton's Prometheus text (pure)."""
+    active = waiting = None
+    kv = None
+    for line in text.splitlines():
+        if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv")):
+            continue
+        match = _LINE.match(line)
+        if match is None:
+            continue
+        labels = dict(_LABEL.findall(match["labels"]))
+        try:
+            value = float(match["value"])
+        except ValueError:
+            continue
+        if match["name"] == REQUEST_METRIC:
+            kind = labels.get("request_type")
+            if kind == "active":
+                active = (active or 0) + int(value)
+            elif kind == "waiting":
+                waiting = (waiting or 0) + int(value)
+        elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "fraction":
+            kv = value if kv is None else max(kv, value)
+    return ScrapedLoad(active, waiting, kv)
+
+
+class MetricsScraper:
+    def __init__(self, fleets: FleetSet, metrics: RouterMetrics, interval_s: float = SCRAPE_INTERVAL_S_DEFAULT):
+        self.fleets = fleets
+        self.metrics = metrics
+        self.interval_s = interval_s
+
+    async def run(self) -> None:
+        timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                targets = [(base, ep) for base, ep in self.fleets.all_endpoints() if ep.metrics_url]
+                results = await asyncio.gather(
+                    *(self._scrape(session, ep.metrics_url or "") for _, ep in targets),
+                    return_exceptions=True,
+                )
+                for (base, endpoint), result in zip(targets, results, strict=True):
+                    if isinstance(result, BaseException):
+                        self.metrics.pod_scrape_failures.inc()
+                        log.debug("scrape failed", extra={"ctx": {"pod": endpoint.pod_id, "error": str(result)}})
+                        continue
+                    if result.active is None and result.waiting is None:
+                        continue
+                    fleet = self.fleets.fleets.get(base)
+                    if fleet is not None:
+                        fleet.observe_metrics(
+                            endpoint.pod_id,
+                            PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction),
+                        )
+                for base in self.fleets.registry.bases:
+                    self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))
+                await asyncio.sleep(self.interval_s)
+
+    @staticmethod
+    async def _scrape(session: aiohttp.ClientSession, url: str) -> ScrapedLoad:
+        async with session.get(url) as response:
+            response.raise_for_status()
+            return parse_triton_metrics(await response.text())

@@ -1,0 +1,98 @@
+"""Text generation on top of the dispatcher: prompt + sampling parameters in, text pieces out.
+
+Used by the OpenAI front end and Triton's generate extension. Upstream, ``stream: true`` makes the
+text-level model answer with one response per new piece of text (a delta); ``stream: false`` with one
+response holding the whole completion. Token counts come from the engine when it returns
+``num_input_tokens``/``num_output_tokens``, else from the registry's byte estimate.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from dataclasses import dataclass
+
+from trtfleet_router.models_registry import Target
+from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall
+from trtfleet_router.upstream.protocol import (
+    SamplingParams,
+    TextPiece,
+    build_generate_body,
+    build_text_request,
+    read_text,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TextRequest:
+    request_id: str
+    target: Target
+    prompt: str
+    params: SamplingParams
+    stream: bool
+    prompt_tokens: int  # estimated (see models_registry)
+    timeout_s: float
+
+
+@dataclass(slots=True)
+class Usage:
+    prompt_tokens: int
+    completion_tokens: int = 0
+    engine_counted: bool = False
+
+    @property
+    def total_tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class TextGenerator:
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self.dispatcher = dispatcher
+
+    async def generate(self, request: TextRequest, usage: Usage) -> AsyncGenerator[TextPiece, None]:
+        """Text pieces (deltas when streaming); fills ``usage`` as they arrive."""
+        target = request.target
+        info = await self.dispatcher.model_info.info(target.base)
+        task_id = target.adapter.task_id if target.adapter is not None else None
+        upstream = build_text_request(
+            info,
+            request.prompt,
+            request.params,
+            stream=request.stream,
+            task_id=task_id,
+            request_id=request.request_id,
+        )
+        body = build_generate_body(info, request.prompt, request.params, stream=request.stream, task_id=task_id)
+        call = UpstreamCall(
+            request_id=request.request_id,
+            target=target,
+            request=upstream,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.params.max_tokens,
+            deadline_s=time.monotonic() + request.timeout_s,
+            client_streaming=request.stream,
+            http_body=body,
+        )
+        bytes_per_token = target.base.bytes_per_token
+        estimated_bytes = 0
+        async with aclosing(self.dispatcher.stream(call)) as responses:
+            async for response in responses:
+                piece = read_text(response)
+                if piece.input_tokens is not None:
+                    usage.prompt_tokens = piece.input_tokens
+                if piece.output_tokens is not None:
+                    usage.engine_counted = True
+                    usage.completion_tokens = (
+                        usage.completion_tokens + piece.output_tokens if request.stream else piece.output_tokens
+                    )
+                elif not usage.engine_counted:
+                    estimated_bytes += len(piece.text.encode("utf-8"))
+                    usage.completion_tokens = math.ceil(estimated_bytes / bytes_per_token)
+                yield piece
+
+
+def finish_reason(usage: Usage, max_tokens: int) -> str:
+    """``length`` when the answer used every allowed token, else ``stop``."""
+    return "length" if usage.completion_tokens >= max_tokens else "stop"

@@ -1,0 +1,193 @@
+"""How one upstream attempt travels to a pod: its own gRPC call, or multiplexed on a shared stream.
+
+Both yield the pod's ``ModelStreamInferResponse`` messages for one request until its final response
+(the dispatcher always asks for ``triton_enable_empty_final_response``) and raise
+:class:`TransportError` (a classified failure) when the call or stream fails.
+
+* :class:`PerCallTransport`: one ``ModelStreamInfer`` call per request. Cancelling the consumer
+  cancels the call, and Triton cancels the request in the engine. About 3x the client-side CPU of
+  multiplexing under grpc.aio (each call is a new HTTP/2 stream plus several completion-queue hops).
+* :class:`MultiplexedTransport`: ``streams_per_pod`` long-lived ``ModelStreamInfer`` calls per pod,
+  requests tagged with router-unique ids and answers routed back by ``id`` (Triton puts the request id
+  on every response, errors included). A consumer that goes away stops listening but cannot cancel
+  its request (a shared stream has no per-request cancel; the BLS/ensemble models take no ``stop``),
+  so the engine finishes it. A broken stream fails every request on it (as ``pod_failed``: retried
+  elsewhere when nothing was sent to the client yet) and is reopened by the next request.
+
+The dispatcher uses per-call for client streams (where clients hang up mid-generation) and
+multiplexing for unary requests, unless configured otherwise (``--upstream-calls``); warm text requests
+may skip gRPC altogether (:mod:`.http_transport`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import time
+from collections.abc import AsyncGenerator
+from typing import Final
+
+import grpc
+from tritonclient.grpc import service_pb2
+
+from trtfleet_router.upstream.pool import ChannelPool
+from trtfleet_router.upstream.protocol import (
+    FailureKind,
+    UpstreamFailure,
+    classify_upstream_error,
+    is_final,
+)
+
+log = logging.getLogger(__name__)
+
+STREAMS_PER_POD_DEFAULT: Final = 4
+
+
+class TransportError(Exception):
+    def __init__(self, failure: UpstreamFailure) -> None:
+        super().__init__(failure.message)
+        self.failure = failure
+
+
+def _timeout_s(deadline_s: float) -> float:
+    timeout_s = deadline_s - time.monotonic()
+    if timeout_s <= 0:
+        raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
+    return timeout_s
+
+
+class PerCallTransport:
+    def __init__(self, pool: ChannelPool) -> None:
+        self.pool = pool
+
+    async def exchange(
+        self, address: str, request: service_pb2.ModelInferRequest, deadline_s: float
+    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
+        call = self.pool.stub(address).ModelStreamInfer(timeout=_timeout_s(deadline_s))
+        try:
+            await call.write(request)
+            await call.done_writing()
+            while True:
+                message = await call.read()
+                if message is grpc.aio.EOF:
+                    return
+                done = bool(message.error_message) or is_final(message.infer_response)  # before consumers touch it
+                yield message
+                if done:
+                    return
+        except grpc.aio.AioRpcError as exc:
+            raise TransportError(classify_upstream_error(exc.details() or "", exc.code())) from exc
+        finally:
+            if not call.done():
+                call.cancel()
+
+
+_BROKEN: Final = object()
+
+
+class _SharedStream:
+    """One long-lived ModelStreamInfer call and the requests waiting on it."""
+
+    def __init__(self, pool: ChannelPool, address: str) -> None:
+        self.address = address
+        self.outgoing: asyncio.Queue[service_pb2.ModelInferRequest | None] = asyncio.Queue()
+        self.waiting: dict[str, asyncio.Queue[object]] = {}
+        self.failure: UpstreamFailure | None = None
+        self.call = pool.stub(address).ModelStreamInfer(self._requests())
+        self.reader = asyncio.create_task(self._read(), name=f"upstream-stream {address}")
+
+    async def _requests(self) -> AsyncGenerator[service_pb2.ModelInferRequest, None]:
+        while (request := await self.outgoing.get()) is not None:
+            yield request
+
+    async def _read(self) -> None:
+        try:
+            async for message in self.call:
+                queue = self.waiting.get(message.infer_response.id)
+                if queue is not None:
+                    queue.put_nowait(message)
+                elif message.error_message:
+                    log.warning(
+                        "upstream error for no waiting request",
+                        extra={"ctx": {"pod": self.address, "error": message.error_message[:300]}},
+                    )
+            failure = UpstreamFailure(FailureKind.POD_FAILED, f"pod {self.address} closed the stream")
+        except grpc.aio.AioRpcError as exc:
+            failure = classify_upstream_error(exc.details() or "", exc.code())
+            if failure.kind is not FailureKind.POD_FAILED:
+                failure = UpstreamFailure(FailureKind.POD_FAILED, failure.message)
+        except asyncio.CancelledError:
+            failure = UpstreamFailure(FailureKind.POD_FAILED, "the stream was closed")
+        self.failure = failure
+        for queue in self.waiting.values():
+            queue.put_nowait(_BROKEN)
+
+    def close(self) -> asyncio.Task[None]:
+        self.outgoing.put_nowait(None)  # ends the request iterator grpc consumes
+        self.call.cancel()
+        self.reader.cancel()
+        return self.reader
+
+
+class MultiplexedTransport:
+    def __init__(self, pool: ChannelPool, streams_per_pod: int = STREAMS_PER_POD_DEFAULT) -> None:
+        self.pool = pool
+        self.streams_per_pod = streams_per_pod
+        self._streams: dict[str, list[_SharedStream | None]] = {}
+        self._turn = itertools.count()
+        self._ids = itertools.count(1)
+
+    def _stream(self, address: str) -> _SharedStream:
+        slots = self._streams.get(address)
+        if slots is None:
+            slots = self._streams[address] = [None] * self.streams_per_pod
+        index = next(self._turn) % self.streams_per_pod
+        stream = slots[index]
+        if stream is None or stream.failure is not None:
+            stream = slots[index] = _SharedStream(self.pool, address)
+        return stream
+
+    async def exchange(
+        self, address: str, request: service_pb2.ModelInferRequest, deadline_s: float
+    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
+        loop_deadline_s = asyncio.get_running_loop().time() + _timeout_s(deadline_s)
+        stream = self._stream(address)
+        request_id = f"t{next(self._ids):x}"
+        request.id = request_id
+        queue: asyncio.Queue[object] = asyncio.Queue()
+        stream.waiting[request_id] = queue
+        try:
+            stream.outgoing.put_nowait(request)
+            while True:
+                if queue.empty():
+                    try:
+                        async with asyncio.timeout_at(loop_deadline_s):
+                            message = await queue.get()
+                    except TimeoutError as exc:
+                        failure = UpstreamFailure(FailureKind.TIMEOUT, "no answer before the deadline")
+                        raise TransportError(failure) from exc
+                else:
+                    message = queue.get_nowait()
+                if message is _BROKEN:
+                    assert stream.failure is not None
+                    raise TransportError(stream.failure)
+                assert isinstance(message, service_pb2.ModelStreamInferResponse)
+                done = bool(message.error_message) or is_final(message.infer_response)  # before consumers touch it
+                yield message
+                if done:
+                    return
+        finally:
+            stream.waiting.pop(request_id, None)
+
+    def retain(self, addresses: set[str]) -> list[asyncio.Task[None]]:
+        """Close the streams to pods not in ``addresses``; returns their reader tasks."""
+        closing = []
+        for address in [a for a in self._streams if a not in addresses]:
+            for stream in self._streams.pop(address):
+                if stream is not None:
+                    closing.append(stream.close())
+        return closing
+
+    async def close(self) -> None:
+        await asyncio.gather(*self.retain(set()), return_exceptions=True)

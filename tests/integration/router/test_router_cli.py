@@ -1,0 +1,117 @@
+"""``trtfleet router`` as a process: flags, readiness, and a graceful drain on SIGTERM (an in-flight
+stream finishes, new requests are refused, the process exits 0)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import openai
+import pytest
+
+from tests.support.controlplane import free_port
+from tests.unit.router.harness import write_artifact
+
+pytestmark = pytest.mark.integration
+
+
+def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        assert process.poll() is None, "the process exited"
+        try:
+            with urllib.request.urlopen(url, timeout=1) as response:
+                if response.status == 200:
+                    return
+        except (OSError, urllib.error.HTTPError):
+            time.sleep(0.1)
+    raise AssertionError(f"{url} never became ready")
+
+
+def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
+    write_artifact(tmp_path / "a1")
+    grpc_port, echo_http = free_port(), free_port()
+    echo = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "trtfleet_router.upstream.echo",
+            "--port",
+            str(grpc_port),
+            "--http-port",
+            str(echo_http),
+            "--chunk-chars",
+            "2",
+            "--chunk-delay-s",
+            "0.05",
+        ]
+    )
+    http_port, metrics_port = free_port(), free_port()
+    router = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "trtfleet"),
+            "router",
+            "--host",
+            "127.0.0.1",
+            "--backend",
+            f"127.0.0.1:{grpc_port}",
+            "--base-model",
+            "tiny",
+            "--architecture",
+            "reference",
+            "--max-input-len",
+            "256",
+            "--max-seq-len",
+            "512",
+            "--adapter",
+            f"a1=7:{tmp_path / 'a1'}",
+            "--http-port",
+            str(http_port),
+            "--grpc-port",
+            "-1",
+            "--metrics-port",
+            str(metrics_port),
+            "--drain-timeout-s",
+            "20",
+            "--log-level",
+            "WARNING",
+        ],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        _wait_ready(f"http://127.0.0.1:{echo_http}/v2/health/ready", echo)
+        _wait_ready(f"http://127.0.0.1:{http_port}/v2/health/ready", router)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="x", max_retries=0)
+        assert client.completions.create(model="a1", prompt="up", max_tokens=20).choices[0].text == "[7] up"
+        # a slow client keeps a stream open while SIGTERM arrives: it still gets the whole answer
+        stream = client.completions.create(model="a1", prompt="draining " * 8, max_tokens=200, stream=True)
+        pieces = iter(stream)
+        received = [next(pieces).choices[0].text]
+        router.send_signal(signal.SIGTERM)  # the stream has about 1.8 s to go
+        time.sleep(0.3)
+        with pytest.raises((openai.APIStatusError, openai.APIConnectionError)):
+            client.completions.create(model="a1", prompt="late", max_tokens=5)
+        readiness = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/health/ready")
+        with pytest.raises((urllib.error.HTTPError, OSError)):
+            urllib.request.urlopen(readiness, timeout=2)
+        for chunk in pieces:
+            received.append(chunk.choices[0].text)
+        assert "".join(received) == "[7] " + "draining " * 8
+        assert len(received) > 10  # it really was streaming while the router drained
+        assert router.wait(timeout=30) == 0
+        logs = router.stderr.read().decode() if router.stderr else ""
+        assert all(json.loads(line) for line in logs.splitlines() if line.startswith("{"))  # JSON log lines
+    finally:
+        for process in (router, echo):
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=15)
+                except subprocess.TimeoutExpired:
+                    process.kill()

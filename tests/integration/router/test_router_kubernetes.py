@@ -1,0 +1,165 @@
+"""Kubernetes discovery against the real kube-apiserver: BaseModels, Adapters and EndpointSlices become
+the router's registry and pods, and follow updates (new pod uid/IP, adapter removed)."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from trtfleet_router.discovery.kubeclient import KubeClient, kubeconfig_credentials
+from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
+from trtfleet_router.fleets import DiscoverySnapshot
+
+from tests.support.controlplane import ControlPlane, eventually
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io")
+
+
+def _minimal_crd(kind: str, plural: str) -> str:
+    """A schema-less CRD for the kind: this test is about the router's discovery, not the CRD schemas
+    (``tests/cluster/test_crds.py`` covers those), so it does not depend on the generated YAML."""
+    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
+    return json.dumps(
+        {
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {"name": f"{plural}.trtfleet.io"},
+            "spec": {
+                "group": "trtfleet.io",
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
+                "versions": [
+                    {
+                        "name": "v1alpha1",
+                        "served": True,
+                        "storage": True,
+                        "schema": {"openAPIV3Schema": schema},
+                        "subresources": {"status": {}},
+                    }
+                ],
+            },
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def crds(control_plane: ControlPlane) -> ControlPlane:
+    for kind, plural in (("BaseModel", "basemodels"), ("Adapter", "adapters")):
+        control_plane.kubectl("apply", "-f", "-", input=_minimal_crd(kind, plural))
+    control_plane.kubectl(
+        "wait", "--for", "condition=established", "--timeout=60s", *(f"crd/{name}" for name in CRD_NAMES)
+    )
+
+    def served(resource: str) -> bool:
+        return control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
+
+    for resource in ("basemodels", "adapters"):
+        eventually(functools.partial(served, resource), timeout=30, what=f"{resource} to be served")
+    return control_plane
+
+
+def _slice(uid: str, ip: str) -> str:
+    return json.dumps(
+        {
+            "apiVersion": "discovery.k8s.io/v1",
+            "kind": "EndpointSlice",
+            "addressType": "IPv4",
+            "metadata": {
+                "name": "tiny-abc",
+                "labels": {"trtfleet.io/basemodel": "tiny", "kubernetes.io/service-name": "tiny"},
+            },
+            "ports": [{"name": "grpc", "port": 8001, "protocol": "TCP"}, {"name": "metrics", "port": 8002}],
+            "endpoints": [
+                {
+                    "addresses": [ip],
+                    "conditions": {"ready": True},
+                    "targetRef": {"kind": "Pod", "name": "tiny-0", "uid": uid},
+                }
+            ],
+        }
+    )
+
+
+def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: str) -> None:
+    cp, ns = crds, kube_namespace
+    cp.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "basemodel-reference-tiny.yaml"))
+    cp.kubectl(
+        "patch",
+        "basemodel",
+        "tiny",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps({"status": {"phase": "Ready", "capacity": {"loraHostPages": 6, "loraDevicePages": 3}}}),
+    )
+    cp.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "adapter-tiny-upper.yaml"))
+    cp.kubectl(
+        "patch",
+        "adapter",
+        "tiny-upper",
+        "-n",
+        ns,
+        "--subresource=status",
+        "--type=merge",
+        "-p",
+        json.dumps(
+            {
+                "status": {
+                    "phase": "Ready",
+                    "taskId": 12,
+                    "servedName": "tiny-upper",
+                    "artifact": {
+                        "uri": "s3://artifacts/tiny-upper",
+                        "sha256": "ab" * 32,
+                        "bytes": 4096,
+                        "rank": 8,
+                        "modules": ["attn_q"],
+                    },
+                }
+            }
+        ),
+    )
+    cp.kubectl("apply", "-n", ns, "-f", "-", input=_slice("uid-1", "10.0.0.5"))
+
+    snapshots: list[DiscoverySnapshot] = []
+
+    async def scenario() -> None:
+        client = KubeClient(kubeconfig_credentials(cp.kubeconfig))
+        discovery = KubernetesDiscovery(client, ns)
+        assert not discovery.initial().registry.bases
+        task = asyncio.create_task(discovery.run(snapshots.append))
+
+        async def until(check: Any, what: str) -> DiscoverySnapshot:
+            for _ in range(300):
+                if snapshots and check(snapshots[-1]):
+                    return snapshots[-1]
+                await asyncio.sleep(0.1)
+            raise AssertionError(f"discovery never showed {what}")
+
+        try:
+            first = await until(lambda s: "tiny-upper" in s.registry.adapters and s.pods.get("tiny"), "the fleet")
+            base = first.registry.bases["tiny"]
+            assert (base.host_pages, base.device_pages, base.limits.max_input_tokens) == (6, 3, 256)
+            adapter = first.registry.adapters["tiny-upper"]
+            assert (adapter.task_id, adapter.artifact_uri) == (12, "s3://artifacts/tiny-upper")
+            pod = first.pods["tiny"]["tiny-0"]
+            assert pod.address == "10.0.0.5:8001" and pod.metrics_url == "http://10.0.0.5:8002/metrics"
+            await asyncio.to_thread(cp.kubectl, "apply", "-n", ns, "-f", "-", input=_slice("uid-2", "10.0.0.9"))
+            moved = await until(lambda s: s.pods["tiny"]["tiny-0"].address == "10.0.0.9:8001", "the new pod")
+            assert moved.pods["tiny"]["tiny-0"].uid != pod.uid
+            await asyncio.to_thread(cp.kubectl, "delete", "adapter", "tiny-upper", "-n", ns)
+            await until(lambda s: "tiny-upper" not in s.registry.adapters, "the adapter removed")
+        finally:
+            task.cancel()
+            await client.close()
+
+    asyncio.run(scenario())

@@ -1,0 +1,229 @@
+"""The router in front of three real reference workers (tritonserver, tiny Llama, TRT-LLM's LoRA contract):
+adapter-specific answers through every front end, eviction behind the router's back, bad clients."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import openai
+import pytest
+import tritonclient.grpc as grpcclient
+import tritonclient.http as httpclient
+
+from tests.integration.router.direct import direct_generate
+from tests.integration.router.support import ConvertedAdapter, reference_workers, router_for
+from tests.unit.router.harness import RouterThread
+
+pytestmark = pytest.mark.integration
+
+PROMPTS = ("hello world", "Route me well")
+MAX_TOKENS = 24
+DIRECT_TASK_ID_OFFSET = 500  # the expected answers use task ids the router never sends
+
+
+@pytest.fixture(scope="module")
+def fleet(converted_adapters: list[ConvertedAdapter]) -> Iterator[tuple[list[Any], RouterThread]]:
+    with reference_workers() as workers, router_for(workers, converted_adapters) as router:
+        yield workers, router
+        router.check_books()
+
+
+@pytest.fixture(scope="module")
+def expected(fleet: tuple[list[Any], RouterThread], converted_adapters: list[ConvertedAdapter]) -> dict[Any, str]:
+    """Answers asked of a worker directly, with weights (own task ids), before the router is used."""
+    workers, _ = fleet
+    answers: dict[Any, str] = {}
+    for prompt in PROMPTS:
+        answers[("tiny", prompt)] = direct_generate(workers[0], prompt, MAX_TOKENS)
+        for adapter in converted_adapters:
+            own = ConvertedAdapter(adapter.name, adapter.task_id + DIRECT_TASK_ID_OFFSET, adapter.path)
+            answers[(adapter.name, prompt)] = direct_generate(workers[0], prompt, MAX_TOKENS, own)
+    distinct = {answers[(a.name, PROMPTS[0])] for a in converted_adapters} | {answers[("tiny", PROMPTS[0])]}
+    assert len(distinct) > 1, "the adapters do not change the model's answer: the test would prove nothing"
+    return answers
+
+
+def _openai(router: RouterThread) -> openai.OpenAI:
+    return openai.OpenAI(base_url=router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+
+def _metric(router: RouterThread, name: str) -> float:
+    text = urllib.request.urlopen(router.metrics_url, timeout=10).read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_openai_answers_match_the_worker(
+    fleet: tuple[list[Any], RouterThread], expected: dict[Any, str], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    _, router = fleet
+    client = _openai(router)
+    for model in ["tiny", *(a.name for a in converted_adapters)]:
+        for prompt in PROMPTS:
+            want = expected[(model, prompt)]
+            completion = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS)
+            assert completion.choices[0].text == want, (model, prompt)
+            chat = client.chat.completions.create(
+                model=model, max_tokens=MAX_TOKENS, messages=[{"role": "user", "content": prompt}]
+            )
+            assert chat.choices[0].message.content == want
+            stream = client.chat.completions.create(
+                model=model,
+                max_tokens=MAX_TOKENS,
+                stream=True,
+                messages=[{"role": "user", "content": prompt}],
+                stream_options={"include_usage": True},
+            )
+            chunks = list(stream)
+            assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
+            assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(want.encode())
+    assert _metric(router, "trtfleet_router_adapter_loads_total") >= len(converted_adapters)
+    assert _metric(router, 'trtfleet_router_upstream_attempts_total{transport="http"}') > 0  # warm ones
+    assert _metric(router, 'trtfleet_router_upstream_attempts_total{transport="grpc_shared"}') > 0  # with weights
+
+
+def test_triton_clients_answers_match_the_worker(
+    fleet: tuple[list[Any], RouterThread], expected: dict[Any, str], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    _, router = fleet
+    adapter, prompt = converted_adapters[1], PROMPTS[0]
+    want = expected[(adapter.name, prompt)]
+    http = httpclient.InferenceServerClient(router.http_url.removeprefix("http://"))
+    inputs = [
+        httpclient.InferInput("text_input", [1, 1], "BYTES"),
+        httpclient.InferInput("max_tokens", [1, 1], "INT32"),
+    ]
+    inputs[0].set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))
+    inputs[1].set_data_from_numpy(np.array([[MAX_TOKENS]], dtype=np.int32))
+    assert http.infer(adapter.name, inputs).as_numpy("text_output").reshape(-1)[0].decode() == want
+    request = urllib.request.Request(
+        router.http_url + f"/v2/models/{adapter.name}/generate",
+        data=json.dumps({"text_input": prompt, "max_tokens": MAX_TOKENS}).encode(),
+    )
+    assert json.loads(urllib.request.urlopen(request, timeout=30).read())["text_output"] == want
+    request = urllib.request.Request(
+        router.http_url + f"/v2/models/{adapter.name}/generate_stream",
+        data=json.dumps({"text_input": prompt, "max_tokens": MAX_TOKENS, "stream": True}).encode(),
+    )
+    body = urllib.request.urlopen(request, timeout=30).read().decode()
+    events = [json.loads(block[6:]) for block in body.split("\n\n") if block.startswith("data: ")]
+    assert "".join(e["text_output"] for e in events) == want and len(events) > 1
+    grpc_client = grpcclient.InferenceServerClient(router.grpc_address)
+    done, texts = threading.Event(), []
+
+    def callback(result: Any, error: Any) -> None:
+        assert error is None, error
+        output = result.as_numpy("text_output")
+        if output is not None:
+            texts.append(output.reshape(-1)[0])
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            done.set()
+
+    grpc_inputs = [
+        grpcclient.InferInput("text_input", [1, 1], "BYTES"),
+        grpcclient.InferInput("max_tokens", [1, 1], "INT32"),
+        grpcclient.InferInput("stream", [1, 1], "BOOL"),
+    ]
+    grpc_inputs[0].set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))
+    grpc_inputs[1].set_data_from_numpy(np.array([[MAX_TOKENS]], dtype=np.int32))
+    grpc_inputs[2].set_data_from_numpy(np.array([[True]]))
+    grpc_client.start_stream(callback)
+    grpc_client.async_stream_infer(adapter.name, grpc_inputs, enable_empty_final_response=True)
+    assert done.wait(60)
+    grpc_client.stop_stream()
+    assert b"".join(texts).decode() == want and len(texts) > 1
+
+
+def _resident(router: RouterThread, task_id: int) -> list[str]:
+    debug = json.loads(
+        urllib.request.urlopen(router.metrics_url.replace("/metrics", "/debug/fleets"), timeout=10).read()
+    )
+    return [pod["pod_id"] for pod in debug["tiny"]["pods"] if task_id in pod["resident_task_ids"]]
+
+
+def test_eviction_behind_the_routers_back_is_recovered(
+    fleet: tuple[list[Any], RouterThread], expected: dict[Any, str], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    workers, router = fleet
+    client = _openai(router)
+    adapter, prompt = converted_adapters[0], PROMPTS[1]
+    assert (
+        client.completions.create(model=adapter.name, prompt=prompt, max_tokens=MAX_TOKENS).choices[0].text
+        == expected[(adapter.name, prompt)]
+    )
+    holders = _resident(router, adapter.task_id)
+    assert holders
+    misses_before = _metric(router, "trtfleet_router_adapter_cache_misses_total")
+    for pod in holders:  # fill each holder's two-adapter cache with adapters the router never heard of
+        worker = workers[int(pod.removeprefix("w"))]
+        for offset, other in enumerate(converted_adapters[1:3]):
+            direct_generate(worker, "x", 2, ConvertedAdapter("intruder", 900 + offset, other.path))
+    for _ in range(3):
+        answer = client.completions.create(model=adapter.name, prompt=prompt, max_tokens=MAX_TOKENS)
+        assert answer.choices[0].text == expected[(adapter.name, prompt)]
+    assert _metric(router, "trtfleet_router_adapter_cache_misses_total") > misses_before
+
+
+def _raw_http(router: RouterThread, payload: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", router.router.http_port or 0), timeout=10) as sock:
+        sock.sendall(payload)
+        return sock.recv(4096)
+
+
+def test_misbehaving_clients_do_not_hurt_others(
+    fleet: tuple[list[Any], RouterThread], expected: dict[Any, str], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    _, router = fleet
+    failures: list[str] = []
+    stop = threading.Event()
+
+    def well_behaved(adapter: ConvertedAdapter) -> None:
+        client = _openai(router)
+        while not stop.is_set():
+            answer = client.completions.create(model=adapter.name, prompt=PROMPTS[0], max_tokens=MAX_TOKENS)
+            text = answer.choices[0].text
+            if text != expected[(adapter.name, PROMPTS[0])]:
+                failures.append(f"{adapter.name}: {text!r}")
+
+    threads = [threading.Thread(target=well_behaved, args=(a,)) for a in converted_adapters[:3]]
+    for thread in threads:
+        thread.start()
+    try:
+        assert b" 400 " in _raw_http(router, b"\x16\x03\x01\x02\x00garbage that is not HTTP\r\n\r\n")
+        assert b" 400 " in _raw_http(router, b"\x00\xff\xfe nonsense \x01\x02\r\n\r\n")
+        post = b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        assert b" 400 " in _raw_http(router, post + b"Content-Length: 5\r\n\r\n{{{{{")
+        huge = post + b"Content-Length: 99999999\r\n\r\n"
+        assert b"413" in _raw_http(router, huge + b"{" * 1024)
+        for _ in range(3):  # streams whose clients hang up after the first event
+            body = json.dumps(
+                {"model": converted_adapters[0].name, "prompt": "bye", "max_tokens": 40, "stream": True}
+            ).encode()
+            head = (
+                b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n"
+            )
+            with socket.create_connection(("127.0.0.1", router.router.http_port or 0), timeout=30) as sock:
+                sock.sendall(head + body)
+                received = b""
+                while b"data:" not in received:
+                    received += sock.recv(4096)
+            assert received.startswith(b"HTTP/1.1 200")  # and the client is gone after the first event
+        with socket.create_connection(("127.0.0.1", router.router.http_port or 0)) as stalled:
+            stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len")  # never finishes
+            time.sleep(1.0)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(60)
+    assert not failures
+    deadline = time.monotonic() + 10
+    while router.router.lifecycle.inflight and time.monotonic() < deadline:
+        time.sleep(0.05)
+    router.check_books()

@@ -1,0 +1,119 @@
+"""Upstream call modes, prewarming, passive health, metric names and JSON logs."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import openai
+import pytest
+from trtfleet_router.logs import JsonFormatter
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.upstream.dispatch import UpstreamCalls
+from trtfleet_router.upstream.echo import serve_echo
+
+from tests.unit.router.harness import EchoFleet
+
+
+def _eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize(("calls", "http"), [(c, False) for c in UpstreamCalls] + [(UpstreamCalls.AUTO, True)])
+def test_every_transport_serves_and_recovers_misses(tmp_path: Path, calls: UpstreamCalls, http: bool) -> None:
+    echo = EchoFleet(tmp_path, count=2, upstream_calls=calls, http=http)
+    try:
+        client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
+        assert client.completions.create(model="a1", prompt="one", max_tokens=30).choices[0].text == "[101] one"
+        for upstream in echo.upstreams:
+            upstream.cache.evict(101)
+        pieces = client.completions.create(model="a1", prompt="two", max_tokens=30, stream=True)
+        assert "".join(c.choices[0].text for c in pieces) == "[101] two"
+        assert sum(u.stats.misses for u in echo.upstreams) == 1
+        assert client.completions.create(model="a1", prompt="three", max_tokens=30).choices[0].text == "[101] three"
+        attempts = echo.router.router.metrics.upstream_attempts
+        used = {t for t in ("http", "grpc_call", "grpc_shared") if attempts.labels(t)._value.get()}
+        expected = {
+            (UpstreamCalls.AUTO, False): {"grpc_shared", "grpc_call"},
+            (UpstreamCalls.PER_REQUEST, False): {"grpc_call"},
+            (UpstreamCalls.MULTIPLEXED, False): {"grpc_shared"},
+            (UpstreamCalls.AUTO, True): {"http", "grpc_shared", "grpc_call"},  # weights always go over gRPC
+        }[(calls, http)]
+        assert used == expected
+        echo.router.check_books()
+    finally:
+        echo.close()
+
+
+def test_prewarm_pushes_weights_before_any_request(tmp_path: Path) -> None:
+    echo = EchoFleet(tmp_path, count=2, adapters=("a1",), prewarm_interval_s=0.1)
+    try:
+        assert not any(u.stats.weights_received for u in echo.upstreams)
+        fleet = echo.fleet["baseModels"][0]
+        fleet["adapters"][0]["minPods"] = 2
+        from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
+
+        echo.loop.run(_apply(echo, snapshot_from_config(FleetConfig.model_validate(echo.fleet))))
+        _eventually(lambda: all(u.stats.weights_received == 1 for u in echo.upstreams))
+        client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
+        client.completions.create(model="a1", prompt="warm", max_tokens=30)
+        assert sum(u.stats.weights_received for u in echo.upstreams) == 2  # the request found it warm
+    finally:
+        echo.close()
+
+
+async def _apply(echo: EchoFleet, snapshot: object) -> None:
+    echo.router.router.apply(snapshot)  # type: ignore[arg-type]
+
+
+def test_failed_pod_is_suspended_and_resumed(tmp_path: Path) -> None:
+    echo = EchoFleet(tmp_path, count=2)
+    try:
+        client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
+        port = int(echo.fleet["baseModels"][0]["backends"][0]["address"].rsplit(":", 1)[1])
+        echo.stop_upstream(0)
+        fleets = echo.router.router.fleets
+        for i in range(30):  # base-model requests spread over both pods; none fails
+            assert client.completions.create(model="tiny", prompt=f"p{i}", max_tokens=30).choices[0].text == f"p{i}"
+            if fleets.suspended.get("tiny"):
+                break
+        assert fleets.suspended["tiny"] == {"echo0"}
+        echo.servers[0], _ = echo.loop.run(serve_echo(echo.upstreams[0], port=port))
+        _eventually(lambda: not fleets.suspended["tiny"])
+        assert len(fleets.ready_endpoints("tiny")) == 2
+    finally:
+        echo.close()
+
+
+def test_metric_names_follow_prometheus_conventions() -> None:
+    metrics = RouterMetrics()
+    metrics.requests.labels("openai", "adapter", "ok").inc()
+    metrics.inflight_requests.labels("pod-0").inc()
+    text = metrics.exposition().decode()
+    families = [line.split()[2:4] for line in text.splitlines() if line.startswith("# TYPE")]
+    assert families and all(name.startswith("trtfleet_router_") for name, _ in families)
+    for name, kind in families:
+        assert (kind == "counter") == name.endswith("_total"), name
+        assert not name.endswith("_created"), name
+        assert kind != "histogram" or name.endswith(("_seconds", "_bytes")), name
+
+
+def test_adapter_label_cardinality_is_capped() -> None:
+    metrics = RouterMetrics(adapter_label_cap=2)
+    labels = [metrics.adapter_label(name) for name in ("a", "b", "c", "a", None)]
+    assert labels == ["a", "b", "other", "a", ""]
+
+
+def test_json_logs_carry_context() -> None:
+    record = logging.LogRecord("trtfleet_router.x", logging.INFO, __file__, 1, "request %s", ("done",), None)
+    record.ctx = {"request_id": "r-1", "adapter": "a1", "pod": "p0", "warm": True}
+    record.pod_extra = "kept"
+    doc = json.loads(JsonFormatter().format(record))
+    assert doc["msg"] == "request done" and doc["level"] == "info" and doc["request_id"] == "r-1"
+    assert doc["warm"] is True and doc["pod_extra"] == "kept"
