@@ -22,37 +22,10 @@ ROOT = Path(__file__).resolve().parents[3]
 CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io")
 
 
-def _minimal_crd(kind: str, plural: str) -> str:
-    """A schema-less CRD for the kind: this test is about the router's discovery, not the CRD schemas
-    (``tests/cluster/test_crds.py`` covers those), so it does not depend on the generated YAML."""
-    schema = {"type": "object", "x-kubernetes-preserve-unknown-fields": True}
-    return json.dumps(
-        {
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {"name": f"{plural}.trtfleet.io"},
-            "spec": {
-                "group": "trtfleet.io",
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.lower(), "listKind": f"{kind}List"},
-                "versions": [
-                    {
-                        "name": "v1alpha1",
-                        "served": True,
-                        "storage": True,
-                        "schema": {"openAPIV3Schema": schema},
-                        "subresources": {"status": {}},
-                    }
-                ],
-            },
-        }
-    )
-
-
 @pytest.fixture(scope="module")
 def crds(control_plane: ControlPlane) -> ControlPlane:
-    for kind, plural in (("BaseModel", "basemodels"), ("Adapter", "adapters")):
-        control_plane.kubectl("apply", "-f", "-", input=_minimal_crd(kind, plural))
+    # The real CRDs: the session's control plane is shared, so no test may swap in other schemas.
+    control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
     control_plane.kubectl(
         "wait", "--for", "condition=established", "--timeout=60s", *(f"crd/{name}" for name in CRD_NAMES)
     )
