@@ -1,6 +1,7 @@
 """The weight store: converted LoRA adapters, verified and pre-serialised, in a bounded host LRU.
 
-An artifact is a directory (``file://``/plain path, ``http(s)://`` or ``s3://``) holding
+An artifact is a directory (``file://``/plain path, ``pvc://claim/path`` read where the claim is mounted
+under ``$TRTFLEET_PVC_ROOT`` (default ``/mnt/trtfleet/pvc``), ``http(s)://`` or ``s3://``) holding
 ``model.lora_weights.npy`` ([1, N, W], the engine dtype), ``model.lora_config.npy`` (int32 [1, N, 3]) and
 ``manifest.json`` (``trtfleet.lora/v1``: ``outputs: {file: {sha256, size_bytes}}``). A load checks both
 ``.npy`` files against the manifest and, when the Adapter status (or the fleet config) gives an expected
@@ -20,6 +21,7 @@ import hashlib
 import io
 import json
 import logging
+import os
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -129,10 +131,21 @@ class S3Reader:
             raise WeightsUnavailable(f"cannot fetch s3://{parsed.netloc}/{key}: {exc}") from exc
 
 
+DEFAULT_PVC_ROOT: Final = "/mnt/trtfleet/pvc"
+
+
+def pvc_path(uri: str, root: str | None = None) -> str:
+    """Where ``pvc://claim/path`` is mounted in this container: ``<root>/<claim>/<path>``."""
+    parsed = urlparse(uri)
+    base = root or os.environ.get("TRTFLEET_PVC_ROOT", DEFAULT_PVC_ROOT)
+    return str(Path(base) / parsed.netloc / parsed.path.lstrip("/"))
+
+
 class SchemeReader:
     """Dispatches on the URI scheme."""
 
-    def __init__(self) -> None:
+    def __init__(self, pvc_root: str | None = None) -> None:
+        self.pvc_root = pvc_root
         self.file = FileReader()
         self.http = HttpReader()
         self.s3 = S3Reader()
@@ -145,6 +158,8 @@ class SchemeReader:
             return await self.s3.read(uri, name)
         if scheme in ("", "file"):
             return await self.file.read(uri, name)
+        if scheme == "pvc":
+            return await self.file.read(pvc_path(uri, self.pvc_root), name)
         raise WeightsUnavailable(f"unsupported artifact uri scheme '{scheme}' in {uri}")
 
     async def close(self) -> None:

@@ -157,3 +157,13 @@ def test_http_artifacts(tmp_path: Path) -> None:
             await runner.cleanup()
 
     asyncio.run(scenario())
+
+
+def test_pvc_uris_read_from_the_mounted_claim(tmp_path: Path) -> None:
+    from trtfleet_router.weights import SchemeReader, pvc_path
+
+    assert pvc_path("pvc://trtfleet-adapters/abc-float16", "/mnt/x") == "/mnt/x/trtfleet-adapters/abc-float16"
+    (tmp_path / "claim" / "dir").mkdir(parents=True)
+    (tmp_path / "claim" / "dir" / "manifest.json").write_bytes(b"{}")
+    data = asyncio.run(SchemeReader(pvc_root=str(tmp_path)).read("pvc://claim/dir", "manifest.json"))
+    assert data == b"{}"
