@@ -1,0 +1,139 @@
+"""``trtfleet worker``: serve the CPU reference engine with a real tritonserver, in the foreground.
+
+It builds the model repository in a temporary directory, runs tritonserver (its log on this process's
+stdout/stderr), forwards SIGTERM / SIGINT to it as SIGTERM, and removes every file it made on exit.
+Exit code: tritonserver's, or 0 when it stopped because we were asked to stop; 1 when it could not start.
+
+    trtfleet worker --http-port 8000 --grpc-port 8001 --metrics-port 8002 --lora-host-bytes 138240
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from types import FrameType
+
+import yaml
+from pydantic import ValidationError
+
+from trtfleet.api.basemodel import BaseModel, BaseModelSpec
+from trtfleet_engines.reference.errors import ReferenceEngineError, WorkerError
+from trtfleet_engines.reference.server import READY_TIMEOUT_S, start_worker
+
+logger = logging.getLogger(__name__)
+
+EXIT_FAILED = 1
+
+
+def configure(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--http-port", type=int, default=8000, help="Triton HTTP port (default 8000)")
+    parser.add_argument("--grpc-port", type=int, default=8001, help="Triton gRPC port (default 8001)")
+    parser.add_argument("--metrics-port", type=int, default=8002, help="Triton metrics port (default 8002)")
+    parser.add_argument("--host", default="0.0.0.0", help="address to bind, as tritonserver does (default 0.0.0.0)")
+    parser.add_argument(
+        "--model",
+        "--model-dir",
+        dest="model",
+        type=Path,
+        default=None,
+        help="tiny Llama directory: config.json + model.safetensors (default: the packaged model)",
+    )
+    parser.add_argument(
+        "--spec",
+        type=Path,
+        default=None,
+        help="BaseModel spec, YAML or JSON: the whole object or its spec (default: the reference tiny model)",
+    )
+    parser.add_argument("--lora-host-bytes", type=int, default=None, help="lora_cache_host_memory_bytes override")
+    parser.add_argument("--lora-device-bytes", type=int, default=None, help="device (GPU) LoRA tier bytes override")
+    parser.add_argument("--gpu-memory-bytes", type=int, default=None, help="pretend free GPU memory")
+    parser.add_argument("--max-batch-size", type=int, default=None, help="in-flight batch size override")
+    parser.add_argument("--max-num-tokens", type=int, default=None, help="tokens per step override")
+    parser.add_argument("--max-queue-size", type=int, default=None, help="waiting requests before back-pressure")
+    parser.add_argument("--min-step-ms", type=float, default=None, help="pretend GPU step time (ms per step)")
+    parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for ready")
+    parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
+    parser.set_defaults(func=run)
+
+
+def _load_spec(path: Path | None) -> BaseModelSpec | None:
+    """A BaseModel manifest or a bare spec (the operator mounts ``spec.model_dump_json()``)."""
+    if path is None:
+        return None
+    data = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if isinstance(data, dict) and data.get("kind") == "BaseModel":
+        return BaseModel.model_validate(data).spec
+    return BaseModelSpec.model_validate(data)
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from trtfleet_engines.reference.repository import build_reference_repository
+
+    root = Path(tempfile.mkdtemp(prefix="trtfleet-worker-repo-"))
+    stopping = False
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        nonlocal stopping
+        stopping = True
+        logger.info("signal %s: stopping tritonserver", signal.Signals(signum).name)
+        if worker is not None and worker.running():
+            worker.process.send_signal(signal.SIGTERM)
+
+    worker = None
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        repo = build_reference_repository(
+            root / "models",
+            _load_spec(args.spec),
+            model_dir=args.model,
+            lora_cache_host_bytes=args.lora_host_bytes,
+            lora_cache_device_bytes=args.lora_device_bytes,
+            gpu_memory_bytes=args.gpu_memory_bytes,
+            max_batch_size=args.max_batch_size,
+            max_num_tokens=args.max_num_tokens,
+            max_queue_size=args.max_queue_size,
+            min_step_ms=args.min_step_ms,
+        )
+        worker = start_worker(
+            repo,
+            http_port=args.http_port,
+            grpc_port=args.grpc_port,
+            metrics_port=args.metrics_port,
+            host=args.host,
+            wait=False,
+            log_to_console=True,
+            log_verbose=args.log_verbose,
+        )
+        started = time.monotonic()
+        if not stopping:
+            try:
+                worker.wait_ready(args.ready_timeout)
+            except WorkerError:
+                if stopping:  # a signal arrived while it was starting
+                    return 0
+                raise
+            logger.info(
+                "worker ready in %.2f s: http=%s grpc=%s metrics=%s",
+                time.monotonic() - started,
+                worker.http_port,
+                worker.grpc_port,
+                worker.metrics_port,
+            )
+        code = worker.process.wait()
+        return 0 if stopping else code
+    except (ReferenceEngineError, ValidationError, OSError, yaml.YAMLError) as exc:
+        print(f"trtfleet worker: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        if worker is not None:
+            worker.stop()
+        shutil.rmtree(root, ignore_errors=True)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

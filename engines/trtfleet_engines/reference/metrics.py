@@ -1,0 +1,79 @@
+"""The ``nv_trt_llm_*`` metrics of the reference engine, named and labelled as the TRT-LLM backend does.
+
+Served on Triton's metrics port through the Python backend's custom metrics API
+(``pb_utils.MetricFamily``), with the labels of TRT-LLM's ``custom_metrics_reporter``: ``model`` and
+``version`` on every series plus one category label:
+
+* ``nv_trt_llm_request_metrics{request_type=active|max|scheduled|context|waiting}``
+* ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|free|used|tokens_per|fraction}``
+* ``nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric=total_context_tokens|
+  generation_requests|micro_batch_id|paused_requests}``
+* ``nv_trt_llm_general_metrics{general_type=timestamp|iteration_counter}``
+
+The reference engine has no paged KV cache; the KV figures describe a pretend one of
+``max_batch_size x max_seq_len`` tokens in blocks of 32, each active sequence holding
+``ceil(tokens / 32)`` blocks. Like the real backend, nothing here says which LoRA adapters are cached.
+
+:func:`metric_values` is pure (stats -> label values); :class:`TritonMetrics` is the thin pb_utils shell.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trtfleet_engines.reference.scheduler import BatcherStats
+
+REQUEST_FAMILY = "nv_trt_llm_request_metrics"
+KV_CACHE_FAMILY = "nv_trt_llm_kv_cache_block_metrics"
+INFLIGHT_FAMILY = "nv_trt_llm_inflight_batcher_metrics"
+GENERAL_FAMILY = "nv_trt_llm_general_metrics"
+
+FAMILIES: dict[str, tuple[str, str]] = {
+    REQUEST_FAMILY: ("request_type", "TRT LLM request metrics"),
+    KV_CACHE_FAMILY: ("kv_cache_block_type", "TRT LLM KV cache block metrics"),
+    INFLIGHT_FAMILY: ("inflight_batcher_specific_metric", "TRT LLM inflight_batcher-specific metrics"),
+    GENERAL_FAMILY: ("general_type", "General TRT LLM metrics"),
+}
+
+
+def metric_values(stats: BatcherStats, now_us: int) -> dict[tuple[str, str], float]:
+    """``{(family, category label value): value}`` for one stats snapshot."""
+    free = max(0, stats.kv_max_blocks - stats.kv_used_blocks)
+    fraction = stats.kv_used_blocks / stats.kv_max_blocks if stats.kv_max_blocks else 0.0
+    return {
+        (REQUEST_FAMILY, "active"): stats.active_requests,
+        (REQUEST_FAMILY, "max"): stats.max_active_requests,
+        (REQUEST_FAMILY, "scheduled"): stats.scheduled_requests,
+        (REQUEST_FAMILY, "context"): stats.context_requests,
+        (REQUEST_FAMILY, "waiting"): stats.waiting_requests,
+        (KV_CACHE_FAMILY, "max"): stats.kv_max_blocks,
+        (KV_CACHE_FAMILY, "free"): free,
+        (KV_CACHE_FAMILY, "used"): stats.kv_used_blocks,
+        (KV_CACHE_FAMILY, "tokens_per"): stats.kv_tokens_per_block,
+        (KV_CACHE_FAMILY, "fraction"): fraction,
+        (INFLIGHT_FAMILY, "total_context_tokens"): stats.context_tokens,
+        (INFLIGHT_FAMILY, "generation_requests"): stats.generation_requests,
+        (INFLIGHT_FAMILY, "micro_batch_id"): 0,
+        (INFLIGHT_FAMILY, "paused_requests"): stats.paused_requests,
+        (GENERAL_FAMILY, "timestamp"): now_us,
+        (GENERAL_FAMILY, "iteration_counter"): stats.iterations,
+    }
+
+
+class TritonMetrics:
+    """Gauges registered with Triton through ``pb_utils`` (passed in: it exists only in the stub)."""
+
+    def __init__(self, pb_utils: Any, model: str, version: str, template: BatcherStats) -> None:
+        self._families = {
+            name: pb_utils.MetricFamily(name=name, description=description, kind=pb_utils.MetricFamily.GAUGE)
+            for name, (_label, description) in FAMILIES.items()
+        }
+        self._gauges: dict[tuple[str, str], Any] = {}
+        for family, value in metric_values(template, 0):
+            label = FAMILIES[family][0]
+            labels = {"model": model, "version": version, label: value}
+            self._gauges[(family, value)] = self._families[family].Metric(labels=labels)
+
+    def update(self, stats: BatcherStats, now_us: int) -> None:
+        for key, value in metric_values(stats, now_us).items():
+            self._gauges[key].set(float(value))

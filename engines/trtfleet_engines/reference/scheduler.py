@@ -1,0 +1,355 @@
+"""In-flight batching for the reference engine: TRT-LLM's executor loop, as a pure-ish core.
+
+:class:`InflightBatcher` owns the waiting queue and the active requests. It does no I/O and has no
+thread or clock of its own: the shell (``loop.py``) calls :meth:`InflightBatcher.submit` and
+:meth:`InflightBatcher.cancel_user_request` from Triton's ``execute`` and :meth:`InflightBatcher.step`
+from its scheduler thread, and sends the :class:`EngineResponse` objects a step returns.
+
+One :meth:`~InflightBatcher.step`:
+
+1. **fetch**: move waiting requests to the active set while fewer than ``max_batch_size`` are active;
+   each fetched LoRA request loads (weights + id) and pins (acquire) its adapter in the host tier, or
+   fails with the executor's error (cache miss, cache full, validation);
+2. **schedule**: decode rows first (one token each), then context rows (their whole prompt) while the
+   step has ``max_num_tokens`` left; a LoRA row runs only once its adapter is on the device tier
+   (otherwise it waits for a later step);
+3. **run** one ``model.step`` over the mixed batch (rows with different adapters share it);
+4. **sample** each row (greedy or seeded), stream the token, and retire finished requests at once
+   (``end_id``, ``request_output_len``, stop words, ``max_seq_len``, cancellation), releasing their adapter.
+
+Output semantics follow the TRT-LLM backend: a streaming response carries only the new tokens; the one
+non-streaming response carries the prompt plus the output unless ``exclude_input_in_output``; ``end_id``
+is never part of the output. Errors go out as responses with ``error`` set (the shell wraps nothing:
+the texts are final); :class:`~trtfleet_engines.reference.errors.EnqueueRejected` is raised by ``submit``.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, Protocol, TypeVar
+
+import numpy as np
+from numpy.typing import NDArray
+
+from trtfleet_engines.reference.errors import (
+    PROMPT_TOO_LONG_TEXT,
+    EnqueueRejected,
+    ExecutorRequestFailed,
+    QueueFullError,
+)
+from trtfleet_engines.reference.numpy_llama import StepRow
+from trtfleet_engines.reference.sampling import SamplingParams, sample_token
+
+logger = logging.getLogger(__name__)
+
+H = TypeVar("H")
+
+KV_TOKENS_PER_BLOCK = 32
+"""Pretend paged-KV block size (TRT-LLM's default tokens_per_block) for the KV-cache metrics."""
+
+
+class StepModel(Protocol):
+    """What the batcher needs from a model (``numpy_llama.TinyLlama`` implements it)."""
+
+    def new_sequence(self) -> Any: ...
+
+    def step(self, rows: Sequence[StepRow]) -> NDArray[Any]: ...
+
+
+class AdapterCache(Protocol):
+    """The LoRA cache as the batcher uses it (``adapters.AdapterStore`` implements it)."""
+
+    def admit(self, request_id: int, lora: LoraInputs) -> Any:
+        """Load (if weights came) and pin the adapter; returns the model's adapter object.
+
+        Raises ExecutorRequestFailed with TRT-LLM's text on a miss, a full cache or bad tensors."""
+        ...
+
+    def ensure_device(self, task_id: int) -> bool: ...
+
+    def release(self, task_id: int) -> None: ...
+
+
+@dataclass(frozen=True, eq=False)
+class LoraInputs:
+    """``lora_task_id``, ``lora_weights`` [1, N, W], ``lora_config`` [1, N, 3] as received (each optional)."""
+
+    task_id: int | None
+    weights: NDArray[Any] | None = None
+    config: NDArray[Any] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One request to the ``tensorrt_llm`` model, already decoded from its tensors."""
+
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    end_id: int | None = None
+    pad_id: int | None = None
+    streaming: bool = False
+    exclude_input_in_output: bool = False
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    lora: LoraInputs | None = None
+    user_id: str = ""
+    """Triton's request id (what a ``stop`` request names)."""
+
+
+@dataclass(frozen=True)
+class EngineResponse(Generic[H]):
+    """One response to send: tokens, or an error; ``final`` closes the request's stream."""
+
+    handle: H
+    request_id: int
+    output_ids: tuple[int, ...]
+    final: bool
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_batch_size: int
+    max_num_tokens: int
+    max_input_len: int
+    max_seq_len: int
+    max_queue_size: int = 0
+    """Waiting requests beyond which ``submit`` refuses (0: no limit)."""
+
+
+@dataclass(frozen=True)
+class BatcherStats:
+    """A snapshot for the ``nv_trt_llm_*`` metrics."""
+
+    active_requests: int
+    max_active_requests: int
+    scheduled_requests: int
+    context_requests: int
+    generation_requests: int
+    waiting_requests: int
+    paused_requests: int
+    context_tokens: int
+    iterations: int
+    kv_max_blocks: int
+    kv_used_blocks: int
+    kv_tokens_per_block: int = KV_TOKENS_PER_BLOCK
+
+
+@dataclass(eq=False)
+class _Active(Generic[H]):
+    request_id: int
+    request: GenerationRequest
+    handle: H
+    rng: np.random.Generator
+    task_id: int | None = None
+    adapter: Any = None
+    state: Any = None
+    generated: list[int] = field(default_factory=list)
+
+    @property
+    def in_context(self) -> bool:
+        return self.state is None
+
+
+class InflightBatcher(Generic[H]):
+    """The executor: a waiting queue, an active set and one model step at a time. Not thread-safe."""
+
+    def __init__(self, model: StepModel, limits: BatchLimits, adapters: AdapterCache | None = None) -> None:
+        self.model = model
+        self.limits = limits
+        self.adapters = adapters
+        self._next_request_id = 1
+        self._waiting: deque[_Active[H]] = deque()
+        self._active: list[_Active[H]] = []
+        self._cancelled: set[int] = set()
+        self._iterations = 0
+        self._last_scheduled = 0
+        self._last_context = 0
+        self._last_context_tokens = 0
+
+    # -- called from Triton's execute ------------------------------------------------------
+    def submit(self, request: GenerationRequest, handle: H) -> int:
+        """Queue a request; returns its executor request id. Raises EnqueueRejected / QueueFullError."""
+        limits = self.limits
+        if limits.max_queue_size and len(self._waiting) >= limits.max_queue_size:
+            raise QueueFullError(limits.max_queue_size)
+        if not request.prompt:
+            raise EnqueueRejected("input_ids must contain at least one token")
+        if len(request.prompt) > limits.max_input_len:
+            raise EnqueueRejected(
+                PROMPT_TOO_LONG_TEXT.format(length=len(request.prompt), max_input_len=limits.max_input_len)
+            )
+        if len(request.prompt) > limits.max_num_tokens:  # no chunked context: a prompt must fit one step
+            raise EnqueueRejected(
+                f"Prompt length ({len(request.prompt)}) exceeds max_num_tokens ({limits.max_num_tokens}), "
+                "the most tokens one step can schedule"
+            )
+        if request.max_new_tokens < 1:
+            raise EnqueueRejected("request_output_len must be at least 1")
+        request_id = self._next_request_id
+        self._next_request_id += 1
+        self._waiting.append(_Active(request_id, request, handle, request.sampling.new_generator()))
+        logger.debug("queued request %s user_id=%r prompt=%d", request_id, request.user_id, len(request.prompt))
+        return request_id
+
+    def cancel_user_request(self, user_id: str) -> int:
+        """A ``stop`` request: cancel every request with Triton request id ``user_id``; returns how many."""
+        ids = [s.request_id for s in (*self._waiting, *self._active) if user_id and s.request.user_id == user_id]
+        self._cancelled.update(ids)
+        return len(ids)
+
+    def cancel(self, request_id: int) -> None:
+        """The client went away: end ``request_id`` at the next step."""
+        self._cancelled.add(request_id)
+
+    # -- queries ---------------------------------------------------------------------------
+    def has_work(self) -> bool:
+        return bool(self._waiting or self._active)
+
+    def handles(self) -> list[tuple[int, H]]:
+        """(request id, handle) of every waiting and active request (for cancellation polling)."""
+        return [(s.request_id, s.handle) for s in (*self._waiting, *self._active)]
+
+    def stats(self) -> BatcherStats:
+        limits = self.limits
+        used = sum(
+            math.ceil((len(s.request.prompt) + len(s.generated)) / KV_TOKENS_PER_BLOCK)
+            for s in self._active
+            if s.state is not None
+        )
+        return BatcherStats(
+            active_requests=len(self._active),
+            max_active_requests=limits.max_batch_size,
+            scheduled_requests=self._last_scheduled,
+            context_requests=self._last_context,
+            generation_requests=self._last_scheduled - self._last_context,
+            waiting_requests=len(self._waiting),
+            paused_requests=0,
+            context_tokens=self._last_context_tokens,
+            iterations=self._iterations,
+            kv_max_blocks=math.ceil(limits.max_batch_size * limits.max_seq_len / KV_TOKENS_PER_BLOCK),
+            kv_used_blocks=used,
+        )
+
+    # -- the scheduler loop ----------------------------------------------------------------
+    def step(self) -> list[EngineResponse[H]]:
+        """One iteration: cancel, fetch, schedule, run, sample, retire. Returns the responses to send."""
+        out: list[EngineResponse[H]] = []
+        self._retire_cancelled(out)
+        self._fetch(out)
+        rows, scheduled = self._schedule()
+        if not rows:
+            return out
+        self._iterations += 1
+        logits = self.model.step(rows)
+        for seq, row_logits in zip(scheduled, logits, strict=True):
+            self._advance(seq, row_logits, out)
+        return out
+
+    def abort_all(self, text: str) -> list[EngineResponse[H]]:
+        """Fail every waiting and active request with ``text`` (the model is being unloaded)."""
+        out = [
+            EngineResponse(seq.handle, seq.request_id, (), final=True, error=text)
+            for seq in (*self._waiting, *self._active)
+        ]
+        for seq in list(self._active):
+            self._retire(seq)
+        self._waiting.clear()
+        return out
+
+    def _retire_cancelled(self, out: list[EngineResponse[H]]) -> None:
+        if not self._cancelled:
+            return
+        for seq in [s for s in self._waiting if s.request_id in self._cancelled]:
+            self._waiting.remove(seq)
+            out.append(self._final(seq, new_tokens=()))
+        for seq in [s for s in self._active if s.request_id in self._cancelled]:
+            self._retire(seq)
+            out.append(self._final(seq, new_tokens=()))
+        self._cancelled.clear()
+
+    def _fetch(self, out: list[EngineResponse[H]]) -> None:
+        while self._waiting and len(self._active) < self.limits.max_batch_size:
+            seq = self._waiting.popleft()
+            lora = seq.request.lora
+            if lora is not None and self.adapters is not None and _uses_lora(lora):
+                try:
+                    seq.adapter = self.adapters.admit(seq.request_id, lora)
+                except ExecutorRequestFailed as exc:
+                    logger.debug("request %s failed at fetch: %s", seq.request_id, exc.reason)
+                    out.append(EngineResponse(seq.handle, seq.request_id, (), final=True, error=exc.text))
+                    continue
+                seq.task_id = lora.task_id
+            self._active.append(seq)
+
+    def _schedule(self) -> tuple[list[StepRow], list[_Active[H]]]:
+        budget = self.limits.max_num_tokens
+        rows: list[StepRow] = []
+        scheduled: list[_Active[H]] = []
+        self._last_context = self._last_context_tokens = 0
+        ordered = [s for s in self._active if not s.in_context] + [s for s in self._active if s.in_context]
+        for seq in ordered:
+            tokens = seq.request.prompt if seq.in_context else (seq.generated[-1],)
+            if len(tokens) > budget:
+                continue
+            if seq.task_id is not None and self.adapters is not None and not self.adapters.ensure_device(seq.task_id):
+                continue  # every device page is pinned: wait for a later step
+            if seq.in_context:
+                seq.state = self.model.new_sequence()
+                self._last_context += 1
+                self._last_context_tokens += len(tokens)
+            budget -= len(tokens)
+            rows.append(StepRow(seq.state, np.asarray(tokens, dtype=np.int32), seq.adapter))
+            scheduled.append(seq)
+        self._last_scheduled = len(scheduled)
+        return rows, scheduled
+
+    def _advance(self, seq: _Active[H], logits: NDArray[Any], out: list[EngineResponse[H]]) -> None:
+        request = seq.request
+        token = sample_token(logits, request.sampling, seq.rng)
+        if request.end_id is not None and token == request.end_id:
+            self._retire(seq)
+            out.append(self._final(seq, new_tokens=()))
+            return
+        seq.generated.append(token)
+        total = len(request.prompt) + len(seq.generated)
+        done = (
+            len(seq.generated) >= request.max_new_tokens
+            or total >= self.limits.max_seq_len
+            or _ends_with_stop_word(seq.generated, request.stop_words)
+        )
+        if done:
+            self._retire(seq)
+            out.append(self._final(seq, new_tokens=(token,)))
+        elif request.streaming:
+            out.append(EngineResponse(seq.handle, seq.request_id, (token,), final=False))
+
+    def _retire(self, seq: _Active[H]) -> None:
+        if seq in self._active:
+            self._active.remove(seq)
+            if seq.task_id is not None and self.adapters is not None:
+                self.adapters.release(seq.task_id)
+        seq.state = None
+
+    def _final(self, seq: _Active[H], *, new_tokens: tuple[int, ...]) -> EngineResponse[H]:
+        request = seq.request
+        if request.streaming:
+            output = new_tokens
+        elif request.exclude_input_in_output:
+            output = tuple(seq.generated)
+        else:
+            output = request.prompt + tuple(seq.generated)
+        logger.debug("request %s done: %d tokens", seq.request_id, len(seq.generated))
+        return EngineResponse(seq.handle, seq.request_id, output, final=True)
+
+
+def _uses_lora(lora: LoraInputs) -> bool:
+    return lora.task_id is not None or lora.weights is not None or lora.config is not None
+
+
+def _ends_with_stop_word(generated: Sequence[int], stop_words: Sequence[tuple[int, ...]]) -> bool:
+    return any(word and tuple(generated[-len(word) :]) == word for word in stop_words)

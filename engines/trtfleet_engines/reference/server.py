@@ -1,0 +1,380 @@
+"""Run the real ``tritonserver`` of the ``nvidia-pytriton`` wheel on a reference repository.
+
+:func:`start_worker` assembles a backends directory with the Python backend stub of the running Python
+(see :mod:`~trtfleet_engines.reference.triton_binary`), sets ``LD_LIBRARY_PATH`` (the running Python's
+``LIBDIR`` first, or every model fails with ``'_thread.RLock' object has no attribute
+'_recursion_count'``, then the wheel's libs) and ``TRTFLEET_WORKER_SITE_DIRS`` (this interpreter's import
+roots: the stub ignores ``PYTHONPATH``, so each model's bootstrap adds them), starts tritonserver with
+explicit model control and waits until ``/v2/health/ready`` answers 200. :meth:`WorkerProcess.stop` sends
+SIGTERM (SIGKILL after a timeout), kills any stub of this worker that outlived the server and removes every
+temporary directory it made.
+
+For tests, benchmarks and the demo, :func:`running_worker` / :func:`running_workers` build repositories in
+temporary directories, start workers on free ports and clean everything up on exit::
+
+    with running_workers(3, lora_cache_host_bytes=lora_cache_bytes_for(2)) as workers:
+        client = tritonclient.grpc.InferenceServerClient(workers[0].grpc_url)
+
+Errors: :class:`~trtfleet_engines.reference.errors.WorkerError` (did not start or become ready, with the
+tail of the server log) and :class:`~trtfleet_engines.reference.errors.TritonNotInstalledError`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import logging
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from trtfleet_engines.reference.errors import WorkerError
+from trtfleet_engines.reference.triton_binary import (
+    build_backends_dir,
+    locate_triton,
+    tritonserver_command,
+    worker_environment,
+)
+
+logger = logging.getLogger(__name__)
+
+READY_TIMEOUT_S = 90.0
+"""How long :func:`start_worker` waits for ``/v2/health/ready`` (a cold start takes a few seconds)."""
+STOP_TIMEOUT_S = 15.0
+"""How long :meth:`WorkerProcess.stop` waits after SIGTERM before it sends SIGKILL."""
+START_ATTEMPTS = 3
+"""Starts of one worker before a port conflict (another process took a free port first) is an error."""
+_PORT_CONFLICT_MARKERS = ("already in use", "No address added")
+_POLL_INTERVAL_S = 0.05
+_LOG_TAIL_BYTES = 4000
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that was free a moment ago (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+def http_status(host: str, port: int, path: str, timeout_s: float = 2.0) -> int | None:
+    """HTTP status of GET ``path``, or None when nothing answers."""
+    connection = http.client.HTTPConnection(host, port, timeout=timeout_s)
+    try:
+        connection.request("GET", path)
+        return connection.getresponse().status
+    except OSError:
+        return None
+    finally:
+        connection.close()
+
+
+@dataclass
+class WorkerProcess:
+    """A running tritonserver; :meth:`stop` ends it and removes its temporary directories."""
+
+    process: subprocess.Popen[bytes]
+    host: str
+    http_port: int
+    grpc_port: int
+    metrics_port: int
+    repo_dir: Path
+    log_path: Path
+    startup_s: float = 0.0
+    cleanup_dirs: list[Path] = field(default_factory=list)
+    backends_dir: Path | None = None
+    stubs_reaped: int = 0
+    """Python backend stubs :meth:`stop` found still running after tritonserver exited (and killed)."""
+
+    @property
+    def client_host(self) -> str:
+        """Where clients on this machine connect (loopback when the server binds every address)."""
+        return "127.0.0.1" if self.host in ("0.0.0.0", "") else self.host
+
+    @property
+    def http_url(self) -> str:
+        """``host:port`` of the HTTP API, as ``tritonclient.http`` wants it."""
+        return f"{self.client_host}:{self.http_port}"
+
+    @property
+    def grpc_url(self) -> str:
+        """``host:port`` of the gRPC API, as ``tritonclient.grpc`` wants it."""
+        return f"{self.client_host}:{self.grpc_port}"
+
+    @property
+    def metrics_url(self) -> str:
+        return f"http://{self.client_host}:{self.metrics_port}/metrics"
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    def running(self) -> bool:
+        return self.process.poll() is None
+
+    def log_tail(self, max_bytes: int = _LOG_TAIL_BYTES) -> str:
+        try:
+            data = self.log_path.read_bytes()
+        except OSError:
+            return ""
+        return data[-max_bytes:].decode("utf-8", errors="replace")
+
+    def wait_ready(self, timeout_s: float = READY_TIMEOUT_S) -> float:
+        """Poll ``/v2/health/ready`` until 200; returns the seconds waited. Raises WorkerError."""
+        start = time.monotonic()
+        deadline = start + timeout_s
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise WorkerError(
+                    f"tritonserver exited with code {self.process.returncode} before it was ready; "
+                    f"log {self.log_path}:\n{self.log_tail()}"
+                )
+            if http_status(self.client_host, self.http_port, "/v2/health/ready", timeout_s=1.0) == 200:
+                return time.monotonic() - start
+            time.sleep(_POLL_INTERVAL_S)
+        raise WorkerError(f"tritonserver not ready after {timeout_s:.0f} s; log {self.log_path}:\n{self.log_tail()}")
+
+    def terminate(self) -> None:
+        """Send SIGTERM without waiting (stop several workers at once, then :meth:`stop` each)."""
+        if self.running():
+            self.process.send_signal(signal.SIGTERM)
+
+    def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
+        """SIGTERM, then SIGKILL after ``timeout_s``; removes temporary dirs. Returns the exit code."""
+        if self.running():
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                logger.warning("tritonserver pid=%s ignored SIGTERM for %.0f s: killing it", self.pid, timeout_s)
+                self.process.kill()
+                self.process.wait()
+        self.stubs_reaped += self._reap_stubs()
+        for path in self.cleanup_dirs:
+            shutil.rmtree(path, ignore_errors=True)
+        self.cleanup_dirs.clear()
+        return int(self.process.returncode)
+
+    def _reap_stubs(self) -> int:
+        """Kill this worker's Python backend stubs that outlived tritonserver, and free their shared memory.
+
+        When tritonserver gives up on its exit timeout (a model did not unload in time) its stubs outlive
+        it: they notice the dead parent only seconds later, or never when one is blocked in a call to the
+        server (they ignore SIGTERM). Only processes started from this worker's backends directory are
+        touched.
+        """
+        if self.backends_dir is None or not Path("/proc").is_dir():
+            return 0
+        marker = str(self.backends_dir).encode()
+        reaped = 0
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if not argv or marker not in argv[0]:
+                continue
+            model = argv[1].decode(errors="replace") if len(argv) > 1 else "?"
+            logger.warning("killing python backend stub pid=%s (%s) left behind by tritonserver", entry.name, model)
+            with contextlib.suppress(OSError):
+                os.kill(int(entry.name), signal.SIGKILL)
+            reaped += 1
+            regions = [a.decode(errors="replace") for a in argv if a.startswith(b"triton_python_backend_shm")]
+            for region in regions:
+                with contextlib.suppress(OSError):
+                    os.unlink(Path("/dev/shm") / region)
+        return reaped
+
+    def __enter__(self) -> WorkerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def start_worker(
+    repo_dir: Path | str,
+    *,
+    http_port: int,
+    grpc_port: int,
+    metrics_port: int,
+    log_dir: Path | str | None = None,
+    host: str = "127.0.0.1",
+    models: Sequence[str] | None = None,
+    wait: bool = True,
+    log_to_console: bool = False,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    log_verbose: int = 0,
+    extra_cleanup: Sequence[Path] = (),
+) -> WorkerProcess:
+    """Start tritonserver on ``repo_dir`` and (by default) wait until it is ready.
+
+    ``models`` defaults to every model directory in the repository. Server output goes to
+    ``<log_dir>/tritonserver.log`` (a temporary directory, removed on stop, when ``log_dir`` is None),
+    or to this process's stdout/stderr with ``log_to_console``.
+    ``extra_cleanup`` directories are removed by :meth:`WorkerProcess.stop` too.
+    """
+    repo = Path(repo_dir).resolve()
+    install = locate_triton()
+    names = list(models) if models is not None else sorted(p.parent.name for p in repo.glob("*/config.pbtxt"))
+    if not names:
+        raise WorkerError(f"{repo} holds no model (no */config.pbtxt)")
+    scratch = Path(tempfile.mkdtemp(prefix="trtfleet-worker-"))
+    cleanup = [scratch, *extra_cleanup]
+    try:
+        backends = build_backends_dir(install, scratch / "backends")
+        logs = Path(log_dir) if log_dir is not None else scratch
+        logs.mkdir(parents=True, exist_ok=True)
+        log_path = logs / "tritonserver.log"
+        command = tritonserver_command(
+            install,
+            repo,
+            backends,
+            models=names,
+            host=host,
+            http_port=http_port,
+            grpc_port=grpc_port,
+            metrics_port=metrics_port,
+            log_verbose=log_verbose,
+        )
+        started = time.monotonic()
+        with contextlib.ExitStack() as stack:
+            output = None if log_to_console else stack.enter_context(open(log_path, "ab"))
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=output,
+                stderr=None if output is None else subprocess.STDOUT,
+                env=worker_environment(install),
+                cwd=scratch,
+            )
+    except BaseException:
+        for path in cleanup:
+            shutil.rmtree(path, ignore_errors=True)
+        raise
+    worker = WorkerProcess(
+        process, host, http_port, grpc_port, metrics_port, repo, log_path, cleanup_dirs=cleanup, backends_dir=backends
+    )
+    logger.info(
+        "tritonserver pid=%s starting http=%s grpc=%s metrics=%s models=%s",
+        process.pid,
+        http_port,
+        grpc_port,
+        metrics_port,
+        ",".join(names),
+    )
+    if wait:
+        try:
+            worker.wait_ready(ready_timeout_s)
+        except BaseException:
+            worker.stop()
+            raise
+        worker.startup_s = time.monotonic() - started
+        logger.info("tritonserver pid=%s ready in %.2f s", process.pid, worker.startup_s)
+    return worker
+
+
+def port_conflict(worker: WorkerProcess) -> bool:
+    """Whether the worker failed because one of its ports was taken (free ports can race with others)."""
+    tail = worker.log_tail()
+    return any(marker in tail for marker in _PORT_CONFLICT_MARKERS)
+
+
+def launch_reference_worker(
+    *,
+    host: str = "127.0.0.1",
+    log_dir: Path | str | None = None,
+    wait: bool = True,
+    ready_timeout_s: float = READY_TIMEOUT_S,
+    log_verbose: int = 0,
+    **repository_options: Any,
+) -> WorkerProcess:
+    """Build a reference repository in a temporary dir and serve it on free ports (the caller stops it).
+
+    ``repository_options`` go to :func:`~trtfleet_engines.reference.repository.build_reference_repository`
+    (``spec``, ``model_dir``, ``lora_cache_host_bytes``, ``lora_cache_device_bytes``, ``max_batch_size``,
+    ``max_queue_size``, ``min_step_ms``, ...). :meth:`WorkerProcess.stop` removes the repository too. With
+    ``wait``, a start that lost one of its ports to another process is retried on new ports.
+    """
+    from trtfleet_engines.reference.repository import build_reference_repository
+
+    repo_root = Path(tempfile.mkdtemp(prefix="trtfleet-repo-"))
+    try:
+        repo = build_reference_repository(repo_root / "models", **repository_options)
+        for attempt in range(1, START_ATTEMPTS + 1):
+            worker = start_worker(
+                repo,
+                http_port=free_port(host),
+                grpc_port=free_port(host),
+                metrics_port=free_port(host),
+                host=host,
+                log_dir=log_dir,
+                wait=False,
+                log_verbose=log_verbose,
+            )
+            started = time.monotonic()
+            if wait:
+                try:
+                    worker.wait_ready(ready_timeout_s)
+                except WorkerError:
+                    retry = attempt < START_ATTEMPTS and port_conflict(worker)
+                    worker.stop()
+                    if retry:
+                        logger.warning("worker lost a port to another process: retrying on new ports")
+                        continue
+                    raise
+                worker.startup_s = time.monotonic() - started
+            worker.cleanup_dirs.append(repo_root)
+            return worker
+        raise AssertionError("unreachable: the last attempt returns or raises")
+    except BaseException:
+        shutil.rmtree(repo_root, ignore_errors=True)
+        raise
+
+
+@contextlib.contextmanager
+def running_worker(**options: Any) -> Iterator[WorkerProcess]:
+    """One reference worker for the ``with`` block (options as for :func:`launch_reference_worker`)."""
+    worker = launch_reference_worker(**options)
+    try:
+        yield worker
+    finally:
+        worker.stop()
+
+
+@contextlib.contextmanager
+def running_workers(count: int, **options: Any) -> Iterator[list[WorkerProcess]]:
+    """``count`` reference workers started side by side (faster than one after another), all ready.
+
+    Every worker gets the same options and its own ports, repository and temporary files.
+    """
+    ready_timeout_s = float(options.pop("ready_timeout_s", READY_TIMEOUT_S))
+    workers: list[WorkerProcess] = []
+    try:
+        started = time.monotonic()
+        for _ in range(count):
+            workers.append(launch_reference_worker(wait=False, **options))
+        for index, worker in enumerate(workers):
+            try:
+                worker.wait_ready(max(1.0, ready_timeout_s - (time.monotonic() - started)))
+            except WorkerError:
+                if not port_conflict(worker):
+                    raise
+                worker.stop()  # lost a port to another process: start this one again, on new ports
+                workers[index] = worker = launch_reference_worker(ready_timeout_s=ready_timeout_s, **options)
+            worker.startup_s = time.monotonic() - started
+        yield workers
+    finally:
+        for worker in workers:
+            worker.terminate()
+        for worker in workers:
+            worker.stop()

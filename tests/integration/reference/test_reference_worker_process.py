@@ -1,0 +1,147 @@
+"""The reference worker's queue limit, and ``trtfleet worker`` as a foreground process."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+from trtfleet_engines.reference.repository import lora_cache_bytes_for
+from trtfleet_engines.reference.server import free_port, http_status, running_worker, running_workers
+from trtfleet_engines.reference.tokenizer import prompt_ids
+
+from tests.integration.reference.triton_client import (
+    NEVER_END_ID,
+    Stream,
+    generate,
+    request_inputs,
+    wait_until,
+)
+
+pytestmark = pytest.mark.integration
+
+
+def _waiting(metrics_url: str) -> int:
+    for line in httpx.get(metrics_url).text.splitlines():
+        if line.startswith('nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting"'):
+            return int(float(line.rsplit(" ", 1)[1]))
+    return -1
+
+
+def test_queue_full_has_the_executor_text() -> None:
+    with running_worker(max_batch_size=1, max_queue_size=1, min_step_ms=2.0) as worker:
+        with Stream(worker.grpc_url) as running, Stream(worker.grpc_url) as waiting:
+            running.send(request_inputs(prompt_ids("abc"), 200, streaming=True, end_id=NEVER_END_ID))
+            running.wait_first_token()
+            waiting.send(request_inputs(prompt_ids("abc"), 4))
+            wait_until(lambda: _waiting(worker.metrics_url) == 1)
+            refused = generate(worker.grpc_url, prompt_ids("abc"), 4)
+            assert running.result.final_at is None, "the running request ended too early for this test"
+            assert refused.error == "Maximum queue size of 1 has been reached, please try again later"
+            assert waiting.wait().error is None
+            assert running.wait().error is None
+
+
+def test_cli_worker_serves_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
+    private_tmp = tmp_path / "tmp"  # the worker's TMPDIR: whatever it creates must be gone afterwards
+    private_tmp.mkdir()
+    ports = [free_port() for _ in range(3)]
+    command = [
+        sys.executable,
+        "-m",
+        "trtfleet",
+        "worker",
+        "--host",
+        "127.0.0.1",
+        "--http-port",
+        str(ports[0]),
+        "--grpc-port",
+        str(ports[1]),
+        "--metrics-port",
+        str(ports[2]),
+        "--lora-host-bytes",
+        "200000",
+    ]
+    env = {**os.environ, "TMPDIR": str(private_tmp)}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(
+            lambda: process.poll() is not None or http_status("127.0.0.1", ports[0], "/v2/health/ready") == 200,
+            timeout_s=60,
+        )
+        assert process.poll() is None, process.communicate()[0].decode(errors="replace")[-3000:]
+        assert any(private_tmp.iterdir())  # it does work in TMPDIR
+        assert generate(f"127.0.0.1:{ports[1]}", prompt_ids("abc"), 8).error is None
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0, output.decode(errors="replace")[-3000:]
+    assert b"Started GRPCInferenceService" in output  # tritonserver's log goes to the worker's stdout
+    assert list(private_tmp.iterdir()) == []
+
+
+def test_several_workers_start_side_by_side_and_clean_up() -> None:
+    with running_workers(2, lora_cache_host_bytes=lora_cache_bytes_for(2)) as workers:
+        assert len({w.grpc_port for w in workers} | {w.http_port for w in workers}) == 4
+        for worker in workers:
+            assert generate(worker.grpc_url, prompt_ids("abc"), 8).error is None
+    for worker in workers:
+        assert not worker.running() and worker.process.returncode == 0 and worker.stubs_reaped == 0
+        assert not worker.repo_dir.exists() and not worker.log_path.exists()
+
+
+def test_latency_figures() -> None:
+    """Prints the worker's figures (run with -s); the bounds only catch gross regressions."""
+    with running_worker() as worker, httpx.Client(timeout=30) as http:
+        prompt = prompt_ids("hello world")
+        generate(worker.grpc_url, prompt, 4)  # warm up
+
+        def p50_ms(call: Callable[[], object], n: int = 20) -> float:
+            samples = []
+            for _ in range(n):
+                started = time.perf_counter()
+                call()
+                samples.append(time.perf_counter() - started)
+            return statistics.median(samples) * 1e3
+
+        grpc_16 = p50_ms(lambda: generate(worker.grpc_url, prompt, 16, end_id=NEVER_END_ID))
+        first = p50_ms(lambda: generate(worker.grpc_url, prompt, 1, end_id=NEVER_END_ID))
+        body = {"text_input": "hello world", "max_tokens": 16}
+        base = f"http://{worker.http_url}/v2/models"
+        ensemble = p50_ms(lambda: http.post(f"{base}/ensemble/generate", json=body).raise_for_status())
+        bls = p50_ms(lambda: http.post(f"{base}/tensorrt_llm_bls/generate", json=body).raise_for_status())
+        print(
+            f"\nstartup-to-ready {worker.startup_s:.2f} s; p50: gRPC 16 tokens {grpc_16:.1f} ms, gRPC 1 token "
+            f"{first:.1f} ms, HTTP generate ensemble {ensemble:.1f} ms, BLS {bls:.1f} ms (11 tokens + <eos>)"
+        )
+        assert grpc_16 < 1000 and ensemble < 1000 and bls < 1000
+
+
+def test_a_port_lost_to_another_process_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+    import trtfleet_engines.reference.server as server
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        taken = busy.getsockname()[1]
+        ports = iter([taken])  # the first port handed out (HTTP) is already taken
+
+        def racing_free_port(host: str = "127.0.0.1") -> int:
+            return next(ports, None) or free_port(host)
+
+        monkeypatch.setattr(server, "free_port", racing_free_port)
+        with running_worker() as worker:
+            assert worker.http_port != taken
+            assert generate(worker.grpc_url, prompt_ids("abc"), 4).error is None
+    assert worker.stubs_reaped == 0 and worker.process.returncode == 0

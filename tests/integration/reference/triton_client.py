@@ -1,0 +1,149 @@
+"""A small tritonclient-based client for the reference worker's tests (gRPC streaming, as decoupled needs)."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import tritonclient.grpc as grpcclient
+from numpy.typing import NDArray
+from tritonclient.utils import InferenceServerException
+from trtfleet_engines.reference.tokenizer import EOS_ID
+
+MODEL = "tensorrt_llm"
+NEVER_END_ID = 1_000_000
+"""An end_id no token equals: the request runs to request_output_len (for long-running requests)."""
+
+
+@dataclass(frozen=True)
+class Adapter:
+    """A converted adapter as a request carries it."""
+
+    name: str
+    weights: NDArray[Any]  # [1, N, W] float16
+    config: NDArray[np.int32]  # [1, N, 3]
+
+
+@dataclass
+class Result:
+    tokens: list[int] = field(default_factory=list)
+    responses: int = 0
+    error: str | None = None
+    final_at: float | None = None
+
+
+def _tensor(name: str, value: NDArray[Any], datatype: str) -> grpcclient.InferInput:
+    tensor = grpcclient.InferInput(name, list(value.shape), datatype)
+    tensor.set_data_from_numpy(value)
+    return tensor
+
+
+def request_inputs(
+    prompt: Sequence[int],
+    max_tokens: int,
+    *,
+    task_id: int | None = None,
+    adapter: Adapter | None = None,
+    streaming: bool = False,
+    end_id: int | None = EOS_ID,
+    stop: bool = False,
+) -> list[grpcclient.InferInput]:
+    """The ``tensorrt_llm`` inputs of one request (LoRA weights only when ``adapter`` is given).
+
+    ``end_id`` defaults to the tokenizer's ``<eos>``, as the ensemble's preprocessing sends it.
+    """
+    inputs = [
+        _tensor("input_ids", np.array([list(prompt)], np.int32), "INT32"),
+        _tensor("input_lengths", np.array([[len(prompt)]], np.int32), "INT32"),
+        _tensor("request_output_len", np.array([[max_tokens]], np.int32), "INT32"),
+        _tensor("streaming", np.array([[streaming]], bool), "BOOL"),
+    ]
+    if stop:
+        inputs.append(_tensor("stop", np.array([[True]], bool), "BOOL"))
+    if end_id is not None:
+        inputs.append(_tensor("end_id", np.array([[end_id]], np.int32), "INT32"))
+    if task_id is not None:
+        inputs.append(_tensor("lora_task_id", np.array([[task_id]], np.uint64), "UINT64"))
+    if adapter is not None:
+        inputs.append(_tensor("lora_weights", adapter.weights, "FP16"))
+        inputs.append(_tensor("lora_config", adapter.config, "INT32"))
+    return inputs
+
+
+class Stream:
+    """One gRPC stream with the responses of one request collected (context manager)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.result = Result()
+        self.done = queue.Queue[bool]()
+        self.first_token = queue.Queue[bool]()
+        self.client.start_stream(callback=self._on_response)
+
+    def _on_response(self, result: Any, error: InferenceServerException | None) -> None:
+        if self.result.final_at is not None:
+            return  # e.g. the local cancellation notice when a finished stream is closed
+        if error is not None:
+            self.result.error = error.message()
+            self.result.final_at = time.monotonic()
+            self.done.put(True)
+            return
+        response = result.get_response()
+        ids = result.as_numpy("output_ids")
+        if ids is not None:
+            self.result.tokens += ids.reshape(-1).tolist()
+            self.result.responses += 1
+            if self.result.tokens:
+                self.first_token.put(True)
+        if response.parameters["triton_final_response"].bool_param:
+            self.result.final_at = time.monotonic()
+            self.done.put(True)
+
+    def send(self, inputs: list[grpcclient.InferInput], request_id: str = "") -> None:
+        outputs = [
+            grpcclient.InferRequestedOutput("output_ids"),
+            grpcclient.InferRequestedOutput("sequence_length"),
+        ]
+        self.client.async_stream_infer(MODEL, inputs, request_id=request_id, outputs=outputs)
+
+    def wait(self, timeout_s: float = 60.0) -> Result:
+        self.done.get(timeout=timeout_s)
+        return self.result
+
+    def wait_first_token(self, timeout_s: float = 60.0) -> None:
+        self.first_token.get(timeout=timeout_s)
+
+    def close(self, cancel: bool = False) -> None:
+        """Close the stream; ``cancel`` cancels its request if it is still running.
+
+        Never cancel a finished request: with Triton 2.51 a cancellation that arrives after the final
+        response leaves the gRPC handler waiting for a callback, which holds the model until the server's
+        exit timeout.
+        """
+        self.client.stop_stream(cancel_requests=cancel and self.result.final_at is None)
+        self.client.close()
+
+    def __enter__(self) -> Stream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close(cancel=True)
+
+
+def generate(url: str, prompt: Sequence[int], max_tokens: int, **options: Any) -> Result:
+    """One request, run to completion over its own stream."""
+    with Stream(url) as stream:
+        stream.send(request_inputs(prompt, max_tokens, **options))
+        return stream.wait()
+
+
+def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, interval_s: float = 0.02) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout_s} s")
+        time.sleep(interval_s)

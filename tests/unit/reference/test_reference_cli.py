@@ -1,0 +1,65 @@
+"""``trtfleet worker`` arguments, as the operator and the demo pass them."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+from pathlib import Path
+
+from trtfleet_engines.reference.cli import _load_spec, configure, run
+from trtfleet_engines.reference.repository import DEFAULT_REFERENCE_SPEC, default_reference_spec
+
+
+def _parse(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    return parser.parse_args(argv)
+
+
+def test_operator_arguments_parse() -> None:
+    args = _parse(
+        "--spec",
+        "/etc/trtfleet/basemodel.json",
+        "--model-dir",
+        "/opt/trtfleet/models/tiny-llama",
+        "--host",
+        "0.0.0.0",
+        "--http-port",
+        "8000",
+        "--grpc-port",
+        "8001",
+        "--metrics-port",
+        "8002",
+        "--min-step-ms",
+        "2",
+    )
+    assert args.model == Path("/opt/trtfleet/models/tiny-llama") and args.spec == Path("/etc/trtfleet/basemodel.json")
+    assert (args.http_port, args.grpc_port, args.metrics_port, args.min_step_ms) == (8000, 8001, 8002, 2.0)
+    assert args.func is run
+
+
+def test_spec_file_may_be_a_bare_spec_or_a_whole_basemodel(tmp_path: Path) -> None:
+    bare = tmp_path / "basemodel.json"
+    bare.write_text(default_reference_spec().model_dump_json(by_alias=True, exclude_none=True))
+    whole = tmp_path / "basemodel.yaml"
+    whole.write_text(
+        json.dumps(
+            {
+                "apiVersion": "trtfleet.io/v1alpha1",
+                "kind": "BaseModel",
+                "metadata": {"name": "tiny"},
+                "spec": dict(DEFAULT_REFERENCE_SPEC),
+            }
+        )
+    )
+    assert _load_spec(bare) == _load_spec(whole) == default_reference_spec()
+    assert _load_spec(None) is None
+
+
+def test_an_unusable_model_dir_exits_1_and_leaves_nothing(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    before = set(Path(tempfile.gettempdir()).glob("trtfleet-worker-repo-*"))
+    code = run(_parse("--model-dir", str(tmp_path), "--http-port", "1", "--grpc-port", "2", "--metrics-port", "3"))
+    assert code == 1
+    assert "not a reference model directory" in capsys.readouterr().err
+    assert set(Path(tempfile.gettempdir()).glob("trtfleet-worker-repo-*")) == before

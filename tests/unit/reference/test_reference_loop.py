@@ -1,0 +1,140 @@
+"""The scheduler thread: concurrent submissions, client cancellation and shutdown."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from trtfleet_engines.reference.loop import UNLOADING_TEXT, EngineLoop
+from trtfleet_engines.reference.scheduler import BatcherStats, EngineResponse, InflightBatcher
+
+from tests.unit.reference.fakes import FakeModel, limits, request
+
+
+@dataclass(eq=False)
+class Client:
+    name: str
+    cancelled: bool = False
+
+
+class Inbox:
+    def __init__(self) -> None:
+        self.cond = threading.Condition()
+        self.responses: list[EngineResponse[Client]] = []
+
+    def deliver(self, responses: list[EngineResponse[Client]]) -> None:
+        with self.cond:
+            self.responses += responses
+            self.cond.notify_all()
+
+    def wait_for(self, predicate: Callable[[list[EngineResponse[Client]]], bool], timeout_s: float = 10.0) -> None:
+        with self.cond:
+            assert self.cond.wait_for(lambda: predicate(self.responses), timeout_s), self.responses[-5:]
+
+    def finals(self) -> dict[str, EngineResponse[Client]]:
+        with self.cond:
+            return {r.handle.name: r for r in self.responses if r.final}
+
+
+@pytest.fixture
+def running() -> Iterator[tuple[EngineLoop[Client], Inbox, list[BatcherStats]]]:
+    inbox = Inbox()
+    stats: list[BatcherStats] = []
+    batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits(max_seq_len=10**9))
+    loop = EngineLoop(
+        batcher,
+        inbox.deliver,
+        is_cancelled=lambda c: c.cancelled,
+        on_stats=stats.append,
+        cancellation_period_s=0.0,
+        stats_period_s=0.01,
+    )
+    loop.start()
+    yield loop, inbox, stats
+    loop.stop()
+    assert loop.stats().active_requests == 0 and loop.stats().waiting_requests == 0
+
+
+def test_concurrent_submissions_each_get_one_final_response(running) -> None:  # type: ignore[no-untyped-def]
+    loop, inbox, stats = running
+    clients = [Client(f"c{i}") for i in range(12)]
+    threads = [threading.Thread(target=loop.submit, args=(request([i], 5), c)) for i, c in enumerate(clients)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    inbox.wait_for(lambda rs: sum(r.final for r in rs) == len(clients))
+    finals = inbox.finals()
+    assert {name: r.output_ids[-1] for name, r in finals.items()} == {f"c{i}": i + 5 for i in range(12)}
+    deadline = time.monotonic() + 5
+    while not stats or stats[-1].active_requests:  # the idle loop keeps reporting
+        assert time.monotonic() < deadline
+        time.sleep(0.01)
+    assert stats[-1].iterations > 0
+
+
+def test_a_client_cancellation_ends_the_request(running) -> None:  # type: ignore[no-untyped-def]
+    loop, inbox, _ = running
+    client = Client("forever")
+    loop.submit(request([1], 10**9, streaming=True), client)
+    inbox.wait_for(lambda rs: len(rs) >= 3)
+    client.cancelled = True
+    inbox.wait_for(lambda rs: any(r.final for r in rs))
+    assert inbox.finals()["forever"].output_ids == ()
+
+
+def test_stop_fails_what_is_left() -> None:
+    inbox = Inbox()
+    batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits(max_seq_len=10**9))
+    loop = EngineLoop(batcher, inbox.deliver)
+    loop.start()
+    loop.submit(request([1], 10**9, streaming=True), Client("forever"))
+    inbox.wait_for(lambda rs: len(rs) >= 2)
+    loop.stop()
+    assert inbox.finals()["forever"].error == UNLOADING_TEXT
+
+
+def test_min_step_time_sleeps_the_remainder_outside_the_lock() -> None:
+    inbox = Inbox()
+    now = [0.0]
+    slept: list[float] = []
+
+    def clock() -> float:
+        now[0] += 0.001  # every clock read advances 1 ms
+        return now[0]
+
+    batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits())
+    loop = EngineLoop(batcher, inbox.deliver, clock=clock, sleep=slept.append, min_step_s=0.010)
+    loop.start()
+    loop.submit(request([1], 3), Client("a"))
+    inbox.wait_for(lambda rs: any(r.final for r in rs))
+    loop.stop()
+    assert slept and all(0 < s < 0.010 for s in slept)
+
+
+def test_an_idle_engine_makes_no_calls_to_triton() -> None:
+    """Metric updates or is_cancelled calls while Triton unloads the model hang the Python stub forever."""
+    inbox = Inbox()
+    calls: list[str] = []
+    batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits())
+    loop = EngineLoop(
+        batcher,
+        inbox.deliver,
+        is_cancelled=lambda c: calls.append("is_cancelled") or False,
+        on_stats=lambda s: calls.append("stats"),
+        cancellation_period_s=0.0,
+        stats_period_s=0.0,
+    )
+    loop.start()
+    loop.submit(request([1], 5), Client("a"))
+    inbox.wait_for(lambda rs: any(r.final for r in rs))
+    settled = len(calls)
+    deadline = time.monotonic() + 0.3
+    while time.monotonic() < deadline:  # an absence can only be checked over a window
+        assert len(calls) <= settled + 1  # at most the report "became idle", already on its way
+        time.sleep(0.01)
+    loop.stop()
+    assert "stats" in calls and "is_cancelled" in calls

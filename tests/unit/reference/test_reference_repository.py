@@ -1,0 +1,154 @@
+"""The reference repository builder and the settings the tensorrt_llm model reads back from its config."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from trtfleet_engines.reference.adapters import plan_cache
+from trtfleet_engines.reference.engine import fit_limits, model_dimensions
+from trtfleet_engines.reference.errors import RepositoryError
+from trtfleet_engines.reference.numpy_llama import LlamaConfig
+from trtfleet_engines.reference.repository import (
+    build_reference_repository,
+    default_reference_spec,
+    lora_cache_bytes_for,
+)
+from trtfleet_engines.reference.scheduler import BatchLimits
+from trtfleet_engines.reference.settings import DEFAULT_GPU_MEMORY_BYTES, settings_from_model_config
+
+from tests.unit.reference.fakes import triton_model_config
+from trtfleet.api.basemodel import BaseModel, LoraModule
+from trtfleet.loracache import adapter_pages, tier_pages
+
+ROOT = Path(__file__).resolve().parents[3]
+
+
+def _model_dir(tmp_path: Path) -> Path:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(json.dumps({"hidden_size": 64}))
+    return model
+
+
+def test_default_spec_is_the_example_basemodel() -> None:
+    example = yaml.safe_load((ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text())
+    assert BaseModel.model_validate(example).spec == default_reference_spec()
+
+
+def test_repository_layout(tmp_path: Path) -> None:
+    repo = build_reference_repository(tmp_path / "repo", model_dir=_model_dir(tmp_path))
+    assert sorted(p.name for p in repo.iterdir()) == [
+        "ensemble",
+        "postprocessing",
+        "preprocessing",
+        "tensorrt_llm",
+        "tensorrt_llm_bls",
+    ]
+    for name in ("preprocessing", "postprocessing", "tensorrt_llm", "tensorrt_llm_bls"):
+        assert (repo / name / "1" / "model.py").is_file()
+        assert (repo / name / "1" / "_trtfleet_bootstrap.py").is_file()
+    assert not any((repo / "ensemble" / "1").iterdir())
+    config = triton_model_config(repo / "tensorrt_llm" / "config.pbtxt")
+    assert config["backend"] == "python"
+    assert config["model_transaction_policy"]["decoupled"] is True
+    inputs = {i["name"]: i for i in config["input"]}
+    assert inputs["lora_weights"]["data_type"] == "TYPE_FP16"
+    assert inputs["lora_config"]["dims"] == ["-1", "3"]
+    assert inputs["lora_task_id"]["data_type"] == "TYPE_UINT64"
+
+
+def test_settings_from_the_rendered_config(tmp_path: Path) -> None:
+    model = _model_dir(tmp_path)
+    repo = build_reference_repository(tmp_path / "repo", model_dir=model)
+    settings = settings_from_model_config(triton_model_config(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert settings.model_dir == model.resolve()
+    assert (settings.limits.max_batch_size, settings.limits.max_num_tokens) == (8, 2048)
+    assert (settings.limits.max_input_len, settings.limits.max_seq_len, settings.limits.max_queue_size) == (
+        256,
+        512,
+        64,
+    )
+    assert settings.exclude_input_in_output is True  # what the renderer writes
+    lora = settings.lora
+    assert lora is not None
+    assert lora.target_modules[0] is LoraModule.ATTN_Q and len(lora.target_modules) == 7
+    assert (lora.max_lora_rank, lora.optimal_adapter_size, lora.max_adapter_size) == (8, 8, 8)
+    assert lora.host_bytes == 2 * 1024 * 1024
+    assert lora.device_bytes == int(0.05 * DEFAULT_GPU_MEMORY_BYTES)
+
+
+def test_overrides_for_small_caches_and_queues(tmp_path: Path) -> None:
+    repo = build_reference_repository(
+        tmp_path / "repo",
+        model_dir=_model_dir(tmp_path),
+        lora_cache_host_bytes=92_160,
+        lora_cache_device_bytes=46_080,
+        max_batch_size=3,
+        max_queue_size=2,
+        max_num_tokens=64,
+    )
+    settings = settings_from_model_config(triton_model_config(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert settings.lora is not None
+    assert (settings.lora.host_bytes, settings.lora.device_bytes) == (92_160, 46_080)
+    assert (
+        settings.limits.max_batch_size,
+        settings.limits.max_queue_size,
+        settings.limits.max_num_tokens,
+    ) == (3, 2, 64)
+
+
+def test_a_directory_without_a_model_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(RepositoryError, match="no config.json"):
+        build_reference_repository(tmp_path / "repo", model_dir=tmp_path)
+
+
+def test_engine_limits_never_exceed_the_model_positions() -> None:
+
+    config = LlamaConfig.from_hf_dict(
+        {
+            "hidden_size": 64,
+            "intermediate_size": 176,
+            "num_hidden_layers": 2,
+            "num_attention_heads": 4,
+            "num_key_value_heads": 2,
+            "vocab_size": 260,
+            "max_position_embeddings": 256,
+        }
+    )
+    limits = BatchLimits(max_batch_size=8, max_num_tokens=2048, max_input_len=256, max_seq_len=512)
+    fitted = fit_limits(limits, config)
+    assert (fitted.max_seq_len, fitted.max_input_len) == (256, 255)
+    small = BatchLimits(max_batch_size=8, max_num_tokens=2048, max_input_len=100, max_seq_len=200)
+    assert fit_limits(small, config) == small
+
+
+def test_cache_bytes_for_a_number_of_adapters(tmp_path: Path) -> None:
+
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text(
+        json.dumps(
+            {
+                "hidden_size": 64,
+                "intermediate_size": 176,
+                "num_hidden_layers": 2,
+                "num_attention_heads": 4,
+                "num_key_value_heads": 2,
+                "head_dim": 16,
+                "vocab_size": 260,
+            }
+        )
+    )
+    spec = default_reference_spec()
+    host_bytes = lora_cache_bytes_for(3, spec, model_dir=model)
+    repo = build_reference_repository(tmp_path / "repo", spec, model_dir=model, lora_cache_host_bytes=host_bytes)
+    settings = settings_from_model_config(triton_model_config(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert settings.lora is not None
+
+    plan = plan_cache(model_dimensions(LlamaConfig.from_hf_config(model)), settings.lora)
+    per_adapter = adapter_pages(plan.geometry, rank=spec.lora.max_rank)
+    assert tier_pages(plan.geometry, host_bytes) == plan.host_pages == 3 * per_adapter
+    assert (plan.geometry.page_width, plan.geometry.slots_per_page, per_adapter) == (96, 240, 1)
