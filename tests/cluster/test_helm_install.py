@@ -172,7 +172,7 @@ def test_operator_and_router_deployments_have_the_promised_shape(default_release
     assert c["args"][:2] == ["router", "--kubernetes"]
     assert "--policy-config=/etc/trtfleet/policy.yaml" in c["args"]
     assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 8080, "grpc": 8081, "metrics": 9090}
-    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/live"  # no model pod needed
     assert "checksum/config" in router["spec"]["template"]["metadata"]["annotations"]
     policy = yaml.safe_load(r.get("configmap", f"{r.fullname}-router", "-n", ns)["data"]["policy.yaml"])
     assert policy["policy"] == VALUES["router"]["policy"]

@@ -34,8 +34,8 @@ DEFAULT_REFERENCE_SPEC: Mapping[str, Any] = {
     "dtype": "float16",
     "engine": {
         "maxBatchSize": 8,
-        "maxInputLen": 256,
-        "maxSeqLen": 512,
+        "maxInputLen": 128,
+        "maxSeqLen": 256,
         "maxNumTokens": 2048,
         "gpu": {"product": "cpu", "count": 1},
     },

@@ -121,7 +121,7 @@ def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: st
         try:
             first = await until(lambda s: "tiny-upper" in s.registry.adapters and s.pods.get("tiny"), "the fleet")
             base = first.registry.bases["tiny"]
-            assert (base.host_pages, base.device_pages, base.limits.max_input_tokens) == (6, 3, 256)
+            assert (base.host_pages, base.device_pages, base.limits.max_input_tokens) == (6, 3, 128)
             adapter = first.registry.adapters["tiny-upper"]
             assert (adapter.task_id, adapter.artifact_uri) == (12, "s3://artifacts/tiny-upper")
             pod = first.pods["tiny"]["tiny-0"]

@@ -67,8 +67,8 @@ def test_settings_from_the_rendered_config(tmp_path: Path) -> None:
     assert settings.model_dir == model.resolve()
     assert (settings.limits.max_batch_size, settings.limits.max_num_tokens) == (8, 2048)
     assert (settings.limits.max_input_len, settings.limits.max_seq_len, settings.limits.max_queue_size) == (
+        128,
         256,
-        512,
         64,
     )
     assert settings.exclude_input_in_output is True  # what the renderer writes

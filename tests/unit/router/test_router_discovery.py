@@ -45,7 +45,7 @@ def test_fleet_file(tmp_path: Path) -> None:
     )
     snapshot = StaticDiscovery(path=tmp_path / "fleet.yaml").initial()
     base = snapshot.registry.bases["tiny"]
-    assert base.architecture == "reference" and base.host_pages == 3 and base.limits.max_input_tokens == 256
+    assert base.architecture == "reference" and base.host_pages == 3 and base.limits.max_input_tokens == 128
     adapter = snapshot.registry.adapters["tiny-upper"]
     assert adapter.artifact_uri == str(tmp_path / "adapters" / "upper") and adapter.weights_bytes == 128
     assert adapter.min_pods == 1 and adapter.pages >= 1

@@ -63,7 +63,7 @@ def test_limits() -> None:
 def test_entry_from_the_reference_example() -> None:
     obj = BaseModel.model_validate(yaml.safe_load((ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text()))
     entry = base_entry_from_spec("tiny", obj.spec)
-    assert entry.limits == EngineLimits(256, 512) and entry.architecture == "reference"
+    assert entry.limits == EngineLimits(128, 256) and entry.architecture == "reference"
     assert entry.bytes_per_token == 1.0 and entry.weights_datatype == "FP16"
     assert entry.chat([ChatMessage("system", "s"), ChatMessage("user", "say hi")]) == "say hi"
 
