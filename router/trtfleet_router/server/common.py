@@ -14,9 +14,8 @@ import json
 import logging
 import os
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
+from types import TracebackType
 from typing import Any, Final
 
 from aiohttp import web
@@ -144,25 +143,10 @@ class Services:
             return True
         return self.api_keys.authenticate(presented_key).may_use(served_name)
 
-    @contextmanager
-    def track(self, frontend: str, request_id: str) -> Iterator[RequestRecord]:
-        """Wraps one request: drain accounting, ``requests_total``, duration, TTFT, the log line."""
-        record = RequestRecord(request_id, frontend, time.perf_counter())
-        self.lifecycle.enter()
-        try:
-            yield record
-        except RouterError as exc:
-            record.code = mapping_for(exc).code_label
-            raise
-        except (asyncio.CancelledError, ConnectionError):
-            record.code = "client_gone"
-            raise
-        except BaseException:
-            record.code = "internal"
-            raise
-        finally:
-            self.lifecycle.exit()
-            self._observe(record)
+    def track(self, frontend: str, request_id: str) -> _Tracked:
+        """Wraps one request (``with services.track(...) as record``): drain accounting,
+        ``requests_total``, duration, TTFT, the log line."""
+        return _Tracked(self, RequestRecord(request_id, frontend, time.perf_counter()))
 
     def _observe(self, record: RequestRecord) -> None:
         m = self.metrics
@@ -189,6 +173,35 @@ class Services:
                     }
                 },
             )
+
+
+class _Tracked:
+    """The context manager of :meth:`Services.track` (a class: cheaper per request than @contextmanager)."""
+
+    __slots__ = ("record", "services")
+
+    def __init__(self, services: Services, record: RequestRecord) -> None:
+        self.services = services
+        self.record = record
+
+    def __enter__(self) -> RequestRecord:
+        self.services.lifecycle.enter()
+        return self.record
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        record = self.record
+        if exc is not None:
+            if isinstance(exc, RouterError):
+                record.code = mapping_for(exc).code_label
+            elif isinstance(exc, asyncio.CancelledError | ConnectionError):
+                record.code = "client_gone"
+            else:
+                record.code = "internal"
+        services = self.services
+        services.lifecycle.exit()
+        services._observe(record)
 
 
 async def read_json_body(request: web.Request, max_body_bytes: int) -> Any:

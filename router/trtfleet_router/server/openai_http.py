@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -32,10 +32,11 @@ from trtfleet_router.server.sse import DONE_EVENT, LazySse, json_event
 from trtfleet_router.upstream.text import TextRequest, Usage, finish_reason
 
 FRONTEND = "openai"
+_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once, not per json.dumps call
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    body = _JSON.encode(obj).encode("utf-8")
     return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 

@@ -30,8 +30,11 @@ def encode_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
+_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once, not per json.dumps call
+
+
 def json_event(obj: Any) -> bytes:
-    return encode_event(json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8"))
+    return encode_event(_JSON.encode(obj).encode("utf-8"))
 
 
 def parse_events(stream: bytes) -> list[bytes]:

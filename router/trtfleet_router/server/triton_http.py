@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import time
 from contextlib import aclosing
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -48,12 +48,13 @@ from trtfleet_router.server.triton_protocol import (
 from trtfleet_router.upstream.dispatch import UpstreamCall
 
 FRONTEND = "triton_http"
+_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once, not per json.dumps call
 SERVER_NAME = "trtfleet-router"
 EXTENSIONS = ["model_configuration", "binary_tensor_data", "parameters", "generate"]
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    body = json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    body = _JSON.encode(obj).encode("utf-8")
     return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 

@@ -1,9 +1,10 @@
-"""Warm text requests over Triton's HTTP generate extension (aiohttp, all on the event loop).
+"""Warm text requests over Triton's HTTP generate extension (all on the event loop).
 
 Measured on the project's 2-core machine against the echo upstream: a grpc.aio ``ModelStreamInfer``
 round trip costs about 290 us of router CPU and ~1 ms of latency (every message crosses grpc's poller
-thread and wakes the event loop), an aiohttp keep-alive POST about 175 us and ~0.25 ms. So requests
-that carry no weights (the warm majority) may use ``POST /v2/models/{m}/generate`` (one JSON answer)
+thread and wakes the event loop), an aiohttp keep-alive POST about 175-200 us, and the lean keep-alive
+HTTP/1.1 client below (:class:`_UnaryClient`, used for unary requests; streams use aiohttp) about 50 us.
+So requests that carry no weights (the warm majority) may use ``POST /v2/models/{m}/generate`` (one JSON answer)
 or ``/generate_stream`` (SSE, ``data: {json}`` per piece, errors as ``data: {"error": ...}``) when the
 pod's HTTP port is known; requests with weights always use gRPC, since LoRA weights cannot travel as
 JSON. Answers come back as the same ``ModelStreamInferResponse`` messages the gRPC transports yield,
@@ -18,11 +19,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import struct
 import time
 from collections.abc import AsyncGenerator, Mapping
 from typing import Any, Final
 
 import aiohttp
+import yarl
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router.upstream.protocol import (
@@ -31,10 +34,17 @@ from trtfleet_router.upstream.protocol import (
     UpstreamFailure,
     classify_upstream_error,
 )
-from trtfleet_router.upstream.tensors import encode_bytes
 from trtfleet_router.upstream.transport import TransportError
 
 SSE_DATA: Final = b"data:"
+_U32: Final = struct.Struct("<I")
+_TEXT_SHAPE: Final = (1, 1)
+_JSON: Final = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=) builds one per call
+_POST_HEADERS: Final = {"Content-Type": "application/json"}
+_SKIP_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding")
+"""Upstream answers are small JSON on a local network: no compression negotiation, no default headers."""
+_URL_CACHE_MAX: Final = 4096
+_UNARY_HEADERS: Final = "Content-Type: application/json\r\n"
 _STATUS_HINTS: Final[dict[int, FailureKind]] = {
     400: FailureKind.INVALID,
     404: FailureKind.POD_FAILED,
@@ -43,11 +53,15 @@ _STATUS_HINTS: Final[dict[int, FailureKind]] = {
 
 
 def text_message(text: str, *, final: bool, request_id: str = "") -> service_pb2.ModelStreamInferResponse:
-    response = service_pb2.ModelInferResponse(id=request_id)
-    response.outputs.add(name="text_output", datatype="BYTES", shape=[1, 1])
-    response.raw_output_contents.append(encode_bytes((text.encode("utf-8"),)))
+    message = service_pb2.ModelStreamInferResponse()
+    response = message.infer_response  # filled in place (no copy of a separately built response)
+    if request_id:
+        response.id = request_id
+    response.outputs.add(name="text_output", datatype="BYTES", shape=_TEXT_SHAPE)
+    data = text.encode("utf-8")
+    response.raw_output_contents.append(_U32.pack(len(data)) + data)  # one BYTES element, as encode_bytes
     response.parameters[FINAL_RESPONSE_PARAM].bool_param = final
-    return service_pb2.ModelStreamInferResponse(infer_response=response)
+    return message
 
 
 def _failure(status: int, message: str) -> UpstreamFailure:
@@ -70,12 +84,28 @@ def _error_text(body: bytes) -> str:
 class HttpTransport:
     def __init__(self) -> None:
         self._session: aiohttp.ClientSession | None = None
+        self._urls: dict[tuple[str, str, bool], tuple[yarl.URL, str, bytes]] = {}
+        self._unary = _UnaryClient()
 
     def _http(self) -> aiohttp.ClientSession:
         if self._session is None:
             connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0)
-            self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=("User-Agent",))
+            self._session = aiohttp.ClientSession(connector=connector, skip_auto_headers=_SKIP_AUTO_HEADERS)
         return self._session
+
+    def _url(self, address: str, model: str, stream: bool) -> tuple[yarl.URL, str, bytes]:
+        """The parsed URL (aiohttp would parse the string on every request), its text for messages and
+        the request head up to the Content-Length value (for :class:`_UnaryClient`)."""
+        key = (address, model, stream)
+        cached = self._urls.get(key)
+        if cached is None:
+            if len(self._urls) >= _URL_CACHE_MAX:
+                self._urls.clear()
+            text = f"http://{address}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
+            url = yarl.URL(text)
+            head = f"POST {url.raw_path} HTTP/1.1\r\nHost: {address}\r\n{_UNARY_HEADERS}Content-Length: "
+            cached = self._urls[key] = (url, text, head.encode("latin-1"))
+        return cached
 
     async def exchange(
         self, address: str, model: str, body: Mapping[str, Any], deadline_s: float, *, stream: bool
@@ -83,21 +113,32 @@ class HttpTransport:
         timeout_s = deadline_s - time.monotonic()
         if timeout_s <= 0:
             raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
-        url = f"http://{address}/v2/models/{model}/{'generate_stream' if stream else 'generate'}"
-        payload = json.dumps(body, separators=(",", ":")).encode("utf-8")
+        parsed_url, url, head = self._url(address, model, stream)
+        payload = _JSON.encode(body).encode("utf-8")
+        if not stream:
+            try:
+                async with asyncio.timeout(timeout_s):
+                    status, answer = await self._unary.post(address, b"%s%d\r\n\r\n%s" % (head, len(payload), payload))
+                if status != 200:
+                    raise TransportError(_failure(status, _error_text(answer)))
+                doc = json.loads(answer)
+            except TimeoutError as exc:  # before OSError: TimeoutError is one
+                raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, f"no answer from {url} in time")) from exc
+            except OSError as exc:
+                raise TransportError(UpstreamFailure(FailureKind.POD_FAILED, f"{url}: {exc}")) from exc
+            except ValueError as exc:
+                raise TransportError(UpstreamFailure(FailureKind.INTERNAL, f"{url}: bad answer: {exc}")) from exc
+            yield text_message(str(doc.get("text_output", "")), final=True)
+            return
         try:
             async with self._http().post(
-                url,
+                parsed_url,
                 data=payload,
-                headers={"Content-Type": "application/json"},
+                headers=_POST_HEADERS,
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as response:
                 if response.status != 200:
                     raise TransportError(_failure(response.status, _error_text(await response.read())))
-                if not stream:
-                    doc = json.loads(await response.read())
-                    yield text_message(str(doc.get("text_output", "")), final=True)
-                    return
                 async for line in response.content:
                     if not line.startswith(SSE_DATA):
                         continue
@@ -106,7 +147,7 @@ class HttpTransport:
                         yield service_pb2.ModelStreamInferResponse(error_message=str(doc["error"]))
                         return
                     yield text_message(str(doc.get("text_output", "")), final=False)
-                yield service_pb2.ModelStreamInferResponse(infer_response=_final_only())
+                yield _final_only()
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise TransportError(UpstreamFailure(FailureKind.POD_FAILED, f"{url}: {exc}")) from exc
         except TimeoutError as exc:
@@ -115,12 +156,246 @@ class HttpTransport:
             raise TransportError(UpstreamFailure(FailureKind.INTERNAL, f"{url}: bad answer: {exc}")) from exc
 
     async def close(self) -> None:
+        self._unary.close()
         if self._session is not None:
             await self._session.close()
             await asyncio.sleep(0)
 
 
-def _final_only() -> service_pb2.ModelInferResponse:
-    response = service_pb2.ModelInferResponse()
-    response.parameters[FINAL_RESPONSE_PARAM].bool_param = True
-    return response
+def _final_only() -> service_pb2.ModelStreamInferResponse:
+    message = service_pb2.ModelStreamInferResponse()
+    message.infer_response.parameters[FINAL_RESPONSE_PARAM].bool_param = True
+    return message
+
+
+# -- unary requests: a lean keep-alive HTTP/1.1 client ---------------------------------------------------
+#
+# aiohttp's client costs about 200 us of CPU per small POST on the project's 2-core machine (request and
+# response objects, header multidicts, timers, stream readers); one warm unary generate needs none of
+# that: one pre-encoded request head, a Content-Length or chunked JSON answer. This client costs about
+# 50 us. Streams (SSE) stay on aiohttp.
+
+_MAX_HEAD_BYTES: Final = 64 * 1024
+_IDLE_KEEP_S: Final = 30.0
+_MAX_IDLE_PER_ADDRESS: Final = 256
+_SWEEP_EVERY: Final = 1024
+
+
+class _Closed(ConnectionResetError):
+    """The pod closed the connection before the whole answer arrived."""
+
+
+class _Connection(asyncio.Protocol):
+    """One HTTP/1.1 connection to a pod, one request at a time."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.closed = False
+        self.idle_since = 0.0
+        self.received = False  # a byte of the current answer arrived
+        self._buffer = bytearray()
+        self._waiter: asyncio.Future[tuple[int, bytes]] | None = None
+        self._head: tuple[int, int, int | None, bool, bool] | None = None  # status, body start, length, chunked, keep
+        self.reusable = False
+
+    # protocol callbacks
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            head = self._head
+            if head is not None and head[2] is None and not head[3]:  # body delimited by the end of the connection
+                waiter.set_result((head[0], bytes(self._buffer[head[1] :])))
+            else:
+                waiter.set_exception(exc if exc is not None else _Closed("the pod closed the connection"))
+
+    def data_received(self, data: bytes) -> None:
+        self.received = True
+        self._buffer += data
+        waiter = self._waiter
+        if waiter is None or waiter.done():
+            return
+        try:
+            answer = self._complete()
+        except ValueError as exc:
+            waiter.set_exception(exc)
+            return
+        if answer is not None:
+            waiter.set_result(answer)
+
+    def eof_received(self) -> bool:
+        return False  # close; connection_lost settles the waiter
+
+    # one exchange
+    async def request(self, data: bytes) -> tuple[int, bytes]:
+        if self.closed or self.transport is None:
+            raise _Closed("the pod closed the connection")
+        self.received = False
+        self.reusable = False
+        self._head = None
+        self._buffer.clear()
+        waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        self._waiter = waiter
+        self.transport.write(data)
+        try:
+            return await waiter
+        finally:
+            self._waiter = None
+
+    def close(self) -> None:
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+
+    def _complete(self) -> tuple[int, bytes] | None:
+        buffer = self._buffer
+        head = self._head
+        if head is None:
+            end = buffer.find(b"\r\n\r\n")
+            if end < 0:
+                if len(buffer) > _MAX_HEAD_BYTES:
+                    raise ValueError("the answer's header is too large")
+                return None
+            head = self._head = _parse_head(bytes(buffer[:end]), end + 4)
+        status, start, length, chunked, keep = head
+        if length is not None:
+            if len(buffer) < start + length:
+                return None
+            body = bytes(buffer[start : start + length])
+            self.reusable = keep and len(buffer) == start + length
+            return status, body
+        if chunked:
+            decoded = _dechunk(buffer, start)
+            if decoded is None:
+                return None
+            body, used = decoded
+            self.reusable = keep and used == len(buffer)
+            return status, body
+        return None  # read until the pod closes the connection
+
+
+def _parse_head(head: bytes, body_start: int) -> tuple[int, int, int | None, bool, bool]:
+    lines = head.split(b"\r\n")
+    parts = lines[0].split(b" ", 2)
+    if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+        raise ValueError(f"not an HTTP answer: {lines[0][:100]!r}")
+    status = int(parts[1])
+    length: int | None = None
+    chunked = False
+    keep = parts[0] == b"HTTP/1.1"
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"content-length":
+            length = int(value)
+        elif name == b"transfer-encoding":
+            chunked = b"chunked" in value.lower()
+        elif name == b"connection":
+            token = value.strip().lower()
+            keep = token != b"close" and (keep or token == b"keep-alive")
+    if chunked:
+        length = None
+    elif status in (204, 304) or 100 <= status < 200:
+        length = 0
+    elif length is None:
+        keep = False  # the body ends with the connection
+    return status, body_start, length, chunked, keep
+
+
+def _dechunk(buffer: bytearray, start: int) -> tuple[bytes, int] | None:
+    """The body of a complete chunked answer and the bytes it used, or None while incomplete."""
+    parts: list[bytes] = []
+    offset = start
+    while True:
+        end = buffer.find(b"\r\n", offset)
+        if end < 0:
+            return None
+        size = int(bytes(buffer[offset:end]).split(b";", 1)[0].strip(), 16)
+        offset = end + 2
+        if size == 0:
+            trailer_end = buffer.find(b"\r\n\r\n", offset - 2)  # no trailers: the CRLF right after
+            if trailer_end < 0:
+                return None
+            return b"".join(parts), trailer_end + 4
+        if len(buffer) < offset + size + 2:
+            return None
+        parts.append(bytes(buffer[offset : offset + size]))
+        offset += size + 2
+
+
+class _UnaryClient:
+    """Keep-alive connections per pod address (as many as requests in flight, idle ones reused)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[str, list[_Connection]] = {}
+        self._releases = 0
+
+    async def post(self, address: str, data: bytes) -> tuple[int, bytes]:
+        """Send ``data`` (a whole request) and return (status, body). Raises OSError, ValueError."""
+        connection, reused = await self._acquire(address)
+        try:
+            try:
+                answer = await connection.request(data)
+            except OSError:
+                if not reused or connection.received:
+                    raise
+                connection.close()  # an idle connection the pod had closed: once more on a new one
+                connection, reused = await self._connect(address), False
+                answer = await connection.request(data)
+        except BaseException:
+            connection.close()  # also on cancellation: closing is Triton's cancellation signal
+            raise
+        self._release(address, connection)
+        return answer
+
+    async def _acquire(self, address: str) -> tuple[_Connection, bool]:
+        idle = self._idle.get(address)
+        now = time.monotonic()
+        while idle:
+            connection = idle.pop()
+            if not connection.closed and now - connection.idle_since < _IDLE_KEEP_S:
+                return connection, True
+            connection.close()
+        return await self._connect(address), False
+
+    @staticmethod
+    async def _connect(address: str) -> _Connection:
+        host, _, port = address.rpartition(":")
+        _, connection = await asyncio.get_running_loop().create_connection(_Connection, host.strip("[]"), int(port))
+        return connection
+
+    def _release(self, address: str, connection: _Connection) -> None:
+        self._releases += 1
+        if self._releases % _SWEEP_EVERY == 0:
+            self._sweep()
+        if connection.closed or not connection.reusable:
+            connection.close()
+            return
+        idle = self._idle.setdefault(address, [])
+        if len(idle) >= _MAX_IDLE_PER_ADDRESS:
+            connection.close()
+            return
+        connection.idle_since = time.monotonic()
+        idle.append(connection)
+
+    def _sweep(self) -> None:
+        """Drop idle connections that closed or idled too long (pods that left the fleet included)."""
+        now = time.monotonic()
+        for address, idle in list(self._idle.items()):
+            keep = [c for c in idle if not c.closed and now - c.idle_since < _IDLE_KEEP_S]
+            for connection in idle:
+                if connection not in keep:
+                    connection.close()
+            if keep:
+                self._idle[address] = keep
+            else:
+                del self._idle[address]
+
+    def close(self) -> None:
+        for idle in self._idle.values():
+            for connection in idle:
+                connection.close()
+        self._idle.clear()
