@@ -17,6 +17,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from trtfleet_router.routing import parse_routing_config
+
 from bench import report
 from bench.podsim import PodSpec, StepTimeModel
 from bench.simulate import FleetSpec, simulate, summarize
@@ -75,7 +77,11 @@ def compare(
     rows = []
     errors: dict[str, list[float]] = {"routing": [], "latency": []}
     for real in real_rows:
-        simulated = summarize(simulate(sim_trace, str(real["policy"]), spec, seed=scenario.seed))
+        policy = str(real["policy"])
+        config = parse_routing_config(
+            {"policy": policy, "trtfleet": {"loadBoundInflight": getattr(scenario, "load_bound_inflight", 12)}}
+        )  # the router's configuration in the real run
+        simulated = summarize(simulate(sim_trace, policy, spec, seed=scenario.seed, config=config))
         sim = {
             "hit_rate": simulated["hit_rate"], "loads": simulated["loads"],
             "ttft_p50_ms": float(simulated["ttft_p50_s"]) * 1e3, "ttft_p99_ms": float(simulated["ttft_p99_s"]) * 1e3,

@@ -21,7 +21,7 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -74,7 +74,7 @@ def write_peft_adapter(out: Path, config: dict[str, Any], rng: np.random.Generat
     from safetensors.numpy import save_file
 
     shapes = _module_shapes(config)
-    tensors: dict[str, np.ndarray] = {}
+    tensors: dict[str, np.ndarray[Any, Any]] = {}
     for layer in range(int(config["num_hidden_layers"])):
         for block, modules in HF_MODULES.items():
             for module in modules:
@@ -132,6 +132,7 @@ class RealFleet:
     max_queue_size: int = 64
     min_step_ms: float | None = None
     seed: int = 0
+    policy_config: Mapping[str, Any] | None = None  # the router's routing config (YAML keys), e.g. its load bound
     router_http_port: int = 0
     router_metrics_port: int = 0
     _workers: list[Any] = field(default_factory=list)
@@ -224,6 +225,10 @@ class RealFleet:
             "--http-port", str(self.router_http_port), "--grpc-port", "-1",
             "--metrics-port", str(self.router_metrics_port), "--log-level", "WARNING",
         ]
+        if self.policy_config is not None:
+            policy_path = self.work_dir / "policy.yaml"
+            policy_path.write_text(yaml.safe_dump(dict(self.policy_config), sort_keys=False), encoding="utf-8")
+            command += ["--policy-config", str(policy_path)]
         self._router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         cwd=self.work_dir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + 60

@@ -10,6 +10,8 @@ Scenarios (quick sizes in brackets):
 * **load sweep**: 16 pods x 1,000 adapters, offered load 30-85 % of compute capacity.
 * **shapes**: 16 pods at 60 % load: Zipf 0.8 / 1.2 (1,000 adapters), on/off bursts, popularity shift, and
   the GIE regression shape (15 adapters; host caches cut to 4 adapters per pod so that it needs routing).
+* **small caches**: 16 pods with 1 GiB host caches (12 pages) at 60 % load, 20,000 [6,000] requests: trtfleet
+  answering 503 at once when every cache is full of busy adapters vs waiting for capacity (the default).
 * **growth**: decision time and router memory vs pods and adapters (``bench/routing_decision.py``).
 """
 
@@ -20,11 +22,11 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trtfleet_router.routing import policy_names
+from trtfleet_router.routing import parse_routing_config, policy_names
 
 from bench import optimal, report
 from bench.podsim import fit_report
-from bench.profiles import h100_llama3_8b_fleet, pod_capacity_requests_per_s
+from bench.profiles import GIB, h100_llama3_8b_fleet, pod_capacity_requests_per_s
 from bench.simulate import FleetSpec, simulate, summarize
 from bench.traces import TraceRequest, TraceSpec, generate, offered_load, standard_specs
 
@@ -55,7 +57,7 @@ def run_policies(
     rows = []
     for policy in policy_names():
         result = simulate(trace, policy, spec, seed=seed)
-        row = summarize(result)
+        row: dict[str, Any] = dict(summarize(result))
         admitted_bound = optimal.belady_hits(result.admitted_adapters, bound.capacity_slots) / len(trace)
         effective = float(row["effective_hit_rate"])
         if effective > admitted_bound + 1e-9:
@@ -204,6 +206,40 @@ def _load_sweep(quick: bool) -> tuple[str, list[dict[str, Any]]]:
     return text, sweep
 
 
+def _small_caches(quick: bool) -> str:
+    """Caches too small for the busy adapters (1 GiB host cache = 12 pages per pod, batch 64): trtfleet answering
+    503 at once on ``CachesBusy`` (``capacityWaitS: 0``, the behaviour before 2026-11-22) against waiting in the
+    router for a request to end (the default), with chwbl as the baseline that lets the engines say "cache full".
+    """
+    spec = h100_llama3_8b_fleet(16, host_bytes=GIB)
+    base = TraceSpec(name="small-caches", num_adapters=1000, zipf_alpha=1.0, num_requests=6000 if quick else 20_000,
+                     seed=13)
+    trace = trace_at_load(spec, 0.6, base)
+    bound = optimal.hit_rate_bound([r.adapter for r in trace], [spec.pod.host_pages] * spec.pods, spec.adapter_pages)
+    print(f"small caches: 16 pods x {spec.pod.host_pages} pages, {len(trace):,} requests", flush=True)
+    rows: list[dict[str, Any]] = []
+    for label, policy, wait_s in (("trtfleet, 503 at once", "trtfleet", 0.0), ("trtfleet, wait (default)", "trtfleet",
+                                  None), ("chwbl", "chwbl", None)):
+        config = parse_routing_config({"policy": policy, **({} if wait_s is None else {"capacityWaitS": wait_s})})
+        row: dict[str, Any] = dict(summarize(simulate(trace, policy, spec, config=config)))
+        row.update(variant=label, of_bound=float(row["effective_hit_rate"]) / bound.hit_rate,
+                   ttft_p50_ms=float(row["ttft_p50_s"]) * 1e3, ttft_p99_ms=float(row["ttft_p99_s"]) * 1e3)
+        rows.append(row)
+    report.save_json("sim-small-caches", {"bound": bound.hit_rate, "rows": rows})
+    columns = [("variant", "variant"), ("effective_hit_rate", "effective"), ("of_bound", "of bound"),
+               ("loads", "loads"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
+               ("e2e_p99_s", "e2e p99 s"), ("errors", "errors"), ("error_kinds", "error kinds")]
+    return (
+        f"**Small caches**: 16 pods with a 1 GiB host LoRA cache ({spec.pod.host_pages} pages) and max batch "
+        f"{spec.pod.max_batch_size}, 1,000 adapters, Zipf 1.0, 60 % load, {len(trace):,} requests; bound "
+        f"{bound.hit_rate:.3f}. More adapters are busy at once than the caches hold, so a cold request often finds "
+        "every cache full of busy adapters. trtfleet used to answer 503 then; it now waits in the router "
+        "(`capacityWaitS`, default 10 s, FIFO per base model, re-routed when a request ends) and answers 503 only "
+        "after that. `no_capacity`: 503 from the router; `cache_full`: the engines' back-pressure after "
+        "`max_attempts`.\n\n" + report.table(rows, columns)
+    )
+
+
 def verdict(rows: Sequence[Mapping[str, Any]], label: str, default: str = "trtfleet") -> str:
     """One sentence: the default policy's share of the bound and its p99 TTFT against the baselines'."""
     mine = next((row for row in rows if row["policy"] == default), None)
@@ -261,7 +297,7 @@ def _growth(quick: bool) -> str:
         grid = [(8, 1000), (32, 1000), (64, 1000), (128, 1000), (64, 5000), (64, 20000)]
     args = argparse.Namespace(requests=5000 if quick else 20_000, warmup=5000 if quick else 20_000,
                               concurrency=256, zipf_s=1.0, seed=7)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for pods, adapters in grid:
         row = routing_decision.run_case("trtfleet", pods, adapters, args)
         print(f"growth: {pods} pods x {adapters} adapters: route p50 {row['route_p50_us']} us", flush=True)
@@ -311,6 +347,7 @@ def sim_section(quick: bool, calibration: Mapping[str, Any] | None = None) -> st
     sweep_text, _sweep = _load_sweep(quick)
     shapes_text, _shapes_rows = _shapes(quick)
     growth_text = _growth(quick)
+    small_text = _small_caches(quick)
     model_text = (
         "The simulator (`bench/simulate.py`) drives the router's own `Fleet` and policies (no second "
         "implementation) against simulated pods whose LoRA cache is `trtfleet.loracache.LoraPageCache` "
@@ -325,7 +362,7 @@ def sim_section(quick: bool, calibration: Mapping[str, Any] | None = None) -> st
         + fit_table()
     )
     parts = [report.provenance(COMMAND.format(quick=" --quick" if quick else "")), model_text, scale_text,
-             sweep_text, shapes_text, growth_text]
+             sweep_text, shapes_text, small_text, growth_text]
     if calibration:
         parts.append(str(calibration.get("text", "")))
     return "\n\n".join(parts)

@@ -14,8 +14,11 @@ What a request goes through (times in simulated seconds; the clock is the event 
    (``link_bytes_per_s``, FIFO per pod) plus ``one_way_latency_s``;
 3. the pod's executor takes it (``SimPod.arrive``): miss / cache full / queue full come back as errors
    after one more one-way latency and the router retries like the server does (miss: route again; cache
-   full, queue full: route again excluding that pod; at most ``max_attempts`` attempts); "no capacity"
-   from the Fleet is the 503 the server answers, an error for the client;
+   full, queue full: route again excluding that pod; at most ``max_attempts`` attempts); when every
+   cache is full of busy adapters (``CachesBusy``) the request waits in the router's FIFO as the
+   dispatcher does (``capacity_wait_s``, ``capacity_queue_max``; routed again each time a request ends),
+   any other "no capacity" from the Fleet is the 503 the server answers, an error for the client; the
+   pod's admission confirms the ticket (``Fleet.confirm``); a *loading* decision sends weights too;
 4. steps until its last token; first and last tokens reach the client one latency later.
 
 The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
@@ -28,7 +31,7 @@ import heapq
 import math
 import random
 import time
-from collections import Counter, OrderedDict
+from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -38,6 +41,7 @@ from trtfleet_router.routing.framework import build_policy
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,
+    CachesBusy,
     NoCapacity,
     Outcome,
     PodInfo,
@@ -49,7 +53,7 @@ from trtfleet_router.routing.types import (
 from bench.podsim import ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel
 from bench.traces import TraceRequest
 
-_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE = range(6)
+_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT = range(7)
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
@@ -85,6 +89,7 @@ class RequestRecord:
     output_tokens: int = 0
     error: str | None = None
     excluded: set[str] = field(default_factory=set)
+    waited_s: float = 0.0  # time spent waiting in the router for LoRA cache capacity
 
 
 @dataclass
@@ -176,6 +181,9 @@ class FleetSimulation:
         self._seq = 0
         self._open = 0
         self.model_name = model_name
+        self.routing = routing
+        self._waiting: deque[int] = deque()  # keys waiting for LoRA cache capacity, FIFO
+        self._wait_since: dict[int, float] = {}
 
     def _push(self, at_s: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -203,6 +211,8 @@ class FleetSimulation:
                 self._finish(*payload)  # type: ignore[misc]
             elif kind == _REPLY_ERROR:
                 self._reply_error(*payload)  # type: ignore[misc]
+            elif kind == _WAIT_TIMEOUT:
+                self._wait_timeout(payload)  # type: ignore[arg-type]
             elif kind == _SCRAPE:
                 self._scrape()
                 if remaining_arrivals or self._open:
@@ -245,17 +255,48 @@ class FleetSimulation:
         self._open -= 1
 
     def _try_route(self, key: int) -> None:
+        if not self._route_once(key):
+            if len(self._waiting) >= self.routing.capacity_queue_max or self.routing.capacity_wait_s <= 0:
+                self._fail(self.records[key], "no_capacity")
+                return
+            self._waiting.append(key)
+            self._wait_since[key] = self.now_s
+            self._push(self.now_s + self.routing.capacity_wait_s, _WAIT_TIMEOUT, key)
+
+    def _wake(self) -> None:
+        """A request ended: the waiters route again in FIFO order until one finds no room."""
+        while self._waiting:
+            key = self._waiting[0]
+            if self._route_once(key):
+                self._waiting.popleft()
+                since = self._wait_since.pop(key)
+                self.records[key].waited_s += self.now_s - since
+            else:
+                return
+
+    def _wait_timeout(self, key: int) -> None:
+        since = self._wait_since.pop(key, None)
+        if since is None:
+            return  # routed meanwhile
+        self._waiting.remove(key)
+        self.records[key].waited_s += self.now_s - since
+        self._fail(self.records[key], "no_capacity")  # 503 after the bounded wait
+
+    def _route_once(self, key: int) -> bool:
+        """Route and send ``key``; False when every cache is full of busy adapters (wait for capacity)."""
         record = self.records[key]
         route_request = self._route_request(record)
         began = time.perf_counter()
         try:
             decision = self.fleet.route(route_request)
+        except CachesBusy:
+            return False
         except NoCapacity:
             self._fail(record, "no_capacity")  # the server answers 503 + Retry-After; the client sees it
-            return
+            return True
         except AdapterTooLarge:
             self._fail(record, "adapter_too_large")
-            return
+            return True
         elapsed = time.perf_counter() - began
         self.decision_times_s.append(elapsed)
         ticket = self.fleet.start(decision, route_request)
@@ -263,7 +304,8 @@ class FleetSimulation:
         depart_s = self.now_s + (elapsed if self.spec.add_decision_time else 0.0)
         adapter = route_request.adapter
         assert adapter is not None
-        if decision.send_weights:
+        with_weights = decision.send_weights or decision.loading
+        if with_weights:
             ready_s = self.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
             link_start = max(ready_s, self.link_free_s[decision.pod])
             self.link_free_s[decision.pod] = link_start + adapter.weights_bytes / self.spec.link_bytes_per_s
@@ -271,11 +313,13 @@ class FleetSimulation:
             record.weights_bytes += adapter.weights_bytes
         else:
             arrive_s = depart_s + self.spec.one_way_latency_s
-        self._push(arrive_s, _DELIVER, (decision.pod, key, ticket, decision.send_weights))
+        self._push(arrive_s, _DELIVER, (decision.pod, key, ticket, with_weights))
+        return True
 
     def _reply_error(self, key: int, ticket: Ticket, kind: str) -> None:
         record = self.records[key]
         self.fleet.finish(ticket, _OUTCOMES[kind])
+        self._wake()
         if kind == "miss":
             record.misses += 1
         else:
@@ -288,6 +332,7 @@ class FleetSimulation:
     def _finish(self, key: int, ticket: Ticket, request: SimRequest) -> None:
         record = self.records[key]
         self.fleet.finish(ticket, Outcome.OK)
+        self._wake()
         latency = self.spec.one_way_latency_s
         assert request.first_token_s is not None and request.finished_s is not None
         record.ttft_s = request.first_token_s + latency - record.arrival_s
@@ -316,6 +361,7 @@ class FleetSimulation:
         except ArrivalError as exc:
             self._push(self.now_s + self.spec.one_way_latency_s, _REPLY_ERROR, (key, ticket, exc.kind))
             return
+        self.fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
         self.admitted.append(trace_request.adapter)
         record.hit = request.hit and record.misses == 0
         record.loads += int(request.loaded)

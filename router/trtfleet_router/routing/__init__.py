@@ -9,6 +9,7 @@ from trtfleet_router.routing.framework import Policy, build_policy, policy_names
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,
+    CachesBusy,
     Decision,
     FleetSnapshot,
     NoCapacity,
@@ -26,6 +27,7 @@ from trtfleet_router.routing.types import (
 __all__ = [
     "AdapterRef",
     "AdapterTooLarge",
+    "CachesBusy",
     "Decision",
     "Fleet",
     "FleetSnapshot",

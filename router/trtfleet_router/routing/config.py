@@ -4,8 +4,9 @@ Example (camelCase or snake_case keys; every key optional)::
 
     policy: trtfleet            # round-robin | least-load | gie-lora-affinity | chwbl | trtfleet
     metricsStaleAfterS: 5
+    capacityWaitS: 10           # wait for LoRA cache capacity before answering 503
     trtfleet:
-      loadBoundInflight: 12
+      loadBoundInflight: 12     # keep it below the engine's max batch size (see its description)
       linkBandwidthBytesPerS: 1.25e9
     chwbl: {loadFactor: 1.25, virtualNodes: 256}
     gieLoraAffinity: {queueWeight: 2, kvCacheWeight: 2, loraAffinityWeight: 1}
@@ -32,7 +33,9 @@ class TrtfleetPolicyConfig(ApiModel):
 
     load_bound_inflight: int = Field(
         default=12, ge=0, description="A warm pod is preferred while its load exceeds the least-loaded "
-        "candidate's by at most this many requests (in-flight + scraped waiting)."
+        "candidate's by at most this many requests (in-flight + scraped waiting). Keep it well below the engine's "
+        "max batch size: beyond it requests queue behind a full batch for a whole service time (12 suits batches "
+        "of 64 and more; the real-run benchmark with max batch 8 uses 4)."
     )
     link_bandwidth_bytes_per_s: float = Field(
         default=1.25e9, gt=0, description="Assumed bandwidth of a cold load. Weights travel router -> pod "
@@ -95,6 +98,15 @@ class RoutingConfig(ApiModel):
     )
     no_capacity_retry_after_s: float = Field(
         default=1.0, gt=0, description="Retry-After when no pod can take a request."
+    )
+    capacity_wait_s: float = Field(
+        default=10.0, ge=0, description="How long a request may wait in the router when every pod's LoRA cache "
+        "is full of busy adapters (TRT-LLM would answer 'Cache is full'), re-routed each time a request of its "
+        "base model ends, before the router answers 503. 0: answer 503 at once. Capped by the request deadline."
+    )
+    capacity_queue_max: int = Field(
+        default=1024, ge=0, description="Requests per base model that may wait for LoRA cache capacity at once; "
+        "beyond it the router answers 503 at once."
     )
     trtfleet: TrtfleetPolicyConfig = Field(default_factory=TrtfleetPolicyConfig)
     chwbl: ChwblConfig = Field(default_factory=ChwblConfig)

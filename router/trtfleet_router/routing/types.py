@@ -8,6 +8,10 @@ Errors (one tree, all raised by the routing core; the server maps them to HTTP/g
 * :class:`RoutingError` - the root.
 * :class:`NoCapacity` - no pod can take the request now (none ready, all excluded, or every LoRA
   cache full of busy adapters): answer 503 with ``Retry-After: retry_after_s``.
+
+  * :class:`CachesBusy` - the subclass for "every candidate's LoRA cache is full of adapters that
+    requests still use": a slot frees when one of them ends, so the shell holds the request (bounded
+    FIFO, bounded wait) and routes it again when a request of the fleet finishes, then answers 503.
 * :class:`AdapterTooLarge` - the adapter needs more cache pages than any pod's host tier has:
   a configuration error, retrying never helps (answer 500/400, not 503).
 * :class:`UnknownPod` - ``start`` for a pod that is no longer in the fleet (removed between
@@ -33,6 +37,10 @@ class NoCapacity(RoutingError):
         super().__init__(f"no pod can take the request: {reason}")
         self.reason = reason
         self.retry_after_s = retry_after_s
+
+
+class CachesBusy(NoCapacity):
+    """Every candidate pod's LoRA cache is full of busy adapters: capacity frees when a request ends."""
 
 
 class AdapterTooLarge(RoutingError):

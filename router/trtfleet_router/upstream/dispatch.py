@@ -6,6 +6,16 @@ generate JSON). :meth:`Dispatcher.stream` yields the pod's responses:
 
 * the fleet's :class:`~trtfleet_router.routing.types.Decision` picks the pod; when it says cold, the
   adapter's pre-serialised weights go along as raw ``lora_weights``/``lora_config`` tensors (gRPC);
+  when it says *loading* (warm, but the weights are still in transit with an earlier request), the
+  weights go along too: TRT-LLM ignores weights for an id it holds, so the cost is one transfer of the
+  (already cached) weights, while an id-only request could overtake them and miss, and waiting for the
+  earlier request's admission would cost its transfer + queue + prefill (and fail with it);
+* the first response confirms the ticket (``Fleet.confirm``: the pod admitted the request and stored
+  the weights it carried, so later requests go id-only);
+* **waiting for capacity**: when every pod's LoRA cache is full of busy adapters (``CachesBusy``: the
+  engine would say "Cache is full"), the request waits in a bounded FIFO per base model
+  (:mod:`.capacity`, ``capacityWaitS`` / ``capacityQueueMax``, capped by its deadline) and routes again
+  each time a request of that base model ends; 503 only after that;
 * **transport** per attempt: a warm text request goes over Triton HTTP when the pod's HTTP port is
   known (:mod:`.http_transport`), everything else over gRPC ``ModelStreamInfer``, as its own call
   for client streams and multiplexed on shared streams for unary requests (:mod:`.transport`);
@@ -51,12 +61,14 @@ from trtfleet_router.models_registry import Target
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.types import (
     AdapterTooLarge,
+    CachesBusy,
     Decision,
     NoCapacity,
     Outcome,
     RouteRequest,
     UnknownPod,
 )
+from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.http_transport import HttpTransport
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
@@ -143,6 +155,7 @@ class Dispatcher:
         self.multiplexed = MultiplexedTransport(pool, streams_per_pod)
         self.http = HttpTransport()
         self.warm_over_http = warm_over_http
+        self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
 
     async def stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         """Responses of the pod that serves ``call`` (see the module docstring for retries)."""
@@ -164,7 +177,7 @@ class Dispatcher:
         last: UpstreamFailure | None = None
         adapter_label = self.metrics.adapter_label(adapter.served_name if adapter else None)
         while True:
-            decision = forced if forced is not None else self._route(fleet, route, last)
+            decision = forced if forced is not None else await self._route(fleet, route, last, call.deadline_s)
             forced = None
             endpoint = self.fleets.endpoint(base_name, decision.pod)
             try:
@@ -182,13 +195,16 @@ class Dispatcher:
             yielded = False
             try:
                 request = call.request
-                if decision.send_weights and adapter is not None:
+                if (decision.send_weights or decision.loading) and adapter is not None:
                     weights = await self.weights.get(ArtifactRef(adapter.artifact_uri, adapter.sha256))
                     request = with_weights(request, await self.model_info.info(target.base), weights)
-                    self.metrics.adapter_loads.labels(adapter_label).inc()
+                    if decision.send_weights:
+                        self.metrics.adapter_loads.labels(adapter_label).inc()
                     self.metrics.weight_bytes_sent.inc(weights.nbytes)
                 async for response in self._attempt(endpoint, request, call):
-                    yielded = True
+                    if not yielded:
+                        yielded = True
+                        fleet.confirm(ticket)
                     outcome = Outcome.OK
                     yield response
                 outcome = Outcome.OK
@@ -234,22 +250,37 @@ class Dispatcher:
             finally:
                 self.metrics.inflight_requests.labels(decision.pod).dec()
                 fleet.finish(ticket, outcome)
+                self.capacity_waits.notify(base_name)
 
-    def _route(self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None) -> Decision:
+    async def _route(
+        self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float
+    ) -> Decision:
+        """The fleet's decision; while every cache is full of busy adapters, wait for capacity (see
+        :mod:`.capacity`) until ``capacityWaitS`` or the deadline, then the client-facing error."""
+        waits = self.capacity_waits
+        base = route.model
+        woken = False
+        wait_until_s = time.monotonic() + self.fleets.routing_config.capacity_wait_s
+        while True:
+            try:
+                decision = self._route_once(fleet, route)
+            except CachesBusy as exc:
+                if not woken and not waits.can_wait(base):
+                    raise _no_capacity_error(exc, last) from exc
+                woken = await waits.wait(base, min(wait_until_s, deadline_s) - time.monotonic(), first=woken)
+                if woken:
+                    continue
+                raise _no_capacity_error(exc, last) from exc
+            except NoCapacity as exc:
+                raise _no_capacity_error(exc, last) from exc
+            if woken:
+                waits.notify(base)  # the freed capacity may hold the next waiter too
+            return decision
+
+    def _route_once(self, fleet: Fleet, route: RouteRequest) -> Decision:
         started = time.perf_counter()
         try:
             return fleet.route(route)
-        except NoCapacity as exc:
-            retry_after_s = max(1, round(exc.retry_after_s))
-            if last is not None and last.kind in (FailureKind.CACHE_FULL, FailureKind.QUEUE_FULL):
-                raise Overloaded(
-                    f"every pod tried is busy ({last.message}); retry later", retry_after_s=retry_after_s
-                ) from exc
-            if last is not None:
-                raise Unavailable(
-                    f"no pod could serve the request; last error: {last.message}", retry_after_s=retry_after_s
-                ) from exc
-            raise NoCapacityAvailable(str(exc), retry_after_s=retry_after_s) from exc
         except AdapterTooLarge as exc:
             raise RouterError(str(exc), code="adapter_too_large") from exc
         finally:
@@ -317,6 +348,16 @@ class Dispatcher:
                 }
             },
         )
+
+
+def _no_capacity_error(exc: NoCapacity, last: UpstreamFailure | None) -> RouterError:
+    """The client-facing error when the fleet has no pod for the request (after any wait)."""
+    retry_after_s = max(1, round(exc.retry_after_s))
+    if last is not None and last.kind in (FailureKind.CACHE_FULL, FailureKind.QUEUE_FULL):
+        return Overloaded(f"every pod tried is busy ({last.message}); retry later", retry_after_s=retry_after_s)
+    if last is not None:
+        return Unavailable(f"no pod could serve the request; last error: {last.message}", retry_after_s=retry_after_s)
+    return NoCapacityAvailable(str(exc), retry_after_s=retry_after_s)
 
 
 def _final_error(failure: UpstreamFailure, pod: str) -> RouterError:

@@ -153,3 +153,22 @@ def test_one_adapter_one_load_and_exact_latency() -> None:
     # fetch (latency + 1 MB at 10 MB/s) + link (1 MB at 100 MB/s) + latency + copy + prefill step + latency
     assert cold.ttft_s == pytest.approx(0.1 + 0.1 + 0.01 + 0.001 + copy_s + step + 0.001)
     assert result.records[1].ttft_s == pytest.approx(0.001 + step + 0.001)
+
+
+def test_requests_wait_for_cache_capacity_instead_of_503() -> None:
+    """One pod, two cache pages: a third adapter arriving while two are busy waits for one to end (the
+    router's capacity wait), or gets the 503 at once with ``capacityWaitS: 0``."""
+    from trtfleet_router.routing import parse_routing_config
+
+    pod = dataclasses.replace(SMALL_POD, max_queue_size=8)
+    spec = FleetSpec(pods=1, pod=pod, model=FLAT, adapter_pages=1, adapter_weights_bytes=1000)
+    trace = [TraceRequest(0.0, "r0", "a", 10, 20), TraceRequest(0.0, "r1", "b", 10, 20),
+             TraceRequest(0.001, "r2", "c", 10, 2)]
+    waited = simulate(trace, "trtfleet", spec)
+    assert [r.error for r in waited.records] == [None, None, None]
+    third = waited.records[2]
+    assert third.waited_s > 0.1 and third.ttft_s is not None and third.ttft_s > third.waited_s
+    at_once = simulate(trace, "trtfleet", spec, config=parse_routing_config({"capacityWaitS": 0}))
+    assert [r.error for r in at_once.records] == [None, None, "no_capacity"]
+    short = simulate(trace, "trtfleet", spec, config=parse_routing_config({"capacityWaitS": 0.05}))
+    assert short.records[2].error == "no_capacity" and short.records[2].waited_s == pytest.approx(0.05)

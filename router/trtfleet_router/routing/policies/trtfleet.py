@@ -29,7 +29,8 @@ fresh scraped waiting; ``bound`` = least candidate load + ``load_bound_inflight`
    then competes on price, so a popular adapter grows onto more pods as its load grows, one pod at
    a time, in the same order on every replica.
 6. **Fallback.** No warm pod and no cold pod within ``bound``: the least loaded candidate that can
-   store ``a`` (pods in back-off last, ``cold-over-bound``). None can: :class:`NoCapacity`.
+   store ``a`` (pods in back-off last, ``cold-over-bound``). None can: :class:`CachesBusy` (the shell waits
+   for a request to end, then routes again).
 7. Base-model requests: least load, ties at random (``base-least-load``).
 
 Not normalised scores in [0, 1]: the decision compares costs in seconds, not weighted sums.
@@ -43,7 +44,7 @@ from collections.abc import Sequence
 from trtfleet_router.routing.config import RoutingConfig, TrtfleetPolicyConfig
 from trtfleet_router.routing.framework import Choice, PodView, RoutingContext, least_loaded
 from trtfleet_router.routing.hashing import rendezvous_rank, rendezvous_score
-from trtfleet_router.routing.types import AdapterRef, NoCapacity
+from trtfleet_router.routing.types import AdapterRef, CachesBusy
 
 NAME = "trtfleet"
 CHURN_KEY = "trtfleet/churn-pods"  # HRW key that picks the churn pods
@@ -97,7 +98,7 @@ class TrtfleetPolicy:
         fallback = self._cold_anywhere(ctx, adapter)
         if fallback is not None:
             return Choice(fallback, "cold-over-bound")
-        raise NoCapacity("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
+        raise CachesBusy("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
 
     # -- steps -------------------------------------------------------------------------------------
     @staticmethod

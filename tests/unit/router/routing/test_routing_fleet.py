@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import pytest
 from trtfleet_router.routing import (
     AdapterTooLarge,
+    CachesBusy,
     Decision,
     Fleet,
     NoCapacity,
@@ -148,8 +149,9 @@ def test_no_capacity(make_harness: Callable[..., Harness]) -> None:
     assert caught.value.retry_after_s == 3
     h.ready = dict.fromkeys(h.ready, False)
     h.sync_pods()
-    with pytest.raises(NoCapacity, match="no ready pod"):
+    with pytest.raises(NoCapacity, match="no ready pod") as no_pod:
         h.route(h.adapter(1))
+    assert not isinstance(no_pod.value, CachesBusy)  # nothing to wait for: 503 at once
 
 
 def test_adapter_larger_than_any_cache(make_harness: Callable[..., Harness]) -> None:
