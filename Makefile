@@ -27,7 +27,7 @@ tools:
 control-plane:
 	bash hack/build-control-plane.sh
 
-test: install tools control-plane crds-check
+test: install tools control-plane crds-check lint
 	$(PY) -m pytest
 
 unit: install
