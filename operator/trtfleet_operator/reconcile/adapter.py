@@ -178,6 +178,10 @@ def reconcile_adapter(
         BASEMODEL_FOUND,
         f"BaseModel {spec.base_model} exists with LoRA enabled; rank and modules are checked after conversion",
     )
+    def conversion_failed(reason: str, message: str) -> Reconciliation:
+        """The convert step failed for ``reason``: Failed, with the Converted condition saying why."""
+        return failed(reason, message, found, c(cond.CONVERTED, cond.FALSE, reason, message), delete=tuple(deletes))
+
     old_artifact = old.get("artifact") or {}
     summary: ArtifactSummary | None = None
     fresh = old.get("sourceKey") != key
@@ -218,13 +222,7 @@ def reconcile_adapter(
             f"Job {job_name} could not convert {spec.source.uri}: {why}. Fix the source (a new revision "
             f"converts again) or delete Job {job_name} to retry"
         )
-        return failed(
-            CONVERSION_FAILED,
-            message,
-            found,
-            c(cond.CONVERTED, cond.FALSE, CONVERSION_FAILED, message),
-            delete=tuple(deletes),
-        )
+        return conversion_failed(CONVERSION_FAILED, message)
     else:
         report = success_message(
             [
@@ -241,25 +239,13 @@ def reconcile_adapter(
                 f"Job {job_name} succeeded without a readable summary in its termination message "
                 f"({exc}); delete Job {job_name} to convert again"
             )
-            return failed(
-                CONVERSION_FAILED,
-                message,
-                found,
-                c(cond.CONVERTED, cond.FALSE, CONVERSION_FAILED, message),
-                delete=tuple(deletes),
-            )
+            return conversion_failed(CONVERSION_FAILED, message)
         if summary.dtype != dtype:
             message = (
                 f"Job {job_name} converted to {summary.dtype}, but BaseModel {spec.base_model} is {dtype}: "
                 f"the convert image ignores --dtype; delete Job {job_name} after fixing it"
             )
-            return failed(
-                DTYPE_MISMATCH,
-                message,
-                found,
-                c(cond.CONVERTED, cond.FALSE, DTYPE_MISMATCH, message),
-                delete=tuple(deletes),
-            )
+            return conversion_failed(DTYPE_MISMATCH, message)
         deletes.append(current.ref)
         status["sourceKey"] = key
         status["artifact"] = _artifact(summary, uri)
