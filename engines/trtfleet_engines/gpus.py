@@ -4,7 +4,9 @@ A TensorRT engine runs only on the SM architecture that built it, so the engine 
 (``sm_90``), not the product: an engine built on an H100 is reused on an H200 of the same image.
 
 ``memory_bytes`` is the total device memory the driver reports (``nvidia-smi --query-gpu=memory.total``,
-MiB x 2^20), which is a little less than the marketing figure. The ``cpu`` pseudo product stands for
+MiB x 2^20), which is a little less than the marketing figure. The values are as NVIDIA's
+drivers commonly report them, not measured by this project (no GPU was available); B200 is the least
+certain. Correct them here if `nvidia-smi` on your nodes disagrees. The ``cpu`` pseudo product stands for
 trtfleet's CPU reference engine (``runtime: reference``): it has no device memory, so the capacity
 planner gives it :data:`CPU_DEVICE_BUDGET_BYTES` of *simulated* device memory, the same budget the
 reference engine uses for its device-tier LoRA cache and KV cache.
