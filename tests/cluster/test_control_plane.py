@@ -162,3 +162,18 @@ def test_service_account_tokens_are_issued(
     )
     res = control_plane.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig)
     assert json.loads(res.stdout)["status"]["userInfo"]["username"] == f"system:serviceaccount:{ns}:bot"
+
+
+def test_simulated_node_holds_a_lease_and_stays_ready(control_plane: ControlPlane) -> None:
+    # kwok renews kwok-node-0's Lease, so kube-controller-manager never marks the node Unknown (which
+    # would taint it NoSchedule and mark its pods NotReady while kwok re-initialises it).
+    lease = eventually(
+        lambda: json.loads(out) if (out := control_plane.kubectl(
+            "get", "lease", "kwok-node-0", "-n", "kube-node-lease", "-o", "json", check=False).stdout) else None,
+        what="the Lease of kwok-node-0",
+    )
+    assert lease["spec"]["renewTime"] and lease["spec"]["leaseDurationSeconds"] == 40
+    node = get_json(control_plane, "node", "kwok-node-0")
+    assert not [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")]
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"

@@ -206,8 +206,29 @@ class ControlPlane:
         cmd = [kubectl_path(), "--kubeconfig", str(kubeconfig or self.kubeconfig), *args]
         res = subprocess.run(cmd, input=input, capture_output=True, text=True, env=self.env, timeout=timeout)
         if check and res.returncode != 0:
-            raise KubectlError(res.returncode, cmd, res.stdout, res.stderr)
+            stderr = res.stderr
+            if args and args[0] == "wait":
+                stderr += self._diagnostics(args)
+            raise KubectlError(res.returncode, cmd, res.stdout, stderr)
         return res
+
+    def _diagnostics(self, wait_args: tuple[str, ...]) -> str:
+        """What a failed ``kubectl wait`` leaves to read: nodes (conditions, taints), the namespace's
+        pods and its latest events."""
+        ns = [a for i, a in enumerate(wait_args) if i and wait_args[i - 1] == "-n"]
+        scope = ["-n", ns[0]] if ns else ["-A"]
+        queries = [
+            ("nodes", ["get", "nodes", "-o", "custom-columns=NAME:.metadata.name,"
+                       "READY:.status.conditions[?(@.type=='Ready')].status,TAINTS:.spec.taints[*].key"]),
+            ("pods", ["get", "pods", *scope, "-o", "wide"]),
+            ("events", ["get", "events", *scope, "--sort-by=.lastTimestamp"]),
+        ]
+        out = []
+        for what, query in queries:
+            res = self.kubectl(*query, check=False, timeout=30)
+            lines = (res.stdout or res.stderr).strip().splitlines()[-25:]
+            out.append(f"\n--- {what} ---\n" + "\n".join(lines))
+        return "".join(out)
 
     def start(self) -> ControlPlane:
         t0 = time.monotonic()
@@ -358,6 +379,9 @@ class ControlPlane:
                 "cluster-signing-cert-file": pki / "ca.crt", "cluster-signing-key-file": pki / "ca.key",
                 "use-service-account-credentials": "true", "controllers": "*",
                 "service-cluster-ip-range": SERVICE_CIDR,
+                # kwok renews each node's Lease every ~10 s; a loaded test machine can stall it for
+                # longer than the 50 s default before the node would be marked Unknown and tainted.
+                "node-monitor-grace-period": "5m",
             }))
         if self.scheduler:
             components.append(("kube-scheduler", "scheduler", {}))
@@ -374,6 +398,9 @@ class ControlPlane:
             self._spawn("kwok", bins["kwok"], {
                 "kubeconfig": self.kubeconfig, "config": kwok_stages(), "manage-all-nodes": "true",
                 "node-ip": loopback, "cidr": "10.244.0.0/16", "server-address": f"{loopback}:{free_port()}",
+                # Without a node Lease only the heartbeat stage (every 10-20 min) would update the node,
+                # so kube-controller-manager would mark it Unknown and taint it every grace period.
+                "node-lease-duration-seconds": 40,
             })
             self.add_node("kwok-node-0")
         if self.controller_manager:
