@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from dataclasses import dataclass, replace
 from enum import StrEnum
 from typing import Any, Final
@@ -99,17 +99,39 @@ _OUTCOMES: Final = {
 }
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class UpstreamCall:
+    """One request for the dispatcher. ``request`` may be ``None`` when ``build_request`` makes it on
+    first use: a warm text request that travels as ``http_body`` never needs the gRPC message."""
+
     request_id: str
     target: Target
-    request: service_pb2.ModelInferRequest  # for target.base.upstream_model, lora_task_id set
+    request: service_pb2.ModelInferRequest | None  # for target.base.upstream_model, lora_task_id set
     prompt_tokens: int
     max_tokens: int
     deadline_s: float  # on time.monotonic()
     client_streaming: bool = False  # the client receives the answer as a stream (see UpstreamCalls.AUTO)
     pinned_decision: Decision | None = None  # prewarming: this pod, with weights, no retry elsewhere
     http_body: Mapping[str, Any] | None = None  # the same request as Triton generate JSON (warm attempts)
+    build_request: Callable[[], service_pb2.ModelInferRequest] | None = None
+    upstream_model: str = ""  # the model the request is for (taken from ``request`` when empty)
+
+    def grpc_request(self) -> service_pb2.ModelInferRequest:
+        """The gRPC request, built on first use."""
+        if self.request is None:
+            if self.build_request is None:
+                raise ValueError("an UpstreamCall needs a request or a build_request")
+            self.request = self.build_request()
+        return self.request
+
+    @property
+    def model_name(self) -> str:
+        return self.upstream_model or self.grpc_request().model_name
+
+    @property
+    def client_id(self) -> str:
+        """The id the client sent (gRPC/tensor calls) or the router's request id (text calls)."""
+        return self.request.id if self.request is not None else self.request_id
 
 
 class UpstreamCalls(StrEnum):
@@ -194,10 +216,11 @@ class Dispatcher:
             outcome = Outcome.FAILED
             yielded = False
             try:
-                request = call.request
+                request = None  # the call's own request (built only if it travels over gRPC)
                 if (decision.send_weights or decision.loading) and adapter is not None:
                     weights = await self.weights.get(ArtifactRef(adapter.artifact_uri, adapter.sha256))
-                    request = with_weights(request, await self.model_info.info(target.base), weights)
+                    info = await self.model_info.info(target.base)
+                    request = with_weights(call.grpc_request(), info, weights)
                     if decision.send_weights:
                         self.metrics.adapter_loads.labels(adapter_label).inc()
                     self.metrics.weight_bytes_sent.inc(weights.nbytes)
@@ -287,17 +310,19 @@ class Dispatcher:
             self.metrics.routing_decision.observe(time.perf_counter() - started)
 
     def _exchange(
-        self, endpoint: PodEndpoint, request: service_pb2.ModelInferRequest, call: UpstreamCall
+        self, endpoint: PodEndpoint, request: service_pb2.ModelInferRequest | None, call: UpstreamCall
     ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
-        """The transport for this attempt: HTTP for a warm text request when the pod has an HTTP port,
-        else gRPC (per call or multiplexed, see :class:`UpstreamCalls`)."""
+        """The transport for this attempt: HTTP for a warm text request (``request`` is None: the call's
+        own, no weights) when the pod has an HTTP port, else gRPC (per call or multiplexed, see
+        :class:`UpstreamCalls`)."""
         body = call.http_body
-        if body is not None and request is call.request and endpoint.http_address and self.warm_over_http:
-            model = call.request.model_name
+        if body is not None and request is None and endpoint.http_address and self.warm_over_http:
             self.metrics.upstream_attempts.labels("http").inc()
             return self.http.exchange(
-                endpoint.http_address, model, body, call.deadline_s, stream=bool(body.get("stream"))
+                endpoint.http_address, call.model_name, body, call.deadline_s, stream=bool(body.get("stream"))
             )
+        if request is None:
+            request = call.grpc_request()
         request_stream_final_flag(request)
         multiplexed = self.calls is UpstreamCalls.MULTIPLEXED or (
             self.calls is UpstreamCalls.AUTO and not call.client_streaming
@@ -307,18 +332,17 @@ class Dispatcher:
         return transport.exchange(endpoint.address, request, call.deadline_s)
 
     async def _attempt(
-        self, endpoint: PodEndpoint, request: service_pb2.ModelInferRequest, call: UpstreamCall
+        self, endpoint: PodEndpoint, request: service_pb2.ModelInferRequest | None, call: UpstreamCall
     ) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         """One attempt on one pod; yields responses with outputs (with the caller's request id back),
         raises UpstreamCallFailed."""
-        client_id = call.request.id
         try:
             async for message in self._exchange(endpoint, request, call):
                 if message.error_message:
                     raise UpstreamCallFailed(classify_upstream_error(message.error_message))
                 response = message.infer_response
                 if has_outputs(response):
-                    response.id = client_id
+                    response.id = call.client_id
                     yield response
         except TransportError as exc:
             broken = exc.failure.kind is FailureKind.POD_FAILED

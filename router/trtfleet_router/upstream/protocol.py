@@ -107,6 +107,12 @@ class SamplingParams:
     frequency_penalty: float | None = None
 
 
+def check_text_params(info: UpstreamModelInfo, params: SamplingParams) -> None:
+    """Reject what the model cannot take (what :func:`build_generate_body` would silently drop)."""
+    if params.stop and "stop_words" not in info.inputs:
+        raise UnsupportedParameter(f"model '{info.name}' does not accept stop sequences", param="stop")
+
+
 def build_text_request(
     info: UpstreamModelInfo,
     prompt: str,
@@ -144,8 +150,7 @@ def build_text_request(
     if params.frequency_penalty is not None and "frequency_penalty" in known:
         add("frequency_penalty", "FP32", raw_fp32(params.frequency_penalty), 1)
     if params.stop:
-        if "stop_words" not in known:
-            raise UnsupportedParameter(f"model '{info.name}' does not accept stop sequences", param="stop")
+        check_text_params(info, params)
         add("stop_words", "BYTES", encode_bytes(s.encode("utf-8") for s in params.stop), len(params.stop))
     if task_id is not None:
         add("lora_task_id", "UINT64", raw_uint64(task_id), 1)

@@ -8,6 +8,7 @@ response holding the whole completion. Token counts come from the engine when it
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 from collections.abc import AsyncGenerator
@@ -21,6 +22,7 @@ from trtfleet_router.upstream.protocol import (
     TextPiece,
     build_generate_body,
     build_text_request,
+    check_text_params,
     read_text,
 )
 
@@ -56,24 +58,27 @@ class TextGenerator:
         target = request.target
         info = await self.dispatcher.model_info.info(target.base)
         task_id = target.adapter.task_id if target.adapter is not None else None
-        upstream = build_text_request(
-            info,
-            request.prompt,
-            request.params,
-            stream=request.stream,
-            task_id=task_id,
-            request_id=request.request_id,
-        )
+        check_text_params(info, request.params)  # now, not when (if) the gRPC request is built
         body = build_generate_body(info, request.prompt, request.params, stream=request.stream, task_id=task_id)
         call = UpstreamCall(
             request_id=request.request_id,
             target=target,
-            request=upstream,
+            request=None,  # built by the dispatcher only if this request travels over gRPC
             prompt_tokens=request.prompt_tokens,
             max_tokens=request.params.max_tokens,
             deadline_s=time.monotonic() + request.timeout_s,
             client_streaming=request.stream,
             http_body=body,
+            build_request=functools.partial(
+                build_text_request,
+                info,
+                request.prompt,
+                request.params,
+                stream=request.stream,
+                task_id=task_id,
+                request_id=request.request_id,
+            ),
+            upstream_model=info.name,
         )
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0
