@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import json
 import logging
 import os
 import time
@@ -20,6 +19,7 @@ from typing import Any, Final
 
 from aiohttp import web
 
+from trtfleet_router import jsoncodec
 from trtfleet_router.errors import (
     BodyTooLarge,
     MalformedRequest,
@@ -208,7 +208,7 @@ async def read_json_body(request: web.Request, max_body_bytes: int) -> Any:
     """The request body as JSON (413 above ``max_body_bytes``, 400 when not JSON)."""
     body = await read_body(request, max_body_bytes)
     try:
-        return json.loads(body)
+        return jsoncodec.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedRequest(f"the request body is not valid JSON: {exc}") from exc
 

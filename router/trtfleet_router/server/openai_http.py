@@ -9,13 +9,13 @@ raw SSE readers still see a terminated stream.
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import aclosing
-from typing import Any, Final
+from typing import Any
 
 from aiohttp import web
 
+from trtfleet_router import jsoncodec
 from trtfleet_router.errors import RouterError, http_headers_for, mapping_for, openai_error_body
 from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import REQUEST_ID_HEADER, RequestRecord, Services, read_json_body
@@ -32,11 +32,10 @@ from trtfleet_router.server.sse import DONE_EVENT, LazySse, json_event
 from trtfleet_router.upstream.text import TextRequest, Usage, finish_reason
 
 FRONTEND = "openai"
-_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once, not per json.dumps call
 
 
 def json_response(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    body = _JSON.encode(obj).encode("utf-8")
+    body = jsoncodec.dumps(obj)
     return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 

@@ -10,10 +10,11 @@ that fails before producing anything still gets a proper HTTP error status inste
 
 from __future__ import annotations
 
-import json
 from typing import Any, Final
 
 from aiohttp import web
+
+from trtfleet_router import jsoncodec
 
 DONE_EVENT: Final = b"data: [DONE]\n\n"
 SSE_HEADERS: Final = {
@@ -30,11 +31,8 @@ def encode_event(payload: bytes) -> bytes:
     return b"data: " + payload + b"\n\n"
 
 
-_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once, not per json.dumps call
-
-
 def json_event(obj: Any) -> bytes:
-    return encode_event(_JSON.encode(obj).encode("utf-8"))
+    return encode_event(jsoncodec.dumps(obj))
 
 
 def parse_events(stream: bytes) -> list[bytes]:

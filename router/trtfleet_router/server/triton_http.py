@@ -10,14 +10,14 @@ Errors are Triton's ``{"error": "..."}`` with the status from :mod:`trtfleet_rou
 
 from __future__ import annotations
 
-import json
 import time
 from contextlib import aclosing
-from typing import Any, Final
+from typing import Any
 
 from aiohttp import web
 
 from trtfleet import version
+from trtfleet_router import jsoncodec
 from trtfleet_router.errors import (
     MalformedRequest,
     RouterError,
@@ -48,13 +48,12 @@ from trtfleet_router.server.triton_protocol import (
 from trtfleet_router.upstream.dispatch import UpstreamCall
 
 FRONTEND = "triton_http"
-_JSON: Final = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once, not per json.dumps call
 SERVER_NAME = "trtfleet-router"
 EXTENSIONS = ["model_configuration", "binary_tensor_data", "parameters", "generate"]
 
 
 def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
-    body = _JSON.encode(obj).encode("utf-8")
+    body = jsoncodec.dumps(obj)
     return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 

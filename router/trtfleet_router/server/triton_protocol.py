@@ -13,7 +13,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -21,6 +20,7 @@ from typing import Any
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from trtfleet_router import jsoncodec
 from trtfleet_router.errors import MalformedRequest
 from trtfleet_router.upstream.protocol import triton_datatype
 from trtfleet_router.upstream.tensors import decode_bytes, encode_bytes, json_to_raw, raw_to_json
@@ -66,7 +66,7 @@ def parse_infer_request(body: bytes, header_length: int | None) -> tuple[service
         raise MalformedRequest(f"{HEADER_LENGTH} {header_length} does not fit a body of {len(body)} bytes")
     head, binary = (body[:header_length], body[header_length:]) if header_length else (body, b"")
     try:
-        doc = json.loads(head)
+        doc = jsoncodec.loads(head)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedRequest(f"the inference request header is not valid JSON: {exc}") from exc
     if not isinstance(doc, dict) or not isinstance(doc.get("inputs"), list):
@@ -142,7 +142,7 @@ def encode_infer_response(
     }
     if response.id:
         doc["id"] = response.id
-    header = json.dumps(doc, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    header = jsoncodec.dumps(doc)
     if not binaries:
         return header, None
     return header + b"".join(binaries), len(header)

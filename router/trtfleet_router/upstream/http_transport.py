@@ -18,7 +18,6 @@ a pod failure. Closing the connection (the client went away) is Triton's cancell
 from __future__ import annotations
 
 import asyncio
-import json
 import struct
 import time
 from collections.abc import AsyncGenerator, Mapping
@@ -28,6 +27,7 @@ import aiohttp
 import yarl
 from tritonclient.grpc import service_pb2
 
+from trtfleet_router import jsoncodec
 from trtfleet_router.upstream.protocol import (
     FINAL_RESPONSE_PARAM,
     FailureKind,
@@ -39,7 +39,6 @@ from trtfleet_router.upstream.transport import TransportError
 SSE_DATA: Final = b"data:"
 _U32: Final = struct.Struct("<I")
 _TEXT_SHAPE: Final = (1, 1)
-_JSON: Final = json.JSONEncoder(separators=(",", ":"))  # json.dumps(..., separators=) builds one per call
 _POST_HEADERS: Final = {"Content-Type": "application/json"}
 _SKIP_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding")
 """Upstream answers are small JSON on a local network: no compression negotiation, no default headers."""
@@ -74,7 +73,7 @@ def _failure(status: int, message: str) -> UpstreamFailure:
 
 def _error_text(body: bytes) -> str:
     try:
-        doc = json.loads(body)
+        doc = jsoncodec.loads(body)
     except ValueError:
         return body.decode("utf-8", errors="replace")[:1000]
     error = doc.get("error") if isinstance(doc, dict) else None
@@ -114,14 +113,14 @@ class HttpTransport:
         if timeout_s <= 0:
             raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
         parsed_url, url, head = self._url(address, model, stream)
-        payload = _JSON.encode(body).encode("utf-8")
+        payload = jsoncodec.dumps(body)
         if not stream:
             try:
-                async with asyncio.timeout(timeout_s):
-                    status, answer = await self._unary.post(address, b"%s%d\r\n\r\n%s" % (head, len(payload), payload))
+                request = b"%s%d\r\n\r\n%s" % (head, len(payload), payload)
+                status, answer = await self._unary.post(address, request, deadline_s)
                 if status != 200:
                     raise TransportError(_failure(status, _error_text(answer)))
-                doc = json.loads(answer)
+                doc = jsoncodec.loads(answer)
             except TimeoutError as exc:  # before OSError: TimeoutError is one
                 raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, f"no answer from {url} in time")) from exc
             except OSError as exc:
@@ -142,7 +141,7 @@ class HttpTransport:
                 async for line in response.content:
                     if not line.startswith(SSE_DATA):
                         continue
-                    doc = json.loads(line[len(SSE_DATA) :])
+                    doc = jsoncodec.loads(line[len(SSE_DATA) :])
                     if "error" in doc:
                         yield service_pb2.ModelStreamInferResponse(error_message=str(doc["error"]))
                         return
@@ -230,19 +229,25 @@ class _Connection(asyncio.Protocol):
         return False  # close; connection_lost settles the waiter
 
     # one exchange
-    async def request(self, data: bytes) -> tuple[int, bytes]:
+    async def request(self, data: bytes, deadline_s: float) -> tuple[int, bytes]:
+        """The answer to ``data``; ``TimeoutError`` when none is complete by ``deadline_s``
+        (``time.monotonic``). One timer handle per exchange: ``asyncio.timeout`` costs several
+        times more per request (task cancellation and uncancel bookkeeping)."""
         if self.closed or self.transport is None:
             raise _Closed("the pod closed the connection")
         self.received = False
         self.reusable = False
         self._head = None
         self._buffer.clear()
-        waiter: asyncio.Future[tuple[int, bytes]] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        waiter: asyncio.Future[tuple[int, bytes]] = loop.create_future()
         self._waiter = waiter
+        timer = loop.call_later(deadline_s - time.monotonic(), _expire, waiter)
         self.transport.write(data)
         try:
             return await waiter
         finally:
+            timer.cancel()
             self._waiter = None
 
     def close(self) -> None:
@@ -275,6 +280,11 @@ class _Connection(asyncio.Protocol):
             self.reusable = keep and used == len(buffer)
             return status, body
         return None  # read until the pod closes the connection
+
+
+def _expire(waiter: asyncio.Future[tuple[int, bytes]]) -> None:
+    if not waiter.done():
+        waiter.set_exception(TimeoutError("no complete answer before the deadline"))
 
 
 def _parse_head(head: bytes, body_start: int) -> tuple[int, int, int | None, bool, bool]:
@@ -333,25 +343,28 @@ class _UnaryClient:
         self._idle: dict[str, list[_Connection]] = {}
         self._releases = 0
 
-    async def post(self, address: str, data: bytes) -> tuple[int, bytes]:
-        """Send ``data`` (a whole request) and return (status, body). Raises OSError, ValueError."""
-        connection, reused = await self._acquire(address)
+    async def post(self, address: str, data: bytes, deadline_s: float) -> tuple[int, bytes]:
+        """Send ``data`` (a whole request) and return (status, body) by ``deadline_s`` (``time.monotonic``).
+        Raises OSError (TimeoutError at the deadline), ValueError."""
+        connection, reused = await self._acquire(address, deadline_s)
         try:
             try:
-                answer = await connection.request(data)
+                answer = await connection.request(data, deadline_s)
+            except TimeoutError:
+                raise
             except OSError:
                 if not reused or connection.received:
                     raise
                 connection.close()  # an idle connection the pod had closed: once more on a new one
-                connection, reused = await self._connect(address), False
-                answer = await connection.request(data)
+                connection, reused = await self._connect(address, deadline_s), False
+                answer = await connection.request(data, deadline_s)
         except BaseException:
             connection.close()  # also on cancellation: closing is Triton's cancellation signal
             raise
         self._release(address, connection)
         return answer
 
-    async def _acquire(self, address: str) -> tuple[_Connection, bool]:
+    async def _acquire(self, address: str, deadline_s: float) -> tuple[_Connection, bool]:
         idle = self._idle.get(address)
         now = time.monotonic()
         while idle:
@@ -359,12 +372,15 @@ class _UnaryClient:
             if not connection.closed and now - connection.idle_since < _IDLE_KEEP_S:
                 return connection, True
             connection.close()
-        return await self._connect(address), False
+        return await self._connect(address, deadline_s), False
 
     @staticmethod
-    async def _connect(address: str) -> _Connection:
+    async def _connect(address: str, deadline_s: float) -> _Connection:
         host, _, port = address.rpartition(":")
-        _, connection = await asyncio.get_running_loop().create_connection(_Connection, host.strip("[]"), int(port))
+        async with asyncio.timeout(deadline_s - time.monotonic()):  # a pod that never answers the SYN
+            _, connection = await asyncio.get_running_loop().create_connection(
+                _Connection, host.strip("[]"), int(port)
+            )
         return connection
 
     def _release(self, address: str, connection: _Connection) -> None:
