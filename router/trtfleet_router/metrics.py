@@ -5,10 +5,21 @@ Labels are bounded: ``frontend`` (openai, triton_http, triton_grpc), ``model_kin
 fleet's pods), ``reason`` (a fixed set). ``adapter`` appears only through :class:`AdapterLabels`, which
 gives the first ``adapter_label_cap`` adapters their own label value and folds the rest into
 ``other``. A :class:`RouterMetrics` owns its own registry, so tests can build as many as they like.
+
+The metrics updated on every request are :class:`LoopCounter`, :class:`LoopGauge` and
+:class:`LoopHistogram`: plain numbers without ``prometheus_client``'s per-update lock and checks
+(about 1 us per update, over a dozen updates per request), read by a collector at scrape time. They
+must only be updated and read on the event loop's thread (request handlers, the gRPC server's
+handlers and the ``/metrics`` handler all run there; nothing in a worker thread may touch them).
+Metrics off the per-request path (weight store loads and bytes, scrape failures) stay plain
+``prometheus_client`` objects, which are safe from any thread.
 """
 
 from __future__ import annotations
 
+import bisect
+import math
+from collections.abc import Iterator
 from typing import Final, Generic, TypeVar
 
 from prometheus_client import (
@@ -19,6 +30,8 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 
 PREFIX: Final = "trtfleet_router_"
 ADAPTER_LABEL_CAP_DEFAULT: Final = 50
@@ -46,7 +59,129 @@ LATENCY_BUCKETS_S: Final = (
 DECISION_BUCKETS_S: Final = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01)
 
 
+class _Value:
+    __slots__ = ("value",)
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+    def inc(self, amount: float = 1.0) -> None:
+        self.value += amount
+
+    def dec(self, amount: float = 1.0) -> None:
+        self.value -= amount
+
+    def set(self, value: float) -> None:
+        self.value = value
+
+
+class _Buckets:
+    __slots__ = ("bounds", "counts", "sum")
+
+    def __init__(self, bounds: tuple[float, ...]) -> None:
+        self.bounds = bounds
+        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
+        self.sum = 0.0
+
+    def observe(self, value: float) -> None:
+        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bucket with value <= bound
+        self.sum += value
+
+
+class _LoopMetric:
+    """A metric family with ``labelnames``; ``labels(*values)`` returns its child for those values."""
+
+    kind = ""
+
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = labelnames
+        self._children: dict[tuple[str, ...], _Value | _Buckets] = {}
+
+    def _new_child(self) -> _Value | _Buckets:
+        return _Value()
+
+    def _child(self, values: tuple[str, ...]) -> _Value | _Buckets:
+        child = self._children.get(values)
+        if child is None:
+            if len(values) != len(self.labelnames):
+                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
+            child = self._children[values] = self._new_child()
+        return child
+
+    def family(self) -> Metric:
+        raise NotImplementedError
+
+
+class LoopCounter(_LoopMetric):
+    def labels(self, *values: str) -> _Value:
+        return self._child(values)  # type: ignore[return-value]
+
+    def inc(self, amount: float = 1.0) -> None:
+        self._child(()).value += amount  # type: ignore[union-attr]
+
+    def family(self) -> Metric:
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in self._children.items():
+            family.add_metric(values, child.value)  # type: ignore[union-attr]
+        return family
+
+
+class LoopGauge(_LoopMetric):
+    def labels(self, *values: str) -> _Value:
+        return self._child(values)  # type: ignore[return-value]
+
+    def family(self) -> Metric:
+        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        for values, child in self._children.items():
+            family.add_metric(values, child.value)  # type: ignore[union-attr]
+        return family
+
+
+class LoopHistogram(_LoopMetric):
+    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], buckets: tuple[float, ...]) -> None:
+        super().__init__(name, documentation, labelnames)
+        if list(buckets) != sorted(set(buckets)) or any(math.isinf(b) for b in buckets):
+            raise ValueError(f"{name}: buckets must be increasing finite bounds")
+        self.bounds = buckets
+
+    def _new_child(self) -> _Buckets:
+        return _Buckets(self.bounds)
+
+    def labels(self, *values: str) -> _Buckets:
+        return self._child(values)  # type: ignore[return-value]
+
+    def observe(self, value: float) -> None:
+        self._child(()).observe(value)  # type: ignore[union-attr]
+
+    def family(self) -> Metric:
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
+        names = [*(_bound_text(b) for b in self.bounds), "+Inf"]
+        for values, child in self._children.items():
+            cumulative, buckets = 0, []
+            for name, count in zip(names, child.counts, strict=True):  # type: ignore[union-attr]
+                cumulative += count
+                buckets.append((name, float(cumulative)))
+            family.add_metric(values, buckets, child.sum)  # type: ignore[union-attr]
+        return family
+
+
+def _bound_text(bound: float) -> str:
+    return repr(float(bound))  # as prometheus_client writes ``le`` (0.005 -> "0.005", 1 -> "1.0")
+
+
+class _LoopCollector(Collector):
+    def __init__(self) -> None:
+        self.metrics: list[_LoopMetric] = []
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.metrics:
+            yield metric.family()
+
+
 M = TypeVar("M", Counter, Gauge, Histogram)
+LM = TypeVar("LM", bound=_LoopMetric)
 
 
 class Labelled(Generic[M]):
@@ -92,14 +227,23 @@ class RouterMetrics:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.adapter_label = AdapterLabels(adapter_label_cap)
 
-        def counter(name: str, doc: str, *labels: str) -> Labelled[Counter]:
+        loop_metrics = _LoopCollector()
+
+        def loop_metric(metric: LM) -> LM:
+            loop_metrics.metrics.append(metric)
+            return metric
+
+        def counter(name: str, doc: str, *labels: str) -> LoopCounter:
+            return loop_metric(LoopCounter(PREFIX + name, doc, labels))
+
+        def histogram(name: str, doc: str, *labels: str, buckets: tuple[float, ...]) -> LoopHistogram:
+            return loop_metric(LoopHistogram(PREFIX + name, doc, labels, buckets))
+
+        def gauge(name: str, doc: str, *labels: str) -> LoopGauge:
+            return loop_metric(LoopGauge(PREFIX + name, doc, labels))
+
+        def thread_counter(name: str, doc: str, *labels: str) -> Labelled[Counter]:
             return Labelled(Counter(PREFIX + name, doc, labels, registry=r))
-
-        def histogram(name: str, doc: str, *labels: str, buckets: tuple[float, ...]) -> Labelled[Histogram]:
-            return Labelled(Histogram(PREFIX + name, doc, labels, buckets=buckets, registry=r))
-
-        def gauge(name: str, doc: str, *labels: str) -> Labelled[Gauge]:
-            return Labelled(Gauge(PREFIX + name, doc, labels, registry=r))
 
         f, k = "frontend", "model_kind"
         self.requests = counter("requests", "Client requests by front end, model kind and outcome code.", f, k, "code")
@@ -129,15 +273,10 @@ class RouterMetrics:
             "adapter_cache_misses", "Requests a pod answered with 'LoRA task N not found in cache'.", "adapter"
         )
         self.adapter_loads = counter("adapter_loads", "Requests that carried an adapter's weights to a pod.", "adapter")
-        self.weight_bytes_sent = Counter(
-            PREFIX + "weight_bytes_sent", "Bytes of LoRA weights and configs sent to pods.", registry=r
-        )
+        self.weight_bytes_sent = counter("weight_bytes_sent", "Bytes of LoRA weights and configs sent to pods.")
         self.inflight_requests = gauge("inflight_requests", "Upstream requests in flight per pod.", "pod")
-        self.routing_decision = Histogram(
-            PREFIX + "routing_decision_seconds",
-            "Time the routing policy takes to pick a pod.",
-            buckets=DECISION_BUCKETS_S,
-            registry=r,
+        self.routing_decision = histogram(
+            "routing_decision_seconds", "Time the routing policy takes to pick a pod.", buckets=DECISION_BUCKETS_S
         )
         self.upstream_retries = counter(
             "upstream_retries",
@@ -149,7 +288,7 @@ class RouterMetrics:
             "Attempts sent to pods, by transport (grpc_call, grpc_shared, http).",
             "transport",
         )
-        self.weight_store_loads = counter(
+        self.weight_store_loads = thread_counter(
             "weight_store_loads", "Adapter artifact loads into the weight store, by result.", "result"
         )
         self.weight_store_bytes = Gauge(
@@ -159,6 +298,7 @@ class RouterMetrics:
             PREFIX + "pod_scrape_failures", "Failed scrapes of a pod's Triton metrics endpoint.", registry=r
         )
         self.pods_ready = gauge("pods_ready", "Ready pods per base model.", "base_model")
+        r.register(loop_metrics)
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

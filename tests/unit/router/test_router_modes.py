@@ -38,7 +38,7 @@ def test_every_transport_serves_and_recovers_misses(tmp_path: Path, calls: Upstr
         assert sum(u.stats.misses for u in echo.upstreams) == 1
         assert client.completions.create(model="a1", prompt="three", max_tokens=30).choices[0].text == "[101] three"
         attempts = echo.router.router.metrics.upstream_attempts
-        used = {t for t in ("http", "grpc_call", "grpc_shared") if attempts.labels(t)._value.get()}
+        used = {t for t in ("http", "grpc_call", "grpc_shared") if attempts.labels(t).value}
         expected = {
             (UpstreamCalls.AUTO, False): {"grpc_shared", "grpc_call"},
             (UpstreamCalls.PER_REQUEST, False): {"grpc_call"},
