@@ -39,6 +39,8 @@ from trtfleet_router.server.triton_protocol import (
     HEADER_LENGTH,
     config_json,
     encode_infer_response,
+    generate_answer_reader,
+    generate_http_body,
     generate_output_json,
     merge_responses,
     metadata_json,
@@ -202,6 +204,11 @@ class TritonHttpFrontend:
             services, proto, name, key, record.request_id, client_streaming=streaming
         )
         record.model_kind, record.model = target.model_kind, name
+        reader = generate_answer_reader(config)
+        # generate (not _stream) with stream: true collects a decoupled model's responses: gRPC only.
+        if reader is not None and (streaming or not doc.get("stream")):
+            call.http_body = generate_http_body(doc, target.adapter.task_id if target.adapter else None)
+            call.http_answer, call.http_stream = reader, streaming
         return name, call
 
     async def _generate(self, request: web.Request, record: RequestRecord) -> web.Response:

@@ -22,7 +22,8 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from trtfleet_router import jsoncodec
 from trtfleet_router.errors import MalformedRequest
-from trtfleet_router.upstream.protocol import triton_datatype
+from trtfleet_router.upstream.http_transport import AnswerReader
+from trtfleet_router.upstream.protocol import FINAL_RESPONSE_PARAM, triton_datatype
 from trtfleet_router.upstream.tensors import decode_bytes, encode_bytes, json_to_raw, raw_to_json
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
@@ -176,6 +177,41 @@ def parse_generate_request(doc: Any, config: model_config_pb2.ModelConfig) -> se
         request.inputs.add(name=name, datatype=datatype, shape=shape)
         request.raw_input_contents.append(json_to_raw(name, datatype, shape, values))
     return request
+
+
+JSON_UNSAFE_DATATYPES = frozenset({"FP16", "BF16"})
+
+
+def generate_answer_reader(config: model_config_pb2.ModelConfig) -> AnswerReader | None:
+    """How to read the pod's generate JSON (an answer or one SSE event) back into a response with every
+    output the model declares, so a generate request can travel over HTTP and still answer exactly as
+    over gRPC. None when an output type cannot travel as JSON (FP16/BF16): those stay on gRPC."""
+    outputs = {tensor.name: triton_datatype(tensor.data_type) for tensor in config.output}
+    if JSON_UNSAFE_DATATYPES & set(outputs.values()):
+        return None
+
+    def read(doc: Mapping[str, Any], final: bool) -> service_pb2.ModelStreamInferResponse:
+        message = service_pb2.ModelStreamInferResponse()
+        response = message.infer_response
+        for name, value in doc.items():
+            datatype = outputs.get(name)
+            if datatype is None:
+                continue  # model_name, model_version, id, parameters
+            count = len(value) if isinstance(value, list) else 1
+            response.outputs.add(name=name, datatype=datatype, shape=[count])
+            response.raw_output_contents.append(json_to_raw(name, datatype, [count], value))
+        response.parameters[FINAL_RESPONSE_PARAM].bool_param = final
+        return message
+
+    return read
+
+
+def generate_http_body(doc: Mapping[str, Any], task_id: int | None) -> dict[str, Any]:
+    """The client's generate JSON for the upstream model: ``lora_task_id`` is the adapter's (or gone)."""
+    body = {name: value for name, value in doc.items() if name != "lora_task_id"}
+    if task_id is not None:
+        body["lora_task_id"] = task_id
+    return body
 
 
 def generate_output_json(response: service_pb2.ModelInferResponse, model_name: str) -> dict[str, Any]:

@@ -69,7 +69,7 @@ from trtfleet_router.routing.types import (
     UnknownPod,
 )
 from trtfleet_router.upstream.capacity import CapacityWaits
-from trtfleet_router.upstream.http_transport import HttpTransport
+from trtfleet_router.upstream.http_transport import AnswerReader, HttpTransport
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
@@ -115,6 +115,8 @@ class UpstreamCall:
     http_body: Mapping[str, Any] | None = None  # the same request as Triton generate JSON (warm attempts)
     build_request: Callable[[], service_pb2.ModelInferRequest] | None = None
     upstream_model: str = ""  # the model the request is for (taken from ``request`` when empty)
+    http_stream: bool = False  # http_body goes to generate_stream (SSE) instead of generate
+    http_answer: AnswerReader | None = None  # reads the pod's generate JSON (default: text_output only)
 
     def grpc_request(self) -> service_pb2.ModelInferRequest:
         """The gRPC request, built on first use."""
@@ -319,7 +321,12 @@ class Dispatcher:
         if body is not None and request is None and endpoint.http_address and self.warm_over_http:
             self.metrics.upstream_attempts.labels("http").inc()
             return self.http.exchange(
-                endpoint.http_address, call.model_name, body, call.deadline_s, stream=bool(body.get("stream"))
+                endpoint.http_address,
+                call.model_name,
+                body,
+                call.deadline_s,
+                stream=call.http_stream,
+                reader=call.http_answer,
             )
         if request is None:
             request = call.grpc_request()

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from typing import Any, Final
 
 import aiohttp
@@ -28,6 +28,7 @@ import yarl
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router import jsoncodec
+from trtfleet_router.errors import RouterError
 from trtfleet_router.upstream.protocol import (
     FINAL_RESPONSE_PARAM,
     FailureKind,
@@ -61,6 +62,15 @@ def text_message(text: str, *, final: bool, request_id: str = "") -> service_pb2
     response.raw_output_contents.append(_U32.pack(len(data)) + data)  # one BYTES element, as encode_bytes
     response.parameters[FINAL_RESPONSE_PARAM].bool_param = final
     return message
+
+
+AnswerReader = Callable[[Mapping[str, Any], bool], service_pb2.ModelStreamInferResponse]
+"""(one generate answer or SSE event as JSON, final) -> the response message with its outputs."""
+
+
+def text_answer(doc: Mapping[str, Any], final: bool) -> service_pb2.ModelStreamInferResponse:
+    """The default reader: ``text_output`` only (what the text front ends need)."""
+    return text_message(str(doc.get("text_output", "")), final=final)
 
 
 def _failure(status: int, message: str) -> UpstreamFailure:
@@ -107,8 +117,18 @@ class HttpTransport:
         return cached
 
     async def exchange(
-        self, address: str, model: str, body: Mapping[str, Any], deadline_s: float, *, stream: bool
+        self,
+        address: str,
+        model: str,
+        body: Mapping[str, Any],
+        deadline_s: float,
+        *,
+        stream: bool,
+        reader: AnswerReader | None = None,
     ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
+        """POST ``body`` to the pod's ``generate`` (``generate_stream`` when ``stream``); each answer is
+        turned into a response message by ``reader`` (default :func:`text_answer`)."""
+        read = reader or text_answer
         timeout_s = deadline_s - time.monotonic()
         if timeout_s <= 0:
             raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
@@ -120,14 +140,14 @@ class HttpTransport:
                 status, answer = await self._unary.post(address, request, deadline_s)
                 if status != 200:
                     raise TransportError(_failure(status, _error_text(answer)))
-                doc = jsoncodec.loads(answer)
+                message = read(jsoncodec.loads(answer), True)
             except TimeoutError as exc:  # before OSError: TimeoutError is one
                 raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, f"no answer from {url} in time")) from exc
             except OSError as exc:
                 raise TransportError(UpstreamFailure(FailureKind.POD_FAILED, f"{url}: {exc}")) from exc
-            except ValueError as exc:
+            except (ValueError, RouterError) as exc:
                 raise TransportError(UpstreamFailure(FailureKind.INTERNAL, f"{url}: bad answer: {exc}")) from exc
-            yield text_message(str(doc.get("text_output", "")), final=True)
+            yield message
             return
         try:
             async with self._http().post(
@@ -145,7 +165,11 @@ class HttpTransport:
                     if "error" in doc:
                         yield service_pb2.ModelStreamInferResponse(error_message=str(doc["error"]))
                         return
-                    yield text_message(str(doc.get("text_output", "")), final=False)
+                    try:
+                        message = read(doc, False)
+                    except RouterError as exc:
+                        raise ValueError(str(exc)) from exc
+                    yield message
                 yield _final_only()
         except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
             raise TransportError(UpstreamFailure(FailureKind.POD_FAILED, f"{url}: {exc}")) from exc
@@ -378,9 +402,7 @@ class _UnaryClient:
     async def _connect(address: str, deadline_s: float) -> _Connection:
         host, _, port = address.rpartition(":")
         async with asyncio.timeout(deadline_s - time.monotonic()):  # a pod that never answers the SYN
-            _, connection = await asyncio.get_running_loop().create_connection(
-                _Connection, host.strip("[]"), int(port)
-            )
+            _, connection = await asyncio.get_running_loop().create_connection(_Connection, host.strip("[]"), int(port))
         return connection
 
     def _release(self, address: str, connection: _Connection) -> None:

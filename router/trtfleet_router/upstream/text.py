@@ -79,6 +79,7 @@ class TextGenerator:
                 request_id=request.request_id,
             ),
             upstream_model=info.name,
+            http_stream=bool(body.get("stream")),
         )
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0

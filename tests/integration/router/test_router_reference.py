@@ -227,3 +227,23 @@ def test_misbehaving_clients_do_not_hurt_others(
     while router.router.lifecycle.inflight and time.monotonic() < deadline:
         time.sleep(0.05)
     router.check_books()
+
+
+def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode())
+    doc: dict[str, Any] = json.loads(urllib.request.urlopen(request, timeout=30).read())
+    return doc
+
+
+def test_triton_generate_travels_over_http_with_every_output(fleet: tuple[list[Any], RouterThread]) -> None:
+    # The router's generate answer is the pod's own, output for output, though it travels as JSON
+    # (the reference BLS returns text_output only; every output type: test_router_triton_protocol).
+    workers, router = fleet
+    body = {"text_input": PROMPTS[1], "max_tokens": MAX_TOKENS, "id": "mine"}
+    direct = _post_json(f"http://{workers[0].http_url}/v2/models/tensorrt_llm_bls/generate", body)
+    http_attempts = 'trtfleet_router_upstream_attempts_total{transport="http"}'
+    before = _metric(router, http_attempts)
+    routed = _post_json(router.http_url + "/v2/models/tiny/generate", body)
+    assert _metric(router, http_attempts) == before + 1
+    assert routed.pop("model_name") == "tiny" and direct.pop("model_name") == "tensorrt_llm_bls"
+    assert routed == direct

@@ -6,11 +6,13 @@ import json
 
 import numpy as np
 import pytest
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 from trtfleet_router.errors import MalformedRequest
 from trtfleet_router.server.triton_protocol import (
     config_json,
     encode_infer_response,
+    generate_answer_reader,
+    generate_http_body,
     generate_output_json,
     merge_responses,
     parse_generate_request,
@@ -116,3 +118,49 @@ def test_generate_output_and_merge() -> None:
 def test_config_json_renamed_with_integer_dims() -> None:
     doc = config_json(CONFIG, "tiny-upper")
     assert doc["name"] == "tiny-upper" and doc["input"][0]["dims"] == [1]
+
+
+def _config_with_outputs(*outputs: tuple[str, int]) -> model_config_pb2.ModelConfig:
+    config = model_config_pb2.ModelConfig(name="bls", max_batch_size=8)
+    for name, data_type in outputs:
+        config.output.add(name=name, data_type=data_type, dims=[-1])
+    return config
+
+
+def test_generate_answer_read_back_gives_the_pods_json() -> None:
+    # Warm generate requests travel as JSON: reading the pod's answer into a response and writing it
+    # for the client must give the pod's JSON back, for every output type TRT-LLM's BLS returns.
+    config = _config_with_outputs(
+        ("text_output", model_config_pb2.TYPE_STRING),
+        ("cum_log_probs", model_config_pb2.TYPE_FP32),
+        ("output_log_probs", model_config_pb2.TYPE_FP32),
+        ("num_output_tokens", model_config_pb2.TYPE_INT32),
+        ("arrival_time_ns", model_config_pb2.TYPE_INT64),
+    )
+    read = generate_answer_reader(config)
+    assert read is not None
+    pod = {
+        "model_name": "tensorrt_llm_bls",
+        "model_version": "1",
+        "text_output": "héllo",
+        "cum_log_probs": -1.5,
+        "output_log_probs": [-0.5, -0.25, -0.75],
+        "num_output_tokens": 3,
+        "arrival_time_ns": 1795312952000000000,
+    }
+    message = read(pod, True)
+    assert message.infer_response.parameters["triton_final_response"].bool_param
+    assert generate_output_json(message.infer_response, "tiny") == {**pod, "model_name": "tiny"}
+    with pytest.raises(MalformedRequest):
+        read({"num_output_tokens": "three"}, False)
+
+
+def test_generate_over_json_only_when_every_output_can_travel_as_json() -> None:
+    assert generate_answer_reader(_config_with_outputs(("logits", model_config_pb2.TYPE_FP16))) is None
+    assert generate_answer_reader(_config_with_outputs(("logits", model_config_pb2.TYPE_FP32))) is not None
+
+
+def test_generate_http_body_carries_the_adapters_task_id() -> None:
+    doc = {"text_input": "x", "lora_task_id": 5, "parameters": {"a": 1}}
+    assert generate_http_body(doc, 7) == {"text_input": "x", "lora_task_id": 7, "parameters": {"a": 1}}
+    assert generate_http_body(doc, None) == {"text_input": "x", "parameters": {"a": 1}}
