@@ -357,6 +357,14 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                         http_call(session, r_url + "/v1/completions", openai_body, False),
                     ),
                 ),
+                "HTTP unary (direct generate vs router Triton generate)": (
+                    (d_url + "/generate", direct_body, http_call(session, d_url + "/generate", direct_body, False)),
+                    (
+                        f"{r_url}/v2/models/{procs.router_model}/generate",
+                        generate,
+                        http_call(session, f"{r_url}/v2/models/{procs.router_model}/generate", generate, False),
+                    ),
+                ),
                 "gRPC unary (ModelStreamInfer)": (
                     (None, None, grpc_call(direct_stub, procs.upstream_model, procs.upstream_task_id, False)),
                     (None, None, grpc_call(router_stub, procs.router_model, None, False)),
