@@ -13,7 +13,8 @@ context's):
   one pod per endpoint, address ``<ip>:<port named grpc>``, metrics ``<ip>:<port named metrics>``,
   Triton HTTP ``<ip>:<port named http>`` (used for warm requests when present), pod
   id ``targetRef.name``, uid ``targetRef.uid`` (a new uid or IP resets that pod's shadow cache), ready
-  from ``conditions.ready`` (absent = ready, as the API defines).
+  from ``conditions.ready`` (absent = ready, as the API defines; not ready -> ready also resets the
+  shadow: a container restart keeps the uid and IP but empties the LoRA cache).
 
 The translation functions are pure; :class:`KubernetesDiscovery` only keeps the latest objects and
 rebuilds the snapshot after every event.

@@ -55,6 +55,7 @@ class PodState:
         "cache_full_until_s",
         "cold_loads_total",
         "device_pages",
+        "discovered_uid",
         "failures_total",
         "host_pages",
         "load",
@@ -69,7 +70,8 @@ class PodState:
     def __init__(self, info: PodInfo, residency: PodResidency) -> None:
         self.pod_id = info.pod_id
         self.address = info.address
-        self.uid = info.uid
+        self.discovered_uid = info.uid
+        self.uid = info.uid  # identity of this shadow: tickets of an earlier one are ignored
         self.ready = info.ready
         self.host_pages = info.host_pages
         self.device_pages = info.device_pages
@@ -108,6 +110,7 @@ class Fleet:
         self._demand = AdapterDemand(config.trtfleet.demand_half_life_s)
         self._rankings = RendezvousRankings(config.trtfleet.hrw_cache_entries)
         self._tickets = itertools.count(1)
+        self._epochs = itertools.count(1)
         self._open: dict[int, Ticket] = {}
         self._loading: set[int] = set()  # tickets whose weights the pod has not admitted yet
 
@@ -118,7 +121,12 @@ class Fleet:
     # -- pods ------------------------------------------------------------------------------------
     def set_pods(self, pods: Mapping[str, PodInfo]) -> None:
         """The current pods (from discovery). New or restarted (new uid) pods start with an empty
-        shadow cache and no in-flight requests; pods no longer listed are dropped.
+        shadow cache and no in-flight requests; pods no longer listed are dropped. So does a pod that
+        comes back ready after being not ready (its readiness probe failed, or the router suspended it
+        after a refused connection): its Triton may have restarted inside the same Kubernetes pod, which
+        keeps the uid and IP but empties the LoRA cache. Assuming cold costs at most one weight transfer
+        per adapter (TRT-LLM ignores weights for an id it holds); assuming warm would cost a miss and
+        a resend for each.
         """
         for pod_id, info in pods.items():
             if pod_id != info.pod_id:
@@ -129,16 +137,20 @@ class Fleet:
             log.info("pod removed", extra={"pod": pod_id, "model": self._model})
         for pod_id, info in pods.items():
             old = self._pods.get(pod_id)
+            came_back = old is not None and not old.ready and info.ready
             if (
                 old is None
-                or old.uid != info.uid
+                or came_back
+                or old.discovered_uid != info.uid
                 or old.host_pages != info.host_pages
                 or old.device_pages != info.device_pages
             ):
                 residency = self._residency.reset_pod(pod_id, info.host_pages, info.device_pages)
-                self._pods[pod_id] = PodState(info, residency)
-                log.info("pod %s", "added" if old is None else "restarted",
-                         extra={"pod": pod_id, "uid": info.uid, "model": self._model})
+                state = self._pods[pod_id] = PodState(info, residency)
+                if old is not None and old.discovered_uid == info.uid:
+                    state.uid = f"{info.uid}#{next(self._epochs)}"  # same pod, new shadow: old tickets void
+                what = "added" if old is None else "ready again" if came_back else "restarted"
+                log.info("pod %s", what, extra={"pod": pod_id, "uid": info.uid, "model": self._model})
             else:
                 old.address = info.address
                 old.ready = info.ready

@@ -105,9 +105,9 @@ class Decision:
 class PodInfo:
     pod_id: str
     address: str  # host:port of the pod's Triton gRPC endpoint
-    # Identity of the Triton process: a new value resets the pod's shadow cache. The Kubernetes pod
-    # uid survives container restarts, which also empty the cache: fold the container's
-    # restartCount in ("<uid>/<restarts>") where discovery knows it; otherwise misses correct it.
+    # Identity of the pod: a new value resets its shadow cache. The Kubernetes pod uid survives
+    # container restarts, which also empty the cache; those show as not ready -> ready, which resets
+    # the shadow too (Fleet.set_pods). A restart faster than the readiness probe is left to misses.
     uid: str
     host_pages: int  # host-tier LoRA cache pages (BaseModel status.capacity.loraHostPages)
     device_pages: int  # device-tier pages (status.capacity.loraDevicePages)

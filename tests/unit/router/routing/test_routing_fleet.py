@@ -114,7 +114,7 @@ def test_pod_restart_resets_residency_and_in_flight(make_harness: Callable[..., 
     assert (again.pod, again.send_weights) == (pod, True)
 
 
-def test_same_uid_keeps_residency_and_readiness_follows(make_harness: Callable[..., Harness]) -> None:
+def test_readiness_follows_discovery(make_harness: Callable[..., Harness]) -> None:
     h = make_harness("trtfleet", pods=2)
     adapter = h.adapter(1)
     pod = h.run(adapter).pod
@@ -127,6 +127,27 @@ def test_same_uid_keeps_residency_and_readiness_follows(make_harness: Callable[.
     h.ready[pod] = True
     h.sync_pods()
     assert h.route(adapter).pod == pod
+
+
+def test_ready_again_resets_the_shadow_like_a_restart(make_harness: Callable[..., Harness]) -> None:
+    # A container restart keeps the pod's uid and IP but empties TRT-LLM's cache; it shows as
+    # not ready -> ready, so that transition starts the pod's shadow afresh.
+    h = make_harness("trtfleet", pods=1)
+    adapter = h.adapter(1)
+    h.run(adapter)
+    decision, ticket = h.send(adapter)
+    assert not decision.send_weights
+    pod = decision.pod
+    h.ready[pod] = False
+    h.sync_pods()
+    assert h.resident(pod) == {adapter.task_id}  # not ready alone keeps the shadow
+    h.ready[pod] = True
+    h.sync_pods()
+    assert h.resident(pod) == set()
+    assert h.fleet.snapshot().pods[0].inflight == 0
+    h.finish(ticket)  # a ticket from before the pod came back releases nothing
+    h.fleet.check_invariants()
+    assert h.route(adapter).send_weights
 
 
 def test_removed_pod_is_dropped_and_its_tickets_finish_quietly(make_harness: Callable[..., Harness]) -> None:
