@@ -298,6 +298,17 @@ class RouterMetrics:
             PREFIX + "pod_scrape_failures", "Failed scrapes of a pod's Triton metrics endpoint.", registry=r
         )
         self.pods_ready = gauge("pods_ready", "Ready pods per base model.", "base_model")
+        self.capacity_waiting = gauge(
+            "capacity_waiting_requests",
+            "Requests waiting for LoRA cache capacity (every pod's cache full of busy adapters).",
+            "base_model",
+        )
+        self.capacity_waits = counter(
+            "capacity_waits",
+            "Ends of a wait for LoRA cache capacity: routed, timed_out, queue_full (turned away at once).",
+            "base_model",
+            "result",
+        )
         r.register(loop_metrics)
 
     def exposition(self) -> bytes:

@@ -291,14 +291,22 @@ class Dispatcher:
                 decision = self._route_once(fleet, route)
             except CachesBusy as exc:
                 if not woken and not waits.can_wait(base):
+                    self.metrics.capacity_waits.labels(base, "queue_full").inc()
                     raise _no_capacity_error(exc, last) from exc
-                woken = await waits.wait(base, min(wait_until_s, deadline_s) - time.monotonic(), first=woken)
+                waiting = self.metrics.capacity_waiting.labels(base)
+                waiting.inc()
+                try:
+                    woken = await waits.wait(base, min(wait_until_s, deadline_s) - time.monotonic(), first=woken)
+                finally:
+                    waiting.dec()
                 if woken:
                     continue
+                self.metrics.capacity_waits.labels(base, "timed_out").inc()
                 raise _no_capacity_error(exc, last) from exc
             except NoCapacity as exc:
                 raise _no_capacity_error(exc, last) from exc
             if woken:
+                self.metrics.capacity_waits.labels(base, "routed").inc()
                 waits.notify(base)  # the freed capacity may hold the next waiter too
             return decision
 

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import filecmp
 import json
+import re
 from pathlib import Path
 
 import kubernetes_validate
 import pytest
 import yaml
+from trtfleet_router.metrics import RouterMetrics
 
 from tests.support.helm import CHART, ROOT, helm
 
@@ -90,5 +92,12 @@ def test_dashboard_queries_router_metrics() -> None:
     dashboard = json.loads((CHART / "dashboards" / "trtfleet.json").read_text())
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     for metric in ("time_to_first_token_seconds", "inter_token_latency_seconds", "output_tokens_total",
-                   "adapter_cache_hits_total", "weight_bytes_sent_total", "inflight_requests"):
+                   "adapter_cache_hits_total", "weight_bytes_sent_total", "inflight_requests",
+                   "capacity_waiting_requests"):
         assert f"trtfleet_router_{metric}" in exprs
+    # Every series the dashboard queries is one the router exports (no typo shows an empty panel).
+    exported = RouterMetrics().exposition().decode()
+    families = {line.split()[2] for line in exported.splitlines() if line.startswith("# TYPE")}
+    for name in set(re.findall(r"trtfleet_router_[a-z_]+", exprs)):
+        base = re.sub(r"_(bucket|sum|count)$", "", name) if "_seconds_" in name else name
+        assert base in families or base.removesuffix("_total") in families, name

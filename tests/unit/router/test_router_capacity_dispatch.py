@@ -45,6 +45,9 @@ def test_request_waits_for_a_busy_cache_then_runs(tmp_path: Path) -> None:
         assert error is None and text == "[102] p"
         fleet = echo.router.router.fleets.fleets["tiny"]
         assert fleet.is_warm("echo0", 102) and not fleet.is_warm("echo0", 101)
+        metrics = echo.router.router.metrics
+        assert metrics.capacity_waits.labels("tiny", "routed").value == 1
+        assert metrics.capacity_waiting.labels("tiny").value == 0
         echo.router.check_books()
     finally:
         echo.close()
@@ -56,6 +59,7 @@ def test_no_wait_configured_answers_503(tmp_path: Path) -> None:
     try:
         _text, error = _busy_then(echo, "a2")
         assert isinstance(error, openai.APIStatusError) and error.status_code == 503
+        assert echo.router.router.metrics.capacity_waits.labels("tiny", "timed_out").value == 1
         echo.router.check_books()
     finally:
         echo.close()
