@@ -29,6 +29,7 @@ from trtfleet_engines.lora.convert import (
 from trtfleet_engines.lora.errors import AdapterFormatError, LoraConversionError
 from trtfleet_engines.lora.inspect import CacheSettings, format_report, inspect_dir
 from trtfleet_engines.lora.manifest import verify_dir
+from trtfleet_engines.lora.merge import merge_dir
 from trtfleet_engines.modeldims import load_config_json
 
 EXIT_OK = 0
@@ -85,6 +86,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     inspect.add_argument("--max-lora-rank", type=int, default=CacheSettings.max_lora_rank)
     _add_dims_arguments(inspect)
     inspect.set_defaults(func=run_inspect)
+
+    merge = sub.add_parser("merge", help="fold a PEFT adapter into its base model's safetensors (Adapter mode: merged)")
+    merge.add_argument("--base", type=Path, required=True, help="the base model directory (HF safetensors)")
+    merge.add_argument("--adapter", type=Path, required=True, help="the PEFT adapter directory")
+    merge.add_argument("--out", type=Path, required=True, help="output directory (created atomically)")
+    merge.add_argument(
+        "--dtype",
+        choices=[d.value for d in Dtype],
+        default=Dtype.FLOAT16.value,
+        help="dtype of the merged weights: the engine's (default float16); other tensors are copied as they are",
+    )
+    merge.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    merge.set_defaults(func=run_merge)
 
     verify = sub.add_parser("verify", help="check a converted directory against its manifest.json sha256s")
     verify.add_argument("out_dir", type=Path)
@@ -162,6 +176,18 @@ def run_inspect(args: argparse.Namespace) -> int:
     except LoraConversionError as exc:
         return _fail(exc)
     print(json.dumps(result.to_dict(), indent=2) if args.json else format_report(result))
+    return EXIT_OK
+
+
+def run_merge(args: argparse.Namespace) -> int:
+    try:
+        result = merge_dir(args.base, args.adapter, args.out, Dtype(args.dtype), replace=args.force)
+    except LoraConversionError as exc:
+        return _fail(exc)
+    print(
+        f"{args.out}: {result.modules} adapter modules merged into {len(result.changed)} weights "
+        f"({result.dtype.value}), {len(result.shards)} shard(s)"
+    )
     return EXIT_OK
 
 

@@ -248,7 +248,7 @@ def convert_dir(
         _write_npy(staging / LORA_CONFIG_FILE, converted.config)
         manifest = build_manifest(converted, raw_config, inputs=inputs, out_dir=staging, base_config=base_config)
         write_manifest(staging / MANIFEST_FILE, manifest)
-        _swap_into_place(staging, out_dir)
+        swap_into_place(staging, out_dir)
     finally:
         if staging.exists():
             shutil.rmtree(staging)
@@ -264,7 +264,7 @@ def convert_dir(
     return converted
 
 
-def _swap_into_place(staging: Path, out_dir: Path) -> None:
+def swap_into_place(staging: Path, out_dir: Path) -> None:
     """Rename ``staging`` to ``out_dir``; an existing ``out_dir`` is moved aside first, removed after."""
     if not out_dir.exists():
         staging.rename(out_dir)

@@ -80,3 +80,11 @@ class OutputExistsError(LoraConversionError):
 
 class ManifestMismatchError(LoraConversionError):
     pass
+
+
+class BaseModelMismatchError(LoraConversionError):
+    """``trtfleet lora merge``: the adapter adapts a weight the base model lacks or shapes differently."""
+
+
+class BaseModelFormatError(LoraConversionError):
+    """``trtfleet lora merge``: the base model directory cannot be read (no safetensors, a torch pickle, ...)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import re
-import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +40,7 @@ from trtfleet_engines.lora.errors import (
     UnknownModuleError,
     UnsupportedAdapterError,
 )
+from trtfleet_engines.lora.safetensors_io import read_raw
 
 FloatArray = NDArray[np.float32]
 
@@ -62,7 +62,6 @@ HF_TO_TRTLLM: Final[dict[str, str]] = {
 }
 EMBEDDING_MODULES: Final = frozenset({"embed_tokens", "lm_head", "wte", "embed_in", "embed_out"})
 
-_MAX_HEADER_BYTES: Final = 100 * 1024 * 1024
 _SAFETENSORS_DTYPES: Final[dict[str, np.dtype[Any]]] = {
     "F64": np.dtype("<f8"),
     "F32": np.dtype("<f4"),
@@ -107,42 +106,18 @@ class PeftAdapter:
 
 def read_safetensors(path: Path) -> dict[str, FloatArray]:
     """All tensors of a safetensors file as float32 (bfloat16 widened exactly)."""
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise AdapterFormatError(f"cannot read {path}: {exc}") from exc
-    if len(data) < 8:
-        raise AdapterFormatError(f"{path} is not a safetensors file (too short)")
-    (header_len,) = struct.unpack("<Q", data[:8])
-    if header_len > min(_MAX_HEADER_BYTES, len(data) - 8):
-        raise AdapterFormatError(f"{path} is not a safetensors file (bad header length {header_len})")
-    try:
-        header = json.loads(data[8 : 8 + header_len])
-    except ValueError as exc:
-        raise AdapterFormatError(f"{path} has an unreadable safetensors header: {exc}") from exc
-    if not isinstance(header, dict):
-        raise AdapterFormatError(f"{path} has an unreadable safetensors header")
-    body = memoryview(data)[8 + header_len :]
     tensors: dict[str, FloatArray] = {}
-    for name, info in header.items():
-        if name == "__metadata__":
-            continue
-        try:
-            dtype = _SAFETENSORS_DTYPES[info["dtype"]]
-            shape = tuple(int(d) for d in info["shape"])
-            start, end = (int(x) for x in info["data_offsets"])
-        except (KeyError, TypeError, ValueError) as exc:
+    for name, raw in read_raw(path, AdapterFormatError)[0].items():
+        dtype = _SAFETENSORS_DTYPES.get(raw.dtype)
+        if dtype is None:
             raise AdapterFormatError(
-                f"{path}: tensor {name} has dtype/shape/offsets this reader cannot use "
-                f"({info!r}); LoRA weights must be F32, F16, BF16 or F64"
-            ) from exc
-        if not 0 <= start <= end <= len(body) or end - start != math.prod(shape) * dtype.itemsize:
-            raise AdapterFormatError(f"{path}: tensor {name} has inconsistent data offsets")
-        raw = np.frombuffer(body[start:end], dtype=dtype).reshape(shape)
-        if info["dtype"] == "BF16":
-            tensors[name] = (raw.astype(np.uint32) << 16).view(np.float32)
+                f"{path}: tensor {name} is {raw.dtype}; LoRA weights must be F32, F16, BF16 or F64"
+            )
+        values = np.frombuffer(raw.data, dtype=dtype).reshape(raw.shape)
+        if raw.dtype == "BF16":
+            tensors[name] = (values.astype(np.uint32) << 16).view(np.float32)
         else:
-            tensors[name] = raw.astype(np.float32)
+            tensors[name] = values.astype(np.float32)
     return tensors
 
 
