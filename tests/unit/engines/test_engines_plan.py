@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import typing
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -20,8 +21,10 @@ from trtfleet_engines.plan import (
     plan_engine_build,
     plan_merged_engine_build,
 )
+from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR, TINY_LLAMA_DIR
 
 from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet.cli import main as cli_main
 
 MakeSpec = Callable[..., BaseModelSpec]
 
@@ -461,3 +464,13 @@ def test_merged_adapter_build(make_spec: MakeSpec) -> None:
     assert plan.engine_hash != plan_merged_engine_build(spec, "hf://org/sql-adapter", "r2").engine_hash
     assert plan.engine_hash != plan_merged_engine_build(spec, "hf://org/other-adapter", "r1").engine_hash
     assert plan.engine_hash == plan_merged_engine_build(spec, "hf://org/sql-adapter", "r1").engine_hash
+
+
+def test_merged_build_merge_step_runs_with_our_cli(make_spec: MakeSpec, tmp_path: Path) -> None:
+    # The plan's merge-lora argv is exactly what `trtfleet lora merge` accepts: run it on the tiny model.
+    plan = plan_merged_engine_build(make_spec(), "hf://org/upper", "r1", workdir=str(tmp_path))
+    argv = _command(plan, "merge-lora")
+    (tmp_path / "source").symlink_to(TINY_LLAMA_DIR)
+    (tmp_path / "adapter").symlink_to(Path(SAMPLE_ADAPTERS_DIR) / "upper")
+    assert argv[0] == "trtfleet" and cli_main(list(argv[1:])) == 0
+    assert (tmp_path / "merged" / "model.safetensors").is_file() and (tmp_path / "merged" / "merge.json").is_file()
