@@ -17,6 +17,7 @@ from tritonclient.grpc import service_pb2
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
 from trtfleet_router.models_registry import Target
 from trtfleet_router.server.common import Services
+from trtfleet_router.server.triton_protocol import generate_answer_reader, generate_body_for_tensors
 from trtfleet_router.upstream.dispatch import UpstreamCall
 from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
 from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
@@ -105,3 +106,17 @@ async def prepare_tensor_call(
         client_streaming=client_streaming and _bool_of(request, "stream"),
     )
     return target, call
+
+
+async def travel_as_generate_json(services: Services, target: Target, call: UpstreamCall, *, streaming: bool) -> None:
+    """Let a warm tensor request travel as Triton generate JSON over the pod's HTTP port (much cheaper for
+    the router than a gRPC call) when it can do so unchanged; see :func:`generate_body_for_tensors`.
+    Requests with weights, and pods without an HTTP port, still go over gRPC (the dispatcher decides)."""
+    config = await services.model_info.config(target.base)
+    reader = generate_answer_reader(config, shaped=True)
+    if reader is None:
+        return
+    body = generate_body_for_tensors(call.grpc_request(), config, streaming=streaming)
+    if body is None:
+        return
+    call.http_body, call.http_answer, call.http_stream = body, reader, bool(streaming and body.get("stream"))

@@ -29,7 +29,7 @@ from trtfleet import version
 from trtfleet_router.errors import RetryableError, RouterError, mapping_for
 from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import RequestRecord, Services
-from trtfleet_router.server.tensor_calls import prepare_tensor_call
+from trtfleet_router.server.tensor_calls import prepare_tensor_call, travel_as_generate_json
 from trtfleet_router.server.triton_http import EXTENSIONS, SERVER_NAME
 from trtfleet_router.server.triton_protocol import merge_responses, renamed_config, renamed_metadata
 from trtfleet_router.upstream.protocol import EMPTY_FINAL_PARAM, FINAL_RESPONSE_PARAM
@@ -120,6 +120,7 @@ class TritonGrpcFrontend(service_pb2_grpc.GRPCInferenceServiceServicer):  # type
             self.services, request, name, api_key, record.request_id, client_streaming=streaming
         )
         record.model_kind, record.model = target.model_kind, name
+        await travel_as_generate_json(self.services, target, call, streaming=streaming)
         async with aclosing(self.services.dispatcher.stream(call)) as stream:
             async for response in stream:
                 if record.first_output_s is None:

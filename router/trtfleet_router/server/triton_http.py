@@ -34,7 +34,7 @@ from trtfleet_router.server.common import (
     read_json_body,
 )
 from trtfleet_router.server.sse import LazySse, json_event
-from trtfleet_router.server.tensor_calls import prepare_tensor_call
+from trtfleet_router.server.tensor_calls import prepare_tensor_call, travel_as_generate_json
 from trtfleet_router.server.triton_protocol import (
     HEADER_LENGTH,
     config_json,
@@ -182,6 +182,7 @@ class TritonHttpFrontend:
             services, proto, name, presented_key(request.headers), record.request_id
         )
         record.model_kind, record.model = target.model_kind, name
+        await travel_as_generate_json(services, target, call, streaming=False)
         merged = await self._collect(call)
         payload, json_length = encode_infer_response(merged, choice, name)
         if json_length is None:

@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -182,28 +183,89 @@ def parse_generate_request(doc: Any, config: model_config_pb2.ModelConfig) -> se
 JSON_UNSAFE_DATATYPES = frozenset({"FP16", "BF16"})
 
 
-def generate_answer_reader(config: model_config_pb2.ModelConfig) -> AnswerReader | None:
+def generate_answer_reader(config: model_config_pb2.ModelConfig, *, shaped: bool = False) -> AnswerReader | None:
     """How to read the pod's generate JSON (an answer or one SSE event) back into a response with every
-    output the model declares, so a generate request can travel over HTTP and still answer exactly as
-    over gRPC. None when an output type cannot travel as JSON (FP16/BF16): those stay on gRPC."""
-    outputs = {tensor.name: triton_datatype(tensor.data_type) for tensor in config.output}
-    if JSON_UNSAFE_DATATYPES & set(outputs.values()):
+    output the model declares, so a request can travel over HTTP and still answer as over gRPC. None
+    when an output type cannot travel as JSON (FP16/BF16): those stay on gRPC.
+
+    Generate JSON has no shapes. ``shaped``: give each output the shape Triton gives it over gRPC for a
+    batch of one (``[1, *dims]`` for a batching model, the one variable dimension taking the count);
+    without it, ``[count]`` (enough for generate answers, which have no shapes either)."""
+    outputs = {tensor.name: (triton_datatype(tensor.data_type), list(tensor.dims)) for tensor in config.output}
+    if JSON_UNSAFE_DATATYPES & {datatype for datatype, _ in outputs.values()}:
         return None
+    batched = config.max_batch_size > 0
+
+    def shape_of(dims: list[int], count: int) -> list[int]:
+        if not shaped:
+            return [count]
+        fixed = math.prod(d for d in dims if d >= 0)
+        variable = [i for i, d in enumerate(dims) if d < 0]
+        if len(variable) == 1 and fixed > 0 and count % fixed == 0:
+            dims = [count // fixed if d < 0 else d for d in dims]
+        elif variable or fixed != count:
+            dims = [count]  # not reconstructible from the JSON: flat
+        return [1, *dims] if batched else dims or [count]
 
     def read(doc: Mapping[str, Any], final: bool) -> service_pb2.ModelStreamInferResponse:
         message = service_pb2.ModelStreamInferResponse()
         response = message.infer_response
         for name, value in doc.items():
-            datatype = outputs.get(name)
-            if datatype is None:
+            declared = outputs.get(name)
+            if declared is None:
                 continue  # model_name, model_version, id, parameters
+            datatype, dims = declared
             count = len(value) if isinstance(value, list) else 1
-            response.outputs.add(name=name, datatype=datatype, shape=[count])
-            response.raw_output_contents.append(json_to_raw(name, datatype, [count], value))
+            shape = shape_of(dims, count)
+            response.outputs.add(name=name, datatype=datatype, shape=shape)
+            response.raw_output_contents.append(json_to_raw(name, datatype, shape, value))
         response.parameters[FINAL_RESPONSE_PARAM].bool_param = final
         return message
 
     return read
+
+
+def generate_body_for_tensors(
+    request: service_pb2.ModelInferRequest, config: model_config_pb2.ModelConfig, *, streaming: bool
+) -> dict[str, Any] | None:
+    """The same request as Triton generate JSON, or None when it cannot travel that way unchanged: a
+    batch of more than one, an input the config does not declare or types differently, FP16/BF16, bytes
+    that are not UTF-8, a shape other than the one generate rebuilds from JSON, an output asked for with
+    a ``return_*`` flag (logits and statistics: their shapes are lost in JSON), or ``stream`` set on a
+    unary call (its responses are merged from a stream, which only gRPC carries)."""
+    declared = {tensor.name: tensor for tensor in config.input}
+    batched = config.max_batch_size > 0
+    body: dict[str, Any] = {}
+    for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
+        spec = declared.get(tensor.name)
+        datatype = tensor.datatype
+        if spec is None or datatype in JSON_UNSAFE_DATATYPES or datatype != triton_datatype(spec.data_type):
+            return None
+        shape = list(tensor.shape)
+        if batched:
+            if not shape or shape[0] != 1:
+                return None
+            shape = shape[1:]
+        if datatype == "BYTES":
+            try:
+                values: list[Any] = [item.decode("utf-8") for item in decode_bytes(raw)]
+            except UnicodeDecodeError:
+                return None
+        else:
+            values = raw_to_json(datatype, raw)
+        rebuilt = [len(values)] if any(d < 0 for d in spec.dims) or len(values) != 1 else [1] * len(spec.dims)
+        if shape != (rebuilt or [1]):
+            return None
+        if tensor.name.startswith("return_") and any(values):
+            return None
+        body[tensor.name] = values[0] if len(values) == 1 else values  # scalars, as generate clients send
+    if body.get("stream") and not streaming:
+        return None
+    if request.parameters:
+        body["parameters"] = {key: parameter_value(value) for key, value in request.parameters.items()}
+    if request.id:
+        body["id"] = request.id
+    return body
 
 
 def generate_http_body(doc: Mapping[str, Any], task_id: int | None) -> dict[str, Any]:

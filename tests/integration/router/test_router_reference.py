@@ -247,3 +247,51 @@ def test_triton_generate_travels_over_http_with_every_output(fleet: tuple[list[A
     assert _metric(router, http_attempts) == before + 1
     assert routed.pop("model_name") == "tiny" and direct.pop("model_name") == "tensorrt_llm_bls"
     assert routed == direct
+
+
+def _direct_stream_shapes(worker: Any, inputs: list[Any]) -> list[tuple[str, tuple[int, ...]]]:
+    results: list[tuple[str, tuple[int, ...]]] = []
+    done = threading.Event()
+    client = grpcclient.InferenceServerClient(worker.grpc_url)
+
+    def callback(result: Any, error: Any) -> None:
+        assert error is None, error
+        output = result.as_numpy("text_output")
+        if output is not None:
+            results.append((b"".join(output.reshape(-1).tolist()).decode(), output.shape))
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            done.set()
+
+    client.start_stream(callback)
+    client.async_stream_infer("tensorrt_llm_bls", inputs, enable_empty_final_response=True)
+    assert done.wait(60)
+    client.stop_stream()
+    return results
+
+
+def test_tensor_requests_travel_over_http_with_grpc_shapes(fleet: tuple[list[Any], RouterThread]) -> None:
+    # tritonclient's ModelInfer (gRPC) and infer (HTTP) on the router go to the pod as generate JSON when
+    # warm; the client still gets Triton's gRPC answer: same text, same output shape.
+    workers, router = fleet
+    prompt = PROMPTS[1]
+    inputs = [
+        grpcclient.InferInput("text_input", [1, 1], "BYTES"),
+        grpcclient.InferInput("max_tokens", [1, 1], "INT32"),
+    ]
+    inputs[0].set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))
+    inputs[1].set_data_from_numpy(np.array([[MAX_TOKENS]], dtype=np.int32))
+    [(want_text, want_shape)] = _direct_stream_shapes(workers[0], inputs)
+    http_attempts = 'trtfleet_router_upstream_attempts_total{transport="http"}'
+    before = _metric(router, http_attempts)
+    output = grpcclient.InferenceServerClient(router.grpc_address).infer("tiny", inputs).as_numpy("text_output")
+    assert (output.reshape(-1)[0].decode(), output.shape) == (want_text, want_shape)
+    http_inputs = [
+        httpclient.InferInput("text_input", [1, 1], "BYTES"),
+        httpclient.InferInput("max_tokens", [1, 1], "INT32"),
+    ]
+    http_inputs[0].set_data_from_numpy(np.array([[prompt.encode()]], dtype=object))
+    http_inputs[1].set_data_from_numpy(np.array([[MAX_TOKENS]], dtype=np.int32))
+    http = httpclient.InferenceServerClient(router.http_url.removeprefix("http://"))
+    output = http.infer("tiny", http_inputs).as_numpy("text_output")
+    assert (output.reshape(-1)[0].decode(), output.shape) == (want_text, want_shape)
+    assert _metric(router, http_attempts) == before + 2

@@ -12,6 +12,7 @@ from trtfleet_router.server.triton_protocol import (
     config_json,
     encode_infer_response,
     generate_answer_reader,
+    generate_body_for_tensors,
     generate_http_body,
     generate_output_json,
     merge_responses,
@@ -164,3 +165,73 @@ def test_generate_http_body_carries_the_adapters_task_id() -> None:
     doc = {"text_input": "x", "lora_task_id": 5, "parameters": {"a": 1}}
     assert generate_http_body(doc, 7) == {"text_input": "x", "lora_task_id": 7, "parameters": {"a": 1}}
     assert generate_http_body(doc, None) == {"text_input": "x", "parameters": {"a": 1}}
+
+
+def _tensor_request(*inputs: tuple[str, str, list[int], bytes], **params: str) -> service_pb2.ModelInferRequest:
+    request = service_pb2.ModelInferRequest(id="c1")
+    for name, datatype, shape, raw in inputs:
+        request.inputs.add(name=name, datatype=datatype, shape=shape)
+        request.raw_input_contents.append(raw)
+    for key, value in params.items():
+        request.parameters[key].string_param = value
+    return request
+
+
+TEXT = ("text_input", "BYTES", [1, 1], encode_bytes([b"hi"]))
+MAX_TOKENS = ("max_tokens", "INT32", [1, 1], np.array([5], np.int32).tobytes())
+
+
+def test_tensor_requests_become_generate_json_when_nothing_is_lost() -> None:
+    stop = ("stop_words", "BYTES", [1, 2], encode_bytes([b"a", b"b"]))
+    task = ("lora_task_id", "UINT64", [1, 1], np.array([7], np.uint64).tobytes())
+    body = generate_body_for_tensors(_tensor_request(TEXT, MAX_TOKENS, stop, task, x="y"), CONFIG, streaming=False)
+    assert body == {
+        "text_input": "hi",
+        "max_tokens": 5,
+        "stop_words": ["a", "b"],
+        "lora_task_id": 7,
+        "parameters": {"x": "y"},
+        "id": "c1",
+    }
+    rebuilt = {t.name: list(t.shape) for t in parse_generate_request(body, CONFIG).inputs}
+    assert rebuilt == {"text_input": [1, 1], "max_tokens": [1, 1], "stop_words": [1, 2], "lora_task_id": [1, 1]}
+    streamed = ("stream", "BOOL", [1, 1], b"\x01")
+    assert generate_body_for_tensors(_tensor_request(TEXT, streamed), CONFIG, streaming=True) is not None
+
+
+@pytest.mark.parametrize(
+    "inputs",
+    [
+        pytest.param([("text_input", "BYTES", [2, 1], encode_bytes([b"a", b"b"]))], id="batch-of-two"),
+        pytest.param([("text_input", "BYTES", [1, 1], encode_bytes([b"\xff"]))], id="not-utf8"),
+        pytest.param([("text_input", "BYTES", [1, 1, 1], encode_bytes([b"a"]))], id="other-shape"),
+        pytest.param([TEXT, ("unknown", "INT32", [1, 1], b"\0\0\0\0")], id="undeclared-input"),
+        pytest.param([TEXT, ("max_tokens", "INT64", [1, 1], b"\0" * 8)], id="other-type"),
+        pytest.param([TEXT, ("stream", "BOOL", [1, 1], b"\x01")], id="stream-on-a-unary-call"),
+    ],
+)
+def test_tensor_requests_that_would_change_stay_on_grpc(inputs: list[tuple[str, str, list[int], bytes]]) -> None:
+    assert generate_body_for_tensors(_tensor_request(*inputs), CONFIG, streaming=False) is None
+
+
+def test_return_flags_keep_requests_on_grpc() -> None:
+    config = _config_with_outputs(("text_output", model_config_pb2.TYPE_STRING))
+    config.input.add(name="text_input", data_type=model_config_pb2.TYPE_STRING, dims=[1])
+    config.input.add(name="return_log_probs", data_type=model_config_pb2.TYPE_BOOL, dims=[1])
+    flag = ("return_log_probs", "BOOL", [1, 1], b"\x01")
+    assert generate_body_for_tensors(_tensor_request(TEXT, flag), config, streaming=False) is None
+    off = ("return_log_probs", "BOOL", [1, 1], b"\x00")
+    assert generate_body_for_tensors(_tensor_request(TEXT, off), config, streaming=False) is not None
+
+
+def test_shaped_reader_gives_tritons_grpc_shapes() -> None:
+    config = _config_with_outputs(
+        ("text_output", model_config_pb2.TYPE_STRING),
+        ("output_log_probs", model_config_pb2.TYPE_FP32),
+    )
+    config.output.add(name="fixed", data_type=model_config_pb2.TYPE_INT32, dims=[2, 3])
+    read = generate_answer_reader(config, shaped=True)
+    assert read is not None
+    message = read({"text_output": "x", "output_log_probs": [0.5, 0.25], "fixed": [1, 2, 3, 4, 5, 6]}, True)
+    shapes = {tensor.name: list(tensor.shape) for tensor in message.infer_response.outputs}
+    assert shapes == {"text_output": [1, 1], "output_log_probs": [1, 2], "fixed": [1, 2, 3]}
