@@ -12,17 +12,20 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from tritonclient.grpc import service_pb2
+from tritonclient.grpc import model_config_pb2, service_pb2
 
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
 from trtfleet_router.models_registry import Target
 from trtfleet_router.server.common import Services
 from trtfleet_router.server.triton_protocol import generate_answer_reader, generate_body_for_tensors
 from trtfleet_router.upstream.dispatch import UpstreamCall
+from trtfleet_router.upstream.http_transport import AnswerReader
 from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
 from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
 
 CLIENT_WEIGHT_INPUTS: Final = frozenset({"lora_weights", "lora_config"})
+_READERS_MAX: Final = 64
+_READERS: dict[int, tuple[model_config_pb2.ModelConfig, AnswerReader | None]] = {}
 
 
 def _raw_of(request: service_pb2.ModelInferRequest, name: str) -> tuple[str, bytes] | None:
@@ -113,7 +116,12 @@ async def travel_as_generate_json(services: Services, target: Target, call: Upst
     the router than a gRPC call) when it can do so unchanged; see :func:`generate_body_for_tensors`.
     Requests with weights, and pods without an HTTP port, still go over gRPC (the dispatcher decides)."""
     config = await services.model_info.config(target.base)
-    reader = generate_answer_reader(config, shaped=True)
+    cached = _READERS.get(id(config))
+    if cached is None or cached[0] is not config:  # one reader per config object (they are cached upstream)
+        if len(_READERS) >= _READERS_MAX:
+            _READERS.clear()
+        cached = _READERS[id(config)] = (config, generate_answer_reader(config, shaped=True))
+    reader = cached[1]
     if reader is None:
         return
     body = generate_body_for_tensors(call.grpc_request(), config, streaming=streaming)
