@@ -8,7 +8,8 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
-from trtfleet_router.upstream.http_transport import HttpTransport, _dechunk, _parse_head
+from trtfleet_router.upstream.http_client import dechunk, parse_head
+from trtfleet_router.upstream.http_transport import HttpTransport
 from trtfleet_router.upstream.protocol import FailureKind, read_text
 from trtfleet_router.upstream.transport import TransportError
 
@@ -17,17 +18,17 @@ BODY = {"text_input": "hi", "max_tokens": 4}
 
 
 def test_head_and_chunked_framing() -> None:
-    status, start, length, chunked, keep = _parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 12", 40)
+    status, start, length, chunked, keep = parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 12", 40)
     assert (status, start, length, chunked, keep) == (200, 40, 12, False, True)
-    assert _parse_head(b"HTTP/1.1 400 Bad\r\nConnection: close\r\nContent-Length: 0", 1)[4] is False
-    assert _parse_head(b"HTTP/1.0 200 OK", 1)[2:] == (None, False, False)  # ends with the connection
-    assert _parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", 1)[2:4] == (None, True)
+    assert parse_head(b"HTTP/1.1 400 Bad\r\nConnection: close\r\nContent-Length: 0", 1)[4] is False
+    assert parse_head(b"HTTP/1.0 200 OK", 1)[2:] == (None, False, False)  # ends with the connection
+    assert parse_head(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked", 1)[2:4] == (None, True)
     with pytest.raises(ValueError):
-        _parse_head(b"SSH-2.0", 1)
+        parse_head(b"SSH-2.0", 1)
     whole = bytearray(b"5\r\nhello\r\n6;x=1\r\n world\r\n0\r\n\r\n")
-    assert _dechunk(whole, 0) == (b"hello world", len(whole))
+    assert dechunk(whole, 0) == (b"hello world", len(whole))
     for cut in range(len(whole)):
-        assert _dechunk(whole[:cut], 0) is None
+        assert dechunk(whole[:cut], 0) is None
 
 
 async def _serve(answer: Answer) -> tuple[asyncio.Server, str, list[int]]:
