@@ -22,6 +22,7 @@ import io
 import json
 import logging
 import os
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -111,18 +112,32 @@ class HttpReader:
 
 
 class S3Reader:
-    """``s3://bucket/prefix`` through boto3 (the ``s3`` extra), in a worker thread."""
+    """``s3://bucket/prefix`` through boto3 (the ``s3`` extra), in a worker thread. One client for the
+    process (boto3 clients are thread-safe; making one costs tens of milliseconds); endpoint, region and
+    credentials come from boto3's usual environment (``AWS_ENDPOINT_URL_S3`` for S3-compatible stores)."""
+
+    def __init__(self) -> None:
+        self._client: Any = None
+        self._lock = threading.Lock()
+
+    def _s3(self) -> Any:
+        with self._lock:
+            if self._client is None:
+                import boto3
+
+                self._client = boto3.client("s3")
+            return self._client
 
     async def read(self, uri: str, name: str) -> bytes:
         try:
-            import boto3
+            import boto3  # noqa: F401  # only to fail early with the install hint
         except ImportError as exc:
             raise WeightsUnavailable("s3:// artifacts need the 's3' extra (boto3)") from exc
         parsed = urlparse(uri)
         key = parsed.path.lstrip("/").rstrip("/") + "/" + name
 
         def fetch() -> bytes:
-            body = boto3.client("s3").get_object(Bucket=parsed.netloc, Key=key)["Body"]
+            body = self._s3().get_object(Bucket=parsed.netloc, Key=key)["Body"]
             return bytes(body.read())
 
         try:
