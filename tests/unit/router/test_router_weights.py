@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -167,3 +168,9 @@ def test_pvc_uris_read_from_the_mounted_claim(tmp_path: Path) -> None:
     (tmp_path / "claim" / "dir" / "manifest.json").write_bytes(b"{}")
     data = asyncio.run(SchemeReader(pvc_root=str(tmp_path)).read("pvc://claim/dir", "manifest.json"))
     assert data == b"{}"
+
+
+def test_s3_without_boto3_says_which_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)  # as if the s3 extra were not installed
+    with pytest.raises(WeightsUnavailable, match="'s3' extra"):
+        asyncio.run(WeightStore(reader=SchemeReader()).get(ArtifactRef("s3://bucket/adapters/a")))
