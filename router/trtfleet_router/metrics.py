@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from abc import ABC, abstractmethod
 from collections.abc import Iterator
 from typing import Final, Generic, TypeVar
 
@@ -88,21 +89,25 @@ class _Buckets:
         self.sum += value
 
 
-class _LoopMetric:
-    """A metric family with ``labelnames``; ``labels(*values)`` returns its child for those values."""
+C = TypeVar("C", _Value, _Buckets)
 
-    kind = ""
+
+class _LoopMetric(ABC, Generic[C]):
+    """A metric family with ``labelnames``; ``labels(*values)`` returns its child for those values."""
 
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = labelnames
-        self._children: dict[tuple[str, ...], _Value | _Buckets] = {}
+        self._children: dict[tuple[str, ...], C] = {}
 
-    def _new_child(self) -> _Value | _Buckets:
-        return _Value()
+    @abstractmethod
+    def _new_child(self) -> C: ...
 
-    def _child(self, values: tuple[str, ...]) -> _Value | _Buckets:
+    @abstractmethod
+    def family(self) -> Metric: ...
+
+    def labels(self, *values: str) -> C:
         child = self._children.get(values)
         if child is None:
             if len(values) != len(self.labelnames):
@@ -110,36 +115,33 @@ class _LoopMetric:
             child = self._children[values] = self._new_child()
         return child
 
-    def family(self) -> Metric:
-        raise NotImplementedError
 
-
-class LoopCounter(_LoopMetric):
-    def labels(self, *values: str) -> _Value:
-        return self._child(values)  # type: ignore[return-value]
+class LoopCounter(_LoopMetric[_Value]):
+    def _new_child(self) -> _Value:
+        return _Value()
 
     def inc(self, amount: float = 1.0) -> None:
-        self._child(()).value += amount  # type: ignore[union-attr]
+        self.labels().value += amount
 
     def family(self) -> Metric:
         family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, child in self._children.items():
-            family.add_metric(values, child.value)  # type: ignore[union-attr]
+            family.add_metric(values, child.value)
         return family
 
 
-class LoopGauge(_LoopMetric):
-    def labels(self, *values: str) -> _Value:
-        return self._child(values)  # type: ignore[return-value]
+class LoopGauge(_LoopMetric[_Value]):
+    def _new_child(self) -> _Value:
+        return _Value()
 
     def family(self) -> Metric:
         family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
         for values, child in self._children.items():
-            family.add_metric(values, child.value)  # type: ignore[union-attr]
+            family.add_metric(values, child.value)
         return family
 
 
-class LoopHistogram(_LoopMetric):
+class LoopHistogram(_LoopMetric[_Buckets]):
     def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], buckets: tuple[float, ...]) -> None:
         super().__init__(name, documentation, labelnames)
         if list(buckets) != sorted(set(buckets)) or any(math.isinf(b) for b in buckets):
@@ -149,21 +151,18 @@ class LoopHistogram(_LoopMetric):
     def _new_child(self) -> _Buckets:
         return _Buckets(self.bounds)
 
-    def labels(self, *values: str) -> _Buckets:
-        return self._child(values)  # type: ignore[return-value]
-
     def observe(self, value: float) -> None:
-        self._child(()).observe(value)  # type: ignore[union-attr]
+        self.labels().observe(value)
 
     def family(self) -> Metric:
         family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
         names = [*(_bound_text(b) for b in self.bounds), "+Inf"]
         for values, child in self._children.items():
             cumulative, buckets = 0, []
-            for name, count in zip(names, child.counts, strict=True):  # type: ignore[union-attr]
+            for name, count in zip(names, child.counts, strict=True):
                 cumulative += count
                 buckets.append((name, float(cumulative)))
-            family.add_metric(values, buckets, child.sum)  # type: ignore[union-attr]
+            family.add_metric(values, buckets, child.sum)
         return family
 
 
@@ -173,7 +172,7 @@ def _bound_text(bound: float) -> str:
 
 class _LoopCollector(Collector):
     def __init__(self) -> None:
-        self.metrics: list[_LoopMetric] = []
+        self.metrics: list[LoopCounter | LoopGauge | LoopHistogram] = []
 
     def collect(self) -> Iterator[Metric]:
         for metric in self.metrics:
@@ -181,7 +180,7 @@ class _LoopCollector(Collector):
 
 
 M = TypeVar("M", Counter, Gauge, Histogram)
-LM = TypeVar("LM", bound=_LoopMetric)
+LM = TypeVar("LM", LoopCounter, LoopGauge, LoopHistogram)
 
 
 class Labelled(Generic[M]):
