@@ -17,43 +17,52 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
 from trtfleet_router.models_registry import Target
 from trtfleet_router.server.common import Services
-from trtfleet_router.server.triton_protocol import generate_answer_reader, generate_body_for_tensors
+from trtfleet_router.server.triton_protocol import (
+    DeclaredInput,
+    declared_inputs,
+    generate_answer_reader,
+    generate_body_for_tensors,
+)
 from trtfleet_router.upstream.dispatch import UpstreamCall
 from trtfleet_router.upstream.http_transport import AnswerReader
 from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
 from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
 
 CLIENT_WEIGHT_INPUTS: Final = frozenset({"lora_weights", "lora_config"})
-_READERS_MAX: Final = 64
-_READERS: dict[int, tuple[model_config_pb2.ModelConfig, AnswerReader | None]] = {}
+_PER_CONFIG_MAX: Final = 64
+_PER_CONFIG: dict[int, tuple[model_config_pb2.ModelConfig, AnswerReader | None, dict[str, DeclaredInput]]] = {}
 
 
-def _raw_of(request: service_pb2.ModelInferRequest, name: str) -> tuple[str, bytes] | None:
-    for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
-        if tensor.name == name:
-            return tensor.datatype, raw
-    return None
+def _inputs_of(request: service_pb2.ModelInferRequest) -> dict[str, tuple[str, bytes]]:
+    """Input name -> (datatype, raw bytes), read once (raw contents: after :func:`normalize_to_raw`)."""
+    return {
+        tensor.name: (tensor.datatype, raw)
+        for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True)
+    }
 
 
-def _int_of(request: service_pb2.ModelInferRequest, name: str) -> int | None:
-    found = _raw_of(request, name)
+_INT_WIDTHS: Final = {"INT32": (4, True), "INT64": (8, True), "UINT32": (4, False), "UINT64": (8, False)}
+
+
+def _int_of(inputs: dict[str, tuple[str, bytes]], name: str) -> int | None:
+    found = inputs.get(name)
     if found is None:
         return None
     datatype, raw = found
-    widths = {"INT32": (4, True), "INT64": (8, True), "UINT32": (4, False), "UINT64": (8, False)}
-    if datatype not in widths or len(raw) < widths[datatype][0]:
+    width_signed = _INT_WIDTHS.get(datatype)
+    if width_signed is None or len(raw) < width_signed[0]:
         raise MalformedRequest(f"input '{name}' must be an integer scalar")
-    width, signed = widths[datatype]
+    width, signed = width_signed
     return int.from_bytes(raw[:width], "little", signed=signed)
 
 
-def _bool_of(request: service_pb2.ModelInferRequest, name: str) -> bool:
-    found = _raw_of(request, name)
+def _bool_of(inputs: dict[str, tuple[str, bytes]], name: str) -> bool:
+    found = inputs.get(name)
     return found is not None and found[0] == "BOOL" and found[1][:1] == b"\x01"
 
 
-def prompt_text(request: service_pb2.ModelInferRequest) -> str | None:
-    found = _raw_of(request, "text_input")
+def prompt_text(inputs: dict[str, tuple[str, bytes]]) -> str | None:
+    found = inputs.get("text_input")
     if found is None or found[0] != "BYTES":
         return None
     return b"".join(decode_bytes(found[1])).decode("utf-8", errors="replace")
@@ -71,13 +80,13 @@ async def prepare_tensor_call(
     """Resolve, check and rewrite ``request`` (in place) for the upstream model."""
     target = services.resolve(served_name, api_key)
     normalize_to_raw(request)
-    names = {tensor.name for tensor in request.inputs}
-    if names & CLIENT_WEIGHT_INPUTS:
+    inputs = _inputs_of(request)  # the LoRA rewrite below touches only lora_* inputs
+    if not CLIENT_WEIGHT_INPUTS.isdisjoint(inputs):
         raise UnsupportedParameter(
             "lora_weights/lora_config cannot be sent through the router: register the adapter and use its served name",
             param="lora_weights",
         )
-    task_id = _int_of(request, "lora_task_id")
+    task_id = _int_of(inputs, "lora_task_id")
     if task_id is not None:
         if target.adapter is None:
             adapter = services.fleets.registry.adapter_by_task(target.base.name, task_id)
@@ -96,9 +105,9 @@ async def prepare_tensor_call(
         set_lora_task_id(request, info, target.adapter.task_id)
     else:
         strip_lora_inputs(request)
-    prompt = prompt_text(request)
+    prompt = prompt_text(inputs)
     prompt_tokens = base.estimate_tokens(prompt) if prompt is not None else 0
-    max_tokens = base.resolve_max_tokens(prompt_tokens, _int_of(request, "max_tokens"))
+    max_tokens = base.resolve_max_tokens(prompt_tokens, _int_of(inputs, "max_tokens"))
     call = UpstreamCall(
         request_id=request_id,
         target=target,
@@ -106,7 +115,7 @@ async def prepare_tensor_call(
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
         deadline_s=time.monotonic() + services.settings.request_timeout_s,
-        client_streaming=client_streaming and _bool_of(request, "stream"),
+        client_streaming=client_streaming and _bool_of(inputs, "stream"),
     )
     return target, call
 
@@ -116,15 +125,16 @@ async def travel_as_generate_json(services: Services, target: Target, call: Upst
     the router than a gRPC call) when it can do so unchanged; see :func:`generate_body_for_tensors`.
     Requests with weights, and pods without an HTTP port, still go over gRPC (the dispatcher decides)."""
     config = await services.model_info.config(target.base)
-    cached = _READERS.get(id(config))
-    if cached is None or cached[0] is not config:  # one reader per config object (they are cached upstream)
-        if len(_READERS) >= _READERS_MAX:
-            _READERS.clear()
-        cached = _READERS[id(config)] = (config, generate_answer_reader(config, shaped=True))
-    reader = cached[1]
+    cached = _PER_CONFIG.get(id(config))
+    if cached is None or cached[0] is not config:  # once per config object (they are cached upstream)
+        if len(_PER_CONFIG) >= _PER_CONFIG_MAX:
+            _PER_CONFIG.clear()
+        cached = (config, generate_answer_reader(config, shaped=True), declared_inputs(config))
+        _PER_CONFIG[id(config)] = cached
+    _, reader, declared = cached
     if reader is None:
         return
-    body = generate_body_for_tensors(call.grpc_request(), config, streaming=streaming)
+    body = generate_body_for_tensors(call.grpc_request(), config, streaming=streaming, declared=declared)
     if body is None:
         return
     call.http_body, call.http_answer, call.http_stream = body, reader, bool(streaming and body.get("stream"))

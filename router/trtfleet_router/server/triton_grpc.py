@@ -42,6 +42,11 @@ def _api_key(context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
     return presented_key({k: v for k, v in metadata.items() if isinstance(v, str)})
 
 
+def _api_key_if_used(services: Services, context: grpc.aio.ServicerContext[Any, Any]) -> str | None:
+    """The client's key when keys are on (``--api-keys``); inference calls skip the metadata otherwise."""
+    return None if services.api_keys is None else _api_key(context)
+
+
 async def _abort(context: grpc.aio.ServicerContext[Any, Any], error: RouterError) -> NoReturn:
     if isinstance(error, RetryableError):
         context.set_trailing_metadata((("retry-after", str(error.retry_after_s)),))
@@ -105,7 +110,9 @@ class TritonGrpcFrontend(service_pb2_grpc.GRPCInferenceServiceServicer):  # type
         request_id = services.request_ids.new(client_id or None)
         try:
             with services.track(FRONTEND, request_id) as record:
-                responses = [r async for r in self._responses(request, _api_key(context), record, False)]
+                responses = [
+                    r async for r in self._responses(request, _api_key_if_used(services, context), record, False)
+                ]
         except RouterError as exc:
             await _abort(context, exc)
         merged = merge_responses(responses)
@@ -131,7 +138,7 @@ class TritonGrpcFrontend(service_pb2_grpc.GRPCInferenceServiceServicer):  # type
     async def ModelStreamInfer(
         self, request_iterator: AsyncIterator[service_pb2.ModelInferRequest], context: Any
     ) -> AsyncIterator[service_pb2.ModelStreamInferResponse]:
-        api_key = _api_key(context)
+        api_key = _api_key_if_used(self.services, context)
         queue: asyncio.Queue[service_pb2.ModelStreamInferResponse | None] = asyncio.Queue()
         tasks: set[asyncio.Task[None]] = set()
 

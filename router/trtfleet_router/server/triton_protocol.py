@@ -225,21 +225,43 @@ def generate_answer_reader(config: model_config_pb2.ModelConfig, *, shaped: bool
     return read
 
 
+@dataclass(frozen=True, slots=True)
+class DeclaredInput:
+    """What :func:`generate_body_for_tensors` needs of one input of a model config."""
+
+    datatype: str  # wire datatype
+    variable: bool  # a dimension is -1
+    rank: int
+
+
+def declared_inputs(config: model_config_pb2.ModelConfig) -> dict[str, DeclaredInput]:
+    return {
+        tensor.name: DeclaredInput(triton_datatype(tensor.data_type), any(d < 0 for d in tensor.dims), len(tensor.dims))
+        for tensor in config.input
+    }
+
+
 def generate_body_for_tensors(
-    request: service_pb2.ModelInferRequest, config: model_config_pb2.ModelConfig, *, streaming: bool
+    request: service_pb2.ModelInferRequest,
+    config: model_config_pb2.ModelConfig,
+    *,
+    streaming: bool,
+    declared: Mapping[str, DeclaredInput] | None = None,
 ) -> dict[str, Any] | None:
     """The same request as Triton generate JSON, or None when it cannot travel that way unchanged: a
     batch of more than one, an input the config does not declare or types differently, FP16/BF16, bytes
     that are not UTF-8, a shape other than the one generate rebuilds from JSON, an output asked for with
     a ``return_*`` flag (logits and statistics: their shapes are lost in JSON), or ``stream`` set on a
-    unary call (its responses are merged from a stream, which only gRPC carries)."""
-    declared = {tensor.name: tensor for tensor in config.input}
+    unary call (its responses are merged from a stream, which only gRPC carries). ``declared`` is
+    :func:`declared_inputs` of ``config``, for callers that keep it."""
+    if declared is None:
+        declared = declared_inputs(config)
     batched = config.max_batch_size > 0
     body: dict[str, Any] = {}
     for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):
         spec = declared.get(tensor.name)
         datatype = tensor.datatype
-        if spec is None or datatype in JSON_UNSAFE_DATATYPES or datatype != triton_datatype(spec.data_type):
+        if spec is None or datatype in JSON_UNSAFE_DATATYPES or datatype != spec.datatype:
             return None
         shape = list(tensor.shape)
         if batched:
@@ -253,7 +275,7 @@ def generate_body_for_tensors(
                 return None
         else:
             values = raw_to_json(datatype, raw)
-        rebuilt = [len(values)] if any(d < 0 for d in spec.dims) or len(values) != 1 else [1] * len(spec.dims)
+        rebuilt = [len(values)] if spec.variable or len(values) != 1 else [1] * spec.rank
         if shape != (rebuilt or [1]):
             return None
         if tensor.name.startswith("return_") and any(values):

@@ -13,6 +13,7 @@ queue, an invalid request, or a transport failure of the pod.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -67,6 +68,7 @@ DEFAULT_TEXT_INPUTS: Final[dict[str, str]] = {
 }
 
 
+@functools.cache
 def triton_datatype(data_type: int) -> str:
     """``model_config_pb2.DataType`` -> the wire datatype (``TYPE_STRING`` -> ``BYTES``)."""
     name = model_config_pb2.DataType.Name(data_type).removeprefix("TYPE_")
