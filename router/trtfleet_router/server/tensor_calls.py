@@ -12,25 +12,17 @@ from __future__ import annotations
 import time
 from typing import Final
 
-from tritonclient.grpc import model_config_pb2, service_pb2
+from tritonclient.grpc import service_pb2
 
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
 from trtfleet_router.models_registry import Target
 from trtfleet_router.server.common import Services
-from trtfleet_router.server.triton_protocol import (
-    DeclaredInput,
-    declared_inputs,
-    generate_answer_reader,
-    generate_body_for_tensors,
-)
+from trtfleet_router.server.triton_protocol import config_view, generate_body_for_tensors
 from trtfleet_router.upstream.dispatch import UpstreamCall
-from trtfleet_router.upstream.http_transport import AnswerReader
 from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
 from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
 
 CLIENT_WEIGHT_INPUTS: Final = frozenset({"lora_weights", "lora_config"})
-_PER_CONFIG_MAX: Final = 64
-_PER_CONFIG: dict[int, tuple[model_config_pb2.ModelConfig, AnswerReader | None, dict[str, DeclaredInput]]] = {}
 
 
 def _inputs_of(request: service_pb2.ModelInferRequest) -> dict[str, tuple[str, bytes]]:
@@ -124,17 +116,11 @@ async def travel_as_generate_json(services: Services, target: Target, call: Upst
     """Let a warm tensor request travel as Triton generate JSON over the pod's HTTP port (much cheaper for
     the router than a gRPC call) when it can do so unchanged; see :func:`generate_body_for_tensors`.
     Requests with weights, and pods without an HTTP port, still go over gRPC (the dispatcher decides)."""
-    config = await services.model_info.config(target.base)
-    cached = _PER_CONFIG.get(id(config))
-    if cached is None or cached[0] is not config:  # once per config object (they are cached upstream)
-        if len(_PER_CONFIG) >= _PER_CONFIG_MAX:
-            _PER_CONFIG.clear()
-        cached = (config, generate_answer_reader(config, shaped=True), declared_inputs(config))
-        _PER_CONFIG[id(config)] = cached
-    _, reader, declared = cached
-    if reader is None:
+    view = config_view(await services.model_info.config(target.base))
+    if view.shaped_reader is None:
         return
-    body = generate_body_for_tensors(call.grpc_request(), config, streaming=streaming, declared=declared)
+    body = generate_body_for_tensors(call.grpc_request(), view.config, streaming=streaming)
     if body is None:
         return
-    call.http_body, call.http_answer, call.http_stream = body, reader, bool(streaming and body.get("stream"))
+    call.http_body, call.http_answer = body, view.shaped_reader
+    call.http_stream = bool(streaming and body.get("stream"))

@@ -154,7 +154,7 @@ def parse_generate_request(doc: Any, config: model_config_pb2.ModelConfig) -> se
     """Triton's generate JSON -> a raw-contents request for the upstream model."""
     if not isinstance(doc, dict):
         raise MalformedRequest("the generate request body must be a JSON object")
-    declared = {tensor.name: tensor for tensor in config.input}
+    declared = config_view(config).inputs
     batched = config.max_batch_size > 0
     request = service_pb2.ModelInferRequest(id=str(doc.get("id", "")))
     params = doc.get("parameters") or {}
@@ -165,12 +165,12 @@ def parse_generate_request(doc: Any, config: model_config_pb2.ModelConfig) -> se
     for name, value in doc.items():
         if name in RESERVED_GENERATE_KEYS:
             continue
-        tensor = declared.get(name)
-        if tensor is None:
+        spec = declared.get(name)
+        if spec is None:
             raise MalformedRequest(f"unexpected inference input '{name}' for model '{config.name}'")
-        datatype = triton_datatype(tensor.data_type)
+        datatype = spec.datatype
         values = value if isinstance(value, list) else [value]
-        shape = [len(values)] if any(d < 0 for d in tensor.dims) or len(values) != 1 else [1] * len(tensor.dims)
+        shape = [len(values)] if spec.variable or len(values) != 1 else [1] * spec.rank
         if not shape:
             shape = [1]
         if batched:
@@ -241,21 +241,45 @@ def declared_inputs(config: model_config_pb2.ModelConfig) -> dict[str, DeclaredI
     }
 
 
+@dataclass(frozen=True, slots=True)
+class ConfigView:
+    """What the front ends derive from a model config, once per config object (configs are cached per
+    base model by :class:`~trtfleet_router.upstream.modelinfo.ModelInfoCache`)."""
+
+    config: model_config_pb2.ModelConfig
+    inputs: dict[str, DeclaredInput]
+    reader: AnswerReader | None  # generate_answer_reader(config)
+    shaped_reader: AnswerReader | None  # generate_answer_reader(config, shaped=True)
+
+
+_VIEWS_MAX = 64
+_VIEWS: dict[int, ConfigView] = {}
+
+
+def config_view(config: model_config_pb2.ModelConfig) -> ConfigView:
+    view = _VIEWS.get(id(config))
+    if view is None or view.config is not config:  # ids of collected configs get reused
+        if len(_VIEWS) >= _VIEWS_MAX:
+            _VIEWS.clear()
+        view = ConfigView(
+            config,
+            declared_inputs(config),
+            generate_answer_reader(config),
+            generate_answer_reader(config, shaped=True),
+        )
+        _VIEWS[id(config)] = view
+    return view
+
+
 def generate_body_for_tensors(
-    request: service_pb2.ModelInferRequest,
-    config: model_config_pb2.ModelConfig,
-    *,
-    streaming: bool,
-    declared: Mapping[str, DeclaredInput] | None = None,
+    request: service_pb2.ModelInferRequest, config: model_config_pb2.ModelConfig, *, streaming: bool
 ) -> dict[str, Any] | None:
     """The same request as Triton generate JSON, or None when it cannot travel that way unchanged: a
     batch of more than one, an input the config does not declare or types differently, FP16/BF16, bytes
     that are not UTF-8, a shape other than the one generate rebuilds from JSON, an output asked for with
     a ``return_*`` flag (logits and statistics: their shapes are lost in JSON), or ``stream`` set on a
-    unary call (its responses are merged from a stream, which only gRPC carries). ``declared`` is
-    :func:`declared_inputs` of ``config``, for callers that keep it."""
-    if declared is None:
-        declared = declared_inputs(config)
+    unary call (its responses are merged from a stream, which only gRPC carries)."""
+    declared = config_view(config).inputs
     batched = config.max_batch_size > 0
     body: dict[str, Any] = {}
     for tensor, raw in zip(request.inputs, request.raw_input_contents, strict=True):

@@ -16,6 +16,7 @@ import pytest
 import tritonclient.grpc as grpcclient
 import tritonclient.http as httpclient
 from tritonclient.utils import InferenceServerException
+from trtfleet_router.server.triton_http import split_model_path
 
 from tests.unit.router.harness import EchoFleet
 from trtfleet.loracache import FULL_TEXT
@@ -149,6 +150,39 @@ def test_triton_http(fleet: EchoFleet) -> None:
     assert status == 200 and "".join(e["text_output"] for e in events) == "[102] stream" and len(events) > 1
     status, _, body = _post(base + "generate", json.dumps({"text_input": "x", "bogus": 1}).encode())
     assert status == 400 and "unexpected inference input" in json.loads(body)["error"]
+    # versioned paths reach the same handlers (the router serves every version as the one it has)
+    assert client.is_model_ready("a1", "1") and client.get_model_metadata("a1", "1")["name"] == "a1"
+    assert client.get_model_config("a1", "1")["name"] == "a1"
+    result = client.infer("a1", inputs, model_version="1", outputs=[httpclient.InferRequestedOutput("text_output")])
+    assert result.as_numpy("text_output").tolist() == [[b"[101] tensor"]]
+    status, _, body = _post(base + "versions/1/generate", json.dumps({"text_input": "v", "max_tokens": 20}).encode())
+    assert status == 200 and json.loads(body)["text_output"] == "[102] v"
+    # the wrong method names the right one
+    status, headers, body = _post(base + "ready", b"{}")
+    assert status == 405 and headers["Allow"] == "GET" and "GET only" in json.loads(body)["error"]
+    try:
+        urllib.request.urlopen(base + "generate", timeout=10)
+        raise AssertionError("GET generate was accepted")
+    except urllib.error.HTTPError as exc:
+        assert exc.code == 405 and exc.headers["Allow"] == "POST"
+
+
+@pytest.mark.parametrize(
+    ("path", "expected"),
+    [
+        ("m", ("m", None, "")),
+        ("m/ready", ("m", None, "ready")),
+        ("m/versions/3", ("m", "3", "")),
+        ("m/versions/3/generate_stream", ("m", "3", "generate_stream")),
+        ("org/adapter/infer", ("org/adapter", None, "infer")),
+        ("org/adapter/versions/1/config", ("org/adapter", "1", "config")),
+        ("m/versions/1/2", ("m/versions/1/2", None, "")),  # not a version: a name with slashes
+        ("generate", ("generate", None, "")),  # a model named like an action
+        ("m/other", ("m/other", None, "")),
+    ],
+)
+def test_split_model_path(path: str, expected: tuple[str, str | None, str]) -> None:
+    assert split_model_path(path) == expected
 
 
 def test_triton_grpc(fleet: EchoFleet) -> None:
