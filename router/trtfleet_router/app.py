@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
@@ -142,12 +142,9 @@ class Router:
 
     # -- lifecycle -------------------------------------------------------------------------------------
     def http_app(self) -> web.Application:
-        app = web.Application(
-            client_max_size=self.settings.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES,
-            middlewares=[_unexpected_errors],
-        )
-        app.add_routes(OpenAIFrontend(self.services).routes())
-        app.add_routes(TritonHttpFrontend(self.services).routes())
+        app = web.Application(client_max_size=self.settings.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES)
+        app.add_routes(guarded(OpenAIFrontend(self.services).routes()))
+        app.add_routes(guarded(TritonHttpFrontend(self.services).routes()))
         return app
 
     def metrics_app(self) -> web.Application:
@@ -285,18 +282,28 @@ class Router:
             log.info("prewarmed", extra={"ctx": {"pod": pod, "adapter": served_name, "base_model": base_model}})
 
 
-@web.middleware
-async def _unexpected_errors(
-    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
-) -> web.StreamResponse:
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _unexpected_errors(handler: Handler) -> Handler:
     """Last resort: an unexpected exception becomes a logged 500 with an OpenAI-style body."""
-    try:
-        return await handler(request)
-    except web.HTTPException:
-        raise
-    except (asyncio.CancelledError, ConnectionError):
-        raise
-    except Exception:
-        log.exception("unhandled error", extra={"ctx": {"path": request.path}})
-        error = RouterError("internal error")
-        return web.json_response(openai_error_body(error), status=mapping_for(error).http_status)
+
+    async def guarded(request: web.Request) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except web.HTTPException:
+            raise
+        except (asyncio.CancelledError, ConnectionError):
+            raise
+        except Exception:
+            log.exception("unhandled error", extra={"ctx": {"path": request.path}})
+            error = RouterError("internal error")
+            return web.json_response(openai_error_body(error), status=mapping_for(error).http_status)
+
+    return guarded
+
+
+def guarded(routes: Iterable[web.RouteDef]) -> list[web.RouteDef]:
+    """``routes`` with every handler wrapped by :func:`_unexpected_errors` (a wrapper per route rather
+    than an aiohttp middleware: any middleware adds two coroutine layers to every request)."""
+    return [web.RouteDef(r.method, r.path, _unexpected_errors(r.handler), r.kwargs) for r in routes]

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
+
 import grpc
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestClient, TestServer
 from trtfleet_router import errors as e
+from trtfleet_router.app import guarded
 
 CASES = [
     (e.RouterError("x"), 500, grpc.StatusCode.INTERNAL, "server_error"),
@@ -51,3 +57,29 @@ def test_retry_after_only_for_retryable() -> None:
     assert e.http_headers_for(e.NoCapacityAvailable("none")) == {"Retry-After": "1"}
     assert e.http_headers_for(e.ModelNotFound("x")) == {}
     assert e.triton_error_body(e.ModelNotFound("gone")) == {"error": "gone"}
+
+
+def test_unexpected_exceptions_become_a_logged_500_and_http_errors_pass(caplog: pytest.LogCaptureFixture) -> None:
+    async def broken(request: web.Request) -> web.StreamResponse:
+        raise KeyError("a bug")
+
+    async def missing(request: web.Request) -> web.StreamResponse:
+        raise web.HTTPNotFound()
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.add_routes(guarded([web.get("/broken", broken), web.get("/missing", missing)]))
+        async with TestClient(TestServer(app)) as client:
+            response = await client.get("/broken")
+            assert response.status == 500
+            assert (await response.json())["error"] == {
+                "message": "internal error",
+                "type": "server_error",
+                "param": None,
+                "code": "internal",
+            }
+            assert (await client.get("/missing")).status == 404
+
+    with caplog.at_level(logging.ERROR, logger="trtfleet_router.app"):
+        asyncio.run(scenario())
+    assert any(record.message == "unhandled error" and record.exc_info for record in caplog.records)
