@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: docs install tools test unit lint crds crds-check demo control-plane cluster-up cluster-down bench e2e-kind clean
+.PHONY: docs install tools test unit lint crds crds-check demo control-plane cluster-up cluster-down bench bench-tools e2e-kind clean
 
 install: $(STAMP)
 
@@ -68,6 +68,12 @@ demo: install
 
 bench: install
 	$(PY) -m bench --quick
+
+# Compiled gRPC load generator for bench.router_overhead (wrk, its HTTP counterpart, is the apt package).
+GHZ_VERSION := v0.120.0
+bench-tools:
+	@test -x .cache/bench/bin/ghz || GOBIN=$(CURDIR)/.cache/bench/bin go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
+	@.cache/bench/bin/ghz --version
 
 # Needs a Docker engine: kind cluster, images, helm install, the reference fleet, openai client checks.
 e2e-kind: install tools

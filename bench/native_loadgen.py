@@ -1,0 +1,144 @@
+"""Compiled load generators for the overhead benchmarks: ``wrk`` (HTTP/1.1) and ``ghz`` (gRPC).
+
+A Python client on this 2-core machine spends more CPU per request than the router it measures and
+competes with it for the cores, so its figures carry its own wakeups and scheduling. These two are
+what proxy benchmarks usually use: ``wrk`` is the apt package of that name; ``ghz`` is built from the
+Go module proxy into the checkout by ``make bench-tools`` (``go install
+github.com/bojand/ghz/cmd/ghz@v0.120.0`` with ``GOBIN=.cache/bench/bin``). Both report latency
+percentiles from full histograms and requests/s; the benchmarks run each side for a few seconds,
+alternating direct and router, and keep the median over rounds.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+from google.protobuf import descriptor_pb2
+from tritonclient.grpc import service_pb2
+
+REPO: Final = Path(__file__).resolve().parent.parent
+GHZ_BIN: Final = REPO / ".cache" / "bench" / "bin" / "ghz"
+GRPC_SERVICE: Final = "inference.GRPCInferenceService"
+_UNITS: Final = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+
+
+@dataclass(frozen=True)
+class Run:
+    """One load-generator run: latency percentiles over every request it made, and its rate."""
+
+    p50_ms: float
+    p99_ms: float
+    rps: float
+    requests: int
+
+
+def find_wrk() -> str | None:
+    return shutil.which("wrk")
+
+
+def find_ghz() -> str | None:
+    return str(GHZ_BIN) if GHZ_BIN.is_file() else shutil.which("ghz")
+
+
+def _wrk_duration(text: str) -> float:
+    match = re.fullmatch(r"([\d.]+)(us|ms|s)", text)
+    if match is None:
+        raise ValueError(f"unexpected wrk latency {text!r}")
+    return float(match.group(1)) * _UNITS[match.group(2)]
+
+
+def parse_wrk(out: str) -> Run:
+    """``wrk --latency`` output -> :class:`Run` (errors in the output raise)."""
+    if "Non-2xx" in out or "Socket errors" in out:
+        raise RuntimeError(f"wrk saw errors:\n{out}")
+    percentiles = dict(re.findall(r"^\s+(\d+)%\s+(\S+)$", out, flags=re.MULTILINE))
+    requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return Run(
+        _wrk_duration(percentiles["50"]),
+        _wrk_duration(percentiles["99"]),
+        float(out.split("Requests/sec:")[1].split()[0]),
+        requests,
+    )
+
+
+def wrk_run(wrk: str, url: str, body: dict[str, Any], connections: int, duration_s: float, work: Path) -> Run:
+    script = work / "post.lua"
+    script.write_text(
+        f'wrk.method = "POST"\nwrk.body = {json.dumps(json.dumps(body))}\n'
+        'wrk.headers["Content-Type"] = "application/json"\n'
+    )
+    out = subprocess.run(
+        [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency", "-s", str(script), url],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    return parse_wrk(out)
+
+
+def write_protoset(path: Path) -> Path:
+    """The Triton gRPC service's descriptors (from tritonclient's generated modules) as a protoset for ghz."""
+    files = descriptor_pb2.FileDescriptorSet()
+    seen: set[str] = set()
+
+    def add(descriptor: Any) -> None:
+        if descriptor.name in seen:
+            return
+        for dependency in descriptor.dependencies:
+            add(dependency)
+        seen.add(descriptor.name)
+        proto = descriptor_pb2.FileDescriptorProto()
+        descriptor.CopyToProto(proto)
+        files.file.append(proto)
+
+    add(service_pb2.DESCRIPTOR)
+    path.write_bytes(files.SerializeToString())
+    return path
+
+
+def parse_ghz(report: dict[str, Any]) -> Run:
+    """ghz's JSON report -> :class:`Run`; any status other than OK raises."""
+    statuses = report.get("statusCodeDistribution") or {}
+    bad = {code: count for code, count in statuses.items() if code != "OK"}
+    # ghz closes the streams still open when the duration ends: those few come back Canceled/Unavailable
+    if sum(bad.values()) > max(1, report.get("options", {}).get("concurrency", 1)):
+        raise RuntimeError(f"ghz saw errors: {statuses} {report.get('errorDistribution')}")
+    percentiles = {int(row["percentage"]): row["latency"] / 1e6 for row in report["latencyDistribution"]}
+    return Run(percentiles[50], percentiles[99], float(report["rps"]), int(report["count"]))
+
+
+def ghz_run(
+    ghz: str,
+    target: str,
+    method: str,
+    message: bytes,
+    concurrency: int,
+    duration_s: float,
+    work: Path,
+) -> Run:
+    """``method`` of the Triton service on ``target`` with one binary ``message`` per call (for
+    ModelStreamInfer: one request per stream, then half-close), ``concurrency`` calls at a time on one
+    connection, for ``duration_s``."""
+    protoset = work / "triton.protoset"
+    if not protoset.exists():
+        write_protoset(protoset)
+    payload = work / f"ghz-{method}-{abs(hash(message))}.bin"
+    payload.write_bytes(message)
+    out = subprocess.run(
+        [
+            ghz, "--insecure", "--protoset", str(protoset), "--call", f"{GRPC_SERVICE}/{method}",
+            "--binary-file", str(payload), "-c", str(concurrency), "-z", f"{duration_s}s", "-O", "json", target,
+        ],  # fmt: skip
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if not out.stdout.strip():
+        raise RuntimeError(f"ghz failed ({out.returncode}): {out.stderr}")
+    return parse_ghz(json.loads(out.stdout))
