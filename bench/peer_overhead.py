@@ -1,7 +1,7 @@
 """Router overhead against a peer: trtfleet's router next to ``vllm-router`` (PyPI, Rust), same run.
 
 ``python -m bench.peer_overhead [--requests 2000] [--warmup 200] [--concurrency 32] [--duration-s 5]
-[--peer-venv .cache/peer-venv] [--json PATH]``
+[--wrk-rounds 3] [--wrk-seconds 2] [--peer-venv .cache/peer-venv] [--json PATH]``
 
 Each router proxies to a minimal upstream on loopback and is measured as the latency it ADDS over its
 own upstream called directly, in the same run:
@@ -23,7 +23,10 @@ Latency: ``--requests`` sequential requests per target (concurrency 1, aiohttp c
 after ``--warmup``), the four targets interleaved request by request so background load hits them alike;
 "added" is via-router minus direct at the same percentile. Throughput: a closed loop of ``--concurrency``
 connections for ``--duration-s`` per target, from ``wrk`` when installed, else from the aiohttp client.
-Router CPU time per request (from /proc) is printed too. Every process is stopped on the way out.
+Router CPU time per request (from /proc) is printed too. With wrk, the concurrency-1 latency is also
+taken from it (one connection, ``--wrk-rounds`` runs of ``--wrk-seconds`` per target, the order reversed
+every other round): the Python client's own work shares the two cores with the routers (see
+:mod:`bench.native_loadgen`). Every process is stopped on the way out.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ import json
 import os
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +49,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
+from bench import native_loadgen
 from bench.router_overhead import (
     MAX_TOKENS,
     PROMPT,
@@ -215,6 +220,26 @@ async def interleaved_latency(calls: dict[str, Call], requests: int, warmup: int
     return samples
 
 
+def wrk_latency(
+    wrk: str, targets: dict[str, tuple[str, dict[str, Any]]], rounds: int, seconds: float, work: Path
+) -> dict[str, dict[str, float]]:
+    """Concurrency-1 latency from wrk (one connection), every target ``rounds`` times for ``seconds``, the
+    order reversed every other round; the median p50/p99 over rounds per target."""
+    runs: dict[str, list[native_loadgen.Run]] = {name: [] for name in targets}
+    names = list(targets)
+    for index in range(rounds):
+        for name in names if index % 2 == 0 else names[::-1]:
+            url, body = targets[name]
+            runs[name].append(native_loadgen.wrk_run(wrk, url, body, 1, seconds, work))
+    return {
+        name: {
+            "p50_ms": statistics.median(run.p50_ms for run in target_runs),
+            "p99_ms": statistics.median(run.p99_ms for run in target_runs),
+        }
+        for name, target_runs in runs.items()
+    }
+
+
 async def measure(args: argparse.Namespace, children: Children, work: Path) -> dict[str, Any]:
     # SIGTERM cancels this task (through the loop's wakeup fd, whichever thread the signal lands on), so the
     # finally blocks stop every process this run started.
@@ -257,6 +282,10 @@ async def measure(args: argparse.Namespace, children: Children, work: Path) -> d
                         (cpu_s(pids[name]) - cpu_before) / (rate * (time.perf_counter() - started)) * 1e6
                     )
                 results["throughput"][name] = row
+            if use_wrk and args.wrk_rounds > 0:
+                results["wrk_latency"] = await asyncio.to_thread(
+                    wrk_latency, "wrk", targets, args.wrk_rounds, args.wrk_seconds, work
+                )
         results["load_avg_end"] = os.getloadavg()[0]
         return results
     finally:
@@ -280,6 +309,13 @@ def summary(results: dict[str, Any]) -> dict[str, Any]:
     trt, peer = rows["trtfleet"]["added"], rows["vllm-router"]["added"]
     rows["ratio_p50"] = ratio(trt.p50_ms, peer.p50_ms)
     rows["ratio_p99"] = ratio(trt.p99_ms, peer.p99_ms)
+    if "wrk_latency" in results:
+        for router in ("trtfleet", "vllm-router"):
+            direct = Side(**results["wrk_latency"][f"{router} direct"])
+            routed = Side(**results["wrk_latency"][f"{router} router"])
+            rows[router]["wrk_added"] = added(direct, routed)
+        trt, peer = rows["trtfleet"]["wrk_added"], rows["vllm-router"]["wrk_added"]
+        rows["wrk_ratio_p50"] = ratio(trt.p50_ms, peer.p50_ms)
     return rows
 
 
@@ -309,6 +345,12 @@ def table(results: dict[str, Any]) -> str:
         "",
         f"trtfleet added / vllm-router added: p50 {_fmt_ratio(rows['ratio_p50'])}, p99 {_fmt_ratio(rows['ratio_p99'])}",
     ]
+    if "wrk_ratio_p50" in rows:
+        trt, peer = rows["trtfleet"]["wrk_added"], rows["vllm-router"]["wrk_added"]
+        lines.append(
+            f"wrk, 1 connection: trtfleet added {trt.p50_ms:+.3f} / {trt.p99_ms:+.3f} ms (p50 / p99), vllm-router "
+            f"{peer.p50_ms:+.3f} / {peer.p99_ms:+.3f} ms; p50 ratio {_fmt_ratio(rows['wrk_ratio_p50'])}"
+        )
     return "\n".join(lines)
 
 
@@ -319,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--duration-s", type=float, default=5.0, help="throughput run per target")
     parser.add_argument("--no-wrk", action="store_true", help="use the aiohttp load generator even if wrk exists")
+    parser.add_argument("--wrk-rounds", type=int, default=3, help="wrk concurrency-1 latency runs per target (0: none)")
+    parser.add_argument("--wrk-seconds", type=float, default=2.0, help="seconds per wrk latency run")
     parser.add_argument("--peer-venv", type=Path, default=REPO / ".cache" / "peer-venv")
     parser.add_argument("--json", type=Path, help="also write the raw results here")
     parser.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)

@@ -83,3 +83,20 @@ def test_summary_and_table() -> None:
     assert "| trtfleet | 0.40 / 1.00 | 1.00 / 3.00 | +0.60 / +2.00 | 9000 | 2000 | 250 |" in text
     assert "| vllm-router | 0.40 / 0.60 | 0.60 / 1.60 | +0.20 / +1.00 | 18000 | 6000 | 50 |" in text
     assert "p50 3.0x, p99 2.0x" in text
+
+
+def test_wrk_latency_rows_when_measured() -> None:
+    results = _results()
+    assert "wrk, 1 connection" not in peer.table(results)
+    results["wrk_latency"] = {
+        "trtfleet direct": {"p50_ms": 0.16, "p99_ms": 0.4},
+        "trtfleet router": {"p50_ms": 0.43, "p99_ms": 1.0},
+        "vllm-router direct": {"p50_ms": 0.15, "p99_ms": 0.3},
+        "vllm-router router": {"p50_ms": 0.24, "p99_ms": 0.5},
+    }
+    rows = peer.summary(results)
+    assert rows["trtfleet"]["wrk_added"].p50_ms == pytest.approx(0.27)
+    assert rows["wrk_ratio_p50"] == pytest.approx(3.0)
+    assert "trtfleet added +0.270 / +0.600 ms (p50 / p99), vllm-router +0.090 / +0.200 ms; p50 ratio 3.0x" in (
+        peer.table(results)
+    )
