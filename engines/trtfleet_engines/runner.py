@@ -142,7 +142,7 @@ def _fetch(step: FetchStep, *, index: int, total: int, cwd: Path, env: Mapping[s
             raise StepFailedError(index, step.name, 1, f"{step.uri}: {step.local_dir} is not a directory")
         return
     override_dir = env.get(STEP_OVERRIDE_ENV)
-    if override_dir:
+    if override_dir and (Path(override_dir) / "fetch").is_file():  # as documented: only if it is there
         argv = [str(Path(override_dir) / "fetch"), step.uri, step.revision or "", step.local_dir]
         run_command(argv, index=index, total=total, name=step.name, cwd=cwd, env=env, progress=progress)
         return
@@ -160,8 +160,11 @@ def _download_hf(step: FetchStep, env: Mapping[str, str]) -> None:
         from huggingface_hub import snapshot_download
     except ImportError as exc:
         raise BuildError("hf:// sources need huggingface_hub (the TRT-LLM image has it)") from exc
-    snapshot_download(repo_id=step.uri.removeprefix("hf://"), revision=step.revision,
-                      local_dir=step.local_dir, token=env.get("HF_TOKEN") or None)
+    try:
+        snapshot_download(repo_id=step.uri.removeprefix("hf://"), revision=step.revision, local_dir=step.local_dir,
+                          token=env.get("HF_TOKEN") or None, endpoint=env.get("HF_ENDPOINT") or None)
+    except Exception as exc:  # huggingface_hub's errors (not found, gated, HTTP) share no base class with OSError
+        raise BuildError(f"downloading {step.uri}: {type(exc).__name__}: {exc}") from exc
 
 
 def _download_s3(step: FetchStep) -> None:

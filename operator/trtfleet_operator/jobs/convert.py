@@ -51,12 +51,16 @@ def local_source(uri: str, revision: str | None, work: Path) -> Path:
             from huggingface_hub import snapshot_download
         except ImportError as exc:
             raise FetchError("hf:// adapters need huggingface_hub in the convert image") from exc
-        snapshot_download(
-            repo_id=uri.removeprefix("hf://"),
-            revision=revision or None,
-            local_dir=str(target),
-            token=os.environ.get("HF_TOKEN") or None,
-        )
+        try:
+            snapshot_download(
+                repo_id=uri.removeprefix("hf://"),
+                revision=revision or None,
+                local_dir=str(target),
+                token=os.environ.get("HF_TOKEN") or None,
+                endpoint=os.environ.get("HF_ENDPOINT") or None,
+            )
+        except Exception as exc:  # huggingface_hub's errors (not found, gated, HTTP) share no base class with OSError
+            raise FetchError(f"{type(exc).__name__}: {exc}") from exc
         return target
     if parsed.scheme == "s3":
         try:
