@@ -14,10 +14,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import socket
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from google.protobuf import descriptor_pb2
 from tritonclient.grpc import service_pb2
@@ -80,6 +83,76 @@ def wrk_run(wrk: str, url: str, body: dict[str, Any], connections: int, duration
         check=True,
     ).stdout
     return parse_wrk(out)
+
+
+class BlockingClient:
+    """The least a Python client can do per request: one keep-alive connection, blocking ``sendall`` and
+    ``recv`` (no event loop), a pre-encoded request, the answer read up to its Content-Length. A third
+    view of the concurrency-1 latency next to wrk and the aiohttp client."""
+
+    def __init__(self, url: str, body: dict[str, Any]) -> None:
+        parts = urlsplit(url)
+        self.sock = socket.create_connection((parts.hostname or "127.0.0.1", parts.port or 80), timeout=30)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        payload = json.dumps(body).encode()
+        self.request = (
+            f"POST {parts.path} HTTP/1.1\r\nHost: {parts.netloc}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(payload)}\r\n\r\n"
+        ).encode() + payload
+
+    def call(self) -> float:
+        """One request; its time in seconds. A status other than 200 raises."""
+        started = time.perf_counter()
+        self.sock.sendall(self.request)
+        data = b""
+        while True:
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            data += chunk
+            head, sep, rest = data.partition(b"\r\n\r\n")
+            if not sep:
+                continue
+            lines = head.split(b"\r\n")
+            if lines[0].split(b" ", 2)[1] != b"200":
+                raise RuntimeError(f"answer {lines[0]!r}")
+            fields = (line.partition(b":") for line in lines[1:])
+            length = next(int(value) for name, _, value in fields if name.lower() == b"content-length")
+            if len(rest) >= length:
+                return time.perf_counter() - started
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def blocking_latency_pair(
+    direct: tuple[str, dict[str, Any]], router: tuple[str, dict[str, Any]], requests: int, warmup: int = 200
+) -> tuple[Run, Run]:
+    """Concurrency-1 latency of both sides with :class:`BlockingClient`, interleaved request by request."""
+    clients = BlockingClient(*direct), BlockingClient(*router)
+    samples: tuple[list[float], list[float]] = ([], [])
+    try:
+        started = time.perf_counter()
+        for index in range(warmup + requests):
+            order = (0, 1) if index % 2 == 0 else (1, 0)
+            for side in order:
+                elapsed = clients[side].call()
+                if index >= warmup:
+                    samples[side].append(elapsed)
+        wall = time.perf_counter() - started
+    finally:
+        for client in clients:
+            client.close()
+
+    def run(values: list[float]) -> Run:
+        ordered = sorted(values)
+
+        def ms(q: float) -> float:
+            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
+
+        return Run(ms(0.5), ms(0.99), len(values) / wall, len(values))
+
+    return run(samples[0]), run(samples[1])
 
 
 def write_protoset(path: Path) -> Path:

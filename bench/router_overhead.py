@@ -488,10 +488,21 @@ async def native_runs(
     ``--native-rounds`` times for ``--native-seconds``, alternating; gRPC also against
     :mod:`bench.grpc_floor` (grpc.aio doing nothing), the floor under the router's gRPC front end."""
     wrk, ghz = native_loadgen.find_wrk(), native_loadgen.find_ghz()
-    out: dict[str, Any] = {"wrk": wrk, "ghz": ghz, "http_latency": {}, "grpc_latency": {}, "grpc_throughput": {}}
+    out: dict[str, Any] = {
+        "wrk": wrk, "ghz": ghz, "http_latency": {}, "blocking_latency": {}, "grpc_latency": {}, "grpc_throughput": {},
+    }  # fmt: skip
     if args.no_native:
         out["wrk"] = out["ghz"] = None
         return out
+    direct_http = (d_url + "/generate", direct_body)
+    for name, routed_http in {
+        "OpenAI /v1/completions": (r_url + "/v1/completions", openai_body),
+        "Triton generate": (f"{r_url}/v2/models/{procs.router_model}/generate", generate),
+    }.items():
+        direct_run, routed_run = await asyncio.to_thread(
+            native_loadgen.blocking_latency_pair, direct_http, routed_http, args.requests * 5
+        )
+        out["blocking_latency"][name] = {"direct": asdict(direct_run), "router": asdict(routed_run)}
     rounds, seconds, work = args.native_rounds, args.native_seconds, procs.work
     router_pid, upstream_pid = procs.router_pid, procs.upstream_pid
     if wrk is not None:
@@ -616,6 +627,21 @@ def native_table(native: dict[str, Any]) -> list[str]:
                 f"| generate (direct) vs {name} | {d['p50_ms']:.3f} / {d['p99_ms']:.3f} "
                 f"| {r['p50_ms']:.3f} / {r['p99_ms']:.3f} | {r['p50_ms'] - d['p50_ms']:+.3f} / "
                 f"{r['p99_ms'] - d['p99_ms']:+.3f} | {r['server_cpu_us_per_request']:.0f} |"
+            )
+    if native.get("blocking_latency"):
+        lines += [
+            "",
+            "Blocking socket client (keep-alive, no event loop), direct and router interleaved:",
+            "",
+            "| HTTP unary, concurrency 1 | direct p50 / p99 ms | router p50 / p99 ms | added p50 / p99 ms |",
+            "|---|---|---|---|",
+        ]
+        for name, row in native["blocking_latency"].items():
+            d, r = row["direct"], row["router"]
+            lines.append(
+                f"| generate (direct) vs {name} | {d['p50_ms']:.3f} / {d['p99_ms']:.3f} "
+                f"| {r['p50_ms']:.3f} / {r['p99_ms']:.3f} | {r['p50_ms'] - d['p50_ms']:+.3f} / "
+                f"{r['p99_ms'] - d['p99_ms']:+.3f} |"
             )
     if native.get("grpc_latency"):
         lines += [

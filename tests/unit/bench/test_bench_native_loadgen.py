@@ -146,3 +146,34 @@ def test_floor_server_answers_both_calls_with_the_official_stubs(proxied: bool) 
 
     asyncio.run(scenario())
     assert posted == ([{"text_input": "hello world, how are you", "max_tokens": 32}] * 2 if proxied else [])
+
+
+def test_blocking_client_times_keep_alive_requests_and_refuses_errors() -> None:
+    seen: list[tuple[str, object]] = []
+
+    async def answer(request: web.Request) -> web.Response:
+        body = await request.json()
+        seen.append((request.path, body))
+        if body.get("fail"):
+            return web.json_response({"error": "no"}, status=400)
+        return web.json_response({"text_output": "x" * 100_000 if request.path == "/big" else "ok"})
+
+    async def scenario() -> None:
+        app = web.Application()
+        app.router.add_post("/{tail:.*}", answer)
+        async with TestServer(app) as server:
+            base = f"http://127.0.0.1:{server.port}"
+            direct, routed = await asyncio.to_thread(
+                native_loadgen.blocking_latency_pair, (base + "/a", {"n": 1}), (base + "/big", {"n": 2}), 10, 2
+            )
+            assert direct.requests == routed.requests == 10 and 0 < direct.p50_ms <= direct.p99_ms
+            client = native_loadgen.BlockingClient(base + "/a", {"fail": True})
+            try:
+                with pytest.raises(RuntimeError, match="400"):
+                    await asyncio.to_thread(client.call)
+            finally:
+                client.close()
+
+    asyncio.run(scenario())
+    assert [path for path, _ in seen[:4]] == ["/a", "/big", "/big", "/a"]  # interleaved, order flipped
+    assert len(seen) == 2 * 12 + 1
