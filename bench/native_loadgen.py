@@ -85,6 +85,12 @@ def wrk_run(wrk: str, url: str, body: dict[str, Any], connections: int, duration
     return parse_wrk(out)
 
 
+def percentile(values: list[float], q: float) -> float:
+    """The ``q`` quantile (0..1, nearest rank) of ``values`` in seconds, in milliseconds."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
+
+
 class BlockingClient:
     """The least a Python client can do per request: one keep-alive connection, blocking ``sendall`` and
     ``recv`` (no event loop), a pre-encoded request, the answer read up to its Content-Length. A third
@@ -145,12 +151,7 @@ def blocking_latency_pair(
             client.close()
 
     def run(values: list[float]) -> Run:
-        ordered = sorted(values)
-
-        def ms(q: float) -> float:
-            return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
-
-        return Run(ms(0.5), ms(0.99), len(values) / wall, len(values))
+        return Run(percentile(values, 0.5), percentile(values, 0.99), len(values) / wall, len(values))
 
     return run(samples[0]), run(samples[1])
 

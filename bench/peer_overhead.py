@@ -50,6 +50,7 @@ import aiohttp
 from aiohttp import web
 
 from bench import native_loadgen
+from bench.native_loadgen import percentile
 from bench.router_overhead import (
     MAX_TOKENS,
     PROMPT,
@@ -57,7 +58,6 @@ from bench.router_overhead import (
     cpu_s,
     free_port,
     http_call,
-    percentile,
     start,
     throughput,
     wait_http,

@@ -61,6 +61,7 @@ from tritonclient.grpc import service_pb2_grpc
 from trtfleet_router.upstream.protocol import SamplingParams, UpstreamModelInfo, build_text_request, read_text
 
 from bench import native_loadgen
+from bench.native_loadgen import percentile
 
 PROMPT = "hello world, how are you"
 MAX_TOKENS = 32
@@ -277,11 +278,6 @@ class Latency:
     ttft_p99_ms: float
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] * 1000.0
-
-
 def _summary(samples: list[tuple[float, float]]) -> Latency:
     ttfts, totals = [s[0] for s in samples], [s[1] for s in samples]
     return Latency(percentile(totals, 0.5), percentile(totals, 0.99), percentile(ttfts, 0.5), percentile(ttfts, 0.99))
@@ -318,20 +314,7 @@ async def throughput(call: Call, concurrency: int, duration_s: float) -> float:
 
 
 def wrk_throughput(url: str, body: dict[str, Any], concurrency: int, duration_s: float, work: Path) -> float:
-    script = work / "post.lua"
-    script.write_text(
-        f'wrk.method = "POST"\nwrk.body = {json.dumps(json.dumps(body))}\n'
-        'wrk.headers["Content-Type"] = "application/json"\n'
-    )
-    out = subprocess.run(
-        ["wrk", "-t1", f"-c{concurrency}", f"-d{int(duration_s)}s", "-s", str(script), url],
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout
-    if "Non-2xx" in out:
-        raise RuntimeError(f"wrk saw errors: {out}")
-    return float(out.split("Requests/sec:")[1].split()[0])
+    return native_loadgen.wrk_run("wrk", url, body, concurrency, duration_s, work).rps
 
 
 async def run(args: argparse.Namespace) -> dict[str, Any]:

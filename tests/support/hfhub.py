@@ -15,15 +15,15 @@ otherwise). Every request is recorded (method, path, authorization header).
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from aiohttp import web
+
+from tests.support.loopthread import LoopThread
 
 
 @dataclass(frozen=True)
@@ -120,27 +120,20 @@ class HubEmulator:
 
 @contextmanager
 def running_hub() -> Iterator[HubEmulator]:
-    """A :class:`HubEmulator` served on a loopback port from a background thread."""
+    """A :class:`HubEmulator` served on a loopback port from a background event loop."""
     hub = HubEmulator()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
+    loop = LoopThread()
     runner = web.AppRunner(hub.app(), access_log=None)
 
-    async def start() -> None:
+    async def start() -> str:
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        hub.url = f"http://127.0.0.1:{port}"
-        started.set()
+        return site.name  # http://127.0.0.1:PORT
 
-    thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
-    thread.start()
-    if not started.wait(10):
-        raise RuntimeError("the Hub emulator did not start")
     try:
+        hub.url = loop.run(start(), timeout_s=10)
         yield hub
     finally:
-        asyncio.run_coroutine_threadsafe(runner.cleanup(), loop).result(10)
-        loop.call_soon_threadsafe(loop.stop)
-        thread.join(10)
+        loop.run(runner.cleanup(), timeout_s=10)
+        loop.close()

@@ -8,12 +8,9 @@ Integration tests reuse :class:`RouterThread` with reference workers instead of 
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
-import threading
-from collections.abc import Coroutine, Sequence
-from concurrent.futures import Future
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -23,6 +20,8 @@ from aiohttp import web
 from trtfleet_router.app import Router, RouterSettings
 from trtfleet_router.discovery.static import FleetConfig, StaticDiscovery
 from trtfleet_router.upstream.echo import EchoUpstream, echo_http_app, serve_echo
+
+from tests.support.loopthread import LoopThread
 
 T = TypeVar("T")
 
@@ -52,24 +51,6 @@ def write_artifact(directory: Path, *, rows: int = 4, width: int = 16, seed: int
     }
     (directory / "manifest.json").write_text(json.dumps(manifest, sort_keys=True))
     return str(digests["model.lora_weights.npy"]["sha256"])
-
-
-class LoopThread:
-    """An asyncio event loop running in a daemon thread."""
-
-    def __init__(self) -> None:
-        self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="test-loop", daemon=True)
-        self._thread.start()
-
-    def run(self, coro: Coroutine[Any, Any, T], timeout_s: float = 60.0) -> T:
-        future: Future[T] = asyncio.run_coroutine_threadsafe(coro, self.loop)
-        return future.result(timeout_s)
-
-    def close(self) -> None:
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self._thread.join(10)
-        self.loop.close()
 
 
 class RouterThread:
