@@ -12,6 +12,7 @@ alternating direct and router, and keep the median over rounds.
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import socket
@@ -29,6 +30,7 @@ REPO: Final = Path(__file__).resolve().parent.parent
 GHZ_BIN: Final = REPO / ".cache" / "bench" / "bin" / "ghz"
 GRPC_SERVICE: Final = "inference.GRPCInferenceService"
 _UNITS: Final = {"us": 1e-3, "ms": 1.0, "s": 1e3}
+CLOCK_TICKS_PER_S: Final = os.sysconf("SC_CLK_TCK")
 
 
 @dataclass(frozen=True)
@@ -39,6 +41,28 @@ class Run:
     p99_ms: float
     rps: float
     requests: int
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_port(port: int, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError(f"nothing listens on port {port} after {timeout_s} s")
+
+
+def cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS_PER_S
 
 
 def find_wrk() -> str | None:

@@ -50,13 +50,11 @@ import aiohttp
 from aiohttp import web
 
 from bench import native_loadgen
-from bench.native_loadgen import percentile
+from bench.native_loadgen import cpu_s, free_port, percentile
 from bench.router_overhead import (
     MAX_TOKENS,
     PROMPT,
     Call,
-    cpu_s,
-    free_port,
     http_call,
     start,
     throughput,

@@ -16,7 +16,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from trtfleet_router.upstream.protocol import FINAL_RESPONSE_PARAM, read_text
 
-from bench import grpc_floor, native_loadgen, router_overhead
+from bench import grpc_floor, native_loadgen, overhead_native, router_overhead
 
 WRK_OUTPUT = """\
 Running 2s test @ http://127.0.0.1:40139/v2/models/tensorrt_llm_bls/generate
@@ -86,7 +86,7 @@ def test_alternating_runs_flip_the_order_every_round_and_keep_medians() -> None:
     order: list[str] = []
     rates = {"direct": itertools.count(100, 100), "router": itertools.count(10, 10)}
 
-    def side(name: str) -> router_overhead.Side:
+    def side(name: str) -> overhead_native.Side:
         def run(connections: int, duration_s: float) -> native_loadgen.Run:
             order.append(name)
             rate = float(next(rates[name]))
@@ -94,7 +94,7 @@ def test_alternating_runs_flip_the_order_every_round_and_keep_medians() -> None:
 
         return run, 1  # pid 1: its CPU time is readable and does not move during the test
 
-    result = router_overhead._alternating({"direct": side("direct"), "router": side("router")}, 1, 0.1, 3)
+    result = overhead_native._alternating({"direct": side("direct"), "router": side("router")}, 1, 0.1, 3)
     assert order == ["direct", "router", "router", "direct", "direct", "router"]
     assert result["direct"]["rps"] == 200.0 and result["router"]["rps"] == 20.0
     assert result["router"]["p50_ms"] == pytest.approx(0.2) and len(result["router"]["runs"]) == 3
