@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import subprocess
 import sys
 from collections.abc import Callable
@@ -33,11 +34,6 @@ def grpc_message(model: str, task_id: int | None, prompt: str, max_tokens: int) 
     return bytes(request.SerializeToString())
 
 
-def _median(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[len(ordered) // 2]
-
-
 Side = tuple[Callable[[int, float], native_loadgen.Run], int]  # a run of one side, the pid of its server
 
 
@@ -53,10 +49,10 @@ def _alternating(sides: dict[str, Side], connections: int, duration_s: float, ro
             runs[side].append((run, (cpu_s(pid) - cpu_before) / max(1, run.requests) * 1e6))
     return {
         side: {
-            "p50_ms": _median([run.p50_ms for run, _ in side_runs]),
-            "p99_ms": _median([run.p99_ms for run, _ in side_runs]),
-            "rps": _median([run.rps for run, _ in side_runs]),
-            "server_cpu_us_per_request": _median([cpu for _, cpu in side_runs]),
+            "p50_ms": statistics.median([run.p50_ms for run, _ in side_runs]),
+            "p99_ms": statistics.median([run.p99_ms for run, _ in side_runs]),
+            "rps": statistics.median([run.rps for run, _ in side_runs]),
+            "server_cpu_us_per_request": statistics.median([cpu for _, cpu in side_runs]),
             "runs": [asdict(run) for run, _ in side_runs],
         }
         for side, side_runs in runs.items()
@@ -72,9 +68,10 @@ async def native_runs(
     openai_body: dict[str, Any],
     generate: dict[str, Any],
 ) -> dict[str, Any]:
-    """Concurrency-1 latency with wrk (HTTP) and latency + throughput with ghz (gRPC), each side run
-    ``--native-rounds`` times for ``--native-seconds``, alternating; gRPC also against
-    :mod:`bench.grpc_floor` (grpc.aio doing nothing), the floor under the router's gRPC front end."""
+    """Concurrency-1 HTTP latency from the blocking socket client (``5 * --requests`` per side,
+    interleaved) and from wrk, and gRPC latency + throughput from ghz, the wrk/ghz sides run
+    ``--native-rounds`` times for ``--native-seconds`` in alternating order; gRPC also against the two
+    floors of :mod:`bench.grpc_floor`. A missing wrk or ghz skips its rows."""
     wrk, ghz = native_loadgen.find_wrk(), native_loadgen.find_ghz()
     out: dict[str, Any] = {
         "wrk": wrk, "ghz": ghz, "http_latency": {}, "blocking_latency": {}, "grpc_latency": {}, "grpc_throughput": {},
