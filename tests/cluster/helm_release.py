@@ -81,8 +81,10 @@ def uninstall(release: Release) -> None:
 def installed(cp: ControlPlane, namespace: str, home: Path, *values: str) -> Iterator[Release]:
     """The chart installed (``--wait``) for the duration of the block, then uninstalled."""
     release = install(cp, namespace, home, *values)
-    yield release
-    uninstall(release)
+    try:
+        yield release
+    finally:
+        uninstall(release)
 
 
 def scoped_values(namespace: str) -> tuple[str, ...]:
@@ -96,8 +98,10 @@ def extra_namespace(cp: ControlPlane, name: str) -> Iterator[str]:
     cp.kubectl("create", "namespace", name)
     eventually(lambda: cp.kubectl("get", "serviceaccount", "default", "-n", name, check=False).returncode == 0,
                timeout=30, what=f"ServiceAccount default in {name}")
-    yield name
-    cp.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
+    try:
+        yield name
+    finally:
+        cp.kubectl("delete", "namespace", name, "--wait=false", "--ignore-not-found", check=False)
 
 
 def can_i(cp: ControlPlane, who: str, verb: str, resource: str, namespace: str | None,

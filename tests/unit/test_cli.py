@@ -6,6 +6,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from trtfleet.cli import COMMANDS, main
 from trtfleet.version import __version__
 
@@ -35,5 +37,7 @@ def test_version_and_every_subcommand_resolves() -> None:
         assert f"trtfleet {name}" in help_run.stdout
 
 
-def test_no_command_prints_help_and_exits_2(capsys: object) -> None:
+def test_no_command_prints_help_and_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
+    out = capsys.readouterr().out
+    assert out.startswith("usage: trtfleet") and all(name in out for name in COMMANDS)

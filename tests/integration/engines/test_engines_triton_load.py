@@ -200,7 +200,8 @@ def start_server(tmp_path: Path) -> Iterator[Any]:
         except subprocess.TimeoutExpired:
             server.process.kill()
             server.process.wait()
-        assert server.process.returncode is not None
+            raise AssertionError("tritonserver did not exit within 30 s of SIGTERM") from None
+        assert server.process.returncode == 0, f"tritonserver exited with status {server.process.returncode}"
 
 
 def _repository(spec: BaseModelSpec, repo: Path) -> Path:

@@ -259,16 +259,15 @@ def test_failed_build_reports_the_termination_message_then_retries_with_backoff(
 def test_retries_stop_after_max_attempts() -> None:
     obj = llama()
     _, job = first_build(obj)
-    from trtfleet_operator.builders.engine import build_engine_job
     from trtfleet_operator.names import LABEL_BUILD_ATTEMPT
 
+    assert job["metadata"]["labels"][LABEL_BUILD_ATTEMPT] == "1"  # the attempt count lives on the Job
     job["metadata"]["labels"][LABEL_BUILD_ATTEMPT] = "3"
     failed = job_status(job, "failed", message="the Job failed")
     result = run(obj, BaseModelObserved(basemodels=(obj,), build_jobs=(failed,)), now=NOW + timedelta(days=1))
     built = condition(result.status, "EngineBuilt")
     assert built["reason"] == "BuildFailed" and "no retries left" in built["message"]
     assert not by_kind(result.apply, "Job") and result.requeue_after_s is None
-    assert build_engine_job  # imported for the reader: attempts are Job labels
 
 
 def test_reference_runtime_serves_without_a_build() -> None:

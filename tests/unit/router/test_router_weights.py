@@ -63,7 +63,9 @@ def test_tampered_file_rejected(tmp_path: Path) -> None:
 def test_manifest_sha256_accepted_as_identity(tmp_path: Path) -> None:
     write_artifact(tmp_path / "a")
     manifest_sha = hashlib.sha256((tmp_path / "a" / "manifest.json").read_bytes()).hexdigest()
-    asyncio.run(WeightStore(reader=FileReader()).get(ArtifactRef(str(tmp_path / "a"), manifest_sha)))
+    weights = asyncio.run(WeightStore(reader=FileReader()).get(ArtifactRef(str(tmp_path / "a"), manifest_sha)))
+    assert weights.weights_raw == np.load(tmp_path / "a" / "model.lora_weights.npy").tobytes()
+    assert weights.config_raw == np.load(tmp_path / "a" / "model.lora_config.npy").astype("<i4").tobytes()
 
 
 def test_missing_artifact_and_bad_manifest(tmp_path: Path) -> None:
