@@ -32,7 +32,16 @@ from typing import Any
 from bench import optimal, report
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simulate import percentile
-from bench.traces import LengthSpec, TraceRequest, TraceSpec, generate, prompt_text, write_jsonl
+from bench.traces import (
+    FleetLimits,
+    LengthSpec,
+    TraceRequest,
+    TraceSpec,
+    check_fits,
+    generate,
+    prompt_text,
+    write_jsonl,
+)
 
 COMMAND = ".venv/bin/python -m bench{quick} --only routing"
 WORK = report.RESULTS / "real"
@@ -71,11 +80,22 @@ class RealScenario:
     load_bound_inflight: int = 4
     seed: int = 21
 
+    @staticmethod
+    def limits() -> FleetLimits:
+        """The reference workers' engine limits; the byte tokenizer adds ``<bos>`` and ``<sep>`` to a prompt."""
+        from trtfleet_engines.reference.repository import default_reference_spec
+
+        engine = default_reference_spec().engine
+        return FleetLimits(max_input_tokens=engine.max_input_len, max_seq_tokens=engine.max_seq_len,
+                           prompt_overhead_tokens=2)
+
     def trace_spec(self) -> TraceSpec:
+        # Prompts are capped at what the engine accepts (126 text tokens for maxInputLen 128): before
+        # 2026-11-25 the cap was 200 and 16 of 240 requests were refused with 400, counted against every policy.
         return TraceSpec(
             name="real", num_adapters=self.adapters, zipf_alpha=self.zipf_alpha, rate_per_s=self.rate_per_s,
             num_requests=int(self.rate_per_s * self.duration_s), seed=self.seed, adapter_prefix="s",
-            prompt=LengthSpec(median=48, sigma=0.6, min_tokens=8, max_tokens=200),
+            prompt=LengthSpec(median=48, sigma=0.6, min_tokens=8, max_tokens=self.limits().max_prompt_tokens),
             output=LengthSpec(median=24, sigma=0.5, min_tokens=4, max_tokens=64),
         )
 
@@ -245,6 +265,7 @@ def routing_section(quick: bool, *, loadgen: bool = True) -> tuple[str, dict[str
     except (OSError, ImportError, ValueError) as exc:
         return f"_Not run: the reference engine or its assets are missing ({exc})._", None
     trace = generate(scenario.trace_spec())
+    check_fits(trace, scenario.limits(), name=scenario.trace_spec().name)
     names = scenario.trace_spec().adapter_names()
     adapters = [(name, index + 1, path) for index, (name, path) in enumerate(zip(names, paths, strict=True))]
     WORK.mkdir(parents=True, exist_ok=True)

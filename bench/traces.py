@@ -183,6 +183,41 @@ def generate(spec: TraceSpec) -> list[TraceRequest]:
     ]
 
 
+@dataclass(frozen=True, slots=True)
+class FleetLimits:
+    """What one request may ask of the fleet a trace is replayed on: the engine's build limits.
+
+    A request past them is answered 400 by the engine, so a trace that holds one measures the engine's
+    input check, not the routing: replays refuse such traces (:func:`check_fits`).
+    """
+
+    max_input_tokens: int  # BaseModel spec.engine.maxInputLen
+    max_seq_tokens: int  # spec.engine.maxSeqLen: prompt plus output
+    prompt_overhead_tokens: int = 0  # tokens the serving format adds to the prompt text (special tokens)
+
+    def fits(self, request: TraceRequest) -> bool:
+        prompt = request.prompt_tokens + self.prompt_overhead_tokens
+        return prompt <= self.max_input_tokens and prompt + request.max_tokens <= self.max_seq_tokens
+
+    @property
+    def max_prompt_tokens(self) -> int:
+        """The longest prompt text (in tokens) a request may carry."""
+        return self.max_input_tokens - self.prompt_overhead_tokens
+
+
+def check_fits(trace: Sequence[TraceRequest], limits: FleetLimits, *, name: str) -> None:
+    """Raise ``ValueError`` naming the first offender when any request of ``trace`` exceeds ``limits``."""
+    over = [request for request in trace if not limits.fits(request)]
+    if over:
+        first = over[0]
+        raise ValueError(
+            f"trace {name}: {len(over)} of {len(trace)} requests exceed the fleet's limits (maxInputLen "
+            f"{limits.max_input_tokens}, maxSeqLen {limits.max_seq_tokens}, {limits.prompt_overhead_tokens} "
+            f"special tokens per prompt), e.g. {first.request_id}: prompt {first.prompt_tokens}, output "
+            f"{first.max_tokens}; cap the trace's lengths at the fleet's limits"
+        )
+
+
 def prompt_text(request_id: str, num_tokens: int) -> str:
     """Deterministic ASCII text of exactly ``num_tokens`` bytes (tokens for a byte tokenizer)."""
     seed = sum((i + 1) * ord(c) for i, c in enumerate(request_id))

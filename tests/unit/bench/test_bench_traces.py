@@ -10,7 +10,15 @@ import numpy as np
 import pytest
 
 from bench import traces
-from bench.traces import GIE_REGRESSION_SPLIT, LengthSpec, TraceSpec
+from bench.traces import (
+    GIE_REGRESSION_SPLIT,
+    FleetLimits,
+    LengthSpec,
+    TraceRequest,
+    TraceSpec,
+    check_fits,
+    generate,
+)
 
 
 def test_same_spec_same_trace() -> None:
@@ -110,3 +118,26 @@ def test_standard_set_covers_the_grid() -> None:
     assert "zipf-n1000-a1.2" in names and "gie-regression" in names
     assert "onoff-n200-a1.0" in names and "shift-n200-a1.0" in names
     assert len(names) == 12
+
+
+def test_real_scenario_trace_fits_the_reference_engine() -> None:
+    from bench.routing import RealScenario
+
+    for scenario in (RealScenario(), RealScenario(adapters=200, duration_s=180.0)):
+        limits = scenario.limits()
+        assert (limits.max_input_tokens, limits.max_seq_tokens, limits.max_prompt_tokens) == (128, 256, 126)
+        trace = generate(scenario.trace_spec())
+        check_fits(trace, limits, name="real")
+        # The cap binds: without it the same seed asks for longer prompts than the engine takes.
+        assert max(r.prompt_tokens for r in trace) == limits.max_prompt_tokens
+
+
+def test_check_fits_names_the_first_offender() -> None:
+    limits = FleetLimits(max_input_tokens=128, max_seq_tokens=256, prompt_overhead_tokens=2)
+    ok = TraceRequest(t_s=0.0, request_id="r0", adapter="a", prompt_tokens=126, max_tokens=64)
+    long_prompt = TraceRequest(t_s=0.1, request_id="r1", adapter="a", prompt_tokens=127, max_tokens=4)
+    long_sequence = TraceRequest(t_s=0.2, request_id="r2", adapter="a", prompt_tokens=100, max_tokens=155)
+    check_fits([ok], limits, name="t")
+    assert not limits.fits(long_sequence)
+    with pytest.raises(ValueError, match=r"trace t: 2 of 3 requests exceed .* e\.g\. r1: prompt 127"):
+        check_fits([ok, long_prompt, long_sequence], limits, name="t")
