@@ -38,8 +38,9 @@ from trtfleet.api.basemodel import (
     QuantizationMode,
     Runtime,
 )
+from trtfleet_engines.constraints import check_release, engine_features
 from trtfleet_engines.errors import PlanFileError, UnsupportedError
-from trtfleet_engines.gpus import lookup_gpu, require_fp8
+from trtfleet_engines.gpus import lookup_gpu
 
 PLAN_FORMAT_VERSION = 1
 """Bump when plans or engine layouts change in a way that must not reuse engines built before."""
@@ -280,10 +281,7 @@ def _check_supported(spec: BaseModelSpec) -> None:
         return
     if gpu.is_cpu:
         raise UnsupportedError("engine.gpu.product cpu is only for runtime reference: pick a GPU product")
-    if quant.mode == QuantizationMode.FP8:
-        require_fp8(gpu, "quantization.mode fp8")
-    if quant.kv_cache_dtype == KvCacheDtype.FP8:
-        require_fp8(gpu, "quantization.kvCacheDtype fp8")
+    check_release(spec, gpu)
     if spec.parallelism.pipeline > 1 and not CONVERTERS[spec.architecture].pipeline:
         raise UnsupportedError(f"TRT-LLM's {spec.architecture} converter has no pipeline parallelism: set "
                                "parallelism.pipeline 1 (use parallelism.tensor instead)")
@@ -323,15 +321,20 @@ def checkpoint_step(spec: BaseModelSpec, model_dir: str, checkpoint_dir: str, tr
 
 
 def build_step(spec: BaseModelSpec, checkpoint_dir: str, engine_dir: str, *, lora: bool) -> CommandStep:
-    """``trtllm-build`` for in-flight batching (attention plugin, no padding, paged KV and context FMHA)."""
+    """``trtllm-build`` for in-flight batching (attention plugin, no padding, paged KV and context FMHA).
+
+    ``--use_paged_context_fmha`` is what the builder will really do (:mod:`trtfleet_engines.constraints`:
+    it turns it off with an int8 KV cache, or an fp8 KV cache without fp8 weights).
+    """
     engine = spec.engine
     gemm = "disable" if spec.quantization.mode == QuantizationMode.FP8 else "auto"
+    paged_context_fmha = "enable" if engine_features(spec).paged_context_fmha else "disable"
     argv = [TRTLLM_BUILD, "--checkpoint_dir", checkpoint_dir, "--output_dir", engine_dir,
             "--max_batch_size", str(engine.max_batch_size), "--max_input_len", str(engine.max_input_len),
             "--max_seq_len", str(engine.max_seq_len), "--max_num_tokens", str(engine.max_num_tokens),
             "--max_beam_width", "1", "--gpt_attention_plugin", "auto", "--gemm_plugin", gemm,
             "--remove_input_padding", "enable", "--kv_cache_type", "paged",
-            "--use_paged_context_fmha", "enable"]
+            "--use_paged_context_fmha", paged_context_fmha]
     if lora:
         modules = sorted(spec.lora.target_modules, key=lambda m: LoraModule(m).module_id)
         argv += ["--lora_plugin", str(spec.dtype), "--lora_target_modules", *[str(m) for m in modules],

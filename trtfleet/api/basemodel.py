@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from trtfleet.api.common import ApiModel, Condition, Quantity, Source, parse_quantity
 
@@ -256,13 +256,31 @@ class Resources(ApiModel):
     limits: dict[str, Quantity] | None = Field(default=None, description="Container resource limits.")
 
 
+KV_FRACTION_MESSAGE = (
+    "serving.kvCacheFreeGpuMemFraction must be smaller than 1.0: TRT-LLM's KV cache manager refuses 1.0 "
+    "(use e.g. 0.9 and leave the rest for activations)"
+)
+
+
 class ServingSpec(ApiModel):
     replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
     kv_cache_free_gpu_mem_fraction: float = Field(
-        default=0.9, gt=0, le=1, description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm model."
+        default=0.9,
+        gt=0,
+        lt=1,
+        description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm model; below 1.0 (TRT-LLM's KV cache "
+        "manager refuses 1.0).",
     )
-    enable_kv_cache_reuse: bool = Field(default=True, description="enable_kv_cache_reuse (prefix caching).")
-    enable_chunked_context: bool = Field(default=True, description="enable_chunked_context.")
+    enable_kv_cache_reuse: bool | None = Field(
+        default=None,
+        description="enable_kv_cache_reuse (prefix caching). Unset: on when the engine has paged context FMHA "
+        "(not with an int8 KV cache, nor an fp8 KV cache without fp8 weights).",
+    )
+    enable_chunked_context: bool | None = Field(
+        default=None,
+        description="enable_chunked_context. Unset: on when the engine has paged context FMHA (not with an int8 "
+        "KV cache, nor an fp8 KV cache without fp8 weights).",
+    )
     batch_scheduler_policy: BatchSchedulerPolicy = Field(
         default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT, description="batch_scheduler_policy."
     )
@@ -279,6 +297,14 @@ class ServingSpec(ApiModel):
     resources: Resources | None = Field(default=None, description="Resources of the serving container.")
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
+
+    @field_validator("kv_cache_free_gpu_mem_fraction", mode="before")
+    @classmethod
+    def _kv_fraction(cls, value: Any) -> Any:
+        # before the ``lt`` check, to say why in TRT-LLM's words rather than pydantic's
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+            raise ValueError(KV_FRACTION_MESSAGE)
+        return value
 
 
 class ModelDimensions(ApiModel):
