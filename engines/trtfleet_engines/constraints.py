@@ -128,6 +128,7 @@ class RuntimeRule:
     rule_id: str
     field: str
     parameter: str
+    consequence: str
     upstream: str
 
 
@@ -136,6 +137,7 @@ RUNTIME_RULES: tuple[RuntimeRule, ...] = (
         "chunked-context-needs-paged-context-fmha",
         "serving.enableChunkedContext",
         "enable_chunked_context",
+        "the runtime refuses to start",
         f"{INFLIGHT_BATCHING}: TLLM_CHECK 'Chunked context requires context FMHA, paged kv_cache and paged "
         "context FMHA all enabled at the same time.'",
     ),
@@ -143,6 +145,7 @@ RUNTIME_RULES: tuple[RuntimeRule, ...] = (
         "kv-reuse-needs-paged-context-fmha",
         "serving.enableKvCacheReuse",
         "enable_kv_cache_reuse",
+        "block reuse needs it, and releases before 1.0 refuse to start",
         "docs/source/kv_cache_reuse.md ('KV cache reuse requires the model to be built for paged context "
         "attention'); releases before 1.0 abort executor construction: 'When KV cache block reuse is set, "
         "model has to be built with paged context FMHA support' (trtGptModelInflightBatching.cpp, "
@@ -223,8 +226,8 @@ def release_violations(spec: BaseModelSpec, gpu: GpuSpec | None = None) -> tuple
             if _requested(spec, runtime_rule) is True:
                 messages.append(
                     f"[{runtime_rule.rule_id}] {runtime_rule.field} true needs paged context FMHA, which "
-                    f"{RELEASE} builds without for this spec ({off[0].rule_id}: {off[0].upstream}), and the "
-                    f"runtime then refuses to start ({runtime_rule.upstream}): remove {runtime_rule.field} "
+                    f"{RELEASE} builds without for this spec ({off[0].rule_id}: {off[0].upstream}); "
+                    f"{runtime_rule.consequence} ({runtime_rule.upstream}): remove {runtime_rule.field} "
                     f"(it then follows the engine) or set it false, or {off[0].fix}"
                 )
     return tuple(messages)
