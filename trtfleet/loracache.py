@@ -89,8 +89,10 @@ def lora_module_shapes(
 ) -> tuple[LoraModuleShape, ...]:
     """TP-local (in, out) of each module of a Llama-family model, in the given order.
 
-    Column-parallel layers (q, k, v, qkv, h_to_4h, gate, gate_up) split ``out`` over
-    TP ranks; row-parallel layers (dense, 4h_to_h) split ``in``.
+    As TRT-LLM's runtime sizes them (``loraModule.cpp`` ``createLoraModules``): attn_dense is
+    hidden x hidden even where heads x head_dim differs (gemma-7b). Column-parallel layers (q, k, v,
+    qkv, h_to_4h, gate, gate_up) split ``out`` over TP ranks; row-parallel layers (dense, 4h_to_h)
+    split ``in``.
     """
     head = dims.head_size
     q_out = dims.num_attention_heads * head
@@ -100,7 +102,8 @@ def lora_module_shapes(
         LoraModule.ATTN_Q: (dims.hidden_size, q_out, True),
         LoraModule.ATTN_K: (dims.hidden_size, kv_out, True),
         LoraModule.ATTN_V: (dims.hidden_size, kv_out, True),
-        LoraModule.ATTN_DENSE: (q_out, dims.hidden_size, False),
+        # loraModule.cpp createLoraModules sizes attn_dense hidden x hidden, whatever heads x head_dim is.
+        LoraModule.ATTN_DENSE: (dims.hidden_size, dims.hidden_size, False),
         LoraModule.MLP_H_TO_4H: (dims.hidden_size, dims.intermediate_size, True),
         LoraModule.MLP_GATE: (dims.hidden_size, dims.intermediate_size, True),
         LoraModule.MLP_4H_TO_H: (dims.intermediate_size, dims.hidden_size, False),
@@ -171,10 +174,28 @@ def plan_lora_geometry(shapes: Sequence[LoraModuleShape], config: LoraCacheConfi
     )
 
 
+def tier_slots(geometry: LoraGeometry, memory_bytes: int) -> int:
+    """Slots (rows of ``page_width`` elements) a tier of ``memory_bytes`` has: ``floor(bytes / row_bytes)``."""
+    return memory_bytes // (geometry.page_width * geometry.dtype_bytes)
+
+
 def tier_pages(geometry: LoraGeometry, memory_bytes: int) -> int:
     """Pages a tier of ``memory_bytes`` holds: ``ceil(floor(bytes / row_bytes) / slots_per_page)``."""
-    slots = memory_bytes // (geometry.page_width * geometry.dtype_bytes)
-    return math.ceil(slots / geometry.slots_per_page)
+    return math.ceil(tier_slots(geometry, memory_bytes) / geometry.slots_per_page)
+
+
+def min_tier_slots(geometry: LoraGeometry) -> int:
+    """Slots each tier must have or TRT-LLM refuses to start: ``ceil(max adapter elements / page_width)``.
+
+    ``PeftCacheManager::getPageManagerConfig`` checks host and device slots against it ("Not enough space
+    allocated to host LoRA cache to hold 1 max sized LoRA").
+    """
+    return math.ceil(geometry.max_adapter_elements / geometry.page_width)
+
+
+def min_tier_bytes(geometry: LoraGeometry) -> int:
+    """The least memory a tier needs to pass that check: :func:`min_tier_slots` whole rows."""
+    return min_tier_slots(geometry) * geometry.page_width * geometry.dtype_bytes
 
 
 def pages_for_rows(geometry: LoraGeometry, rows: Iterable[tuple[LoraModuleShape, int]]) -> int:

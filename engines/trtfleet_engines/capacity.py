@@ -14,12 +14,14 @@ The model, per GPU (TP rank x PP stage), in bytes:
 * runtime reserve = :data:`RUNTIME_RESERVE_BYTES` (CUDA context, cuBLAS/TRT workspaces, NCCL) + activations
   (``max_num_tokens x (ACTIVATION_HIDDEN_FACTOR x hidden + ACTIVATION_INTERMEDIATE_FACTOR x intermediate/TP)``
   elements of the engine dtype) + fp32 logits for ``max_batch_size`` sequences (vocab / TP).
-* free = memory - weights - runtime reserve; the LoRA device tier takes ``gpuMemoryFraction x free``; the KV
-  cache takes ``kvCacheFreeGpuMemFraction x (free - LoRA device tier)``, in whole blocks of
+* free = memory - weights - runtime reserve; the LoRA device tier takes ``gpuMemoryFraction x free`` rounded
+  up to whole pages (TRT-LLM allocates pages); the KV cache takes
+  ``kvCacheFreeGpuMemFraction x (free - LoRA device tier)``, in whole blocks of
   :data:`TOKENS_PER_BLOCK` tokens. KV bytes per token = 2 x layers per PP stage x KV heads per TP rank x
   head dim x KV dtype bytes.
 * LoRA tiers use TRT-LLM's page geometry from :mod:`trtfleet.loracache` (layers of one PP stage,
-  TP-local module dims) and report how many max-rank and optimal-rank adapters each tier holds.
+  TP-local module dims) and report how many max-rank and optimal-rank adapters each tier holds. Each tier
+  must have ``ceil(max adapter elements / page width)`` slots or TRT-LLM stops at start (a problem here).
 
 The ``cpu`` product (``runtime: reference``) is planned the same way against its simulated device budget
 (:data:`trtfleet_engines.gpus.CPU_DEVICE_BUDGET_BYTES`); its host tier is real host memory.
@@ -37,8 +39,11 @@ from trtfleet.loracache import (
     LoraGeometry,
     adapter_pages,
     lora_module_shapes,
+    min_tier_bytes,
+    min_tier_slots,
     plan_lora_geometry,
     tier_pages,
+    tier_slots,
 )
 from trtfleet_engines.gpus import GIB, GpuSpec, lookup_gpu
 from trtfleet_engines.modeldims import ResolvedDimensions, resolve_dimensions
@@ -72,10 +77,16 @@ Verdict = Literal["ok", "error"]
 
 @dataclass(frozen=True)
 class LoraTierPlan:
-    """One LoRA cache tier: its bytes, pages, and how many adapters of max and optimal rank it holds."""
+    """One LoRA cache tier: its bytes, slots, pages, and how many adapters of max and optimal rank it holds.
+
+    ``allocated_bytes`` is what TRT-LLM really allocates: whole pages (``ceil(slots / slots per page)``),
+    up to one page more than ``bytes``.
+    """
 
     bytes: int
+    slots: int
     pages: int
+    allocated_bytes: int
     max_rank_adapters: int
     optimal_rank_adapters: int
 
@@ -159,8 +170,8 @@ class CapacityPlan:
 
 
 def _tier_json(tier: LoraTierPlan) -> dict[str, int]:
-    return {"bytes": tier.bytes, "pages": tier.pages, "maxRankAdapters": tier.max_rank_adapters,
-            "optimalRankAdapters": tier.optimal_rank_adapters}
+    return {"bytes": tier.bytes, "slots": tier.slots, "pages": tier.pages, "allocatedBytes": tier.allocated_bytes,
+            "maxRankAdapters": tier.max_rank_adapters, "optimalRankAdapters": tier.optimal_rank_adapters}
 
 
 @dataclass(frozen=True)
@@ -226,7 +237,8 @@ def lora_geometry(spec: BaseModelSpec, resolved: ResolvedDimensions) -> LoraGeom
 
 def _tier(geometry: LoraGeometry, memory_bytes: int, max_pages: int, optimal_pages: int) -> LoraTierPlan:
     pages = tier_pages(geometry, memory_bytes)
-    return LoraTierPlan(memory_bytes, pages, pages // max_pages, pages // optimal_pages)
+    return LoraTierPlan(memory_bytes, tier_slots(geometry, memory_bytes), pages, pages * geometry.page_bytes,
+                        pages // max_pages, pages // optimal_pages)
 
 
 def _gib(value: int) -> str:
@@ -262,8 +274,9 @@ def plan_capacity(
     lora: LoraCapacity | None = None
     lora_device_bytes = 0
     if spec.lora.enabled:
-        lora_device_bytes = int(spec.lora.cache.gpu_memory_fraction * free)
-        lora = _plan_lora(spec, resolved, lora_device_bytes, problems)
+        lora = _plan_lora(spec, resolved, int(spec.lora.cache.gpu_memory_fraction * free), problems)
+        # The PeftCacheManager allocates whole pages before the KV cache is sized (LoraCachePageManager).
+        lora_device_bytes = lora.device.allocated_bytes
     per_token = kv_bytes_per_token(spec, resolved)
     kv_bytes = int(spec.serving.kv_cache_free_gpu_mem_fraction * (free - lora_device_bytes))
     blocks = kv_bytes // (per_token * TOKENS_PER_BLOCK)
@@ -291,23 +304,27 @@ def _plan_lora(
     optimal_pages = adapter_pages(geometry, optimal_rank)
     host = _tier(geometry, spec.lora.cache.host_bytes, max_pages, optimal_pages)
     device = _tier(geometry, device_bytes, max_pages, optimal_pages)
-    # A tier of B bytes has ceil(floor(B / row bytes) / slots per page) pages: one slot into the last page
-    # is enough for it to count, so this is the least host memory that holds one max-rank adapter.
     row_bytes = geometry.page_width * geometry.dtype_bytes
-    need = ((max_pages - 1) * geometry.slots_per_page + 1) * row_bytes
+    # TRT-LLM refuses to start unless each tier has ceil(max adapter elements / page width) slots; past
+    # that, the adapter's rows must also pack into the tier's whole pages. A tier of B bytes has
+    # ceil(floor(B / row bytes) / slots per page) pages: one slot into the last page is enough for it to count.
+    need = max(min_tier_bytes(geometry), ((max_pages - 1) * geometry.slots_per_page + 1) * row_bytes)
     rank = geometry.max_adapter_rank
-    if host.max_rank_adapters < 1:
+    if host.slots < min_tier_slots(geometry) or host.max_rank_adapters < 1:
         problems.append(
-            f"lora.cache.hostMemoryBytes {spec.lora.cache.host_bytes} holds {host.pages} cache pages but "
-            f"one rank-{rank} adapter needs {max_pages} pages ({need} bytes): raise "
-            f"lora.cache.hostMemoryBytes to at least {need}, or lower lora.cache.maxAdapterSize or "
-            "lora.maxRank"
+            f"lora.cache.hostMemoryBytes {spec.lora.cache.host_bytes} gives {host.slots} LoRA cache slots "
+            f"({host.pages} pages) but one rank-{rank} adapter needs {min_tier_slots(geometry)} slots in "
+            f"{max_pages} pages, else TRT-LLM stops at start ('Not enough space allocated to host LoRA cache "
+            f"to hold 1 max sized LoRA'): raise lora.cache.hostMemoryBytes to at least {need}, or lower "
+            "lora.cache.maxAdapterSize or lora.maxRank"
         )
-    if device.max_rank_adapters < 1 and device_bytes > 0:
+    if device_bytes > 0 and (device.slots < min_tier_slots(geometry) or device.max_rank_adapters < 1):
         problems.append(
             f"the LoRA device tier ({_gib(device_bytes)}, lora.cache.gpuMemoryFraction "
-            f"{spec.lora.cache.gpu_memory_fraction}) holds {device.pages} pages but one rank-{rank} adapter "
-            f"needs {max_pages}: raise lora.cache.gpuMemoryFraction or lower lora.cache.maxAdapterSize"
+            f"{spec.lora.cache.gpu_memory_fraction}) gives {device.slots} slots ({device.pages} pages) but one "
+            f"rank-{rank} adapter needs {min_tier_slots(geometry)} slots in {max_pages} pages ({need} bytes), "
+            "else TRT-LLM stops at start ('Not enough space allocated to device LoRA cache to hold 1 max sized "
+            "LoRA'): raise lora.cache.gpuMemoryFraction or lower lora.cache.maxAdapterSize"
         )
     return LoraCapacity(
         page_width=geometry.page_width, slots_per_page=geometry.slots_per_page,

@@ -6,6 +6,7 @@
     ├── SpecError                 the BaseModel spec cannot be planned as written (fix the spec)
     │   ├── UnknownGpuError       engine.gpu.product is not in the GPU table
     │   ├── UnsupportedError      a combination TRT-LLM cannot build (fp8 on Ampere, PP with gemma, ...)
+    │   │   └── ReleaseConstraintError  a rule of trtfleet_engines.constraints (the pinned release refuses it)
     │   └── DimensionsUnknownError  no config.json, no spec.dimensions and no built-in entry
     ├── PlanFileError             a plan.json that is not a plan this version can run
     ├── RenderError               a Triton model repository that cannot be rendered
@@ -46,6 +47,15 @@ class UnknownGpuError(SpecError):
 
 class UnsupportedError(SpecError):
     """A combination of settings TRT-LLM cannot build."""
+
+
+class ReleaseConstraintError(UnsupportedError):
+    """The pinned TensorRT-LLM release refuses this spec; ``rule_id`` names the rule in
+    :mod:`trtfleet_engines.constraints` (the message lists every broken rule and its fix)."""
+
+    def __init__(self, rule_id: str, message: str) -> None:
+        self.rule_id = rule_id
+        super().__init__(message)
 
 
 class DimensionsUnknownError(SpecError):

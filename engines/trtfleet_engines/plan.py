@@ -25,8 +25,8 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 from urllib.parse import urlparse
 
 from trtfleet.api.basemodel import (
@@ -38,12 +38,18 @@ from trtfleet.api.basemodel import (
     QuantizationMode,
     Runtime,
 )
-from trtfleet_engines.errors import PlanFileError, UnsupportedError
-from trtfleet_engines.gpus import lookup_gpu, require_fp8
+from trtfleet_engines.buildplan import PLAN_FORMAT_VERSION as PLAN_FORMAT_VERSION
+from trtfleet_engines.buildplan import SHORT_HASH_LENGTH as SHORT_HASH_LENGTH
+from trtfleet_engines.buildplan import BuildPlan as BuildPlan
+from trtfleet_engines.buildplan import CommandStep as CommandStep
+from trtfleet_engines.buildplan import FetchStep as FetchStep
+from trtfleet_engines.buildplan import StageStep as StageStep
+from trtfleet_engines.buildplan import Step as Step
+from trtfleet_engines.buildplan import StepKind as StepKind
+from trtfleet_engines.constraints import check_release, engine_features
+from trtfleet_engines.errors import UnsupportedError
+from trtfleet_engines.gpus import lookup_gpu
 
-PLAN_FORMAT_VERSION = 1
-"""Bump when plans or engine layouts change in a way that must not reuse engines built before."""
-SHORT_HASH_LENGTH = 16
 DEFAULT_WORKDIR = "/work"
 DEFAULT_TRTLLM_DIR = "/app/tensorrt_llm"
 """Where the build image holds TensorRT-LLM's sources (its ``examples/``); override per plan."""
@@ -56,130 +62,6 @@ TOKENIZER_SUBDIR = "tokenizer"
 REPOSITORY_SUBDIR = "model_repository"
 PYTHON = "python3"
 TRTLLM_BUILD = "trtllm-build"
-
-StepKind = Literal["fetch", "command", "stage"]
-
-
-@dataclass(frozen=True)
-class FetchStep:
-    """Make ``uri`` readable at ``local_dir``; ``download`` False means it is read in place."""
-
-    name: str
-    scheme: str
-    uri: str
-    revision: str | None
-    local_dir: str
-    download: bool
-    kind: StepKind = "fetch"
-
-
-@dataclass(frozen=True)
-class CommandStep:
-    """Run ``argv`` (``argv[0]`` is ``python3`` + a script path, ``trtllm-build`` or ``trtfleet``)."""
-
-    name: str
-    argv: tuple[str, ...]
-    kind: StepKind = "command"
-
-
-@dataclass(frozen=True)
-class StageStep:
-    """Copy the tokenizer (or the whole model) and render the Triton model repository (runner-internal)."""
-
-    name: str
-    model_dir: str
-    engine_dir: str
-    copy_whole_model: bool
-    serve_engine_dir: str
-    serve_tokenizer_dir: str
-    kind: StepKind = "stage"
-
-
-Step = FetchStep | CommandStep | StageStep
-
-
-@dataclass(frozen=True)
-class BuildPlan:
-    """Everything the runner needs: the steps, the engine's identity and the spec to render from."""
-
-    engine_hash: str
-    image: str
-    gpu_sm: str
-    workdir: str
-    steps: tuple[Step, ...]
-    spec: Mapping[str, Any] = field(compare=False)
-    merged_adapter: Mapping[str, Any] | None = None
-    format_version: int = PLAN_FORMAT_VERSION
-
-    @property
-    def engine_hash_short(self) -> str:
-        return self.engine_hash[:SHORT_HASH_LENGTH]
-
-    @property
-    def render_spec(self) -> BaseModelSpec:
-        return BaseModelSpec.model_validate(self.spec)
-
-    def to_json_dict(self) -> dict[str, Any]:
-        return {
-            "formatVersion": self.format_version,
-            "engineHash": self.engine_hash,
-            "engineHashShort": self.engine_hash_short,
-            "image": self.image,
-            "gpuSm": self.gpu_sm,
-            "workdir": self.workdir,
-            "mergedAdapter": dict(self.merged_adapter) if self.merged_adapter is not None else None,
-            "steps": [_step_to_json(step) for step in self.steps],
-            "spec": dict(self.spec),
-        }
-
-    def to_json(self) -> str:
-        return json.dumps(self.to_json_dict(), indent=2, sort_keys=True) + "\n"
-
-    @classmethod
-    def from_json_dict(cls, data: Mapping[str, Any]) -> BuildPlan:
-        if data.get("formatVersion") != PLAN_FORMAT_VERSION:
-            raise PlanFileError(
-                f"plan formatVersion {data.get('formatVersion')!r} is not {PLAN_FORMAT_VERSION}: "
-                "re-run `trtfleet engines plan` with this version of trtfleet"
-            )
-        try:
-            return cls(
-                engine_hash=str(data["engineHash"]),
-                image=str(data["image"]),
-                gpu_sm=str(data["gpuSm"]),
-                workdir=str(data["workdir"]),
-                steps=tuple(_step_from_json(step) for step in data["steps"]),
-                spec=dict(data["spec"]),
-                merged_adapter=data.get("mergedAdapter"),
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise PlanFileError(f"not a trtfleet build plan: {exc!r}") from exc
-
-
-def _step_to_json(step: Step) -> dict[str, Any]:
-    if isinstance(step, FetchStep):
-        return {"kind": step.kind, "name": step.name, "scheme": step.scheme, "uri": step.uri,
-                "revision": step.revision, "localDir": step.local_dir, "download": step.download}
-    if isinstance(step, CommandStep):
-        return {"kind": step.kind, "name": step.name, "argv": list(step.argv)}
-    return {"kind": step.kind, "name": step.name, "modelDir": step.model_dir, "engineDir": step.engine_dir,
-            "copyWholeModel": step.copy_whole_model, "serveEngineDir": step.serve_engine_dir,
-            "serveTokenizerDir": step.serve_tokenizer_dir}
-
-
-def _step_from_json(data: Mapping[str, Any]) -> Step:
-    kind = data["kind"]
-    if kind == "fetch":
-        return FetchStep(str(data["name"]), str(data["scheme"]), str(data["uri"]), data.get("revision"),
-                         str(data["localDir"]), bool(data["download"]))
-    if kind == "command":
-        return CommandStep(str(data["name"]), tuple(str(a) for a in data["argv"]))
-    if kind == "stage":
-        return StageStep(str(data["name"]), str(data["modelDir"]), str(data["engineDir"]),
-                         bool(data["copyWholeModel"]), str(data["serveEngineDir"]),
-                         str(data["serveTokenizerDir"]))
-    raise ValueError(f"unknown step kind {kind!r}")
-
 
 # --- identity ----------------------------------------------------------------------------------------
 
@@ -280,10 +162,7 @@ def _check_supported(spec: BaseModelSpec) -> None:
         return
     if gpu.is_cpu:
         raise UnsupportedError("engine.gpu.product cpu is only for runtime reference: pick a GPU product")
-    if quant.mode == QuantizationMode.FP8:
-        require_fp8(gpu, "quantization.mode fp8")
-    if quant.kv_cache_dtype == KvCacheDtype.FP8:
-        require_fp8(gpu, "quantization.kvCacheDtype fp8")
+    check_release(spec, gpu)
     if spec.parallelism.pipeline > 1 and not CONVERTERS[spec.architecture].pipeline:
         raise UnsupportedError(f"TRT-LLM's {spec.architecture} converter has no pipeline parallelism: set "
                                "parallelism.pipeline 1 (use parallelism.tensor instead)")
@@ -323,15 +202,20 @@ def checkpoint_step(spec: BaseModelSpec, model_dir: str, checkpoint_dir: str, tr
 
 
 def build_step(spec: BaseModelSpec, checkpoint_dir: str, engine_dir: str, *, lora: bool) -> CommandStep:
-    """``trtllm-build`` for in-flight batching (attention plugin, no padding, paged KV and context FMHA)."""
+    """``trtllm-build`` for in-flight batching (attention plugin, no padding, paged KV and context FMHA).
+
+    ``--use_paged_context_fmha`` is what the builder will really do (:mod:`trtfleet_engines.constraints`:
+    it turns it off with an int8 KV cache, or an fp8 KV cache without fp8 weights).
+    """
     engine = spec.engine
     gemm = "disable" if spec.quantization.mode == QuantizationMode.FP8 else "auto"
+    paged_context_fmha = "enable" if engine_features(spec).paged_context_fmha else "disable"
     argv = [TRTLLM_BUILD, "--checkpoint_dir", checkpoint_dir, "--output_dir", engine_dir,
             "--max_batch_size", str(engine.max_batch_size), "--max_input_len", str(engine.max_input_len),
             "--max_seq_len", str(engine.max_seq_len), "--max_num_tokens", str(engine.max_num_tokens),
             "--max_beam_width", "1", "--gpt_attention_plugin", "auto", "--gemm_plugin", gemm,
             "--remove_input_padding", "enable", "--kv_cache_type", "paged",
-            "--use_paged_context_fmha", "enable"]
+            "--use_paged_context_fmha", paged_context_fmha]
     if lora:
         modules = sorted(spec.lora.target_modules, key=lambda m: LoraModule(m).module_id)
         argv += ["--lora_plugin", str(spec.dtype), "--lora_target_modules", *[str(m) for m in modules],

@@ -12,11 +12,20 @@ from typing import Any
 
 from trtfleet_engines import plan as engine_plan
 from trtfleet_engines.capacity import plan_capacity as engines_plan_capacity
-from trtfleet_engines.errors import DimensionsUnknownError, SpecError, UnknownGpuError, UnsupportedError
+from trtfleet_engines.errors import (
+    DimensionsUnknownError,
+    ReleaseConstraintError,
+    SpecError,
+    UnknownGpuError,
+    UnsupportedError,
+)
 
 from trtfleet.api.basemodel import BaseModelSpec
 from trtfleet_operator.errors import PlanningError
 
+UNSUPPORTED_BY_RELEASE = "UnsupportedByRelease"
+"""Reason of a spec the pinned TensorRT-LLM release refuses (a rule of ``trtfleet_engines.constraints``);
+the message names the rule, the upstream source and the fix."""
 FITS = "Fits"
 FITS_WITH_WARNINGS = "FitsWithWarnings"
 DOES_NOT_FIT = "DoesNotFit"
@@ -44,6 +53,8 @@ def _reason(exc: SpecError) -> str:
         return "UnknownGpu"
     if isinstance(exc, DimensionsUnknownError):
         return "DimensionsUnknown"
+    if isinstance(exc, ReleaseConstraintError):
+        return UNSUPPORTED_BY_RELEASE
     if isinstance(exc, UnsupportedError):
         return "Unsupported"
     return "InvalidSpec"

@@ -13,6 +13,11 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trtfleet.api.common import ApiModel, Condition, Quantity, Source, parse_quantity
+from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
+from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
+from trtfleet.api.serving import Resources as Resources
+from trtfleet.api.serving import ServingSpec as ServingSpec
+from trtfleet.api.serving import Toleration as Toleration
 
 
 class Architecture(StrEnum):
@@ -89,11 +94,6 @@ DEFAULT_TARGET_MODULES: tuple[LoraModule, ...] = (
 class Runtime(StrEnum):
     TENSORRTLLM = "tensorrtllm"
     REFERENCE = "reference"
-
-
-class BatchSchedulerPolicy(StrEnum):
-    GUARANTEED_NO_EVICT = "guaranteedNoEvict"
-    MAX_UTILIZATION = "maxUtilization"
 
 
 class Phase(StrEnum):
@@ -241,44 +241,6 @@ class LoraSpec(ApiModel):
         if len(set(self.target_modules)) != len(self.target_modules):
             raise ValueError("lora.targetModules lists a module twice")
         return self
-
-
-class Toleration(ApiModel):
-    key: str | None = Field(default=None, description="Taint key.")
-    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
-    value: str | None = Field(default=None, description="Taint value for Equal.")
-    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None)
-    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long to stay bound.")
-
-
-class Resources(ApiModel):
-    requests: dict[str, Quantity] | None = Field(default=None, description="Container resource requests.")
-    limits: dict[str, Quantity] | None = Field(default=None, description="Container resource limits.")
-
-
-class ServingSpec(ApiModel):
-    replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
-    kv_cache_free_gpu_mem_fraction: float = Field(
-        default=0.9, gt=0, le=1, description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm model."
-    )
-    enable_kv_cache_reuse: bool = Field(default=True, description="enable_kv_cache_reuse (prefix caching).")
-    enable_chunked_context: bool = Field(default=True, description="enable_chunked_context.")
-    batch_scheduler_policy: BatchSchedulerPolicy = Field(
-        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT, description="batch_scheduler_policy."
-    )
-    max_queue_size: int = Field(
-        default=256, ge=0, le=1_000_000, description="Requests queued per pod before back-pressure (0 = no limit)."
-    )
-    max_queue_delay_microseconds: int = Field(default=100, ge=0, le=10_000_000, description="Triton batcher delay.")
-    chat_template: str | None = Field(
-        default=None,
-        max_length=65536,
-        description="Chat template overriding the architecture's built-in one. Placeholders: {system}, "
-        "{messages} rendered per message with {role} and {content}, see docs/concepts.md.",
-    )
-    resources: Resources | None = Field(default=None, description="Resources of the serving container.")
-    node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
-    tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
 
 
 class ModelDimensions(ApiModel):

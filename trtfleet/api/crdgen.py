@@ -56,10 +56,11 @@ def _structural(node: Any, defs: dict[str, Any]) -> Any:
             out[key] = _structural(value, defs)
         else:
             out[key] = value
-    if isinstance(out.get("exclusiveMinimum"), (int, float)) and not isinstance(out["exclusiveMinimum"], bool):
-        # JSON Schema draft 2020 writes a number; apiextensions/v1 wants minimum + a boolean.
-        out["minimum"] = out["exclusiveMinimum"]
-        out["exclusiveMinimum"] = True
+    for exclusive, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if isinstance(out.get(exclusive), (int, float)) and not isinstance(out[exclusive], bool):
+            # JSON Schema draft 2020 writes a number; apiextensions/v1 wants minimum/maximum + a boolean.
+            out[bound] = out[exclusive]
+            out[exclusive] = True
     if out.get("additionalProperties") is False:
         # Structural schemas forbid it next to properties; unknown fields are pruned
         # or, with server-side strict field validation (kubectl's default), rejected.

@@ -22,9 +22,12 @@ def _constraints(node: dict[str, Any]) -> str:
     parts = []
     if "enum" in node:
         parts.append("one of " + ", ".join(f"`{v}`" for v in node["enum"]))
-    for key, label in (("minimum", ">="), ("maximum", "<="), ("exclusiveMinimum", ">")):
+    for key, exclusive, inclusive_label, exclusive_label in (
+        ("minimum", "exclusiveMinimum", ">=", ">"),
+        ("maximum", "exclusiveMaximum", "<=", "<"),
+    ):
         if key in node:
-            parts.append(f"{label} {node[key]}")
+            parts.append(f"{exclusive_label if node.get(exclusive) is True else inclusive_label} {node[key]}")
     if "pattern" in node:
         parts.append(f"pattern `{node['pattern']}`")
     if "default" in node and node["default"] not in ({}, None):

@@ -18,7 +18,7 @@ import json
 import sys
 from pathlib import Path
 
-from trtfleet.api.basemodel import DEFAULT_TARGET_MODULES, Dtype, ModelDimensions
+from trtfleet.api.basemodel import DEFAULT_TARGET_MODULES, Architecture, Dtype, ModelDimensions
 from trtfleet_engines.errors import DimensionsUnknownError
 from trtfleet_engines.lora.convert import (
     DEFAULT_MAX_RANK,
@@ -70,6 +70,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         "--engine-dtype",
         choices=[d.value for d in Dtype],
         help="the engine's dtype; conversion fails when --dtype differs",
+    )
+    convert.add_argument(
+        "--architecture",
+        choices=[a.value for a in Architecture],
+        help="the base model's architecture (phi3 maps a fused gate_up_proj to mlp_h_to_4h; default: the Llama "
+        "family's mapping, gate_up_proj -> mlp_gate_up)",
     )
     _add_target_modules(convert, " ".join(m.value for m in DEFAULT_TARGET_MODULES))
     convert.add_argument("--max-rank", type=int, default=DEFAULT_MAX_RANK, help="the engine's max_lora_rank")
@@ -151,6 +157,7 @@ def run_convert(args: argparse.Namespace) -> int:
             max_rank=args.max_rank,
             dims=dims_from_args(args),
             engine_dtype=Dtype(args.engine_dtype) if args.engine_dtype else None,
+            architecture=Architecture(args.architecture) if args.architecture else None,
         )
         converted = convert_dir(
             args.src_dir, args.out_dir, options, base_config=_base_config_file(args), replace=args.force

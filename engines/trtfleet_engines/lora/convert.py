@@ -13,9 +13,16 @@ rslora, per module after ``rank_pattern`` / ``alpha_pattern``) multiplies B only
 the single cast to the storage dtype.
 
 Fused modules: ``qkv_proj`` -> ``attn_qkv`` (0), B rows [q; k; v] as in HF. ``gate_up_proj`` ->
-``mlp_gate_up`` (18): HF stores B rows as [gate; up], TRT-LLM's fused gated MLP expects [up; gate]
-(its SwiGLU is ``silu(second half) * first half``), so the two halves of B are swapped, as TRT-LLM's
-``LoraManager`` does (``swap_gate_up_proj_lora_b_weight``, on by default).
+``mlp_gate_up`` (18) for the Llama family (lora_helper's default mapping), ``mlp_h_to_4h`` (5) for Phi-3
+(``Phi3ForCausalLM`` maps its fused fc layer to ``gate_up_proj``; ``examples/hf_lora_convert.py`` maps
+``gate_up_proj`` -> ``mlp_h_to_4h``). Either way HF stores B rows as [gate; up] and TRT-LLM's fused layer
+holds [up; gate] (its SwiGLU is ``silu(second half) * first half``; phi3/convert.py swaps the base
+weight's halves the same way), so the two halves of B are swapped, as ``hf_lora_convert.py``'s
+``preprocess_lora_weights`` does for every ``gate_up_proj``.
+
+``attn_dense``: TRT-LLM's runtime sizes it hidden x hidden (``loraModule.cpp`` ``createLoraModules``), so an
+``o_proj`` adapter whose input is heads x head_dim != hidden (gemma-7b: 4096 vs 3072) is refused: the runtime
+would read its rows with the wrong width.
 
 bfloat16: numpy has no bfloat16. The weights are stored as their raw 2-byte bit patterns with numpy
 dtype ``|V2`` (what TRT-LLM's ``torch_to_numpy`` writes), rounded to nearest-even from float32. Read
@@ -42,7 +49,14 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from trtfleet.api.basemodel import DEFAULT_TARGET_MODULES, LORA_MODULE_IDS, Dtype, LoraModule, ModelDimensions
+from trtfleet.api.basemodel import (
+    DEFAULT_TARGET_MODULES,
+    LORA_MODULE_IDS,
+    Architecture,
+    Dtype,
+    LoraModule,
+    ModelDimensions,
+)
 from trtfleet_engines.lora.errors import (
     DtypeMismatchError,
     NonFiniteWeightsError,
@@ -65,6 +79,7 @@ from trtfleet_engines.lora.peft import (
     PeftModule,
     parse_peft_adapter,
     read_peft_dir,
+    trtllm_module_name,
 )
 
 logger = logging.getLogger(__name__)
@@ -81,6 +96,7 @@ class ConversionOptions:
     max_rank: int = DEFAULT_MAX_RANK
     dims: ModelDimensions | None = None
     engine_dtype: Dtype | None = None
+    architecture: Architecture | None = None
 
 
 @dataclass(frozen=True)
@@ -129,16 +145,19 @@ def stored_to_float32(weights: NDArray[Any]) -> NDArray[np.float32]:
     return values
 
 
-def _expected_dims(dims: ModelDimensions, module: LoraModule) -> tuple[int, int]:
+def _expected_dims(dims: ModelDimensions, module: LoraModule, hf_module: str) -> tuple[int, int]:
+    """(in, out) TRT-LLM's runtime expects (loraModule.cpp ``createLoraModules``: attn_dense is hidden x hidden)."""
     q = dims.num_attention_heads * dims.head_size
     kv = dims.num_kv_heads * dims.head_size
     hidden, inter = dims.hidden_size, dims.intermediate_size
+    if hf_module == "gate_up_proj":
+        return hidden, 2 * inter  # fused gate and up, whichever module id it maps to
     table = {
         LoraModule.ATTN_QKV: (hidden, q + 2 * kv),
         LoraModule.ATTN_Q: (hidden, q),
         LoraModule.ATTN_K: (hidden, kv),
         LoraModule.ATTN_V: (hidden, kv),
-        LoraModule.ATTN_DENSE: (q, hidden),
+        LoraModule.ATTN_DENSE: (hidden, hidden),
         LoraModule.MLP_H_TO_4H: (hidden, inter),
         LoraModule.MLP_GATE: (hidden, inter),
         LoraModule.MLP_4H_TO_H: (inter, hidden),
@@ -148,7 +167,7 @@ def _expected_dims(dims: ModelDimensions, module: LoraModule) -> tuple[int, int]
 
 
 def _check_module(module: PeftModule, options: ConversionOptions) -> LoraRow:
-    trt_module = LoraModule(module.trtllm_module)
+    trt_module = LoraModule(trtllm_module_name(module.hf_module, options.architecture))
     if trt_module not in options.target_modules:
         enabled = " ".join(m.value for m in options.target_modules)
         raise TargetModuleError(
@@ -165,20 +184,26 @@ def _check_module(module: PeftModule, options: ConversionOptions) -> LoraRow:
             raise ShapeMismatchError(
                 f"{module.path}: layer {module.layer} but the base model has {options.dims.num_layers} layers"
             )
-        expected = _expected_dims(options.dims, trt_module)
+        expected = _expected_dims(options.dims, trt_module, module.hf_module)
         if (in_dim, out_dim) != expected:
             raise ShapeMismatchError(
-                f"{module.path}: LoRA maps {in_dim} -> {out_dim} features but the base model's "
-                f"{trt_module.value} maps {expected[0]} -> {expected[1]}"
+                f"{module.path}: LoRA maps {in_dim} -> {out_dim} features but TRT-LLM's "
+                f"{trt_module.value} for this base model maps {expected[0]} -> {expected[1]}"
+                + (
+                    " (TRT-LLM sizes attn_dense hidden x hidden; this model's o_proj input is heads x head_dim: "
+                    "retrain without o_proj)"
+                    if trt_module is LoraModule.ATTN_DENSE
+                    else ""
+                )
             )
-    if trt_module is LoraModule.MLP_GATE_UP and out_dim % 2:
+    if module.hf_module == "gate_up_proj" and out_dim % 2:
         raise ShapeMismatchError(f"{module.path}: fused gate_up_proj B has an odd number of rows ({out_dim})")
     return LoraRow(trt_module, module.layer, module.rank, in_dim, out_dim)
 
 
 def _row_values(module: PeftModule, row: LoraRow) -> NDArray[np.float32]:
     b = module.b * np.float32(module.scale)
-    if row.module is LoraModule.MLP_GATE_UP:
+    if module.hf_module == "gate_up_proj":
         half = row.out_dim // 2
         b = np.concatenate([b[half:], b[:half]])  # HF [gate; up] -> TRT-LLM [up; gate]
     values: NDArray[np.float32] = np.concatenate([module.a.reshape(-1), b.reshape(-1)]).astype(np.float32)

@@ -31,6 +31,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
+from trtfleet.api.basemodel import Architecture
 from trtfleet_engines.lora.errors import (
     AdapterFormatError,
     DoraNotSupportedError,
@@ -48,7 +49,9 @@ ADAPTER_CONFIG: Final = "adapter_config.json"
 ADAPTER_SAFETENSORS: Final = "adapter_model.safetensors"
 ADAPTER_BIN: Final = "adapter_model.bin"
 
-# HF module name -> TRT-LLM LoRA module name (Llama family; see trtllm-triton.md section 2).
+# HF module name -> TRT-LLM LoRA module name: the Llama family (lora_helper's default
+# get_default_trtllm_modules_to_hf_modules, which maps mlp_gate_up <-> gate_up_proj); architectures whose TRT-LLM
+# model maps a module elsewhere override it in ARCHITECTURE_MODULES.
 HF_TO_TRTLLM: Final[dict[str, str]] = {
     "q_proj": "attn_q",
     "k_proj": "attn_k",
@@ -60,6 +63,21 @@ HF_TO_TRTLLM: Final[dict[str, str]] = {
     "qkv_proj": "attn_qkv",
     "gate_up_proj": "mlp_gate_up",
 }
+ARCHITECTURE_MODULES: Final[dict[Architecture, dict[str, str]]] = {
+    # Phi3ForCausalLM.trtllm_modules_to_hf_modules (tensorrt_llm/models/phi3/model.py@c4dc529f) maps
+    # mlp_h_to_4h <-> gate_up_proj, and examples/hf_lora_convert.py maps gate_up_proj -> mlp_h_to_4h (5):
+    # Phi-3's fused gate_up is its h_to_4h ("fc") layer, whose weight phi3/convert.py@89fd9b74 stores as [up; gate].
+    Architecture.PHI3: {"gate_up_proj": "mlp_h_to_4h"},
+}
+
+
+def trtllm_module_name(hf_module: str, architecture: Architecture | None = None) -> str:
+    """The TRT-LLM LoRA module an HF module maps to for ``architecture`` (None: the Llama-family default)."""
+    if architecture is not None and hf_module in ARCHITECTURE_MODULES.get(architecture, {}):
+        return ARCHITECTURE_MODULES[architecture][hf_module]
+    return HF_TO_TRTLLM[hf_module]
+
+
 EMBEDDING_MODULES: Final = frozenset({"embed_tokens", "lm_head", "wte", "embed_in", "embed_out"})
 
 _SAFETENSORS_DTYPES: Final[dict[str, np.dtype[Any]]] = {

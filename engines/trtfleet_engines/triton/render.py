@@ -14,6 +14,11 @@ Conventions (documented here because the operator and the reference engine rely 
   holds its tokenizer).
 * LoRA inputs and ``lora_cache_*`` parameters are rendered only when ``spec.lora.enabled``; an engine built
   without the LoRA plugin rejects them anyway, so a client gets Triton's clear "unexpected input" instead.
+* ``enable_chunked_context`` / ``enable_kv_cache_reuse`` come from
+  :func:`trtfleet_engines.constraints.engine_features` (unset: on when the engine has paged context
+  FMHA); when one is off for that reason, a ``#`` comment in the config says which rule.
+* ``tokenizer_dir``, ``xgrammar_tokenizer_info_path`` and ``guided_decoding_backend`` are always rendered:
+  the C++ backend reads them without a default (the list and its commit: docs/engine-fidelity.md).
 * ``lora_weights`` and the prompt-table tensors carry the engine dtype (TYPE_FP16 or TYPE_BF16) in every
   model, so an ensemble over a bf16 engine type-checks.
 """
@@ -24,6 +29,7 @@ import logging
 from pathlib import Path, PurePosixPath
 
 from trtfleet.api.basemodel import BaseModelSpec, BatchSchedulerPolicy, Dtype, Runtime
+from trtfleet_engines.constraints import engine_features
 from trtfleet_engines.errors import RenderError
 from trtfleet_engines.storage import write_text_atomic
 from trtfleet_engines.triton import pbtxt, tensors
@@ -98,8 +104,9 @@ def _decoupled() -> list[str]:
     return ["model_transaction_policy { decoupled: true }"]
 
 
-def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, reference: bool) -> str:
+def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, reference: bool) -> str:
     serving = spec.serving
+    features = engine_features(spec)
     params: list[tuple[str, str]] = [
         ("max_beam_width", "1"),
         ("FORCE_CPU_ONLY_INPUT_TENSORS", "no"),
@@ -107,9 +114,13 @@ def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, reference: bool) -> str:
         ("gpt_model_path", engine_dir),
         ("batch_scheduler_policy", _POLICY[serving.batch_scheduler_policy]),
         ("kv_cache_free_gpu_mem_fraction", repr(serving.kv_cache_free_gpu_mem_fraction)),
-        ("enable_kv_cache_reuse", _bool(serving.enable_kv_cache_reuse)),
-        ("enable_chunked_context", _bool(serving.enable_chunked_context)),
+        ("enable_kv_cache_reuse", _bool(features.kv_cache_reuse)),
+        ("enable_chunked_context", _bool(features.chunked_context)),
         ("exclude_input_in_output", "true"),
+        # Read without a default by the C++ backend (docs/engine-fidelity.md): empty = no guided decoding.
+        ("tokenizer_dir", tokenizer_dir),
+        ("xgrammar_tokenizer_info_path", ""),
+        ("guided_decoding_backend", ""),
     ]
     if spec.lora.enabled:
         cache = spec.lora.cache
@@ -121,8 +132,10 @@ def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, reference: bool) -> str:
         ]
     if reference:
         params.append((REFERENCE_MODEL_DIR_PARAMETER, engine_dir))
+    why = [f"# {reason}" for reason in features.reasons]
     return _join(
         _head(TENSORRT_LLM, spec, backend="python" if reference else "tensorrtllm"),
+        why,
         _decoupled(),
         pbtxt.dynamic_batching(
             max_queue_delay_microseconds=serving.max_queue_delay_microseconds,
@@ -220,7 +233,7 @@ def render_configs(
         ENSEMBLE: _ensemble(spec),
         POSTPROCESSING: _postprocessing(spec, tokenizer, tokenizer_instances),
         PREPROCESSING: _preprocessing(spec, engine_dir, tokenizer, tokenizer_instances),
-        TENSORRT_LLM: _tensorrt_llm(spec, engine_dir, is_reference),
+        TENSORRT_LLM: _tensorrt_llm(spec, engine_dir, tokenizer, is_reference),
         BLS: _bls(spec, bls_instances),
     }
 

@@ -1,7 +1,8 @@
 """The tensors of TRT-LLM's in-flight-batching Triton models, as data.
 
 Names, data types, dims and flags follow the model templates NVIDIA ships in TensorRT-LLM's
-``triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt`` (TRT-LLM 1.x): the Python models
+``triton_backend/all_models/inflight_batcher_llm/*/config.pbtxt`` (TRT-LLM 1.x: tensorrt_llm and ensemble
+@2a9abd95, preprocessing @808059da, postprocessing @89fd9b74, tensorrt_llm_bls @bff88ea8): the Python models
 NVIDIA ships in the image (preprocessing, postprocessing, BLS) look several of these names up when they
 load, so the lists are kept complete rather than trimmed to what trtfleet itself sends. ``ENGINE_DTYPE``
 marks tensors whose type must equal the engine dtype (LoRA weights, prompt tables): the templates hard-code
@@ -135,8 +136,8 @@ PREPROCESSING_INPUTS: tuple[Tensor, ...] = (
     _t("QUERY", "STRING", ONE),
     _t("DECODER_QUERY", "STRING", ONE, "o"),
     _t("IMAGE_BYTES", "UINT8", (-1, -1, -1, -1), "o"),
-    _t("IMAGE_URL", "STRING", ONE, "o"),
-    _t("IMAGES", "STRING", VEC, "o"),
+    _t("IMAGE_URL", "STRING", VEC, "o"),
+    _t("IMAGE_SIZES", "INT64", (-1, 2), "o"),
     _t("VIDEO_BYTES", "UINT8", (-1, -1, -1, -1), "o"),
     _t("REQUEST_OUTPUT_LEN", "INT32", ONE),
     _t("BAD_WORDS_DICT", "STRING", VEC, "o"),
@@ -231,6 +232,7 @@ BLS_INPUTS: tuple[Tensor, ...] = (
         _t("image_input", "FP16", (-1, 3, -1, -1), "o"),
         _t("image_bytes_input", "UINT8", (-1, -1, -1, -1), "o"),
         _t("image_url_input", "STRING", ONE, "o"),
+        _t("image_sizes_input", "INT64", (-1, 2), "o"),
         _t("video_bytes_input", "UINT8", (-1, -1, -1, -1), "o"),
         _t("max_tokens", "INT32", ONE),
     )

@@ -3,8 +3,9 @@
 Its entrypoint (:mod:`trtfleet_operator.jobs.convert`) writes a JSON summary of the converted manifest to
 the termination message, which the operator reads from the pod status (``FallbackToLogsOnError`` turns a
 crash's log tail into the message). The output directory is content-addressed,
-``<artifact mount>/<sourceKey>-<dtype>``, so Adapters with the same source share one artifact and a
-new revision gets a new directory. Adapters of ``runtime: reference`` BaseModels convert in the
+``<artifact mount>/<sourceKey>-<dtype>`` (``-phi3`` appended for Phi-3, whose fused ``gate_up_proj`` maps to
+another module id), so Adapters with the same source share one artifact and a new revision gets a new
+directory. Adapters of ``runtime: reference`` BaseModels convert in the
 reference-worker image, which ships the sample adapters (``file:///opt/trtfleet/adapters/...``).
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 from urllib.parse import urlparse
 
+from trtfleet_engines.lora.peft import ARCHITECTURE_MODULES
 from trtfleet_engines.plan import PVC_MOUNT_ROOT
 
 from trtfleet.api import BaseModelSpec, Runtime, Source
@@ -43,18 +45,28 @@ CONVERT_RESOURCES: Obj = {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits"
 """Conversion holds one adapter's tensors in memory a few times over (rank-64 8B adapters: ~0.7 GB)."""
 
 
-def artifact_dir(source_key: str, dtype: str) -> str:
+def module_mapping(base: BaseModelSpec) -> str | None:
+    """The architecture whose HF -> TRT-LLM module mapping differs from the Llama family's (``phi3``: a fused
+    ``gate_up_proj`` is ``mlp_h_to_4h``), or None; it is part of the artifact's identity."""
+    return base.architecture.value if base.architecture in ARCHITECTURE_MODULES else None
+
+
+def artifact_dir(source_key: str, dtype: str, mapping: str | None = None) -> str:
     """The artifact's directory inside the artifact PVC."""
-    return f"{source_key}-{dtype}"
+    return f"{source_key}-{dtype}" + (f"-{mapping}" if mapping else "")
 
 
-def artifact_uri(config: OperatorConfig, source_key: str, dtype: str) -> str:
-    return f"pvc://{config.storage.artifact_pvc}/{artifact_dir(source_key, dtype)}"
+def artifact_uri(config: OperatorConfig, source_key: str, dtype: str, mapping: str | None = None) -> str:
+    return f"pvc://{config.storage.artifact_pvc}/{artifact_dir(source_key, dtype, mapping)}"
 
 
-def conversion_id(source_key: str, dtype: str) -> str:
-    """What one conversion is keyed by (the Job name carries it): the source and the target dtype."""
-    return digest({"sourceKey": source_key, "dtype": dtype}, 16)
+def conversion_id(source_key: str, dtype: str, mapping: str | None = None) -> str:
+    """What one conversion is keyed by (the Job name carries it): the source, the target dtype and, where it
+    differs from the Llama family's, the module mapping."""
+    key = {"sourceKey": source_key, "dtype": dtype}
+    if mapping:
+        key["mapping"] = mapping
+    return digest(key, 16)
 
 
 def convert_image(base: BaseModelSpec, config: OperatorConfig) -> str:
@@ -73,7 +85,8 @@ def build_convert_job(
     config: OperatorConfig,
 ) -> Obj:
     dtype = base.dtype.value
-    out = f"{config.storage.artifact_mount}/{artifact_dir(source_key, dtype)}"
+    mapping = module_mapping(base)
+    out = f"{config.storage.artifact_mount}/{artifact_dir(source_key, dtype, mapping)}"
     labels = {
         LABEL_ADAPTER: label_value(adapter),
         LABEL_BASEMODEL: label_value(basemodel),
@@ -105,6 +118,7 @@ def build_convert_job(
             out,
             "--dtype",
             dtype,
+            *(["--architecture", mapping] if mapping else []),
         ],
         "resources": CONVERT_RESOURCES,
         "volumeMounts": mounts,
@@ -118,7 +132,7 @@ def build_convert_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(
-            convert_job_name(adapter, conversion_id(source_key, dtype)),
+            convert_job_name(adapter, conversion_id(source_key, dtype, mapping)),
             namespace,
             component=COMPONENT_ADAPTER_CONVERT,
             labels=labels,

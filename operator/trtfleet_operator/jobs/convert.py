@@ -3,10 +3,10 @@
 1. Make the PEFT source readable: ``file://`` and ``pvc://`` in place (the Job mounts each claim at
    ``PVC_MOUNT_ROOT/<claim>``, as build Jobs do), ``hf://`` with huggingface_hub and ``s3://`` with boto3
    into ``--work``.
-2. Run ``trtfleet lora convert SRC OUT --dtype D`` with the widest limits (every module, the API's largest
-   rank): the operator checks rank and modules against the BaseModel itself, so that it can say which
-   limit an adapter breaks. ``OUT`` is content-addressed (source digest + dtype) and conversion is
-   deterministic, so an ``OUT`` that already has a manifest is reused.
+2. Run ``trtfleet lora convert SRC OUT --dtype D [--architecture A]`` with the widest limits (every module,
+   the API's largest rank): the operator checks rank and modules against the BaseModel itself, so that it
+   can say which limit an adapter breaks. ``OUT`` is content-addressed (source digest + dtype, plus the
+   module mapping for Phi-3) and conversion is deterministic, so an ``OUT`` with a manifest is reused.
 3. Write the manifest summary (:mod:`trtfleet_operator.artifacts`) to the termination log.
 
 Any failure writes one line saying what failed to the termination log and exits 1.
@@ -107,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             str(MAX_RANK),
             "--target-modules",
             *[m.value for m in LoraModule],
+            *(["--architecture", args.architecture] if args.architecture else []),
             "--force",
         ]
         done = subprocess.run(argv, stderr=subprocess.PIPE, text=True, check=False)
@@ -131,6 +132,7 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--revision", default="")
     p.add_argument("--out", required=True, help="output directory in the artifact volume")
     p.add_argument("--dtype", required=True)
+    p.add_argument("--architecture", default="", help="the base model's architecture, where its module mapping differs")
     p.add_argument("--work", default="/work", help="scratch directory for downloads")
     p.add_argument("--termination-log", default="/dev/termination-log")
     p.add_argument("--trtfleet", default="trtfleet", help="the trtfleet command")

@@ -31,6 +31,7 @@ from trtfleet_operator.builders.convert import (
     artifact_uri,
     build_convert_job,
     conversion_id,
+    module_mapping,
 )
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.names import convert_job_name, owner_reference
@@ -165,8 +166,9 @@ def reconcile_adapter(
 
     key = source_key(spec.source)
     dtype = base.dtype.value
-    uri = artifact_uri(config, key, dtype)
-    job_name = convert_job_name(name, conversion_id(key, dtype))
+    mapping = module_mapping(base)
+    uri = artifact_uri(config, key, dtype, mapping)
+    job_name = convert_job_name(name, conversion_id(key, dtype, mapping))
     jobs = [job_snapshot(j) for j in observed.convert_jobs]
     live = [j for j in jobs if not j.deleting]
     current: JobSnapshot | None = next((j for j in live if j.name == job_name), None)

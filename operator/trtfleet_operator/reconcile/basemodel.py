@@ -3,7 +3,9 @@
 Order of business, each step gating the next:
 
 1. **CapacityPlanned**: the capacity planner must say the engine, KV cache and LoRA cache fit; if not,
-   phase Failed (reason ``DoesNotFit``, the planner's words) and nothing is created.
+   phase Failed (reason ``DoesNotFit``, the planner's words) and nothing is created. A spec the pinned
+   TensorRT-LLM release refuses (``trtfleet_engines.constraints``) fails the same way, with ``EngineBuilt``
+   False, reason ``UnsupportedByRelease`` and a message naming the rule and the fix.
 2. **EngineBuilt**: ``runtime: reference`` has nothing to build. ``tensorrtllm`` runs the shared build
    state machine of :mod:`trtfleet_operator.reconcile.engine` for the spec's engine hash.
 3. **Ready**: once the engine is built, the model-repository ConfigMap and the Deployment are applied and
@@ -224,11 +226,11 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
     )
     plan: EnginePlan | None = None
     planning_error: PlanningError | None = None
-    if capacity.fits:
-        try:
-            plan = plan_engine(spec)
-        except PlanningError as exc:
-            planning_error = exc
+    try:  # planned even when the capacity does not fit, so both conditions say what to fix
+        planned = plan_engine(spec)
+        plan = planned if capacity.fits else None
+    except PlanningError as exc:
+        planning_error = exc
     stale_deletes, handovers = release_stale(
         uid,
         plan.engine_hash if plan and spec.runtime is Runtime.TENSORRTLLM else None,

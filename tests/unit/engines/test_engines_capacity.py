@@ -116,7 +116,11 @@ def test_kv_cache_arithmetic_is_consistent(make_spec: MakeSpec) -> None:
     assert plan.free_bytes == gpu.memory_bytes - plan.weights_bytes - plan.runtime_reserve_bytes
     assert plan.runtime_reserve_bytes > RUNTIME_RESERVE_BYTES
     assert plan.lora is not None
-    assert plan.kv_cache_bytes == int(0.9 * (plan.free_bytes - plan.lora.device.bytes))
+    device = plan.lora.device
+    # TRT-LLM allocates the device tier in whole pages before it sizes the KV cache
+    assert device.allocated_bytes == device.pages * plan.lora.slots_per_page * plan.lora.page_width * 2
+    assert 0 <= device.allocated_bytes - device.bytes < plan.lora.slots_per_page * plan.lora.page_width * 2
+    assert plan.kv_cache_bytes == int(0.9 * (plan.free_bytes - device.allocated_bytes))
     assert plan.kv_cache_tokens == plan.kv_cache_blocks * TOKENS_PER_BLOCK
     assert plan.kv_cache_blocks == plan.kv_cache_bytes // (plan.kv_bytes_per_token * TOKENS_PER_BLOCK)
     assert plan.verdict == "ok" and plan.problems == ()
@@ -163,7 +167,8 @@ def test_status_fits_the_crd_type(make_spec: MakeSpec) -> None:
         (
             {"lora": {"cache": {"hostMemoryBytes": "1Mi"}}},
             None,
-            ["lora.cache.hostMemoryBytes 1048576 holds 1 cache pages", "one rank-64 adapter needs 8 pages"],
+            ["lora.cache.hostMemoryBytes 1048576 gives 102 LoRA cache slots", "needs 32768 slots in 8 pages",
+             "Not enough space allocated to host LoRA cache"],
         ),
         (
             {
@@ -175,7 +180,11 @@ def test_status_fits_the_crd_type(make_spec: MakeSpec) -> None:
         ),
         ({"quantization": {"mode": "fp8"}}, "A100-40GB", ["quantization.mode fp8 needs a GPU with fp8"]),
         ({"quantization": {"kvCacheDtype": "fp8"}}, "A10G", ["quantization.kvCacheDtype fp8 needs"]),
-        ({"lora": {"cache": {"gpuMemoryFraction": 0.0001}}}, "L4", ["the LoRA device tier", "needs 8"]),
+        (
+            {"lora": {"cache": {"gpuMemoryFraction": 0.0001}}},
+            "L4",
+            ["the LoRA device tier", "in 8 pages", "Not enough space allocated to device LoRA cache"],
+        ),
     ],
 )
 def test_problems_name_the_number_and_the_fix(

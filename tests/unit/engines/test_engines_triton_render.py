@@ -42,7 +42,11 @@ def test_every_config_parses_and_is_filled(make_spec: MakeSpec, patch: dict[str,
         assert config.name == name
         assert config.max_batch_size == 64
         empty = {key for key, value in _params(config).items() if value == ""}
-        assert empty <= {"multimodal_model_path"}, (name, empty)  # "" is how that model reads "none"
+        # "" is how these read "none": preprocessing's multimodal model, the C++ backend's guided decoding
+        assert empty <= {"multimodal_model_path", "xgrammar_tokenizer_info_path", "guided_decoding_backend"}, (
+            name,
+            empty,
+        )
 
 
 @pytest.mark.parametrize(
@@ -108,6 +112,9 @@ def test_tensorrt_llm_model(make_spec: MakeSpec) -> None:
         "enable_kv_cache_reuse": "false",
         "enable_chunked_context": "true",
         "exclude_input_in_output": "true",
+        "tokenizer_dir": "/trtfleet/artifact/tokenizer",
+        "xgrammar_tokenizer_info_path": "",
+        "guided_decoding_backend": "",
         "lora_cache_optimal_adapter_size": "8",
         "lora_cache_max_adapter_size": "64",
         "lora_cache_gpu_memory_fraction": "0.1",
@@ -120,7 +127,8 @@ def test_reference_uses_the_python_backend_with_the_same_interface(make_spec: Ma
     ref = _parse(render_configs(make_spec(), ENGINE, reference=True)["tensorrt_llm"])
     assert (gpu.backend, ref.backend) == ("tensorrtllm", "python")
     assert list(gpu.input) == list(ref.input) and list(gpu.output) == list(ref.output)
-    assert _params(ref) == {**_params(gpu), "reference_model_dir": ENGINE}
+    # the reference engine's model directory holds its tokenizer (see render.py)
+    assert _params(ref) == {**_params(gpu), "reference_model_dir": ENGINE, "tokenizer_dir": ENGINE}
     by_runtime = render_configs(make_spec({"runtime": "reference"}), ENGINE)
     assert _parse(by_runtime["tensorrt_llm"]).backend == "python"
     assert _params(_parse(by_runtime["preprocessing"]))["tokenizer_dir"] == ENGINE

@@ -149,7 +149,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any], type[LoraConversionError]
         {},
         {"dims": TINY_LLAMA_DIMENSIONS.model_copy(update={"hidden_size": 128, "head_dim": 32})},
         ShapeMismatchError,
-        "maps 64 -> 64 features but the base model's attn_q maps 128 -> 128",
+        "maps 64 -> 64 features but TRT-LLM's attn_q for this base model maps 128 -> 128",
     ),
     (
         "too-few-layers",
@@ -284,6 +284,8 @@ def test_dims_of_another_model_are_reported_per_module() -> None:
         num_kv_heads=8,
         vocab_size=128256,
     )
-    assert convert_module._expected_dims(dims, LoraModule.ATTN_K) == (4096, 1024)
-    assert convert_module._expected_dims(dims, LoraModule.MLP_GATE_UP) == (4096, 2 * 14336)
-    assert convert_module._expected_dims(dims, LoraModule.ATTN_QKV) == (4096, 4096 + 2 * 1024)
+    assert convert_module._expected_dims(dims, LoraModule.ATTN_K, "k_proj") == (4096, 1024)
+    assert convert_module._expected_dims(dims, LoraModule.MLP_GATE_UP, "gate_up_proj") == (4096, 2 * 14336)
+    assert convert_module._expected_dims(dims, LoraModule.MLP_H_TO_4H, "gate_up_proj") == (4096, 2 * 14336)
+    assert convert_module._expected_dims(dims, LoraModule.MLP_H_TO_4H, "gate_proj") == (4096, 14336)
+    assert convert_module._expected_dims(dims, LoraModule.ATTN_QKV, "qkv_proj") == (4096, 4096 + 2 * 1024)

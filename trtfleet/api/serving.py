@@ -1,0 +1,80 @@
+"""The ``serving`` part of a BaseModel spec: how its Triton pods run (re-exported by
+:mod:`trtfleet.api.basemodel`)."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import Field, field_validator
+
+from trtfleet.api.common import ApiModel, Quantity
+
+
+class BatchSchedulerPolicy(StrEnum):
+    GUARANTEED_NO_EVICT = "guaranteedNoEvict"
+    MAX_UTILIZATION = "maxUtilization"
+
+
+class Toleration(ApiModel):
+    key: str | None = Field(default=None, description="Taint key.")
+    operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
+    value: str | None = Field(default=None, description="Taint value for Equal.")
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = Field(default=None)
+    toleration_seconds: int | None = Field(default=None, description="For NoExecute: how long to stay bound.")
+
+
+class Resources(ApiModel):
+    requests: dict[str, Quantity] | None = Field(default=None, description="Container resource requests.")
+    limits: dict[str, Quantity] | None = Field(default=None, description="Container resource limits.")
+
+
+KV_FRACTION_MESSAGE = (
+    "serving.kvCacheFreeGpuMemFraction must be smaller than 1.0: TRT-LLM's KV cache manager refuses 1.0 "
+    "(use e.g. 0.9 and leave the rest for activations)"
+)
+
+
+class ServingSpec(ApiModel):
+    replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
+    kv_cache_free_gpu_mem_fraction: float = Field(
+        default=0.9,
+        gt=0,
+        lt=1,
+        description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm model; below 1.0 (TRT-LLM's KV cache "
+        "manager refuses 1.0).",
+    )
+    enable_kv_cache_reuse: bool | None = Field(
+        default=None,
+        description="enable_kv_cache_reuse (prefix caching). Unset: on when the engine has paged context FMHA "
+        "(not with an int8 KV cache, nor an fp8 KV cache without fp8 weights).",
+    )
+    enable_chunked_context: bool | None = Field(
+        default=None,
+        description="enable_chunked_context. Unset: on when the engine has paged context FMHA (not with an int8 "
+        "KV cache, nor an fp8 KV cache without fp8 weights).",
+    )
+    batch_scheduler_policy: BatchSchedulerPolicy = Field(
+        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT, description="batch_scheduler_policy."
+    )
+    max_queue_size: int = Field(
+        default=256, ge=0, le=1_000_000, description="Requests queued per pod before back-pressure (0 = no limit)."
+    )
+    max_queue_delay_microseconds: int = Field(default=100, ge=0, le=10_000_000, description="Triton batcher delay.")
+    chat_template: str | None = Field(
+        default=None,
+        max_length=65536,
+        description="Chat template overriding the architecture's built-in one. Placeholders: {system}, "
+        "{messages} rendered per message with {role} and {content}, see docs/concepts.md.",
+    )
+    resources: Resources | None = Field(default=None, description="Resources of the serving container.")
+    node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
+    tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
+
+    @field_validator("kv_cache_free_gpu_mem_fraction", mode="before")
+    @classmethod
+    def _kv_fraction(cls, value: Any) -> Any:
+        # before the ``lt`` check, to say why in TRT-LLM's words rather than pydantic's
+        if isinstance(value, int | float) and not isinstance(value, bool) and value >= 1:
+            raise ValueError(KV_FRACTION_MESSAGE)
+        return value
