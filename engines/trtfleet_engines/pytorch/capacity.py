@@ -162,13 +162,24 @@ def lora_geometry(spec: BaseModelSpec, resolved: ResolvedDimensions) -> LoraGeom
     return plan_lora_geometry(shapes, config)
 
 
-def _tier(geometry: LoraGeometry, adapters: int, module_layers_per_adapter: int, slots_per_module_layer: int,
-          max_adapter_pages: int) -> LoraTierSlots:
-    module_layers = adapters * module_layers_per_adapter
-    slots = module_layers * slots_per_module_layer
+def slots_per_module_layer(geometry: LoraGeometry) -> int:
+    """``ceil(max1dModSize / pageWidth)``: slots one rank-1 row of the widest module takes upstream."""
+    return math.ceil(max(shape.row_dim for shape in geometry.shapes) / geometry.page_width)
+
+
+def lora_tier(
+    geometry: LoraGeometry, adapters: int, max_lora_rank: int, num_hidden_layers: int, num_modules: int
+) -> LoraTierSlots:
+    """The tier upstream allocates for ``adapters`` (``max_loras`` or ``max_cpu_loras``), in slots and pages.
+
+    ``num_modules`` counts the target modules plus the missing q/k/v ones, as ``_util.py`` does.
+    """
+    module_layers = adapters * max_lora_rank * num_hidden_layers * num_modules
+    slots = module_layers * slots_per_module_layer(geometry)
     memory_bytes = slots * geometry.page_width * geometry.dtype_bytes
     pages = tier_pages(geometry, memory_bytes)
-    return LoraTierSlots(adapters, module_layers, slots, memory_bytes, pages, pages // max_adapter_pages)
+    max_pages = adapter_pages(geometry, geometry.max_adapter_rank)
+    return LoraTierSlots(adapters, module_layers, slots, memory_bytes, pages, pages // max_pages)
 
 
 def plan_lora_slots(
@@ -179,11 +190,8 @@ def plan_lora_slots(
     targets = tuple(spec.lora.target_modules)
     num_modules = len(targets) + len(missing_qkv_modules(targets))
     rank = spec.lora.max_rank
-    max_1d = max(shape.row_dim for shape in geometry.shapes)
-    slots_per_module_layer = math.ceil(max_1d / geometry.page_width)
-    per_adapter = rank * resolved.dims.num_layers * num_modules  # upstream counts every layer of the model
-    adapter_bytes = per_adapter * slots_per_module_layer * geometry.page_width * geometry.dtype_bytes
-    max_pages = adapter_pages(geometry, geometry.max_adapter_rank)
+    layers = resolved.dims.num_layers  # upstream counts every layer of the model, whatever the PP stage
+    adapter_bytes = lora_tier(geometry, 1, rank, layers, num_modules).bytes
     cpu_loras = spec.lora.cache.host_bytes // adapter_bytes
     loras = min(device_budget_bytes // adapter_bytes, cpu_loras)
     if cpu_loras < 1:
@@ -198,8 +206,8 @@ def plan_lora_slots(
             f"{spec.lora.cache.gpu_memory_fraction}) is less than one rank-{rank} adapter's {adapter_bytes} "
             "bytes (max_loras would be 0): raise lora.cache.gpuMemoryFraction or lower lora.maxRank"
         )
-    device = _tier(geometry, loras, per_adapter, slots_per_module_layer, max_pages)
-    host = _tier(geometry, cpu_loras, per_adapter, slots_per_module_layer, max_pages)
+    device = lora_tier(geometry, loras, rank, layers, num_modules)
+    host = lora_tier(geometry, cpu_loras, rank, layers, num_modules)
     for name, tier in (("device", device), ("host", host)):
         if tier.max_rank_adapters_fit < tier.adapters:
             problems.append(
@@ -209,8 +217,8 @@ def plan_lora_slots(
             )
     return LoraSlotsPlan(
         max_lora_rank=rank, num_modules=num_modules, page_width=geometry.page_width,
-        slots_per_page=geometry.slots_per_page, slots_per_module_layer=slots_per_module_layer,
-        max_adapter_pages=max_pages, device=device, host=host,
+        slots_per_page=geometry.slots_per_page, slots_per_module_layer=slots_per_module_layer(geometry),
+        max_adapter_pages=adapter_pages(geometry, geometry.max_adapter_rank), device=device, host=host,
     )
 
 
