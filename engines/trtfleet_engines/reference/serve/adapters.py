@@ -152,7 +152,7 @@ class PeftAdapterStore:
 
     def ensure_device(self, task_id: int) -> bool:
         with self._lock:
-            before = set(self.cache.device.idle)
+            before = list(self.cache.device.idle)  # least recently used first: eviction order
             placed = self.cache.ensure_device(task_id)
             if not placed:
                 self.events.device_waits += 1
