@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import openai
 import pytest
 import yaml
@@ -184,6 +185,19 @@ def test_more_adapters_than_device_slots_wait_and_a_disconnect_frees_one(tmp_pat
         assert 100 not in cache["inFlight"]
         holders[1].close()
         wait_until(lambda: small.lora_cache()["inFlight"] == {})
+        # a non-streaming client that gives up: its request is cancelled too (12 s of steps left)
+        cancelled = _cancelled(small)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(small.url + "/v1/completions", timeout=0.5,
+                       json={"model": "t", "prompt": "hold", "max_tokens": 240, "ignore_eos": True})
+        wait_until(lambda: _cancelled(small) == cancelled + 1)
+
+
+def _cancelled(server: ServeProcess) -> float:
+    for line in server.get("/prometheus/metrics").text.splitlines():
+        if line.startswith("trtllm_request_success_total{") and 'finished_reason="cancelled"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
 
 
 def test_eviction_is_lru_and_a_cold_adapter_is_read_again(tmp_path: Path) -> None:
