@@ -51,17 +51,21 @@ _MODELOPT_KV_QFORMATS = {KvCacheDtype.AUTO: "none", KvCacheDtype.FP8: "fp8"}
 
 
 def serve_argv(
-    *, checkpoint_dir: str, options_path: str, served_model_name: str, port: int = SERVE_PORT
+    *, checkpoint_dir: str, options_path: str, served_model_name: str | None, port: int = SERVE_PORT
 ) -> tuple[str, ...]:
-    """The serving container's command line."""
-    return (
+    """The serving container's command line.
+
+    ``served_model_name`` None leaves the flag out (versions without it name the model after the directory);
+    versions older than the ``--config`` spelling take the same file as ``--extra_llm_api_options``.
+    """
+    argv = (
         SERVE_COMMAND, checkpoint_dir,
         "--backend", "pytorch",
         "--host", SERVE_HOST,
         "--port", str(port),
         "--config", options_path,
-        "--served_model_name", served_model_name,
     )
+    return argv if served_model_name is None else (*argv, "--served_model_name", served_model_name)
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,11 @@ UNHEALTHY_TEXT = "LLM is unavailable. Please check the server logs for more deta
 SSE_HEADERS = {"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
 
 
+def validation_error_text(exc: ValidationError) -> str:
+    """FastAPI's ``str(RequestValidationError)``: the error list, each ``loc`` under ``body``."""
+    return str([{**error, "loc": ("body", *error["loc"])} for error in exc.errors(include_url=False)])
+
+
 def _sse(payload: dict[str, Any] | str) -> bytes:
     data = payload if isinstance(payload, str) else json.dumps(payload, separators=(",", ":"))
     return f"data: {data}\n\n".encode()
@@ -159,7 +164,7 @@ class ServeApp:
         try:
             body = model.model_validate(raw)
         except ValidationError as exc:
-            return web.json_response({"error": str(exc)}, status=400)
+            return web.json_response({"error": validation_error_text(exc)}, status=400)
         generation = self._generation(body)
         try:
             await generation.prepare()

@@ -20,6 +20,11 @@ def test_argv_binds_all_interfaces_and_passes_the_options_file() -> None:
                      "--served_model_name": "llama"}
 
 
+def test_argv_without_a_served_name_leaves_the_flag_out() -> None:
+    argv = serve_argv(checkpoint_dir="/m/ckpt", options_path="/etc/o.yaml", served_model_name=None)
+    assert "--served_model_name" not in argv and argv[-2:] == ("--config", "/etc/o.yaml")
+
+
 def test_probes_hit_health() -> None:
     found = probes()
     for probe in (found.startup, found.readiness, found.liveness):
