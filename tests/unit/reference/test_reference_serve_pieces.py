@@ -146,3 +146,18 @@ def test_device_pages_make_a_request_wait_not_fail(config: LlamaConfig) -> None:
 def test_a_directory_that_is_not_an_adapter_does_not_load(config: LlamaConfig, tmp_path: Path) -> None:
     with pytest.raises(AdapterLoadError):
         _store(config, 1, 1).load(str(tmp_path))
+
+
+@pytest.mark.parametrize(
+    ("argv", "needle"),
+    [
+        pytest.param(["/nonexistent-model-dir"], "cannot load the model", id="bad-model-dir"),
+        pytest.param(["--max-loras", "0"], "max_loras must be a positive integer", id="zero-loras"),
+    ],
+)
+def test_cli_refuses_to_start_with_a_clear_error(argv: list[str], needle: str,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    from trtfleet_engines.reference.serve.__main__ import main
+
+    assert main(argv) == 2
+    assert needle in capsys.readouterr().err

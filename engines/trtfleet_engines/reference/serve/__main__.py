@@ -15,9 +15,9 @@ from trtfleet_engines.reference.serve.settings import ServeSettings, SettingsErr
 logger = logging.getLogger("trtfleet_engines.reference.serve")
 
 
-async def serve(settings: ServeSettings) -> None:
+async def serve(settings: ServeSettings, server: ServeApp) -> None:
     """Serve until SIGTERM or SIGINT; a client that disconnects cancels its handler (and its request)."""
-    app = ServeApp(settings).application()
+    app = server.application()
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
@@ -37,10 +37,14 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         settings = settings_from_args(argv)
+        server = ServeApp(settings)
     except SettingsError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    asyncio.run(serve(settings))
+    except (OSError, ValueError) as exc:  # a model directory the numpy Llama cannot load
+        print(f"error: cannot load the model: {exc}", file=sys.stderr)
+        return 2
+    asyncio.run(serve(settings, server))
     return 0
 
 
