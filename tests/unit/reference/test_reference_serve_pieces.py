@@ -161,3 +161,26 @@ def test_cli_refuses_to_start_with_a_clear_error(argv: list[str], needle: str,
 
     assert main(argv) == 2
     assert needle in capsys.readouterr().err
+
+
+GOLDEN_DIR = Path(__file__).resolve().parents[2] / "golden/pytorch"
+GOLDEN_OPTIONS = sorted(GOLDEN_DIR.glob("*/expected/llm-api-options.yaml"))
+
+
+@pytest.mark.parametrize("options", GOLDEN_OPTIONS, ids=lambda path: path.parent.parent.name)
+def test_every_rendered_options_file_starts_the_reference_server(options: Path) -> None:
+    import yaml
+
+    rendered = yaml.safe_load(options.read_text())
+    settings = settings_from_args(["--config", str(options)])
+    assert (settings.max_batch_size, settings.max_seq_len) == (rendered["max_batch_size"], rendered["max_seq_len"])
+    lora = rendered.get("lora_config")
+    if lora is None:
+        assert settings.lora is None
+    else:
+        assert settings.lora is not None
+        assert (settings.lora.max_loras, settings.lora.max_cpu_loras) == (lora["max_loras"], lora["max_cpu_loras"])
+
+
+def test_golden_options_files_exist() -> None:
+    assert len(GOLDEN_OPTIONS) >= 5
