@@ -1,0 +1,94 @@
+"""``/prometheus/metrics`` of the reference ``pytorch`` mode: trtllm-serve's ``trtllm_`` names, plus LoRA cache
+counters under ``trtfleet_reference_`` (upstream exposes no adapter residency; these exist so tests and
+benchmarks can see the tiers).
+
+Upstream (``tensorrt_llm/metrics/collector.py``, created in ``openai_server.py`` with the labels
+``{"model_name": "undefined", "engine_type": "undefined"}``) mounts this only when ``return_perf_metrics`` is
+set; so does the reference server. All metrics of the component are defined here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from trtfleet_engines.reference.scheduler import BatcherStats
+
+LABELS = {"model_name": "undefined", "engine_type": "undefined"}
+LATENCY_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+
+class _EngineCollector(Collector):
+    """Gauges read at scrape time from the batcher and the LoRA store."""
+
+    def __init__(self, stats: Callable[[], BatcherStats], lora: Callable[[], dict[str, Any] | None]) -> None:
+        self._stats = stats
+        self._lora = lora
+
+    def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily]:
+        stats = self._stats()
+        names = list(LABELS)
+        values = list(LABELS.values())
+        for name, text, value in (
+            ("trtllm_num_requests_running", "Requests in the active batch.", stats.active_requests),
+            ("trtllm_num_requests_waiting", "Requests queued for the batch.", stats.waiting_requests),
+            ("trtllm_kv_cache_utilization", "Used share of the KV-cache blocks.",
+             stats.kv_used_blocks / stats.kv_max_blocks if stats.kv_max_blocks else 0.0),
+        ):
+            gauge = GaugeMetricFamily(name, text, labels=names)
+            gauge.add_metric(values, value)
+            yield gauge
+        lora = self._lora()
+        if lora is None:
+            return
+        loads = CounterMetricFamily("trtfleet_reference_lora_loads", "Adapters read from lora_path into the cache.")
+        loads.add_metric([], len(lora["loads"]))
+        yield loads
+        evictions = CounterMetricFamily("trtfleet_reference_lora_evictions", "Adapters evicted, by tier.",
+                                        labels=["tier"])
+        evictions.add_metric(["host"], len(lora["hostEvictions"]))
+        evictions.add_metric(["device"], len(lora["deviceEvictions"]))
+        yield evictions
+        waits = CounterMetricFamily("trtfleet_reference_lora_device_waits",
+                                    "Steps a request waited because every device page was in use.")
+        waits.add_metric([], lora["deviceWaits"])
+        yield waits
+        for tier in ("host", "device"):
+            resident = GaugeMetricFamily(f"trtfleet_reference_lora_{tier}_resident_adapters",
+                                         f"Adapters in the {tier} tier.")
+            resident.add_metric([], len(lora[f"{tier}Resident"]))
+            yield resident
+
+
+class ServeMetrics:
+    """Request metrics, recorded by the HTTP layer when a request ends."""
+
+    def __init__(self, stats: Callable[[], BatcherStats], lora: Callable[[], dict[str, Any] | None]) -> None:
+        self.registry = CollectorRegistry()
+        names = list(LABELS)
+        self.request_success = Counter("trtllm_request_success", "Requests finished.", names + ["finished_reason"],
+                                       registry=self.registry)
+        self.e2e_latency = Histogram("trtllm_e2e_request_latency_seconds", "Request latency, arrival to last token.",
+                                     names, buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.ttft = Histogram("trtllm_time_to_first_token_seconds", "Arrival to first token.", names,
+                              buckets=LATENCY_BUCKETS_S, registry=self.registry)
+        self.prompt_tokens = Counter("trtllm_prompt_tokens", "Prompt tokens processed.", names,
+                                     registry=self.registry)
+        self.generation_tokens = Counter("trtllm_generation_tokens", "Tokens generated.", names,
+                                         registry=self.registry)
+        self.registry.register(_EngineCollector(stats, lora))
+
+    def finished(self, *, reason: str, latency_s: float, ttft_s: float | None, prompt: int, generated: int) -> None:
+        self.request_success.labels(**LABELS, finished_reason=reason).inc()
+        self.e2e_latency.labels(**LABELS).observe(latency_s)
+        if ttft_s is not None:
+            self.ttft.labels(**LABELS).observe(ttft_s)
+        self.prompt_tokens.labels(**LABELS).inc(prompt)
+        self.generation_tokens.labels(**LABELS).inc(generated)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,154 @@
+"""Settings of the reference ``pytorch`` mode: trtllm-serve's flags and the LLM-API options file it reads.
+
+The same options YAML trtfleet renders for a real pod (:mod:`trtfleet_engines.pytorch.options`) configures
+the reference server through ``--config``; keys that only matter on a GPU (parallelism, CUDA graphs, KV dtype)
+are accepted and ignored. Flags given explicitly override the file, as upstream's do. Without a
+``lora_config`` block the server ignores ``lora_request`` and answers from the base model, as upstream does.
+
+Pure apart from :func:`read_options_file`. Errors: :class:`SettingsError` (a file or value that cannot be used).
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from trtfleet.api.basemodel import LoraModule
+from trtfleet_engines.reference.repository import default_model_dir
+
+
+class SettingsError(Exception):
+    """The server cannot start with these settings; the message names the flag or key."""
+
+
+@dataclass(frozen=True)
+class LoraSettings:
+    max_lora_rank: int
+    max_loras: int
+    max_cpu_loras: int
+    target_modules: tuple[LoraModule, ...]
+    optimal_adapter_size: int = 8
+    max_adapter_size: int = 64
+
+
+@dataclass(frozen=True)
+class ServeSettings:
+    model_dir: Path
+    served_model_name: str
+    host: str
+    port: int
+    max_batch_size: int
+    max_num_tokens: int
+    max_seq_len: int
+    max_queue_size: int
+    enable_chunked_prefill: bool
+    return_perf_metrics: bool
+    lora: LoraSettings | None
+    min_step_s: float = 0.0
+
+
+DEFAULTS: Mapping[str, Any] = {
+    "max_batch_size": 8,
+    "max_num_tokens": 2048,
+    "max_seq_len": 256,
+    "enable_chunked_prefill": False,
+    "return_perf_metrics": True,
+}
+DEFAULT_TARGETS = ("attn_q", "attn_k", "attn_v", "attn_dense", "mlp_h_to_4h", "mlp_4h_to_h", "mlp_gate")
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="python -m trtfleet_engines.reference.serve",
+        description="trtfleet's CPU reference engine with trtllm-serve's HTTP contract (the pytorch runtime).",
+    )
+    p.add_argument("model", nargs="?", default=None, help="tiny Llama directory (default: the packaged one)")
+    p.add_argument("--host", default="localhost", help="bind address (trtllm-serve's default: localhost)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--config", "--extra_llm_api_options", dest="config", default=None,
+                   help="LLM-API options YAML (as trtfleet renders it)")
+    p.add_argument("--served_model_name", default=None, help="model name in the API (default: the dir's name)")
+    p.add_argument("--max_batch_size", type=int, default=None)
+    p.add_argument("--max_num_tokens", type=int, default=None)
+    p.add_argument("--max_seq_len", type=int, default=None)
+    p.add_argument("--max-queue-size", type=int, default=0, help="waiting requests before 400s (0: no limit)")
+    p.add_argument("--max-loras", type=int, default=None, help="lora_config.max_loras (device tier)")
+    p.add_argument("--max-cpu-loras", type=int, default=None, help="lora_config.max_cpu_loras (host tier)")
+    p.add_argument("--max-lora-rank", type=int, default=None, help="lora_config.max_lora_rank")
+    p.add_argument("--min-step-ms", type=float, default=0.0, help="pretend GPU step time (ms)")
+    return p
+
+
+def read_options_file(path: str | None) -> dict[str, Any]:
+    if path is None:
+        return {}
+    try:
+        loaded = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise SettingsError(f"--config {path}: {exc}") from exc
+    if loaded is None:
+        return {}
+    if not isinstance(loaded, dict):
+        raise SettingsError(f"--config {path}: the root must be a mapping")
+    return loaded
+
+
+def _int(value: Any, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{where} must be a positive integer, got {value!r}")
+    return value
+
+
+def _lora(args: argparse.Namespace, options: Mapping[str, Any]) -> LoraSettings | None:
+    block = options.get("lora_config")
+    flags = (args.max_loras, args.max_cpu_loras, args.max_lora_rank)
+    if block is None and all(flag is None for flag in flags):
+        return None
+    block = dict(block or {})
+    if not isinstance(options.get("peft_cache_config", {}), dict):
+        raise SettingsError("peft_cache_config must be a mapping")
+    peft = dict(options.get("peft_cache_config") or {})
+    max_loras = _int(args.max_loras if args.max_loras is not None else block.get("max_loras", 1), "max_loras")
+    max_cpu = args.max_cpu_loras if args.max_cpu_loras is not None else block.get("max_cpu_loras", max_loras)
+    rank = args.max_lora_rank if args.max_lora_rank is not None else block.get("max_lora_rank", 8)
+    names = block.get("lora_target_modules") or list(DEFAULT_TARGETS)
+    try:
+        targets = tuple(LoraModule(name) for name in names)
+    except ValueError as exc:
+        raise SettingsError(f"lora_config.lora_target_modules: {exc}") from exc
+    return LoraSettings(
+        max_lora_rank=_int(rank, "max_lora_rank"), max_loras=max_loras, max_cpu_loras=_int(max_cpu, "max_cpu_loras"),
+        target_modules=targets,
+        optimal_adapter_size=_int(peft.get("optimal_adapter_size", 8), "peft_cache_config.optimal_adapter_size"),
+        max_adapter_size=_int(peft.get("max_adapter_size", 64), "peft_cache_config.max_adapter_size"),
+    )
+
+
+def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
+    args = parser().parse_args(argv)
+    options = read_options_file(args.config)
+    model_dir = Path(args.model) if args.model else default_model_dir()
+
+    def pick(name: str) -> Any:
+        flag = getattr(args, name, None)
+        return flag if flag is not None else options.get(name, DEFAULTS[name])
+
+    return ServeSettings(
+        model_dir=model_dir,
+        served_model_name=args.served_model_name or model_dir.name,
+        host=args.host,
+        port=args.port,
+        max_batch_size=_int(pick("max_batch_size"), "max_batch_size"),
+        max_num_tokens=_int(pick("max_num_tokens"), "max_num_tokens"),
+        max_seq_len=_int(pick("max_seq_len"), "max_seq_len"),
+        max_queue_size=max(args.max_queue_size, 0),
+        enable_chunked_prefill=bool(pick("enable_chunked_prefill")),
+        return_perf_metrics=bool(pick("return_perf_metrics")),
+        lora=_lora(args, options),
+        min_step_s=max(args.min_step_ms, 0.0) / 1000.0,
+    )

@@ -1,0 +1,80 @@
+"""The reference engine's pytorch mode as a real subprocess: ``python -m trtfleet_engines.reference.serve``."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR
+from trtfleet_engines.reference.server import free_port
+
+from tests.integration.reference.triton_client import wait_until
+
+STARTUP_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True)
+class ServeProcess:
+    url: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+    def get(self, path: str) -> httpx.Response:
+        return httpx.get(self.url + path, timeout=30)
+
+    def post(self, path: str, body: dict[str, Any]) -> httpx.Response:
+        return httpx.post(self.url + path, json=body, timeout=60)
+
+    def lora_cache(self) -> dict[str, Any]:
+        found: dict[str, Any] = self.get("/reference/lora_cache").json()
+        return found
+
+
+def lora_request(name: str, task_id: int, adapter: str | None = None) -> dict[str, Any]:
+    """``extra_body`` naming sample adapter ``adapter`` (default ``name``) under ``lora_int_id`` ``task_id``."""
+    path = SAMPLE_ADAPTERS_DIR / (adapter or name)
+    return {"lora_request": {"lora_name": name, "lora_int_id": task_id, "lora_path": str(path)}}
+
+
+def _healthy(url: str, process: subprocess.Popen[bytes], log: Path) -> bool:
+    if process.poll() is not None:
+        raise AssertionError(f"the server exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+    try:
+        return httpx.get(url + "/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+@contextmanager
+def serving(tmp_dir: Path, args: Sequence[str] = ()) -> Iterator[ServeProcess]:
+    """Start a server with ``args``, wait until ``/health`` answers 200, stop it (and check it stopped) after."""
+    port = free_port()
+    log = tmp_dir / f"serve-{port}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    command = [sys.executable, "-m", "trtfleet_engines.reference.serve", "--host", "127.0.0.1", "--port", str(port),
+               *args]
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: _healthy(url, process, log), timeout_s=STARTUP_TIMEOUT_S)
+        yield ServeProcess(url, process, log)
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=20)
+    assert process.returncode == 0, log.read_text()[-3000:]
