@@ -60,6 +60,16 @@ def kv_cache_dtype(spec: BaseModelSpec) -> str:
     return _KV_CACHE_DTYPES[wanted]
 
 
+# The engine flow's rules that turn chunked context or block reuse off (engines/trtfleet_engines/constraints.py:
+# no paged context FMHA in an engine) have no counterpart on this backend, where LoRA works with both
+# (feature-combination-matrix.md, see docs/pytorch-backend.md): left unset in the spec, both are on.
+UNSET_SERVING_FEATURE = True
+
+
+def _feature(value: bool | None) -> bool:
+    return UNSET_SERVING_FEATURE if value is None else value
+
+
 def build_llm_api_options(spec: BaseModelSpec, capacity: PytorchCapacityPlan | None = None) -> dict[str, Any]:
     """The options as a dict (keys as ``TorchLlmArgs`` spells them). ``capacity`` defaults to planning ``spec``."""
     kv_dtype = kv_cache_dtype(spec)
@@ -72,10 +82,10 @@ def build_llm_api_options(spec: BaseModelSpec, capacity: PytorchCapacityPlan | N
         "max_seq_len": spec.engine.max_seq_len,
         "kv_cache_config": {
             "free_gpu_memory_fraction": spec.serving.kv_cache_free_gpu_mem_fraction,
-            "enable_block_reuse": spec.serving.enable_kv_cache_reuse,
+            "enable_block_reuse": _feature(spec.serving.enable_kv_cache_reuse),
             "dtype": kv_dtype,
         },
-        "enable_chunked_prefill": spec.serving.enable_chunked_context,
+        "enable_chunked_prefill": _feature(spec.serving.enable_chunked_context),
         "cuda_graph_config": {"enable_padding": True, "max_batch_size": spec.engine.max_batch_size},
         "return_perf_metrics": True,
         "enable_iter_perf_stats": True,
