@@ -23,7 +23,7 @@ from aiohttp import web
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
+from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
@@ -47,8 +47,6 @@ DRAIN_TIMEOUT_S_DEFAULT: Final = 30.0
 PREWARM_INTERVAL_S_DEFAULT: Final = 10.0
 PREWARM_TIMEOUT_S: Final = 60.0
 HTTP_OVERHEAD_BYTES: Final = 64 * 1024
-HEALTH_PROBE_INTERVAL_S: Final = 1.0
-HEALTH_PROBE_TIMEOUT_S: Final = 1.0
 
 
 class Discovery(Protocol):
@@ -224,22 +222,45 @@ class Router:
         snapshots = {name: dataclasses.asdict(fleet.snapshot()) for name, fleet in self.fleets.fleets.items()}
         return web.json_response(snapshots)
 
-    # -- passive health ---------------------------------------------------------------------------------
+    # -- pod health -------------------------------------------------------------------------------------
     async def _health_loop(self) -> None:
-        """Probe suspended pods (``ModelReady`` of the upstream model); resume those that answer."""
+        """Every ``probeIntervalS``: probe every pod's readiness (``ModelReady`` of the upstream model,
+        ``probeTimeoutS``), all pods at once. A failed or timed-out probe of a routed pod is a pod failure
+        (a frozen pod is ejected even when no request reaches it); a successful probe of an ejected pod
+        whose ejection time passed readmits it (see ``routing/outlier.py``)."""
+        config = self.settings.routing.outlier_detection
         while True:
-            await asyncio.sleep(HEALTH_PROBE_INTERVAL_S)
-            for base_name, endpoint in self.fleets.suspended_endpoints():
-                base = self.fleets.registry.bases.get(base_name)
-                if base is None:
-                    continue
-                request = service_pb2.ModelReadyRequest(name=base.upstream_model)
-                try:
-                    ready = await self.pool.stub(endpoint.address).ModelReady(request, timeout=HEALTH_PROBE_TIMEOUT_S)
-                except grpc.aio.AioRpcError:
-                    continue
-                if ready.ready:
-                    self.fleets.resume(base_name, endpoint.pod_id)
+            await asyncio.sleep(config.probe_interval_s)
+            fleets = self.fleets
+            due = {(base, endpoint.pod_id) for base, endpoint in fleets.due_for_probe()}
+            probes = [
+                (base, endpoint)
+                for base, endpoint in fleets.all_endpoints()
+                if endpoint.ready and (endpoint.pod_id not in fleets.ejected(base) or (base, endpoint.pod_id) in due)
+            ]
+            timeout_s = config.probe_timeout_s
+            results = await asyncio.gather(*(self._probe(base, endpoint, timeout_s) for base, endpoint in probes))
+            for (base, endpoint), ready in zip(probes, results, strict=True):
+                if (base, endpoint.pod_id) in due:
+                    if ready:
+                        self.fleets.readmit(base, endpoint.pod_id)
+                elif not ready:
+                    self.metrics.pod_failures.labels(endpoint.pod_id, "probe").inc()
+                    if self.fleets.record_failure(base, endpoint.pod_id) is not None:
+                        self.metrics.pod_ejections.labels(endpoint.pod_id).inc()
+            for base in self.fleets.fleets:
+                self.metrics.pods_ejected.labels(base).set(len(self.fleets.ejected(base)))
+
+    async def _probe(self, base_name: str, endpoint: PodEndpoint, timeout_s: float) -> bool:
+        base = self.fleets.registry.bases.get(base_name)
+        if base is None:
+            return True
+        request = service_pb2.ModelReadyRequest(name=base.upstream_model)
+        try:
+            answer = await self.pool.stub(endpoint.address).ModelReady(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(answer.ready)
 
     # -- prewarming ------------------------------------------------------------------------------------
     async def _prewarm_loop(self) -> None:
