@@ -245,9 +245,7 @@ class Router:
                     if ready:
                         self.fleets.readmit(base, endpoint.pod_id)
                 elif not ready:
-                    self.metrics.pod_failures.labels(endpoint.pod_id, "probe").inc()
-                    if self.fleets.record_failure(base, endpoint.pod_id) is not None:
-                        self.metrics.pod_ejections.labels(endpoint.pod_id).inc()
+                    self.dispatcher.blame(base, endpoint.pod_id, "probe")
             for base in self.fleets.fleets:
                 self.metrics.pods_ejected.labels(base).set(len(self.fleets.ejected(base)))
 

@@ -135,6 +135,7 @@ class Dispatcher:
         self.http = HttpTransport()
         self.warm_over_http = warm_over_http
         self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
+        self._first_answer_waits: dict[tuple[str, str], set[asyncio.Timeout]] = {}  # (base, pod) -> timers
 
     async def stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         """Responses of the pod that serves ``call``: decide (route), prepare (weights), attempt (one pod,
@@ -248,9 +249,19 @@ class Dispatcher:
         return request
 
     def _blame(self, base_name: str, pod: str, failure: UpstreamFailure) -> None:
-        self.metrics.pod_failures.labels(pod, failure.kind.value).inc()
-        if self.fleets.record_failure(base_name, pod) is not None:
-            self.metrics.pod_ejections.labels(pod).inc()
+        self.blame(base_name, pod, failure.kind.value)
+
+    def blame(self, base_name: str, pod: str, reason: str) -> None:
+        """A pod failure (``reason``: pod_failed, stalled, probe). When it ejects the pod, the attempts
+        there still waiting for their first answer end at once (as stalled), to be retried elsewhere."""
+        self.metrics.pod_failures.labels(pod, reason).inc()
+        if self.fleets.record_failure(base_name, pod) is None:
+            return
+        self.metrics.pod_ejections.labels(pod).inc()
+        now = asyncio.get_running_loop().time()
+        for timer in self._first_answer_waits.pop((base_name, pod), set()):
+            if not timer.expired():
+                timer.reschedule(now)
 
     async def _route(
         self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float
@@ -345,16 +356,24 @@ class Dispatcher:
         if not call.client_streaming:
             wait_s += call.max_tokens * timeouts.inter_token_s
         answered = False
+        waiting = self._first_answer_waits.setdefault((call.target.base.name, endpoint.pod_id), set())
         try:
             while True:
                 try:
-                    async with asyncio.timeout(wait_s):
-                        message = await anext(exchange)
+                    async with asyncio.timeout(wait_s) as timer:
+                        if answered:
+                            message = await anext(exchange)
+                        else:
+                            waiting.add(timer)  # an ejection of the pod ends the wait at once
+                            try:
+                                message = await anext(exchange)
+                            finally:
+                                waiting.discard(timer)
                 except StopAsyncIteration:
                     return
                 except TimeoutError as exc:
-                    what = "a further answer" if answered else "a first answer"
-                    message_text = f"pod {endpoint.pod_id} sent no {what} in {wait_s:g} s"
+                    which = "next answer" if answered else "first answer (or the pod was ejected)"
+                    message_text = f"pod {endpoint.pod_id} stalled: no {which} within {wait_s:g} s"
                     raise UpstreamCallFailed(UpstreamFailure(FailureKind.STALLED, message_text)) from exc
                 if message.error_message:
                     raise UpstreamCallFailed(classify_upstream_error(message.error_message))
