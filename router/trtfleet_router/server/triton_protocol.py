@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
@@ -31,15 +31,20 @@ HEADER_LENGTH = "Inference-Header-Content-Length"
 RESERVED_GENERATE_KEYS = frozenset({"parameters", "id"})
 
 
+INT64_MIN: Final = -(2**63)
+INT64_MAX: Final = 2**63 - 1
+
+
 def _set_parameter(target: Any, key: str, value: Any) -> None:
+    """One request parameter from JSON. Integers travel as ``int64_param``: Triton's gRPC front end
+    takes no ``uint64_param`` for request parameters, and its HTTP front end reads JSON integers as int64."""
+    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
+        raise MalformedRequest(f"parameter '{key}' must fit a 64-bit signed integer")
     param = target[key]
     if isinstance(value, bool):
         param.bool_param = value
     elif isinstance(value, int):
-        if value >= 0:
-            param.uint64_param = value
-        else:
-            param.int64_param = value
+        param.int64_param = value
     elif isinstance(value, float):
         param.double_param = value
     elif isinstance(value, str):
@@ -250,6 +255,8 @@ class ConfigView:
     inputs: dict[str, DeclaredInput]
     reader: AnswerReader | None  # generate_answer_reader(config)
     shaped_reader: AnswerReader | None  # generate_answer_reader(config, shaped=True)
+    required_inputs: tuple[str, ...] = ()  # inputs not marked optional
+    outputs: frozenset[str] = frozenset()
 
 
 _VIEWS_MAX = 64
@@ -266,6 +273,8 @@ def config_view(config: model_config_pb2.ModelConfig) -> ConfigView:
             declared_inputs(config),
             generate_answer_reader(config),
             generate_answer_reader(config, shaped=True),
+            tuple(tensor.name for tensor in config.input if not tensor.optional),
+            frozenset(tensor.name for tensor in config.output),
         )
         _VIEWS[id(config)] = view
     return view

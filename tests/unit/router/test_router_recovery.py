@@ -56,9 +56,7 @@ class StepCase:
         pytest.param(StepCase(FailureKind.QUEUE_FULL, _state(), Action.RETRY_ELSEWHERE, False), id="queue full"),
         pytest.param(StepCase(FailureKind.POD_FAILED, _state(), Action.RETRY_ELSEWHERE, True), id="broken pod"),
         pytest.param(StepCase(FailureKind.STALLED, _state(), Action.RETRY_ELSEWHERE, True), id="silent pod"),
-        pytest.param(
-            StepCase(FailureKind.POD_FAILED, _state(attempts=3), Action.GIVE_UP, True), id="no attempt left"
-        ),
+        pytest.param(StepCase(FailureKind.POD_FAILED, _state(attempts=3), Action.GIVE_UP, True), id="no attempt left"),
         pytest.param(
             StepCase(FailureKind.STALLED, _state(yielded=True), Action.GIVE_UP, True), id="stalled after tokens"
         ),
