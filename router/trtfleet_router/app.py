@@ -28,7 +28,7 @@ from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.server.auth import ApiKeys
-from trtfleet_router.server.common import FrontendSettings, Lifecycle, Services
+from trtfleet_router.server.common import LINGER_S, FrontendSettings, Lifecycle, Services
 from trtfleet_router.server.openai_http import OpenAIFrontend
 from trtfleet_router.server.triton_grpc import build_grpc_server
 from trtfleet_router.server.triton_http import TritonHttpFrontend
@@ -153,7 +153,13 @@ class Router:
     async def start(self) -> None:
         self.apply(await asyncio.to_thread(self.discovery.initial))
         s = self.settings
-        self.http_port = await self._serve_http(self.http_app(), s.http_port, handler_cancellation=True)
+        self.http_port = await self._serve_http(
+            self.http_app(),
+            s.http_port,
+            handler_cancellation=True,
+            keepalive_timeout=s.frontend.header_timeout_s,
+            lingering_time=LINGER_S,
+        )
         if s.metrics_port is not None:
             self.metrics_port = await self._serve_http(self.metrics_app(), s.metrics_port)
         if s.grpc_port is not None:
@@ -178,8 +184,8 @@ class Router:
             },
         )
 
-    async def _serve_http(self, app: web.Application, port: int, *, handler_cancellation: bool = False) -> int:
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=handler_cancellation)
+    async def _serve_http(self, app: web.Application, port: int, **options: Any) -> int:
+        runner = web.AppRunner(app, access_log=None, **options)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, port, backlog=1024, reuse_address=True)
         await site.start()

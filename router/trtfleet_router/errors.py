@@ -10,6 +10,7 @@ Every failure the router reports to a client is a :class:`RouterError`; third-pa
     │   ├── UnsupportedParameter     400 INVALID_ARGUMENT    (n > 1, logprobs, ...)
     │   └── LimitExceeded            400 INVALID_ARGUMENT    (prompt / max_tokens above the engine limits)
     ├── BodyTooLarge                 413 INVALID_ARGUMENT    invalid_request_error
+    ├── RequestTimeout               408 DEADLINE_EXCEEDED   invalid_request_error (body not sent in time)
     ├── Unauthenticated              401 UNAUTHENTICATED     authentication_error
     ├── PermissionDenied             403 PERMISSION_DENIED   permission_error
     ├── ModelNotFound                404 NOT_FOUND           not_found_error
@@ -66,6 +67,10 @@ class LimitExceeded(RequestError):
 
 class BodyTooLarge(RouterError):
     """The request body exceeds ``--max-body-bytes``."""
+
+
+class RequestTimeout(RouterError):
+    """The request body did not arrive within the body timeout (the connection is then closed)."""
 
 
 class Unauthenticated(RouterError):
@@ -138,6 +143,7 @@ ERROR_MAPPINGS: Final[dict[type[RouterError], ErrorMapping]] = {
     RequestError: ErrorMapping(400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "bad_request"),
     LimitExceeded: ErrorMapping(400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "limit"),
     BodyTooLarge: ErrorMapping(413, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "too_large"),
+    RequestTimeout: ErrorMapping(408, grpc.StatusCode.DEADLINE_EXCEEDED, "invalid_request_error", "body_timeout"),
     Unauthenticated: ErrorMapping(401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error", "unauth"),
     PermissionDenied: ErrorMapping(403, grpc.StatusCode.PERMISSION_DENIED, "permission_error", "forbidden"),
     ModelNotFound: ErrorMapping(404, grpc.StatusCode.NOT_FOUND, "not_found_error", "not_found"),
