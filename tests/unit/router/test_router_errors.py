@@ -18,6 +18,7 @@ CASES = [
     (e.UnsupportedParameter("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.LimitExceeded("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.BodyTooLarge("x"), 413, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
+    (e.RequestTimeout("x"), 408, grpc.StatusCode.DEADLINE_EXCEEDED, "invalid_request_error"),
     (e.Unauthenticated("x"), 401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error"),
     (e.PermissionDenied("x"), 403, grpc.StatusCode.PERMISSION_DENIED, "permission_error"),
     (e.ModelNotFound("x"), 404, grpc.StatusCode.NOT_FOUND, "not_found_error"),
