@@ -22,7 +22,7 @@ import grpc
 from aiohttp import web
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.errors import RouterError, mapping_for, openai_error_body
+from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import RoutingConfig
@@ -311,7 +311,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _unexpected_errors(handler: Handler) -> Handler:
-    """Last resort: an unexpected exception becomes a logged 500 with an OpenAI-style body."""
+    """Last resort: an unexpected exception becomes a logged 500 with the front end's error body (Triton's
+    on ``/v2`` routes, OpenAI's elsewhere)."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         try:
@@ -323,7 +324,8 @@ def _unexpected_errors(handler: Handler) -> Handler:
         except Exception:
             log.exception("unhandled error", extra={"ctx": {"path": request.path}})
             error = RouterError("internal error")
-            return web.json_response(openai_error_body(error), status=mapping_for(error).http_status)
+            body = triton_error_body(error) if request.path.startswith("/v2") else openai_error_body(error)
+            return web.json_response(body, status=mapping_for(error).http_status)
 
     return guarded
 

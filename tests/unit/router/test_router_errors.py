@@ -69,7 +69,9 @@ def test_unexpected_exceptions_become_a_logged_500_and_http_errors_pass(caplog: 
 
     async def scenario() -> None:
         app = web.Application()
-        app.add_routes(guarded([web.get("/broken", broken), web.get("/missing", missing)]))
+        app.add_routes(
+            guarded([web.get("/broken", broken), web.get("/v2/broken", broken), web.get("/missing", missing)])
+        )
         async with TestClient(TestServer(app)) as client:
             response = await client.get("/broken")
             assert response.status == 500
@@ -79,6 +81,8 @@ def test_unexpected_exceptions_become_a_logged_500_and_http_errors_pass(caplog: 
                 "param": None,
                 "code": "internal",
             }
+            triton = await client.get("/v2/broken")  # Triton routes answer in Triton's format
+            assert triton.status == 500 and await triton.json() == {"error": "internal error"}
             assert (await client.get("/missing")).status == 404
 
     with caplog.at_level(logging.ERROR, logger="trtfleet_router.app"):
