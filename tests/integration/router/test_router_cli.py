@@ -94,12 +94,17 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
         pieces = iter(stream)
         received = [next(pieces).choices[0].text]
         router.send_signal(signal.SIGTERM)  # the stream has about 1.8 s to go
-        time.sleep(0.3)
+        readiness = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/health/ready")
+        deadline = time.monotonic() + 10
+        while True:  # until the router says it is draining (no fixed sleep)
+            try:
+                urllib.request.urlopen(readiness, timeout=2)
+            except (urllib.error.HTTPError, OSError):
+                break
+            assert time.monotonic() < deadline, "the router never stopped being ready after SIGTERM"
+            time.sleep(0.01)
         with pytest.raises((openai.APIStatusError, openai.APIConnectionError)):
             client.completions.create(model="a1", prompt="late", max_tokens=5)
-        readiness = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/health/ready")
-        with pytest.raises((urllib.error.HTTPError, OSError)):
-            urllib.request.urlopen(readiness, timeout=2)
         for chunk in pieces:
             received.append(chunk.choices[0].text)
         assert "".join(received) == "[7] " + "draining " * 8
