@@ -42,7 +42,6 @@ a request multiplexed on a shared stream is only abandoned (see :mod:`.transport
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import math
 import time
@@ -53,9 +52,8 @@ from typing import Final
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router.errors import NoCapacityAvailable, RouterError
-from trtfleet_router.fleets import FleetSet, PodEndpoint
+from trtfleet_router.fleets import FleetSet
 from trtfleet_router.metrics import RouterMetrics
-from trtfleet_router.routing.config import StreamTimeouts
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.types import (
     AdapterTooLarge,
@@ -66,25 +64,19 @@ from trtfleet_router.routing.types import (
     RouteRequest,
     UnknownPod,
 )
+from trtfleet_router.upstream.attempt import Attempts, UpstreamCallFailed
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
-from trtfleet_router.upstream.http_transport import HttpTransport
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
     FailureKind,
     UpstreamFailure,
-    classify_upstream_error,
-    has_outputs,
-    request_stream_final_flag,
     with_weights,
 )
 from trtfleet_router.upstream.recovery import Action, AttemptState, final_error, next_step, no_pod_error
 from trtfleet_router.upstream.transport import (
     STREAMS_PER_POD_DEFAULT,
-    MultiplexedTransport,
-    PerCallTransport,
-    TransportError,
 )
 from trtfleet_router.weights import ArtifactRef, WeightStore
 
@@ -99,14 +91,6 @@ _OUTCOMES: Final = {
     FailureKind.MISS: Outcome.MISS,
     FailureKind.CACHE_FULL: Outcome.CACHE_FULL,
 }
-
-
-class UpstreamCallFailed(Exception):
-    """Internal: one attempt failed (carries the classified failure)."""
-
-    def __init__(self, failure: UpstreamFailure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 class Dispatcher:
@@ -129,13 +113,10 @@ class Dispatcher:
         self.model_info = model_info
         self.metrics = metrics
         self.max_attempts = max_attempts
-        self.calls = calls
-        self.per_call = PerCallTransport(pool)
-        self.multiplexed = MultiplexedTransport(pool, streams_per_pod)
-        self.http = HttpTransport()
-        self.warm_over_http = warm_over_http
+        self.attempts = Attempts(
+            pool, metrics, calls=calls, streams_per_pod=streams_per_pod, warm_over_http=warm_over_http
+        )
         self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
-        self._first_answer_waits: dict[tuple[str, str], set[asyncio.Timeout]] = {}  # (base, pod) -> timers
 
     async def stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         """Responses of the pod that serves ``call``: decide (route), prepare (weights), attempt (one pod,
@@ -179,7 +160,7 @@ class Dispatcher:
             try:
                 # prepare, attempt
                 request = await self._prepare(call, decision, adapter_label)
-                async for response in self._attempt(endpoint, request, call, timeouts):
+                async for response in self.attempts.run(endpoint, request, call, timeouts):
                     if not yielded:
                         yielded = True
                         fleet.confirm(ticket)
@@ -258,10 +239,7 @@ class Dispatcher:
         if self.fleets.record_failure(base_name, pod) is None:
             return
         self.metrics.pod_ejections.labels(pod).inc()
-        now = asyncio.get_running_loop().time()
-        for timer in self._first_answer_waits.pop((base_name, pod), set()):
-            if not timer.expired():
-                timer.reschedule(now)
+        self.attempts.end_first_answer_waits(base_name, pod)
 
     async def _route(
         self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float
@@ -313,88 +291,12 @@ class Dispatcher:
         finally:
             self.metrics.routing_decision.observe(time.perf_counter() - started)
 
-    def _exchange(
-        self, endpoint: PodEndpoint, request: service_pb2.ModelInferRequest | None, call: UpstreamCall
-    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
-        """The transport for this attempt: HTTP for a warm text request (``request`` is None: the call's
-        own, no weights) when the pod has an HTTP port, else gRPC (per call or multiplexed, see
-        :class:`UpstreamCalls`)."""
-        body = call.http_body
-        if body is not None and request is None and endpoint.http_address and self.warm_over_http:
-            self.metrics.upstream_attempts.labels("http").inc()
-            return self.http.exchange(
-                endpoint.http_address,
-                call.model_name,
-                body,
-                call.deadline_s,
-                stream=call.http_stream,
-                reader=call.http_answer,
-            )
-        if request is None:
-            request = call.grpc_request()
-        request_stream_final_flag(request)
-        multiplexed = self.calls is UpstreamCalls.MULTIPLEXED or (
-            self.calls is UpstreamCalls.AUTO and not call.client_streaming
-        )
-        transport = self.multiplexed if multiplexed else self.per_call
-        self.metrics.upstream_attempts.labels("grpc_shared" if multiplexed else "grpc_call").inc()
-        return transport.exchange(endpoint.address, request, call.deadline_s)
-
-    async def _attempt(
-        self,
-        endpoint: PodEndpoint,
-        request: service_pb2.ModelInferRequest | None,
-        call: UpstreamCall,
-        timeouts: StreamTimeouts,
-    ) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
-        """One attempt on one pod; yields responses with outputs (with the caller's request id back),
-        raises UpstreamCallFailed. A pod silent for longer than the first-token timeout (plus
-        ``max_tokens`` inter-token timeouts when the answer comes in one piece) or, once it answered, the
-        inter-token timeout has *stalled* (the call is cancelled)."""
-        exchange = self._exchange(endpoint, request, call)
-        wait_s = timeouts.first_token_s
-        if not call.client_streaming:
-            wait_s += call.max_tokens * timeouts.inter_token_s
-        answered = False
-        waiting = self._first_answer_waits.setdefault((call.target.base.name, endpoint.pod_id), set())
-        try:
-            while True:
-                try:
-                    async with asyncio.timeout(wait_s) as timer:
-                        if answered:
-                            message = await anext(exchange)
-                        else:
-                            waiting.add(timer)  # an ejection of the pod ends the wait at once
-                            try:
-                                message = await anext(exchange)
-                            finally:
-                                waiting.discard(timer)
-                except StopAsyncIteration:
-                    return
-                except TimeoutError as exc:
-                    which = "next answer" if answered else "first answer (or the pod was ejected)"
-                    message_text = f"pod {endpoint.pod_id} stalled: no {which} within {wait_s:g} s"
-                    raise UpstreamCallFailed(UpstreamFailure(FailureKind.STALLED, message_text)) from exc
-                if message.error_message:
-                    raise UpstreamCallFailed(classify_upstream_error(message.error_message))
-                answered = True
-                wait_s = timeouts.inter_token_s
-                response = message.infer_response
-                if has_outputs(response):
-                    response.id = call.client_id
-                    yield response
-        except TransportError as exc:
-            raise UpstreamCallFailed(exc.failure) from exc
-        finally:
-            await exchange.aclose()
-
     def retain(self, addresses: set[str]) -> None:
         """Forget shared streams to pods discovery no longer lists."""
-        self.multiplexed.retain(addresses)
+        self.attempts.retain(addresses)
 
     async def close(self) -> None:
-        await self.multiplexed.close()
-        await self.http.close()
+        await self.attempts.close()
 
     @staticmethod
     def _log_failure(call: UpstreamCall, decision: Decision, failure: UpstreamFailure, yielded: bool) -> None:
