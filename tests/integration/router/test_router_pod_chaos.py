@@ -218,6 +218,12 @@ def test_one_worker_killed_frozen_or_broken_under_load(converted_adapters: list[
             f"({len(before_token)} before a token), ejected after {eject_s:.2f} s, "
             f"slowest request {max(o.took_s for o in load.outcomes):.2f} s; {retries}"
         )
+        retried = sum(
+            float(line.rsplit(" ", 1)[1])
+            for line in retries
+            if 'reason="pod_failed"' in line or 'reason="stalled"' in line
+        )
+        assert retried > 0  # requests really were on the victim and were retried: the test is not vacuous
         assert before_token == [], before_token[:3]
         assert all(o.stream and "broke after it started" in o.error for o in failed), failed[:3]
         bound_s = FIRST_TOKEN_S + MAX_TOKENS * INTER_TOKEN_S  # the longest a request may wait on one pod
