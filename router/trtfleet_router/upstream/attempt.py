@@ -9,7 +9,7 @@
 * **ejection**: when outlier detection ejects a pod, the attempts there still waiting for their first
   answer end at once (their timers are moved to now), so the dispatcher retries them elsewhere.
 
-Failures leave as :class:`UpstreamCallFailed` carrying the classified :class:`~.protocol.UpstreamFailure`.
+Failures leave as :class:`~.failures.UpstreamCallFailed` (the transports' own error type, passed through).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from trtfleet_router.fleets import PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import StreamTimeouts
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
+from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.http_transport import HttpTransport
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
@@ -36,16 +37,7 @@ from trtfleet_router.upstream.transport import (
     STREAMS_PER_POD_DEFAULT,
     MultiplexedTransport,
     PerCallTransport,
-    TransportError,
 )
-
-
-class UpstreamCallFailed(Exception):
-    """One attempt failed (carries the classified failure)."""
-
-    def __init__(self, failure: UpstreamFailure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
 
 
 class Attempts:
@@ -145,8 +137,6 @@ class Attempts:
                 if has_outputs(response):
                     response.id = call.client_id
                     yield response
-        except TransportError as exc:
-            raise UpstreamCallFailed(exc.failure) from exc
         finally:
             await exchange.aclose()
 

@@ -64,9 +64,10 @@ from trtfleet_router.routing.types import (
     RouteRequest,
     UnknownPod,
 )
-from trtfleet_router.upstream.attempt import Attempts, UpstreamCallFailed
+from trtfleet_router.upstream.attempt import Attempts
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
+from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
