@@ -44,7 +44,7 @@ AFTER_EVENT_OK = 40  # successful requests after the event before the load stops
 VICTIM = 1
 ROUTING = RoutingConfig(
     outlier_detection=OutlierDetectionConfig(
-        consecutive_failures=2, base_ejection_time_s=3.0, probe_interval_s=0.5, probe_timeout_s=1.0
+        consecutive_failures=2, base_ejection_time_s=3.0, probe_interval_s=0.5, probe_timeout_s=2.0
     ),
     stream_timeouts=StreamTimeouts(first_token_s=FIRST_TOKEN_S, inter_token_s=INTER_TOKEN_S),
 )

@@ -40,7 +40,7 @@ def _routing(base_ejection_time_s: float = 0.3) -> RoutingConfig:
             consecutive_failures=2,
             base_ejection_time_s=base_ejection_time_s,
             probe_interval_s=0.1,
-            probe_timeout_s=0.3,
+            probe_timeout_s=1.0,  # a busy machine must not make a healthy echo pod miss its probes
         ),
         stream_timeouts=StreamTimeouts(first_token_s=FIRST_TOKEN_S, inter_token_s=INTER_TOKEN_S),
     )
