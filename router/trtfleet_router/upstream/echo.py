@@ -281,8 +281,8 @@ def echo_http_app(upstream: EchoUpstream) -> web.Application:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001, help="gRPC port")
-    parser.add_argument("--http-port", type=int, help="also serve Triton's generate extension over HTTP")
+    parser.add_argument("--port", type=int, default=8001, help="gRPC port (0: any free port, printed)")
+    parser.add_argument("--http-port", type=int, help="also serve Triton's generate extension over HTTP (0: any)")
     parser.add_argument("--host-pages", type=int, default=64)
     parser.add_argument("--chunk-chars", type=int, default=4)
     parser.add_argument("--chunk-delay-s", type=float, default=0.0, help="pause between streamed pieces")
@@ -293,11 +293,15 @@ def main() -> None:
             host_pages=args.host_pages, chunk_chars=args.chunk_chars, chunk_delay_s=args.chunk_delay_s
         )
         server, port = await serve_echo(upstream, args.host, args.port)
+        http_port = None
         if args.http_port is not None:
             runner = web.AppRunner(echo_http_app(upstream), access_log=None)
             await runner.setup()
-            await web.TCPSite(runner, args.host, args.http_port).start()
-        print(f"echo upstream on {args.host}:{port} (http {args.http_port})", flush=True)
+            site = web.TCPSite(runner, args.host, args.http_port)
+            await site.start()
+            sockets = getattr(site._server, "sockets", None) or []
+            http_port = int(sockets[0].getsockname()[1]) if sockets else args.http_port
+        print(f"echo upstream on {args.host}:{port} (http {http_port})", flush=True)  # the bound ports (0: any)
         await server.wait_for_termination()
 
     asyncio.run(run())
