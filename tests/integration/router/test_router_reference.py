@@ -185,12 +185,11 @@ def test_misbehaving_clients_do_not_hurt_others(
 ) -> None:
     _, router = fleet
     failures: list[str] = []
-    served: dict[str, int] = {}
+    served = {adapter.name: 0 for adapter in converted_adapters[:3]}
     stop = threading.Event()
 
     def well_behaved(adapter: ConvertedAdapter) -> None:
         client = _openai(router)
-        served[adapter.name] = 0
         while not stop.is_set():
             try:
                 answer = client.completions.create(model=adapter.name, prompt=PROMPTS[0], max_tokens=MAX_TOKENS)
