@@ -22,6 +22,7 @@ Every failure the router reports to a client is a :class:`RouterError`; third-pa
     ├── UpstreamFailed               502 INTERNAL            upstream_error
     │   └── StreamInterrupted        502 INTERNAL            (a started stream broke; never retried)
     ├── UpstreamTimeout              504 DEADLINE_EXCEEDED   timeout_error
+    ├── AdapterUnservable            500 INTERNAL            server_error (no pod's LoRA cache can hold it)
     └── WeightsUnavailable           502 INTERNAL            upstream_error (missing / bad sha256)
 
 Upstream error *texts* (TRT-LLM's miss, cache-full and queue-full messages) are classified by
@@ -125,6 +126,10 @@ class UpstreamTimeout(RouterError):
     """The pod did not answer within the request deadline."""
 
 
+class AdapterUnservable(RouterError):
+    """The adapter needs more LoRA cache pages than any pod has: a fleet configuration error."""
+
+
 class WeightsUnavailable(RouterError):
     """The adapter's converted weights could not be loaded or failed their sha256 check."""
 
@@ -154,6 +159,7 @@ ERROR_MAPPINGS: Final[dict[type[RouterError], ErrorMapping]] = {
     StreamInterrupted: ErrorMapping(502, grpc.StatusCode.INTERNAL, "upstream_error", "interrupted"),
     UpstreamTimeout: ErrorMapping(504, grpc.StatusCode.DEADLINE_EXCEEDED, "timeout_error", "timeout"),
     WeightsUnavailable: ErrorMapping(502, grpc.StatusCode.INTERNAL, "upstream_error", "weights"),
+    AdapterUnservable: ErrorMapping(500, grpc.StatusCode.INTERNAL, "server_error", "adapter_too_large"),
 }
 
 

@@ -51,7 +51,7 @@ from typing import Final
 
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.errors import NoCapacityAvailable, RouterError
+from trtfleet_router.errors import AdapterUnservable, NoCapacityAvailable, RouterError
 from trtfleet_router.fleets import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.fleet import Fleet
@@ -288,7 +288,7 @@ class Dispatcher:
         try:
             return fleet.route(route)
         except AdapterTooLarge as exc:
-            raise RouterError(str(exc), code="adapter_too_large") from exc
+            raise AdapterUnservable(str(exc)) from exc
         finally:
             self.metrics.routing_decision.observe(time.perf_counter() - started)
 

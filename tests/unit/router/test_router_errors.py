@@ -31,6 +31,7 @@ CASES = [
     (e.StreamInterrupted("x"), 502, grpc.StatusCode.INTERNAL, "upstream_error"),
     (e.UpstreamTimeout("x"), 504, grpc.StatusCode.DEADLINE_EXCEEDED, "timeout_error"),
     (e.WeightsUnavailable("x"), 502, grpc.StatusCode.INTERNAL, "upstream_error"),
+    (e.AdapterUnservable("x"), 500, grpc.StatusCode.INTERNAL, "server_error"),
 ]
 
 
