@@ -29,21 +29,17 @@ from trtfleet_router.upstream.tensors import decode_bytes, encode_bytes, json_to
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 RESERVED_GENERATE_KEYS = frozenset({"parameters", "id"})
-
-
-INT64_MIN: Final = -(2**63)
-INT64_MAX: Final = 2**63 - 1
+INT64_RANGE: Final = range(-(2**63), 2**63)
 
 
 def _set_parameter(target: Any, key: str, value: Any) -> None:
-    """One request parameter from JSON. Integers travel as ``int64_param``: Triton's gRPC front end
-    takes no ``uint64_param`` for request parameters, and its HTTP front end reads JSON integers as int64."""
-    if isinstance(value, int) and not isinstance(value, bool) and not INT64_MIN <= value <= INT64_MAX:
-        raise MalformedRequest(f"parameter '{key}' must fit a 64-bit signed integer")
+    """One request parameter from JSON; integers as ``int64_param`` (Triton takes no unsigned ones)."""
     param = target[key]
     if isinstance(value, bool):
         param.bool_param = value
     elif isinstance(value, int):
+        if value not in INT64_RANGE:
+            raise MalformedRequest(f"parameter '{key}' must fit a 64-bit signed integer")
         param.int64_param = value
     elif isinstance(value, float):
         param.double_param = value
