@@ -52,7 +52,8 @@ POD_BROKEN_RE: Final = re.compile(
 INVALID_RE: Final = re.compile(
     r"lora_task_id must be set|Expected lora weights to be the same data type|not enabled for this model"
     r"|has to few values|unexpected inference input|unexpected shape|expected \d+ inputs"
-    r"|expected number of inputs|missing required input|input byte size mismatch|unexpected datatype",
+    r"|expected number of inputs|missing required input|input byte size mismatch|unexpected datatype"
+    r"|invalid value type for '.*' parameter",
     re.IGNORECASE,
 )
 

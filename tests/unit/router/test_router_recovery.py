@@ -113,6 +113,14 @@ class ClassifyCase:
             ClassifyCase("max_tokens is required", grpc.StatusCode.INVALID_ARGUMENT, FailureKind.INVALID),
             id="INVALID_ARGUMENT",
         ),
+        pytest.param(
+            ClassifyCase(
+                "invalid value type for 'user_tag' parameter, expected int64_param, bool_param, or string_param.",
+                None,
+                FailureKind.INVALID,
+            ),
+            id="Triton refusing a parameter type",
+        ),
         pytest.param(ClassifyCase("something odd", None, FailureKind.INTERNAL), id="unknown stays internal"),
         pytest.param(
             ClassifyCase("Deadline Exceeded", grpc.StatusCode.DEADLINE_EXCEEDED, FailureKind.TIMEOUT), id="deadline"
