@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -316,3 +317,42 @@ def test_tensor_requests_travel_over_http_with_grpc_shapes(fleet: tuple[list[Any
     output = http.infer("tiny", http_inputs).as_numpy("text_output")
     assert (output.reshape(-1)[0].decode(), output.shape) == (want_text, want_shape)
     assert _metric(router, http_attempts) == before + 2
+
+
+def _status(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_bad_input_is_a_400_and_no_pod_failure(
+    fleet: tuple[list[Any], RouterThread], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    _, router = fleet
+    adapter = converted_adapters[0].name
+    failures_before = _metric(router, "trtfleet_router_pod_failures_total")
+    text_inputs = [
+        {"name": "text_input", "datatype": "BYTES", "shape": [1, 1], "data": ["hi"]},
+        {"name": "max_tokens", "datatype": "INT32", "shape": [1, 1], "data": [4]},
+    ]
+    cases = [
+        ("/v1/completions", {"model": adapter, "prompt": "hi", "max_tokens": 4, "seed": -1}),
+        ("/v1/chat/completions", {"model": adapter, "messages": [{"role": "user", "content": "hi"}], "seed": -1}),
+        (f"/v2/models/{adapter}/generate", {"text_input": "hi"}),
+        (f"/v2/models/{adapter}/infer", {"inputs": text_inputs, "outputs": [{"name": "no_such_output"}]}),
+    ]
+    for path, body in cases:
+        status, doc = _status(router.http_url + path, body)
+        assert status == 400, (path, doc)
+        assert isinstance(doc["error"], dict if path.startswith("/v1") else str), doc
+    # integer request parameters reach tritonserver as int64 (it refuses unsigned ones)
+    status, doc = _status(
+        router.http_url + f"/v2/models/{adapter}/generate",
+        {"text_input": "hi", "max_tokens": 4, "parameters": {"user_tag": 3, "offset": -2}},
+    )
+    assert status == 200 and doc["text_output"], doc
+    assert _metric(router, "trtfleet_router_pod_failures_total") == failures_before
+    assert router.router.fleets.ejected("tiny") == frozenset()
