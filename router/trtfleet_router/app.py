@@ -22,13 +22,13 @@ import grpc
 from aiohttp import web
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.errors import RouterError, mapping_for, openai_error_body
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
+from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
+from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.server.auth import ApiKeys
-from trtfleet_router.server.common import FrontendSettings, Lifecycle, Services
+from trtfleet_router.server.common import LINGER_S, FrontendSettings, Lifecycle, Services
 from trtfleet_router.server.openai_http import OpenAIFrontend
 from trtfleet_router.server.triton_grpc import build_grpc_server
 from trtfleet_router.server.triton_http import TritonHttpFrontend
@@ -47,8 +47,6 @@ DRAIN_TIMEOUT_S_DEFAULT: Final = 30.0
 PREWARM_INTERVAL_S_DEFAULT: Final = 10.0
 PREWARM_TIMEOUT_S: Final = 60.0
 HTTP_OVERHEAD_BYTES: Final = 64 * 1024
-HEALTH_PROBE_INTERVAL_S: Final = 1.0
-HEALTH_PROBE_TIMEOUT_S: Final = 1.0
 
 
 class Discovery(Protocol):
@@ -155,7 +153,13 @@ class Router:
     async def start(self) -> None:
         self.apply(await asyncio.to_thread(self.discovery.initial))
         s = self.settings
-        self.http_port = await self._serve_http(self.http_app(), s.http_port, handler_cancellation=True)
+        self.http_port = await self._serve_http(
+            self.http_app(),
+            s.http_port,
+            handler_cancellation=True,
+            keepalive_timeout=s.frontend.header_timeout_s,
+            lingering_time=LINGER_S,
+        )
         if s.metrics_port is not None:
             self.metrics_port = await self._serve_http(self.metrics_app(), s.metrics_port)
         if s.grpc_port is not None:
@@ -180,8 +184,8 @@ class Router:
             },
         )
 
-    async def _serve_http(self, app: web.Application, port: int, *, handler_cancellation: bool = False) -> int:
-        runner = web.AppRunner(app, access_log=None, handler_cancellation=handler_cancellation)
+    async def _serve_http(self, app: web.Application, port: int, **options: Any) -> int:
+        runner = web.AppRunner(app, access_log=None, **options)
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, port, backlog=1024, reuse_address=True)
         await site.start()
@@ -224,22 +228,43 @@ class Router:
         snapshots = {name: dataclasses.asdict(fleet.snapshot()) for name, fleet in self.fleets.fleets.items()}
         return web.json_response(snapshots)
 
-    # -- passive health ---------------------------------------------------------------------------------
+    # -- pod health -------------------------------------------------------------------------------------
     async def _health_loop(self) -> None:
-        """Probe suspended pods (``ModelReady`` of the upstream model); resume those that answer."""
+        """Every ``probeIntervalS``: probe every pod's readiness (``ModelReady`` of the upstream model,
+        ``probeTimeoutS``), all pods at once. A failed or timed-out probe of a routed pod is a pod failure
+        (a frozen pod is ejected even when no request reaches it); a successful probe of an ejected pod
+        whose ejection time passed readmits it (see ``routing/outlier.py``)."""
+        config = self.settings.routing.outlier_detection
         while True:
-            await asyncio.sleep(HEALTH_PROBE_INTERVAL_S)
-            for base_name, endpoint in self.fleets.suspended_endpoints():
-                base = self.fleets.registry.bases.get(base_name)
-                if base is None:
-                    continue
-                request = service_pb2.ModelReadyRequest(name=base.upstream_model)
-                try:
-                    ready = await self.pool.stub(endpoint.address).ModelReady(request, timeout=HEALTH_PROBE_TIMEOUT_S)
-                except grpc.aio.AioRpcError:
-                    continue
-                if ready.ready:
-                    self.fleets.resume(base_name, endpoint.pod_id)
+            await asyncio.sleep(config.probe_interval_s)
+            fleets = self.fleets
+            due = {(base, endpoint.pod_id) for base, endpoint in fleets.due_for_probe()}
+            probes = [
+                (base, endpoint)
+                for base, endpoint in fleets.all_endpoints()
+                if endpoint.ready and (endpoint.pod_id not in fleets.ejected(base) or (base, endpoint.pod_id) in due)
+            ]
+            timeout_s = config.probe_timeout_s
+            results = await asyncio.gather(*(self._probe(base, endpoint, timeout_s) for base, endpoint in probes))
+            for (base, endpoint), ready in zip(probes, results, strict=True):
+                if (base, endpoint.pod_id) in due:
+                    if ready:
+                        self.fleets.readmit(base, endpoint.pod_id)
+                elif not ready:
+                    self.dispatcher.blame(base, endpoint.pod_id, "probe")
+            for base in self.fleets.fleets:
+                self.metrics.pods_ejected.labels(base).set(len(self.fleets.ejected(base)))
+
+    async def _probe(self, base_name: str, endpoint: PodEndpoint, timeout_s: float) -> bool:
+        base = self.fleets.registry.bases.get(base_name)
+        if base is None:
+            return True
+        request = service_pb2.ModelReadyRequest(name=base.upstream_model)
+        try:
+            answer = await self.pool.stub(endpoint.address).ModelReady(request, timeout=timeout_s)
+        except grpc.aio.AioRpcError:
+            return False
+        return bool(answer.ready)
 
     # -- prewarming ------------------------------------------------------------------------------------
     async def _prewarm_loop(self) -> None:
@@ -286,7 +311,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 def _unexpected_errors(handler: Handler) -> Handler:
-    """Last resort: an unexpected exception becomes a logged 500 with an OpenAI-style body."""
+    """Last resort: an unexpected exception becomes a logged 500 with the front end's error body (Triton's
+    on ``/v2`` routes, OpenAI's elsewhere)."""
 
     async def guarded(request: web.Request) -> web.StreamResponse:
         try:
@@ -298,7 +324,8 @@ def _unexpected_errors(handler: Handler) -> Handler:
         except Exception:
             log.exception("unhandled error", extra={"ctx": {"path": request.path}})
             error = RouterError("internal error")
-            return web.json_response(openai_error_body(error), status=mapping_for(error).http_status)
+            body = triton_error_body(error) if request.path.startswith("/v2") else openai_error_body(error)
+            return web.json_response(body, status=mapping_for(error).http_status)
 
     return guarded
 

@@ -28,7 +28,13 @@ from trtfleet_router.app import (
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
 from trtfleet_router.routing.config import RoutingConfig, load_routing_config
-from trtfleet_router.server.common import MAX_BODY_BYTES_DEFAULT, REQUEST_TIMEOUT_S_DEFAULT, FrontendSettings
+from trtfleet_router.server.common import (
+    BODY_TIMEOUT_S_DEFAULT,
+    HEADER_TIMEOUT_S_DEFAULT,
+    MAX_BODY_BYTES_DEFAULT,
+    REQUEST_TIMEOUT_S_DEFAULT,
+    FrontendSettings,
+)
 from trtfleet_router.upstream.dispatch import UpstreamCalls
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT
 from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
@@ -91,6 +97,18 @@ def configure(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES_DEFAULT)
     limits.add_argument("--request-timeout-s", type=float, default=REQUEST_TIMEOUT_S_DEFAULT)
     limits.add_argument(
+        "--header-timeout-s",
+        type=float,
+        default=HEADER_TIMEOUT_S_DEFAULT,
+        help="HTTP: close a connection that has not sent a whole request head for this long (idle keep-alive too)",
+    )
+    limits.add_argument(
+        "--body-timeout-s",
+        type=float,
+        default=BODY_TIMEOUT_S_DEFAULT,
+        help="HTTP: answer 408 and close when a request body has not fully arrived within this time",
+    )
+    limits.add_argument(
         "--weight-store-bytes",
         type=int,
         default=DEFAULT_CAPACITY_BYTES,
@@ -147,7 +165,12 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         grpc_port=None if args.grpc_port < 0 else args.grpc_port,
         metrics_port=None if args.metrics_port < 0 else args.metrics_port,
         routing=_routing_config(args),
-        frontend=FrontendSettings(max_body_bytes=args.max_body_bytes, request_timeout_s=args.request_timeout_s),
+        frontend=FrontendSettings(
+            max_body_bytes=args.max_body_bytes,
+            request_timeout_s=args.request_timeout_s,
+            header_timeout_s=args.header_timeout_s,
+            body_timeout_s=args.body_timeout_s,
+        ),
         weight_store_bytes=args.weight_store_bytes,
         scrape_interval_s=args.scrape_interval_s,
         prewarm_interval_s=args.prewarm_interval_s,

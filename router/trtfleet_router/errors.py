@@ -10,6 +10,7 @@ Every failure the router reports to a client is a :class:`RouterError`; third-pa
     │   ├── UnsupportedParameter     400 INVALID_ARGUMENT    (n > 1, logprobs, ...)
     │   └── LimitExceeded            400 INVALID_ARGUMENT    (prompt / max_tokens above the engine limits)
     ├── BodyTooLarge                 413 INVALID_ARGUMENT    invalid_request_error
+    ├── RequestTimeout               408 DEADLINE_EXCEEDED   invalid_request_error (body not sent in time)
     ├── Unauthenticated              401 UNAUTHENTICATED     authentication_error
     ├── PermissionDenied             403 PERMISSION_DENIED   permission_error
     ├── ModelNotFound                404 NOT_FOUND           not_found_error
@@ -21,6 +22,7 @@ Every failure the router reports to a client is a :class:`RouterError`; third-pa
     ├── UpstreamFailed               502 INTERNAL            upstream_error
     │   └── StreamInterrupted        502 INTERNAL            (a started stream broke; never retried)
     ├── UpstreamTimeout              504 DEADLINE_EXCEEDED   timeout_error
+    ├── AdapterUnservable            500 INTERNAL            server_error (no pod's LoRA cache can hold it)
     └── WeightsUnavailable           502 INTERNAL            upstream_error (missing / bad sha256)
 
 Upstream error *texts* (TRT-LLM's miss, cache-full and queue-full messages) are classified by
@@ -66,6 +68,10 @@ class LimitExceeded(RequestError):
 
 class BodyTooLarge(RouterError):
     """The request body exceeds ``--max-body-bytes``."""
+
+
+class RequestTimeout(RouterError):
+    """The request body did not arrive within the body timeout (the connection is then closed)."""
 
 
 class Unauthenticated(RouterError):
@@ -120,6 +126,10 @@ class UpstreamTimeout(RouterError):
     """The pod did not answer within the request deadline."""
 
 
+class AdapterUnservable(RouterError):
+    """The adapter needs more LoRA cache pages than any pod has: a fleet configuration error."""
+
+
 class WeightsUnavailable(RouterError):
     """The adapter's converted weights could not be loaded or failed their sha256 check."""
 
@@ -138,6 +148,7 @@ ERROR_MAPPINGS: Final[dict[type[RouterError], ErrorMapping]] = {
     RequestError: ErrorMapping(400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "bad_request"),
     LimitExceeded: ErrorMapping(400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "limit"),
     BodyTooLarge: ErrorMapping(413, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "too_large"),
+    RequestTimeout: ErrorMapping(408, grpc.StatusCode.DEADLINE_EXCEEDED, "invalid_request_error", "body_timeout"),
     Unauthenticated: ErrorMapping(401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error", "unauth"),
     PermissionDenied: ErrorMapping(403, grpc.StatusCode.PERMISSION_DENIED, "permission_error", "forbidden"),
     ModelNotFound: ErrorMapping(404, grpc.StatusCode.NOT_FOUND, "not_found_error", "not_found"),
@@ -148,6 +159,7 @@ ERROR_MAPPINGS: Final[dict[type[RouterError], ErrorMapping]] = {
     StreamInterrupted: ErrorMapping(502, grpc.StatusCode.INTERNAL, "upstream_error", "interrupted"),
     UpstreamTimeout: ErrorMapping(504, grpc.StatusCode.DEADLINE_EXCEEDED, "timeout_error", "timeout"),
     WeightsUnavailable: ErrorMapping(502, grpc.StatusCode.INTERNAL, "upstream_error", "weights"),
+    AdapterUnservable: ErrorMapping(500, grpc.StatusCode.INTERNAL, "server_error", "adapter_too_large"),
 }
 
 

@@ -4,9 +4,10 @@ Discovery (static or Kubernetes) produces :class:`DiscoverySnapshot` values; :me
 swaps the registry and hands each fleet its pods (``Fleet.set_pods`` resets a pod whose uid changed,
 so a restarted pod starts with an empty shadow cache). Everything here runs on the event loop thread.
 
-Passive health: a pod whose transport failed (connection refused or reset) is *suspended*, i.e. handed
-to its fleet as not ready, until a probe (``ServerReady``, see the app's health loop) answers again.
-Discovery's own readiness (EndpointSlice conditions) still rules; suspension only adds to it.
+Pod health (outlier detection, see :mod:`trtfleet_router.routing.outlier`): pod failures reported by the
+dispatcher and the readiness probes (:meth:`FleetSet.record_failure`) eject a pod with back-off, i.e. hand
+it to its fleet as not ready, until its ejection time passes and a probe answers (:meth:`FleetSet.readmit`).
+Discovery's own readiness (EndpointSlice conditions) still rules; ejection only adds to it.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.framework import build_policy
+from trtfleet_router.routing.outlier import Ejection, OutlierDetector
 from trtfleet_router.routing.types import PodInfo
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class FleetSet:
         self.registry = ModelRegistry()
         self.fleets: dict[str, Fleet] = {}
         self.pods: dict[str, dict[str, PodEndpoint]] = {}
-        self.suspended: dict[str, set[str]] = {}  # base -> pod ids failing at the transport level
+        self.outliers: dict[str, OutlierDetector] = {}  # base -> failure counts and ejections of its pods
         self.generation = 0
 
     def apply(self, snapshot: DiscoverySnapshot) -> None:
@@ -73,55 +75,77 @@ class FleetSet:
                 self.fleets[name] = Fleet(
                     policy, now=self._now, rng=random.Random(seed), config=self.routing_config, model=name
                 )
+                self.outliers[name] = OutlierDetector(self.routing_config.outlier_detection)
                 log.info("base model added", extra={"ctx": {"base_model": name, "policy": policy.name}})
         for name in [n for n in self.fleets if n not in registry.bases]:
             del self.fleets[name]
             self.pods.pop(name, None)
+            self.outliers.pop(name, None)
             log.info("base model removed", extra={"ctx": {"base_model": name}})
         self.registry = registry
         for name in self.fleets:
             self.pods[name] = dict(snapshot.pods.get(name, {}))
-            suspended = self.suspended.get(name)
-            if suspended:
-                suspended &= set(self.pods[name])
+            self.outliers[name].retain(self.pods[name])
             self._hand_pods(name)
         self.generation += 1
 
     def _hand_pods(self, name: str) -> None:
         base = self.registry.bases[name]
-        suspended = self.suspended.get(name, set())
+        ejected = self.ejected(name)
         self.fleets[name].set_pods(
             {
                 pod_id: PodInfo(
-                    pod_id, ep.address, ep.uid, base.host_pages, base.device_pages, ep.ready and pod_id not in suspended
+                    pod_id, ep.address, ep.uid, base.host_pages, base.device_pages, ep.ready and pod_id not in ejected
                 )
                 for pod_id, ep in self.pods[name].items()
             }
         )
 
-    def suspend(self, base_model: str, pod_id: str) -> None:
-        """Stop routing to a pod whose transport failed until :meth:`resume`."""
-        if base_model not in self.fleets or pod_id not in self.pods.get(base_model, {}):
-            return
-        suspended = self.suspended.setdefault(base_model, set())
-        if pod_id not in suspended:
-            suspended.add(pod_id)
+    def ejected(self, base_model: str) -> frozenset[str]:
+        outliers = self.outliers.get(base_model)
+        return outliers.ejected if outliers is not None else frozenset()
+
+    def record_failure(self, base_model: str, pod_id: str) -> Ejection | None:
+        """A failure that says the pod is broken (never a request error); may eject it."""
+        outliers = self.outliers.get(base_model)
+        pods = self.pods.get(base_model, {})
+        if outliers is None or pod_id not in pods:
+            return None
+        ejection = outliers.record_failure(pod_id, len(pods), self._now())
+        if ejection is not None:
             self._hand_pods(base_model)
-            log.warning("pod suspended", extra={"ctx": {"base_model": base_model, "pod": pod_id}})
+            log.warning(
+                "pod ejected",
+                extra={
+                    "ctx": {
+                        "base_model": base_model,
+                        "pod": pod_id,
+                        "ejection_s": ejection.duration_s,
+                        "consecutive_failures": ejection.consecutive_failures,
+                    }
+                },
+            )
+        return ejection
 
-    def resume(self, base_model: str, pod_id: str) -> None:
-        suspended = self.suspended.get(base_model)
-        if suspended and pod_id in suspended:
-            suspended.discard(pod_id)
-            if base_model in self.fleets:
-                self._hand_pods(base_model)
-            log.info("pod resumed", extra={"ctx": {"base_model": base_model, "pod": pod_id}})
+    def record_success(self, base_model: str, pod_id: str) -> None:
+        outliers = self.outliers.get(base_model)
+        if outliers is not None:
+            outliers.record_success(pod_id)
 
-    def suspended_endpoints(self) -> list[tuple[str, PodEndpoint]]:
+    def readmit(self, base_model: str, pod_id: str) -> None:
+        """A probe of an ejected pod answered after its ejection time: route to it again."""
+        outliers = self.outliers.get(base_model)
+        if outliers is not None and outliers.readmit(pod_id, self._now()) and base_model in self.fleets:
+            self._hand_pods(base_model)
+            log.info("pod readmitted", extra={"ctx": {"base_model": base_model, "pod": pod_id}})
+
+    def due_for_probe(self) -> list[tuple[str, PodEndpoint]]:
+        """Ejected pods whose ejection time has passed (a successful probe readmits them)."""
+        now = self._now()
         return [
             (base, self.pods[base][pod_id])
-            for base, pods in self.suspended.items()
-            for pod_id in pods
+            for base, outliers in self.outliers.items()
+            for pod_id in outliers.due_for_probe(now)
             if pod_id in self.pods.get(base, {})
         ]
 
@@ -135,8 +159,8 @@ class FleetSet:
         return self.pods.get(base_model, {}).get(pod_id)
 
     def ready_endpoints(self, base_model: str) -> list[PodEndpoint]:
-        suspended = self.suspended.get(base_model, set())
-        return [ep for ep in self.pods.get(base_model, {}).values() if ep.ready and ep.pod_id not in suspended]
+        ejected = self.ejected(base_model)
+        return [ep for ep in self.pods.get(base_model, {}).values() if ep.ready and ep.pod_id not in ejected]
 
     def all_endpoints(self) -> Iterator[tuple[str, PodEndpoint]]:
         for base, pods in self.pods.items():

@@ -279,7 +279,7 @@ class RouterMetrics:
         )
         self.upstream_retries = counter(
             "upstream_retries",
-            "Upstream attempts repeated, by reason (miss, cache_full, queue_full, pod_failed).",
+            "Upstream attempts repeated, by reason (miss, cache_full, queue_full, pod_failed, stalled).",
             "reason",
         )
         self.upstream_attempts = counter(
@@ -308,6 +308,14 @@ class RouterMetrics:
             "base_model",
             "result",
         )
+        self.pod_failures = counter(
+            "pod_failures",
+            "Failures held against a pod for outlier detection, by reason (pod_failed, stalled, probe).",
+            "pod",
+            "reason",
+        )
+        self.pod_ejections = counter("pod_ejections", "Pods ejected by outlier detection.", "pod")
+        self.pods_ejected = gauge("pods_ejected", "Pods ejected now, per base model.", "base_model")
         r.register(loop_metrics)
 
     def exposition(self) -> bytes:

@@ -23,6 +23,7 @@ from trtfleet_router import jsoncodec
 from trtfleet_router.errors import (
     BodyTooLarge,
     MalformedRequest,
+    RequestTimeout,
     RouterError,
     ShuttingDown,
     mapping_for,
@@ -39,6 +40,11 @@ log = logging.getLogger(__name__)
 
 MAX_BODY_BYTES_DEFAULT: Final = 8 * 1024 * 1024
 REQUEST_TIMEOUT_S_DEFAULT: Final = 600.0
+HEADER_TIMEOUT_S_DEFAULT: Final = 30.0
+BODY_TIMEOUT_S_DEFAULT: Final = 30.0
+LINGER_S: Final = 1.0
+"""After an answer to a request whose body was not read to its end (408, 413), how long aiohttp reads on
+before it closes the connection."""
 REQUEST_ID_HEADER: Final = "x-request-id"
 
 
@@ -46,6 +52,11 @@ REQUEST_ID_HEADER: Final = "x-request-id"
 class FrontendSettings:
     max_body_bytes: int = MAX_BODY_BYTES_DEFAULT
     request_timeout_s: float = REQUEST_TIMEOUT_S_DEFAULT
+    header_timeout_s: float = HEADER_TIMEOUT_S_DEFAULT
+    """HTTP: a connection with no whole request head for this long is closed (aiohttp's keep-alive timer,
+    which runs from the connection's start and after each answer: half-open and idle connections alike)."""
+    body_timeout_s: float = BODY_TIMEOUT_S_DEFAULT
+    """HTTP: a request body not fully received within this time is answered 408 and its connection closed."""
 
 
 class Lifecycle:
@@ -204,20 +215,23 @@ class _Tracked:
         services._observe(record)
 
 
-async def read_json_body(request: web.Request, max_body_bytes: int) -> Any:
-    """The request body as JSON (413 above ``max_body_bytes``, 400 when not JSON)."""
-    body = await read_body(request, max_body_bytes)
+async def read_json_body(request: web.Request, max_body_bytes: int, timeout_s: float) -> Any:
+    """The request body as JSON (413 above ``max_body_bytes``, 408 after ``timeout_s``, 400 when not JSON)."""
+    body = await read_body(request, max_body_bytes, timeout_s)
     try:
         return jsoncodec.loads(body)
     except (ValueError, UnicodeDecodeError) as exc:
         raise MalformedRequest(f"the request body is not valid JSON: {exc}") from exc
 
 
-async def read_body(request: web.Request, max_body_bytes: int) -> bytes:
+async def read_body(request: web.Request, max_body_bytes: int, timeout_s: float) -> bytes:
     length = request.content_length
     if length is not None and length > max_body_bytes:
         raise BodyTooLarge(f"the request body has {length} bytes; the limit is {max_body_bytes}")
     try:
-        return await request.read()
+        async with asyncio.timeout(timeout_s):
+            return await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise BodyTooLarge(f"the request body exceeds the limit of {max_body_bytes} bytes") from exc
+    except TimeoutError as exc:
+        raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from exc

@@ -99,7 +99,7 @@ class OpenAIFrontend:
 
     async def _handle(self, request: web.Request, record: RequestRecord, *, chat: bool) -> web.StreamResponse:
         services = self.services
-        body = await read_json_body(request, services.settings.max_body_bytes)
+        body = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
         parsed = parse_chat(body) if chat else parse_completion(body)
         target = services.resolve(parsed.model, presented_key(request.headers))
         record.model_kind, record.model = target.model_kind, parsed.model

@@ -140,7 +140,7 @@ def _common(body: Mapping[str, Any], prompt: str | None, messages: list[ChatMess
         max_tokens=max_tokens,
         temperature=_number(body, "temperature", 0.0, 2.0),
         top_p=_number(body, "top_p", 0.0, 1.0),
-        seed=_integer(body, "seed", -(2**63), SEED_MAX),
+        seed=_integer(body, "seed", 0, SEED_MAX),  # the engine's seed is UINT64: a negative one is refused
         stop=_stop(body),
         presence_penalty=_number(body, "presence_penalty", -2.0, 2.0),
         frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0),

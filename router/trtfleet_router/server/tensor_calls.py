@@ -4,7 +4,8 @@
 The client addresses a base model or an adapter by its served name. For an adapter the router sets
 ``lora_task_id``; a client that names the base model may instead send ``lora_task_id`` of a served
 adapter itself. ``lora_weights``/``lora_config`` from clients are refused: the router owns the weights.
-The prompt length and ``max_tokens`` are checked when the request has ``text_input``/``max_tokens``.
+The prompt length and ``max_tokens`` are checked when the request has ``text_input``/``max_tokens``;
+required inputs and requested outputs are checked against the upstream model's config.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from tritonclient.grpc import service_pb2
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
 from trtfleet_router.models_registry import Target
 from trtfleet_router.server.common import Services
-from trtfleet_router.server.triton_protocol import config_view, generate_body_for_tensors
+from trtfleet_router.server.triton_protocol import ConfigView, config_view, generate_body_for_tensors
 from trtfleet_router.upstream.dispatch import UpstreamCall
 from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
 from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
@@ -91,6 +92,7 @@ async def prepare_tensor_call(
             )
     base = target.base
     info = await services.model_info.info(base)
+    check_against_config(request, config_view(await services.model_info.config(base)), served_name)
     request.model_name = info.name
     request.model_version = ""
     if target.adapter is not None:
@@ -110,6 +112,21 @@ async def prepare_tensor_call(
         client_streaming=client_streaming and _bool_of(inputs, "stream"),
     )
     return target, call
+
+
+def check_against_config(request: service_pb2.ModelInferRequest, view: ConfigView, served_name: str) -> None:
+    """400 for what the pod would refuse anyway: a required input missing (``max_tokens``, ``text_input``),
+    an output the model does not have. Caught here, such a request never reaches (or blames) a pod."""
+    names = {tensor.name for tensor in request.inputs}
+    for name in view.required_inputs:
+        if name not in names:
+            raise MalformedRequest(f"missing required input '{name}' for model '{served_name}'", param=name)
+    for output in request.outputs:
+        if output.name not in view.outputs:
+            known = ", ".join(sorted(view.outputs))
+            raise MalformedRequest(
+                f"unknown output '{output.name}' for model '{served_name}' (it has: {known})", param=output.name
+            )
 
 
 async def travel_as_generate_json(services: Services, target: Target, call: UpstreamCall, *, streaming: bool) -> None:

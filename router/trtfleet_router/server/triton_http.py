@@ -191,7 +191,7 @@ class TritonHttpFrontend:
 
     async def _infer(self, request: web.Request, record: RequestRecord, name: str) -> web.Response:
         services = self.services
-        body = await read_body(request, services.settings.max_body_bytes)
+        body = await read_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
         header_length = request.headers.get(HEADER_LENGTH)
         try:
             length = int(header_length) if header_length is not None else None
@@ -216,7 +216,7 @@ class TritonHttpFrontend:
     ) -> UpstreamCall:
         services = self.services
         key = presented_key(request.headers)
-        doc = await read_json_body(request, services.settings.max_body_bytes)
+        doc = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
         target = services.resolve(name, key)
         config = await services.model_info.config(target.base)
         proto = parse_generate_request(doc, config)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
@@ -29,17 +29,18 @@ from trtfleet_router.upstream.tensors import decode_bytes, encode_bytes, json_to
 
 HEADER_LENGTH = "Inference-Header-Content-Length"
 RESERVED_GENERATE_KEYS = frozenset({"parameters", "id"})
+INT64_RANGE: Final = range(-(2**63), 2**63)
 
 
 def _set_parameter(target: Any, key: str, value: Any) -> None:
+    """One request parameter from JSON; integers as ``int64_param`` (Triton takes no unsigned ones)."""
     param = target[key]
     if isinstance(value, bool):
         param.bool_param = value
     elif isinstance(value, int):
-        if value >= 0:
-            param.uint64_param = value
-        else:
-            param.int64_param = value
+        if value not in INT64_RANGE:
+            raise MalformedRequest(f"parameter '{key}' must fit a 64-bit signed integer")
+        param.int64_param = value
     elif isinstance(value, float):
         param.double_param = value
     elif isinstance(value, str):
@@ -250,6 +251,8 @@ class ConfigView:
     inputs: dict[str, DeclaredInput]
     reader: AnswerReader | None  # generate_answer_reader(config)
     shaped_reader: AnswerReader | None  # generate_answer_reader(config, shaped=True)
+    required_inputs: tuple[str, ...] = ()  # inputs not marked optional
+    outputs: frozenset[str] = frozenset()
 
 
 _VIEWS_MAX = 64
@@ -266,6 +269,8 @@ def config_view(config: model_config_pb2.ModelConfig) -> ConfigView:
             declared_inputs(config),
             generate_answer_reader(config),
             generate_answer_reader(config, shaped=True),
+            tuple(tensor.name for tensor in config.input if not tensor.optional),
+            frozenset(tensor.name for tensor in config.output),
         )
         _VIEWS[id(config)] = view
     return view

@@ -7,20 +7,77 @@ A slot frees only when a request ends, so the dispatcher holds such a request he
 :meth:`CapacityWaits.notify` (called after every ``Fleet.finish``) wakes the first waiter, which routes
 again; if it fails again it goes back to the head of the queue, if it succeeds it wakes the next one
 (the freed capacity may hold more than one request). Pure asyncio on the event loop thread.
+
+**Fast rejection.** Every request end of a base model also feeds a drain-rate estimate (an exponentially
+weighted mean of the time between ends, stretched to the time since the last end when that is longer).
+A request that would wait behind ``n`` others is expected to wait ``(n + 1) x`` that time; when that
+exceeds what it may wait, it is turned away at once instead of after the whole wait, and every
+overload answer carries that estimate as ``Retry-After`` (1 s while no end has been seen yet).
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from collections import deque
+from collections.abc import Callable
+from typing import Final
+
+DRAIN_SMOOTHING: Final = 0.2
+RETRY_AFTER_S_UNKNOWN: Final = 1
+RETRY_AFTER_S_MAX: Final = 600
+
+
+class DrainRate:
+    """Seconds between request ends per base model (EWMA), on an injected clock."""
+
+    def __init__(self, now: Callable[[], float] = time.monotonic) -> None:
+        self._now = now
+        self._last_end_s: dict[str, float] = {}
+        self._interval_s: dict[str, float] = {}
+
+    def record_end(self, base_model: str) -> None:
+        now = self._now()
+        last = self._last_end_s.get(base_model)
+        self._last_end_s[base_model] = now
+        if last is None:
+            return
+        gap_s = now - last
+        mean = self._interval_s.get(base_model)
+        self._interval_s[base_model] = gap_s if mean is None else mean + DRAIN_SMOOTHING * (gap_s - mean)
+
+    def seconds_per_end(self, base_model: str) -> float | None:
+        """None until two ends were seen."""
+        mean = self._interval_s.get(base_model)
+        if mean is None:
+            return None
+        return max(mean, self._now() - self._last_end_s[base_model])
+
+    def wait_s(self, base_model: str, ahead: int) -> float | None:
+        """Expected wait of a request behind ``ahead`` others (None: no estimate yet)."""
+        per_end = self.seconds_per_end(base_model)
+        return None if per_end is None else (ahead + 1) * per_end
 
 
 class CapacityWaits:
     """FIFO waiters per base model, woken one at a time as requests end."""
 
-    def __init__(self, max_waiting: int) -> None:
+    def __init__(self, max_waiting: int, *, now: Callable[[], float] = time.monotonic) -> None:
         self.max_waiting = max_waiting
         self._queues: dict[str, deque[asyncio.Future[None]]] = {}
+        self.drain = DrainRate(now)
+
+    def expected_wait_s(self, base_model: str) -> float | None:
+        """How long a new waiter is expected to wait (None: no estimate yet)."""
+        return self.drain.wait_s(base_model, self.waiting(base_model))
+
+    def retry_after_s(self, base_model: str) -> int:
+        """``Retry-After`` for an overload answer: the expected wait, in whole seconds."""
+        wait_s = self.expected_wait_s(base_model)
+        if wait_s is None:
+            return RETRY_AFTER_S_UNKNOWN
+        return min(RETRY_AFTER_S_MAX, max(1, math.ceil(wait_s)))
 
     def waiting(self, base_model: str) -> int:
         queue = self._queues.get(base_model)
@@ -48,7 +105,7 @@ class CapacityWaits:
             pass
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
-                self.notify(base_model)  # woken but gone: hand the wake-up on
+                self.wake(base_model)  # woken but gone: hand the wake-up on
             raise
         finally:
             woken = future.done() and not future.cancelled()
@@ -64,6 +121,11 @@ class CapacityWaits:
 
     def notify(self, base_model: str) -> None:
         """A request of ``base_model`` ended (capacity may have freed): wake the first waiter."""
+        self.drain.record_end(base_model)
+        self.wake(base_model)
+
+    def wake(self, base_model: str) -> None:
+        """Wake the first waiter (without counting a request end)."""
         queue = self._queues.get(base_model)
         while queue:
             future = queue.popleft()

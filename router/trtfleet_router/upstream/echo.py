@@ -80,6 +80,15 @@ class EchoUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: igno
         self.chunk_delay_s = chunk_delay_s
         self.stats = EchoStats()
         self.fail_with: str | None = None  # tests: answer every request with this error text
+        self._thawed = asyncio.Event()  # tests: cleared while the upstream plays a frozen (SIGSTOPped) pod
+        self._thawed.set()
+
+    def freeze(self) -> None:
+        """Answer nothing (no piece, no readiness) until :meth:`thaw`, like a pod under SIGSTOP."""
+        self._thawed.clear()
+
+    def thaw(self) -> None:
+        self._thawed.set()
 
     async def ServerLive(self, request: Any, context: Any) -> service_pb2.ServerLiveResponse:
         return service_pb2.ServerLiveResponse(live=True)
@@ -88,6 +97,7 @@ class EchoUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: igno
         return service_pb2.ServerReadyResponse(ready=True)
 
     async def ModelReady(self, request: Any, context: Any) -> service_pb2.ModelReadyResponse:
+        await self._thawed.wait()
         return service_pb2.ModelReadyResponse(ready=request.name == self.model_name)
 
     async def ModelConfig(self, request: Any, context: Any) -> service_pb2.ModelConfigResponse:
@@ -158,6 +168,7 @@ class EchoUpstream(service_pb2_grpc.GRPCInferenceServiceServicer):  # type: igno
         for index, piece in enumerate(outcome):
             if index and self.chunk_delay_s:
                 await asyncio.sleep(self.chunk_delay_s)
+            await self._thawed.wait()
             yield self._response(request, piece, final=index == len(outcome) - 1 and not empty_final)
         if empty_final:
             final = service_pb2.ModelInferResponse(model_name=self.model_name, model_version="1", id=request.id)
@@ -238,6 +249,7 @@ def echo_http_app(upstream: EchoUpstream) -> web.Application:
         if isinstance(outcome, str):
             return web.json_response({"error": outcome}, status=500)
         if not streaming:
+            await upstream._thawed.wait()
             return web.json_response(
                 {"model_name": upstream.model_name, "model_version": "1", "text_output": "".join(outcome)}
             )
@@ -246,6 +258,7 @@ def echo_http_app(upstream: EchoUpstream) -> web.Application:
         for index, piece in enumerate(outcome):
             if index and upstream.chunk_delay_s:
                 await asyncio.sleep(upstream.chunk_delay_s)
+            await upstream._thawed.wait()
             event = json.dumps({"model_name": upstream.model_name, "model_version": "1", "text_output": piece})
             await response.write(b"data: " + event.encode() + b"\n\n")
         await response.write_eof()
@@ -268,8 +281,8 @@ def echo_http_app(upstream: EchoUpstream) -> web.Application:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8001, help="gRPC port")
-    parser.add_argument("--http-port", type=int, help="also serve Triton's generate extension over HTTP")
+    parser.add_argument("--port", type=int, default=8001, help="gRPC port (0: any free port, printed)")
+    parser.add_argument("--http-port", type=int, help="also serve Triton's generate extension over HTTP (0: any)")
     parser.add_argument("--host-pages", type=int, default=64)
     parser.add_argument("--chunk-chars", type=int, default=4)
     parser.add_argument("--chunk-delay-s", type=float, default=0.0, help="pause between streamed pieces")
@@ -280,11 +293,15 @@ def main() -> None:
             host_pages=args.host_pages, chunk_chars=args.chunk_chars, chunk_delay_s=args.chunk_delay_s
         )
         server, port = await serve_echo(upstream, args.host, args.port)
+        http_port = None
         if args.http_port is not None:
             runner = web.AppRunner(echo_http_app(upstream), access_log=None)
             await runner.setup()
-            await web.TCPSite(runner, args.host, args.http_port).start()
-        print(f"echo upstream on {args.host}:{port} (http {args.http_port})", flush=True)
+            site = web.TCPSite(runner, args.host, args.http_port)
+            await site.start()
+            sockets = getattr(site._server, "sockets", None) or []
+            http_port = int(sockets[0].getsockname()[1]) if sockets else args.http_port
+        print(f"echo upstream on {args.host}:{port} (http {http_port})", flush=True)  # the bound ports (0: any)
         await server.wait_for_termination()
 
     asyncio.run(run())

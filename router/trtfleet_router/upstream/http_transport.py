@@ -30,7 +30,7 @@ import yarl
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router import jsoncodec
-from trtfleet_router.errors import RouterError
+from trtfleet_router.upstream.failures import UpstreamCallFailed, translated
 from trtfleet_router.upstream.http_client import UnaryClient
 from trtfleet_router.upstream.protocol import (
     FINAL_RESPONSE_PARAM,
@@ -38,7 +38,6 @@ from trtfleet_router.upstream.protocol import (
     UpstreamFailure,
     classify_upstream_error,
 )
-from trtfleet_router.upstream.transport import TransportError
 
 SSE_DATA: Final = b"data:"
 _U32: Final = struct.Struct("<I")
@@ -134,25 +133,19 @@ class HttpTransport:
         read = reader or text_answer
         timeout_s = deadline_s - time.monotonic()
         if timeout_s <= 0:
-            raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
+            raise UpstreamCallFailed(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
         parsed_url, url, head = self._url(address, model, stream)
         payload = jsoncodec.dumps(body)
         if not stream:
-            try:
+            with translated(url):
                 request = b"%s%d\r\n\r\n%s" % (head, len(payload), payload)
                 status, answer = await self._unary.post(address, request, deadline_s)
                 if status != 200:
-                    raise TransportError(_failure(status, _error_text(answer)))
+                    raise UpstreamCallFailed(_failure(status, _error_text(answer)))
                 message = read(jsoncodec.loads(answer), True)
-            except TimeoutError as exc:  # before OSError: TimeoutError is one
-                raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, f"no answer from {url} in time")) from exc
-            except OSError as exc:
-                raise TransportError(UpstreamFailure(FailureKind.POD_FAILED, f"{url}: {exc}")) from exc
-            except (ValueError, RouterError) as exc:
-                raise TransportError(UpstreamFailure(FailureKind.INTERNAL, f"{url}: bad answer: {exc}")) from exc
             yield message
             return
-        try:
+        with translated(url):
             async with self._http().post(
                 parsed_url,
                 data=payload,
@@ -160,7 +153,7 @@ class HttpTransport:
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as response:
                 if response.status != 200:
-                    raise TransportError(_failure(response.status, _error_text(await response.read())))
+                    raise UpstreamCallFailed(_failure(response.status, _error_text(await response.read())))
                 async for line in response.content:
                     if not line.startswith(SSE_DATA):
                         continue
@@ -168,18 +161,8 @@ class HttpTransport:
                     if "error" in doc:
                         yield service_pb2.ModelStreamInferResponse(error_message=str(doc["error"]))
                         return
-                    try:
-                        message = read(doc, False)
-                    except RouterError as exc:
-                        raise ValueError(str(exc)) from exc
-                    yield message
+                    yield read(doc, False)
                 yield _final_only()
-        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError) as exc:
-            raise TransportError(UpstreamFailure(FailureKind.POD_FAILED, f"{url}: {exc}")) from exc
-        except TimeoutError as exc:
-            raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, f"no answer from {url} in time")) from exc
-        except ValueError as exc:
-            raise TransportError(UpstreamFailure(FailureKind.INTERNAL, f"{url}: bad answer: {exc}")) from exc
 
     async def close(self) -> None:
         self._unary.close()

@@ -42,10 +42,18 @@ EMPTY_FINAL_PARAM: Final = "triton_enable_empty_final_response"
 MISS_RE: Final = re.compile(r"LoRA task (\d+) not found in cache")
 CACHE_FULL_RE: Final = re.compile(r"Cache is full|Could not store taskId")
 QUEUE_FULL_RE: Final = re.compile(r"Maximum queue size of \d+ has been reached|Exceeds maximum queue size")
+POD_BROKEN_RE: Final = re.compile(
+    r"Stub process .* is not healthy|stub process .*(?:unhealthy|exited|crashed|died)"
+    r"|Failed to (?:initialize|load|connect to) .*stub|Socket closed|failed to connect to all addresses"
+    r"|Connection reset by peer|Broken pipe",
+    re.IGNORECASE,
+)
+"""Texts that say the pod (its tritonserver or a Python stub of its models), not the request, is broken."""
 INVALID_RE: Final = re.compile(
     r"lora_task_id must be set|Expected lora weights to be the same data type|not enabled for this model"
     r"|has to few values|unexpected inference input|unexpected shape|expected \d+ inputs"
-    r"|expected number of inputs|missing required input|input byte size mismatch|unexpected datatype",
+    r"|expected number of inputs|missing required input|input byte size mismatch|unexpected datatype"
+    r"|invalid value type for '.*' parameter",
     re.IGNORECASE,
 )
 
@@ -274,9 +282,10 @@ class FailureKind(StrEnum):
     CACHE_FULL = "cache_full"
     QUEUE_FULL = "queue_full"
     INVALID = "invalid"
-    POD_FAILED = "pod_failed"
-    TIMEOUT = "timeout"
-    INTERNAL = "internal"
+    POD_FAILED = "pod_failed"  # the pod is broken (connection refused or reset, dead stub)
+    STALLED = "stalled"  # the pod sent nothing within the first-token or inter-token timeout
+    TIMEOUT = "timeout"  # the request's own deadline passed
+    INTERNAL = "internal"  # an error of unknown cause: neither retried nor held against the pod
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,7 +296,18 @@ class UpstreamFailure:
 
     @property
     def retry_elsewhere(self) -> bool:
-        return self.kind in (FailureKind.CACHE_FULL, FailureKind.QUEUE_FULL, FailureKind.POD_FAILED)
+        return self.kind in _RETRY_ELSEWHERE
+
+    @property
+    def blames_pod(self) -> bool:
+        """The failure counts against the pod (outlier detection); request errors never do."""
+        return self.kind in _BLAMES_POD
+
+
+_RETRY_ELSEWHERE: Final = frozenset(
+    {FailureKind.CACHE_FULL, FailureKind.QUEUE_FULL, FailureKind.POD_FAILED, FailureKind.STALLED}
+)
+_BLAMES_POD: Final = frozenset({FailureKind.POD_FAILED, FailureKind.STALLED})
 
 
 _POD_FAILED_CODES: Final = frozenset(
@@ -307,7 +327,9 @@ def classify_upstream_error(message: str, code: grpc.StatusCode | None = None) -
 
     Texts win over codes: TRT-LLM reports misses and a full queue as INTERNAL, Triton's own queue
     limit as UNAVAILABLE. NOT_FOUND/UNIMPLEMENTED mean the pod does not serve the model (yet): another
-    pod may.
+    pod may. A dead Python stub is reported by Triton as an error *answer* (``Stub process
+    '<model>_0_0' is not healthy.``, python_backend ``src/python_be.cc``): a pod failure, not a request
+    error. Invalid-request texts are checked first, so a request error is never held against a pod.
     """
     miss = MISS_RE.search(message)
     if miss:
@@ -320,6 +342,8 @@ def classify_upstream_error(message: str, code: grpc.StatusCode | None = None) -
         return UpstreamFailure(FailureKind.TIMEOUT, message)
     if code is grpc.StatusCode.INVALID_ARGUMENT or INVALID_RE.search(message):
         return UpstreamFailure(FailureKind.INVALID, message)
+    if POD_BROKEN_RE.search(message):
+        return UpstreamFailure(FailureKind.POD_FAILED, message)
     if code in _POD_FAILED_CODES:
         return UpstreamFailure(FailureKind.POD_FAILED, message)
     if code is grpc.StatusCode.RESOURCE_EXHAUSTED:

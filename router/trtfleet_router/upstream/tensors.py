@@ -139,6 +139,11 @@ def json_to_raw(name: str, datatype: str, shape: Sequence[int], data: Any) -> by
     dtype = NUMPY_DTYPES.get(datatype)
     if dtype is None or datatype in ("FP16", "BF16"):
         raise MalformedRequest(f"input '{name}': datatype {datatype} cannot travel as JSON; send it binary")
+    if np.dtype(dtype).kind in "iu":  # numpy would wrap an out-of-range integer (with a warning), not refuse it
+        limits = np.iinfo(dtype)
+        for value in flat:
+            if isinstance(value, int) and not limits.min <= value <= limits.max:
+                raise MalformedRequest(f"input '{name}': {value} does not fit {datatype}")
     try:
         return np.asarray(flat, dtype=dtype).tobytes()
     except (TypeError, ValueError, OverflowError) as exc:

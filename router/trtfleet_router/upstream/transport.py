@@ -2,7 +2,7 @@
 
 Both yield the pod's ``ModelStreamInferResponse`` messages for one request until its final response
 (the dispatcher always asks for ``triton_enable_empty_final_response``) and raise
-:class:`TransportError` (a classified failure) when the call or stream fails.
+:class:`~.failures.UpstreamCallFailed` (a classified failure) when the call or stream fails.
 
 * :class:`PerCallTransport`: one ``ModelStreamInfer`` call per request. Cancelling the consumer
   cancels the call, and Triton cancels the request in the engine. About 3x the client-side CPU of
@@ -31,29 +31,19 @@ from typing import Final
 import grpc
 from tritonclient.grpc import service_pb2
 
+from trtfleet_router.upstream.failures import UpstreamCallFailed, failure_of, translated
 from trtfleet_router.upstream.pool import ChannelPool
-from trtfleet_router.upstream.protocol import (
-    FailureKind,
-    UpstreamFailure,
-    classify_upstream_error,
-    is_final,
-)
+from trtfleet_router.upstream.protocol import FailureKind, UpstreamFailure, is_final
 
 log = logging.getLogger(__name__)
 
 STREAMS_PER_POD_DEFAULT: Final = 4
 
 
-class TransportError(Exception):
-    def __init__(self, failure: UpstreamFailure) -> None:
-        super().__init__(failure.message)
-        self.failure = failure
-
-
 def _timeout_s(deadline_s: float) -> float:
     timeout_s = deadline_s - time.monotonic()
     if timeout_s <= 0:
-        raise TransportError(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
+        raise UpstreamCallFailed(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
     return timeout_s
 
 
@@ -66,18 +56,17 @@ class PerCallTransport:
     ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
         call = self.pool.stub(address).ModelStreamInfer(timeout=_timeout_s(deadline_s))
         try:
-            await call.write(request)
-            await call.done_writing()
-            while True:
-                message = await call.read()
-                if message is grpc.aio.EOF:
-                    return
-                done = bool(message.error_message) or is_final(message.infer_response)  # before consumers touch it
-                yield message
-                if done:
-                    return
-        except grpc.aio.AioRpcError as exc:
-            raise TransportError(classify_upstream_error(exc.details() or "", exc.code())) from exc
+            with translated(address):
+                await call.write(request)
+                await call.done_writing()
+                while True:
+                    message = await call.read()
+                    if message is grpc.aio.EOF:
+                        return
+                    done = bool(message.error_message) or is_final(message.infer_response)  # before consumers see it
+                    yield message
+                    if done:
+                        return
         finally:
             if not call.done():
                 call.cancel()
@@ -114,7 +103,7 @@ class _SharedStream:
                     )
             failure = UpstreamFailure(FailureKind.POD_FAILED, f"pod {self.address} closed the stream")
         except grpc.aio.AioRpcError as exc:
-            failure = classify_upstream_error(exc.details() or "", exc.code())
+            failure = failure_of(exc, self.address)
             if failure.kind is not FailureKind.POD_FAILED:
                 failure = UpstreamFailure(FailureKind.POD_FAILED, failure.message)
         except asyncio.CancelledError:
@@ -165,13 +154,12 @@ class MultiplexedTransport:
                         async with asyncio.timeout_at(loop_deadline_s):
                             message = await queue.get()
                     except TimeoutError as exc:
-                        failure = UpstreamFailure(FailureKind.TIMEOUT, "no answer before the deadline")
-                        raise TransportError(failure) from exc
+                        raise UpstreamCallFailed(failure_of(exc, address)) from exc
                 else:
                     message = queue.get_nowait()
                 if message is _BROKEN:
                     assert stream.failure is not None
-                    raise TransportError(stream.failure)
+                    raise UpstreamCallFailed(stream.failure)
                 assert isinstance(message, service_pb2.ModelStreamInferResponse)
                 done = bool(message.error_message) or is_final(message.infer_response)  # before consumers touch it
                 yield message

@@ -4,9 +4,11 @@ stream finishes, new requests are refused, the process exits 0)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -15,7 +17,6 @@ from pathlib import Path
 import openai
 import pytest
 
-from tests.support.controlplane import free_port
 from tests.unit.router.harness import write_artifact
 
 pytestmark = pytest.mark.integration
@@ -34,25 +35,47 @@ def _wait_ready(url: str, process: subprocess.Popen[bytes], timeout_s: float = 6
     raise AssertionError(f"{url} never became ready")
 
 
+def _echo_ports(echo: subprocess.Popen[bytes]) -> tuple[int, int]:
+    """The gRPC and HTTP ports the echo upstream bound (it was given 0: no port picked ahead and raced)."""
+    assert echo.stdout is not None
+    line = echo.stdout.readline().decode()
+    found = re.search(r":(\d+) \(http (\d+)\)", line)
+    assert found, f"the echo upstream did not say its ports: {line!r}"
+    return int(found.group(1)), int(found.group(2))
+
+
+def _router_port(router: subprocess.Popen[bytes], logs: list[str]) -> int:
+    """The HTTP port from the router's ``router started`` log line; its later lines go to ``logs``."""
+    assert router.stderr is not None
+    stderr = router.stderr
+    for raw in stderr:
+        line = raw.decode()
+        logs.append(line)
+        if line.startswith("{") and json.loads(line).get("msg") == "router started":
+            threading.Thread(target=lambda: logs.extend(r.decode() for r in stderr), daemon=True).start()
+            return int(json.loads(line)["http_port"])
+    raise AssertionError(f"the router exited without starting: {''.join(logs)[-2000:]}")
+
+
 def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
     write_artifact(tmp_path / "a1")
-    grpc_port, echo_http = free_port(), free_port()
     echo = subprocess.Popen(
         [
             sys.executable,
             "-m",
             "trtfleet_router.upstream.echo",
             "--port",
-            str(grpc_port),
+            "0",
             "--http-port",
-            str(echo_http),
+            "0",
             "--chunk-chars",
             "2",
             "--chunk-delay-s",
             "0.05",
-        ]
+        ],
+        stdout=subprocess.PIPE,
     )
-    http_port, metrics_port = free_port(), free_port()
+    grpc_port, echo_http = _echo_ports(echo)
     router = subprocess.Popen(
         [
             str(Path(sys.executable).parent / "trtfleet"),
@@ -72,19 +95,21 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
             "--adapter",
             f"a1=7:{tmp_path / 'a1'}",
             "--http-port",
-            str(http_port),
+            "0",
             "--grpc-port",
             "-1",
             "--metrics-port",
-            str(metrics_port),
+            "-1",
             "--drain-timeout-s",
             "20",
             "--log-level",
-            "WARNING",
+            "INFO",
         ],
         stderr=subprocess.PIPE,
     )
+    logs: list[str] = []
     try:
+        http_port = _router_port(router, logs)
         _wait_ready(f"http://127.0.0.1:{echo_http}/v2/health/ready", echo)
         _wait_ready(f"http://127.0.0.1:{http_port}/v2/health/ready", router)
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="x", max_retries=0)
@@ -94,19 +119,23 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
         pieces = iter(stream)
         received = [next(pieces).choices[0].text]
         router.send_signal(signal.SIGTERM)  # the stream has about 1.8 s to go
-        time.sleep(0.3)
+        readiness = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/health/ready")
+        deadline = time.monotonic() + 10
+        while True:  # until the router says it is draining (no fixed sleep)
+            try:
+                urllib.request.urlopen(readiness, timeout=2)
+            except (urllib.error.HTTPError, OSError):
+                break
+            assert time.monotonic() < deadline, "the router never stopped being ready after SIGTERM"
+            time.sleep(0.01)
         with pytest.raises((openai.APIStatusError, openai.APIConnectionError)):
             client.completions.create(model="a1", prompt="late", max_tokens=5)
-        readiness = urllib.request.Request(f"http://127.0.0.1:{http_port}/v2/health/ready")
-        with pytest.raises((urllib.error.HTTPError, OSError)):
-            urllib.request.urlopen(readiness, timeout=2)
         for chunk in pieces:
             received.append(chunk.choices[0].text)
         assert "".join(received) == "[7] " + "draining " * 8
         assert len(received) > 10  # it really was streaming while the router drained
         assert router.wait(timeout=30) == 0
-        logs = router.stderr.read().decode() if router.stderr else ""
-        assert all(json.loads(line) for line in logs.splitlines() if line.startswith("{"))  # JSON log lines
+        assert all(json.loads(line) for line in logs if line.startswith("{"))  # JSON log lines
     finally:
         for process in (router, echo):
             if process.poll() is None:

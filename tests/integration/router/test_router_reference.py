@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from typing import Any
@@ -115,10 +116,13 @@ def test_triton_clients_answers_match_the_worker(
     events = [json.loads(block[6:]) for block in body.split("\n\n") if block.startswith("data: ")]
     assert "".join(e["text_output"] for e in events) == want and len(events) > 1
     grpc_client = grpcclient.InferenceServerClient(router.grpc_address)
-    done, texts = threading.Event(), []
+    done, texts, errors = threading.Event(), [], []
 
-    def callback(result: Any, error: Any) -> None:
-        assert error is None, error
+    def callback(result: Any, error: Any) -> None:  # runs on tritonclient's thread: record, assert below
+        if error is not None:
+            errors.append(error)
+            done.set()
+            return
         output = result.as_numpy("text_output")
         if output is not None:
             texts.append(output.reshape(-1)[0])
@@ -135,8 +139,9 @@ def test_triton_clients_answers_match_the_worker(
     grpc_inputs[2].set_data_from_numpy(np.array([[True]]))
     grpc_client.start_stream(callback)
     grpc_client.async_stream_infer(adapter.name, grpc_inputs, enable_empty_final_response=True)
-    assert done.wait(60)
+    assert done.wait(60), "no final response in 60 s"
     grpc_client.stop_stream()
+    assert errors == []
     assert b"".join(texts).decode() == want and len(texts) > 1
 
 
@@ -181,15 +186,21 @@ def test_misbehaving_clients_do_not_hurt_others(
 ) -> None:
     _, router = fleet
     failures: list[str] = []
+    served = {adapter.name: 0 for adapter in converted_adapters[:3]}
     stop = threading.Event()
 
     def well_behaved(adapter: ConvertedAdapter) -> None:
         client = _openai(router)
         while not stop.is_set():
-            answer = client.completions.create(model=adapter.name, prompt=PROMPTS[0], max_tokens=MAX_TOKENS)
+            try:
+                answer = client.completions.create(model=adapter.name, prompt=PROMPTS[0], max_tokens=MAX_TOKENS)
+            except openai.APIError as exc:  # an error, not only a wrong text, is what this test looks for
+                failures.append(f"{adapter.name}: {type(exc).__name__}: {exc}")
+                continue
             text = answer.choices[0].text
             if text != expected[(adapter.name, PROMPTS[0])]:
                 failures.append(f"{adapter.name}: {text!r}")
+            served[adapter.name] += 1
 
     threads = [threading.Thread(target=well_behaved, args=(a,)) for a in converted_adapters[:3]]
     for thread in threads:
@@ -217,12 +228,18 @@ def test_misbehaving_clients_do_not_hurt_others(
             assert received.startswith(b"HTTP/1.1 200")  # and the client is gone after the first event
         with socket.create_connection(("127.0.0.1", router.router.http_port or 0)) as stalled:
             stalled.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Len")  # never finishes
-            time.sleep(1.0)
+            before = dict(served)
+            deadline = time.monotonic() + 60  # every good client served again while the stalled one hangs on
+            while any(served.get(name, 0) <= count for name, count in before.items()) and not failures:
+                assert time.monotonic() < deadline, "the well-behaved clients stopped being served"
+                time.sleep(0.02)
     finally:
         stop.set()
         for thread in threads:
             thread.join(60)
+    assert not any(thread.is_alive() for thread in threads), "a well-behaved client hung"
     assert not failures
+    assert len(served) == len(threads) and all(count >= 1 for count in served.values()), served
     deadline = time.monotonic() + 10
     while router.router.lifecycle.inflight and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -251,11 +268,15 @@ def test_triton_generate_travels_over_http_with_every_output(fleet: tuple[list[A
 
 def _direct_stream_shapes(worker: Any, inputs: list[Any]) -> list[tuple[str, tuple[int, ...]]]:
     results: list[tuple[str, tuple[int, ...]]] = []
+    errors: list[Any] = []
     done = threading.Event()
     client = grpcclient.InferenceServerClient(worker.grpc_url)
 
-    def callback(result: Any, error: Any) -> None:
-        assert error is None, error
+    def callback(result: Any, error: Any) -> None:  # runs on tritonclient's thread: record, assert below
+        if error is not None:
+            errors.append(error)
+            done.set()
+            return
         output = result.as_numpy("text_output")
         if output is not None:
             results.append((b"".join(output.reshape(-1).tolist()).decode(), output.shape))
@@ -264,8 +285,9 @@ def _direct_stream_shapes(worker: Any, inputs: list[Any]) -> list[tuple[str, tup
 
     client.start_stream(callback)
     client.async_stream_infer("tensorrt_llm_bls", inputs, enable_empty_final_response=True)
-    assert done.wait(60)
+    assert done.wait(60), "no final response in 60 s"
     client.stop_stream()
+    assert errors == []
     return results
 
 
@@ -295,3 +317,42 @@ def test_tensor_requests_travel_over_http_with_grpc_shapes(fleet: tuple[list[Any
     output = http.infer("tiny", http_inputs).as_numpy("text_output")
     assert (output.reshape(-1)[0].decode(), output.shape) == (want_text, want_shape)
     assert _metric(router, http_attempts) == before + 2
+
+
+def _status(url: str, body: dict[str, Any]) -> tuple[int, Any]:
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.loads(response.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_bad_input_is_a_400_and_no_pod_failure(
+    fleet: tuple[list[Any], RouterThread], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    _, router = fleet
+    adapter = converted_adapters[0].name
+    failures_before = _metric(router, "trtfleet_router_pod_failures_total")
+    text_inputs = [
+        {"name": "text_input", "datatype": "BYTES", "shape": [1, 1], "data": ["hi"]},
+        {"name": "max_tokens", "datatype": "INT32", "shape": [1, 1], "data": [4]},
+    ]
+    cases = [
+        ("/v1/completions", {"model": adapter, "prompt": "hi", "max_tokens": 4, "seed": -1}),
+        ("/v1/chat/completions", {"model": adapter, "messages": [{"role": "user", "content": "hi"}], "seed": -1}),
+        (f"/v2/models/{adapter}/generate", {"text_input": "hi"}),
+        (f"/v2/models/{adapter}/infer", {"inputs": text_inputs, "outputs": [{"name": "no_such_output"}]}),
+    ]
+    for path, body in cases:
+        status, doc = _status(router.http_url + path, body)
+        assert status == 400, (path, doc)
+        assert isinstance(doc["error"], dict if path.startswith("/v1") else str), doc
+    # integer request parameters reach tritonserver as int64 (it refuses unsigned ones)
+    status, doc = _status(
+        router.http_url + f"/v2/models/{adapter}/generate",
+        {"text_input": "hi", "max_tokens": 4, "parameters": {"user_tag": 3, "offset": -2}},
+    )
+    assert status == 200 and doc["text_output"], doc
+    assert _metric(router, "trtfleet_router_pod_failures_total") == failures_before
+    assert router.router.fleets.ejected("tiny") == frozenset()

@@ -49,9 +49,10 @@ def test_worker_killed_mid_run(converted_adapters: list[ConvertedAdapter]) -> No
 
         with ThreadPoolExecutor(max_workers=12) as pool:
             futures = [pool.submit(unary, i) for i in range(24)]
-            deadline = time.monotonic() + 10
-            while _inflight(router).get(busy[0], 0) < 2 and time.monotonic() < deadline:
-                time.sleep(0.01)  # unary requests queued behind the stream on the victim
+            deadline = time.monotonic() + 30
+            while _inflight(router).get(busy[0], 0) < 2:  # unary requests queued behind the stream on the victim
+                assert time.monotonic() < deadline, "no unary request reached the victim: nothing would be retried"
+                time.sleep(0.01)
             victim.process.kill()
             results = [future.result(timeout=120) for future in futures]
         assert all(text == expected[name] for name, text in results)

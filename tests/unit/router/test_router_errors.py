@@ -18,6 +18,7 @@ CASES = [
     (e.UnsupportedParameter("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.LimitExceeded("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.BodyTooLarge("x"), 413, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
+    (e.RequestTimeout("x"), 408, grpc.StatusCode.DEADLINE_EXCEEDED, "invalid_request_error"),
     (e.Unauthenticated("x"), 401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error"),
     (e.PermissionDenied("x"), 403, grpc.StatusCode.PERMISSION_DENIED, "permission_error"),
     (e.ModelNotFound("x"), 404, grpc.StatusCode.NOT_FOUND, "not_found_error"),
@@ -30,6 +31,7 @@ CASES = [
     (e.StreamInterrupted("x"), 502, grpc.StatusCode.INTERNAL, "upstream_error"),
     (e.UpstreamTimeout("x"), 504, grpc.StatusCode.DEADLINE_EXCEEDED, "timeout_error"),
     (e.WeightsUnavailable("x"), 502, grpc.StatusCode.INTERNAL, "upstream_error"),
+    (e.AdapterUnservable("x"), 500, grpc.StatusCode.INTERNAL, "server_error"),
 ]
 
 
@@ -68,7 +70,9 @@ def test_unexpected_exceptions_become_a_logged_500_and_http_errors_pass(caplog: 
 
     async def scenario() -> None:
         app = web.Application()
-        app.add_routes(guarded([web.get("/broken", broken), web.get("/missing", missing)]))
+        app.add_routes(
+            guarded([web.get("/broken", broken), web.get("/v2/broken", broken), web.get("/missing", missing)])
+        )
         async with TestClient(TestServer(app)) as client:
             response = await client.get("/broken")
             assert response.status == 500
@@ -78,6 +82,8 @@ def test_unexpected_exceptions_become_a_logged_500_and_http_errors_pass(caplog: 
                 "param": None,
                 "code": "internal",
             }
+            triton = await client.get("/v2/broken")  # Triton routes answer in Triton's format
+            assert triton.status == 500 and await triton.json() == {"error": "internal error"}
             assert (await client.get("/missing")).status == 404
 
     with caplog.at_level(logging.ERROR, logger="trtfleet_router.app"):

@@ -8,10 +8,10 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.http_client import dechunk, parse_head
 from trtfleet_router.upstream.http_transport import HttpTransport
 from trtfleet_router.upstream.protocol import FailureKind, read_text
-from trtfleet_router.upstream.transport import TransportError
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 BODY = {"text_input": "hi", "max_tokens": 4}
@@ -119,18 +119,18 @@ def test_errors_are_classified() -> None:
         server, address, _ = await _serve(answer)
         transport = HttpTransport()
         try:
-            with pytest.raises(TransportError) as full:
+            with pytest.raises(UpstreamCallFailed) as full:
                 await _text(transport, address)
             assert full.value.failure.kind is FailureKind.QUEUE_FULL
             transport._unary.close()  # the next request opens connection 2
-            with pytest.raises(TransportError) as broken:
+            with pytest.raises(UpstreamCallFailed) as broken:
                 await _text(transport, address)
             assert broken.value.failure.kind is FailureKind.POD_FAILED
-            with pytest.raises(TransportError) as late:
+            with pytest.raises(UpstreamCallFailed) as late:
                 async for _ in transport.exchange(address, "m", BODY, time.monotonic() + 0.2, stream=False):
                     pass
             assert late.value.failure.kind is FailureKind.TIMEOUT
-            with pytest.raises(TransportError) as refused:
+            with pytest.raises(UpstreamCallFailed) as refused:
                 await _text(transport, "127.0.0.1:1")
             assert refused.value.failure.kind is FailureKind.POD_FAILED
         finally:

@@ -12,6 +12,8 @@ import openai
 import pytest
 from trtfleet_router.logs import JsonFormatter
 from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.outlier import OutlierDetectionConfig
 from trtfleet_router.upstream.dispatch import UpstreamCalls
 from trtfleet_router.upstream.echo import serve_echo
 
@@ -72,8 +74,9 @@ async def _apply(echo: EchoFleet, snapshot: object) -> None:
     echo.router.router.apply(snapshot)  # type: ignore[arg-type]
 
 
-def test_failed_pod_is_suspended_and_resumed(tmp_path: Path) -> None:
-    echo = EchoFleet(tmp_path, count=2)
+def test_failed_pod_is_ejected_and_readmitted(tmp_path: Path) -> None:
+    outliers = OutlierDetectionConfig(consecutive_failures=2, base_ejection_time_s=0.2, probe_interval_s=0.05)
+    echo = EchoFleet(tmp_path, count=2, routing=RoutingConfig(outlier_detection=outliers))
     try:
         client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
         port = int(echo.fleet["baseModels"][0]["backends"][0]["address"].rsplit(":", 1)[1])
@@ -81,11 +84,11 @@ def test_failed_pod_is_suspended_and_resumed(tmp_path: Path) -> None:
         fleets = echo.router.router.fleets
         for i in range(30):  # base-model requests spread over both pods; none fails
             assert client.completions.create(model="tiny", prompt=f"p{i}", max_tokens=30).choices[0].text == f"p{i}"
-            if fleets.suspended.get("tiny"):
+            if fleets.ejected("tiny"):
                 break
-        assert fleets.suspended["tiny"] == {"echo0"}
+        assert fleets.ejected("tiny") == {"echo0"}
         echo.servers[0], _ = echo.loop.run(serve_echo(echo.upstreams[0], port=port))
-        _eventually(lambda: not fleets.suspended["tiny"])
+        _eventually(lambda: not fleets.ejected("tiny"))
         assert len(fleets.ready_endpoints("tiny")) == 2
     finally:
         echo.close()

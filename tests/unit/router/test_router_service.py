@@ -325,17 +325,32 @@ def test_drain_finishes_inflight_and_refuses_new(tmp_path: Path) -> None:
     echo = EchoFleet(tmp_path, count=1, chunk_chars=1, chunk_delay_s=0.02, drain_timeout_s=10.0)
     try:
         client = _client(echo)
-        stream = client.completions.create(model="a1", prompt="drain me", max_tokens=40, stream=True)
+        prompt = "drain me " * 15  # about 140 pieces 20 ms apart: the stream outlives the late request
+        stream = client.completions.create(model="a1", prompt=prompt, max_tokens=200, stream=True)
         iterator = iter(stream)
         first = next(iterator).choices[0].text
-        stopping = threading.Thread(target=echo.router.stop)
+        stop_errors: list[BaseException] = []
+
+        def stop() -> None:
+            try:
+                echo.router.stop()
+            except BaseException as exc:  # reported below: a thread's exception would only be a warning
+                stop_errors.append(exc)
+
+        stopping = threading.Thread(target=stop)
         stopping.start()
-        time.sleep(0.05)
+        lifecycle = echo.router.router.lifecycle
+        deadline = time.monotonic() + 10
+        while not lifecycle.draining:
+            assert time.monotonic() < deadline, "the router never started draining"
+            time.sleep(0.005)
         with pytest.raises(openai.APIStatusError) as info:
             client.completions.create(model="a1", prompt="late", max_tokens=4)
         assert info.value.status_code == 503
-        assert first + "".join(c.choices[0].text for c in iterator) == "[101] drain me"
+        assert first + "".join(c.choices[0].text for c in iterator) == "[101] " + prompt
         stopping.join(15)
+        assert not stopping.is_alive(), "the drain did not finish"
+        assert stop_errors == []
     finally:
         for server in echo.servers:
             echo.loop.run(server.stop(None))

@@ -45,7 +45,7 @@ def test_json_and_binary_inputs() -> None:
         }
     ).encode()
     request, choice = parse_infer_request(head + np.int32(8).tobytes(), len(head))
-    assert request.id == "q1" and request.parameters["priority"].uint64_param == 2
+    assert request.id == "q1" and request.parameters["priority"].int64_param == 2  # int64: what Triton takes
     assert _inputs(request) == {
         "text_input": ("BYTES", [1, 1], encode_bytes([b"hi"])),
         "max_tokens": ("INT32", [1, 1], np.int32(8).tobytes()),
