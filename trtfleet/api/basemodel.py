@@ -1,4 +1,10 @@
-"""The ``BaseModel`` custom resource: one base LLM, its TRT-LLM engine and its Triton fleet.
+"""The ``BaseModel`` custom resource: one base LLM, how TRT-LLM runs it, and its serving fleet.
+
+``spec.runtime`` picks the backend: ``tensorrtllm`` (TRT-LLM's TensorRT-engine flow, built with
+``trtllm-build`` and served by Triton; TRT-LLM <= 1.3.0rc20), ``pytorch`` (TRT-LLM's PyTorch backend: the HF
+checkpoint staged once and served by ``trtllm-serve``; every TRT-LLM release) or ``reference`` (trtfleet's
+CPU engine). Rules that hold for one runtime only are CEL rules on :class:`BaseModelSpec`
+(:data:`RUNTIME_RULES`).
 
 ``spec`` says what to build and serve; ``status`` is written only by the operator.
 Python-side validators mirror the CEL rules of the CRD so that the same spec is
@@ -7,6 +13,7 @@ rejected with the same words by ``kubectl apply`` and by ``trtfleet engines``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
@@ -93,6 +100,9 @@ DEFAULT_TARGET_MODULES: tuple[LoraModule, ...] = (
 
 class Runtime(StrEnum):
     TENSORRTLLM = "tensorrtllm"
+    """The TensorRT-engine backend (engine build + Triton); upstream removed it after 1.3.0rc20."""
+    PYTORCH = "pytorch"
+    """TRT-LLM's PyTorch backend: ``trtllm-serve`` on the staged HF checkpoint."""
     REFERENCE = "reference"
 
 
@@ -148,20 +158,25 @@ class Gpu(ApiModel):
 
 
 class EngineSpec(ApiModel):
-    max_batch_size: int = Field(default=64, ge=1, le=4096, description="trtllm-build --max_batch_size.")
-    max_input_len: int = Field(default=2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len.")
+    max_batch_size: int = Field(default=64, ge=1, le=4096, description="trtllm-build --max_batch_size (tensorrtllm); max_batch_size and "
+        "the CUDA-graph batch limit of the LLM-API options (pytorch).")
+    max_input_len: int = Field(default=2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len (tensorrtllm). pytorch has no such "
+        "limit (prompts are bounded by maxNumTokens without chunked prefill, and by maxSeqLen); it is still "
+        "checked against maxSeqLen and bounds prompts at the router.")
     max_seq_len: int = Field(
-        default=4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (prompt plus output)."
+        default=4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (tensorrtllm), max_seq_len (pytorch): prompt plus output."
     )
     max_num_tokens: int = Field(
-        default=8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens (tokens per scheduler step)."
+        default=8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens (tensorrtllm), max_num_tokens (pytorch): tokens per "
+        "scheduler step."
     )
     image: str = Field(
         default="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
         min_length=1,
         max_length=512,
-        description="The tritonserver TRT-LLM image that builds and serves the engine; its tag is part of the "
-        "engine identity.",
+        description="tensorrtllm: the tritonserver TRT-LLM image that builds and serves the engine; its tag is "
+        "part of the engine identity. pytorch: the TRT-LLM image that runs trtllm-serve and the prepare Job "
+        "(with ModelOpt when quantization.mode is not none; then its tag is part of the checkpoint identity).",
     )
     gpu: Gpu = Field(default_factory=Gpu, description="Target GPU.")
 
@@ -190,16 +205,25 @@ class EngineSpec(ApiModel):
 
 class LoraCacheSpec(ApiModel):
     gpu_memory_fraction: float = Field(
-        default=0.05, gt=0, le=0.5, description="lora_cache_gpu_memory_fraction: share of free GPU memory."
+        default=0.05,
+        gt=0,
+        le=0.5,
+        description="Share of free GPU memory for the device tier. tensorrtllm: lora_cache_gpu_memory_fraction of "
+        "the Triton model. pytorch: the budget the operator turns into lora_config.max_loras (adapters of "
+        "lora.maxRank; status.capacity.maxLoras).",
     )
     host_memory_bytes: Quantity = Field(
-        default="1Gi", description="lora_cache_host_memory_bytes: pinned host memory for the host tier."
+        default="1Gi",
+        description="Host memory for the host tier. tensorrtllm: lora_cache_host_memory_bytes. pytorch: the "
+        "budget the operator turns into lora_config.max_cpu_loras (status.capacity.maxCpuLoras).",
     )
     optimal_adapter_size: int = Field(
-        default=8, ge=1, le=1024, description="lora_cache_optimal_adapter_size (rank used for page geometry)."
+        default=8, ge=1, le=1024, description="Rank used for page geometry: "
+        "lora_cache_optimal_adapter_size (tensorrtllm), peft_cache_config.optimal_adapter_size (pytorch)."
     )
     max_adapter_size: int = Field(
-        default=64, ge=1, le=1024, description="lora_cache_max_adapter_size (largest rank one page must hold)."
+        default=64, ge=1, le=1024, description="Largest rank one page must "
+        "hold: lora_cache_max_adapter_size (tensorrtllm), peft_cache_config.max_adapter_size (pytorch)."
     )
 
     @property
@@ -211,13 +235,17 @@ _POWERS_OF_TWO = [1, 2, 4, 8, 16, 32, 64, 128, 256]
 
 
 class LoraSpec(ApiModel):
-    enabled: bool = Field(default=True, description="Build the engine with the LoRA plugin (multi-LoRA serving).")
-    max_rank: int = Field(default=64, ge=1, le=256, description="trtllm-build --max_lora_rank; a power of two.")
+    enabled: bool = Field(default=True, description="Multi-LoRA serving. tensorrtllm: build "
+        "the engine with the LoRA plugin. pytorch: start trtllm-serve with lora_config (a server without it "
+        "ignores lora_request and answers from the base model).")
+    max_rank: int = Field(default=64, ge=1, le=256, description="trtllm-build --max_lora_rank "
+        "(tensorrtllm), lora_config.max_lora_rank (pytorch); a power of two.")
     target_modules: list[LoraModule] = Field(
         default_factory=lambda: list(DEFAULT_TARGET_MODULES),
         min_length=1,
         max_length=9,
-        description="TRT-LLM module names adapters may target (--lora_target_modules).",
+        description="TRT-LLM module names adapters may target (--lora_target_modules; "
+        "lora_config.lora_target_modules on pytorch).",
         json_schema_extra={"x-kubernetes-list-type": "set"},
     )
     cache: LoraCacheSpec = Field(default_factory=LoraCacheSpec, description="TRT-LLM LoRA cache sizing.")
@@ -259,6 +287,56 @@ class ModelDimensions(ApiModel):
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
+@dataclass(frozen=True)
+class RuntimeFieldRule:
+    """A value of one spec field that one runtime cannot serve: a CEL rule of the CRD and the same check in
+    Python, with one message for both."""
+
+    runtime: Runtime
+    group: str
+    field: str
+    value: str
+    message: str
+
+    @property
+    def field_path(self) -> str:
+        return f"{self.group}.{self.field}"
+
+    def to_cel(self) -> dict[str, str]:
+        return {
+            "rule": f"!(self.runtime == '{self.runtime.value}' && self.{self.field_path} == '{self.value}')",
+            "message": self.message,
+            "fieldPath": f".{self.field_path}",
+        }
+
+    def holds(self, spec: BaseModelSpec) -> bool:
+        if spec.runtime is not self.runtime:
+            return True
+        group: ApiModel = getattr(spec, self.group)  # groups are one-word fields: quantization, lora, ...
+        return bool(group.to_wire().get(self.field) != self.value)
+
+
+RUNTIME_RULES: tuple[RuntimeFieldRule, ...] = (
+    RuntimeFieldRule(
+        Runtime.PYTORCH,
+        "quantization",
+        "kvCacheDtype",
+        KvCacheDtype.INT8.value,
+        "quantization.kvCacheDtype int8 is for runtime tensorrtllm only: the PyTorch backend's "
+        "kv_cache_config.dtype takes auto or fp8 (use fp8 or auto)",
+    ),
+    RuntimeFieldRule(
+        Runtime.PYTORCH,
+        "quantization",
+        "mode",
+        QuantizationMode.INT4_WEIGHT_ONLY.value,
+        "quantization.mode int4_weight_only is for runtime tensorrtllm only: ModelOpt exports no HF checkpoint "
+        "of it for the PyTorch backend (use int4_awq, int8_weight_only or fp8)",
+    ),
+)
+"""Field values refused for one runtime; the checks in ``trtfleet_engines.pytorch`` refuse the same."""
+
+
 class BaseModelSpec(ApiModel):
     source: Source = Field(description="Where the HuggingFace checkpoint comes from.")
     architecture: Architecture = Field(description="Model family; picks the TRT-LLM checkpoint converter.")
@@ -270,8 +348,11 @@ class BaseModelSpec(ApiModel):
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Triton serving settings.")
     runtime: Runtime = Field(
         default=Runtime.TENSORRTLLM,
-        description="tensorrtllm: build and serve a TRT-LLM engine on GPUs. reference: trtfleet's CPU reference "
-        "engine (same Triton tensors and LoRA cache behaviour, no GPU).",
+        description="tensorrtllm: TRT-LLM's TensorRT-engine backend (trtllm-build, served by Triton), for "
+        "TRT-LLM releases up to 1.3.0rc20, the last with that backend. pytorch: TRT-LLM's PyTorch backend "
+        "(the HF checkpoint is staged once, optionally quantized with ModelOpt, and served by trtllm-serve), "
+        "for every release. reference: trtfleet's CPU reference engine (same Triton tensors and LoRA cache "
+        "behaviour, no GPU). The default stays tensorrtllm in this API version.",
     )
     dimensions: ModelDimensions | None = Field(
         default=None,
@@ -284,7 +365,8 @@ class BaseModelSpec(ApiModel):
                 {
                     "rule": "self.parallelism.tensor * self.parallelism.pipeline == self.engine.gpu.count",
                     "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
-                }
+                },
+                *(rule.to_cel() for rule in RUNTIME_RULES),
             ]
         }
     }
@@ -293,15 +375,28 @@ class BaseModelSpec(ApiModel):
     def _gpus(self) -> BaseModelSpec:
         if self.parallelism.tensor * self.parallelism.pipeline != self.engine.gpu.count:
             raise ValueError("parallelism.tensor * parallelism.pipeline must equal engine.gpu.count")
+        for rule in RUNTIME_RULES:
+            if not rule.holds(self):
+                raise ValueError(rule.message)
         return self
 
 
 class EngineStatus(ApiModel):
-    hash: str | None = Field(default=None, description="Content address of the engine.")
-    uri: str | None = Field(default=None, description="Where the built engine and model repository live.")
-    image: str | None = Field(default=None, description="Image that built it.")
-    built_at: str | None = Field(default=None, description="RFC 3339 time the engine was published.")
-    build_job: str | None = Field(default=None, description="Name of the engine-build Job, while one runs.")
+    hash: str | None = Field(
+        default=None,
+        description="Content address of the engine (tensorrtllm) or of the staged checkpoint (pytorch: the "
+        "prepare hash).",
+    )
+    uri: str | None = Field(
+        default=None,
+        description="Where the built engine and model repository live (tensorrtllm), or the staged checkpoint "
+        "directory trtllm-serve loads (pytorch).",
+    )
+    image: str | None = Field(default=None, description="Image that built or prepared it.")
+    built_at: str | None = Field(default=None, description="RFC 3339 time the engine or checkpoint was published.")
+    build_job: str | None = Field(
+        default=None, description="Name of the engine-build Job (tensorrtllm) or prepare Job (pytorch), while one runs."
+    )
 
 
 class CapacityStatus(ApiModel):
@@ -313,6 +408,14 @@ class CapacityStatus(ApiModel):
     lora_slots_per_page: int | None = Field(default=None, description="LoRA cache slots per page.")
     lora_host_pages: int | None = Field(default=None, description="Pages in the host tier.")
     lora_device_pages: int | None = Field(default=None, description="Pages in the device tier.")
+    max_loras: int | None = Field(
+        default=None,
+        description="runtime pytorch: lora_config.max_loras, the device tier in adapters of lora.maxRank (its "
+        "pages may hold more; see loraDeviceAdapters).",
+    )
+    max_cpu_loras: int | None = Field(
+        default=None, description="runtime pytorch: lora_config.max_cpu_loras, the host tier in adapters of lora.maxRank."
+    )
 
 
 class BaseModelStatus(ApiModel):
