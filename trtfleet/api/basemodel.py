@@ -158,17 +158,33 @@ class Gpu(ApiModel):
 
 
 class EngineSpec(ApiModel):
-    max_batch_size: int = Field(default=64, ge=1, le=4096, description="trtllm-build --max_batch_size (tensorrtllm); max_batch_size and "
-        "the CUDA-graph batch limit of the LLM-API options (pytorch).")
-    max_input_len: int = Field(default=2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len (tensorrtllm). pytorch has no such "
-        "limit (prompts are bounded by maxNumTokens without chunked prefill, and by maxSeqLen); it is still "
-        "checked against maxSeqLen and bounds prompts at the router.")
+    max_batch_size: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="trtllm-build --max_batch_size (tensorrtllm); max_batch_size and the CUDA-graph batch limit "
+        "of the LLM-API options (pytorch).",
+    )
+    max_input_len: int = Field(
+        default=2048,
+        ge=1,
+        le=1_048_576,
+        description="trtllm-build --max_input_len (tensorrtllm). pytorch has no such limit (prompts are bounded "
+        "by maxNumTokens without chunked prefill, and by maxSeqLen); it is still checked against maxSeqLen and "
+        "bounds prompts at the router.",
+    )
     max_seq_len: int = Field(
-        default=4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (tensorrtllm), max_seq_len (pytorch): prompt plus output."
+        default=4096,
+        ge=2,
+        le=1_048_576,
+        description="trtllm-build --max_seq_len (tensorrtllm), max_seq_len (pytorch): prompt plus output.",
     )
     max_num_tokens: int = Field(
-        default=8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens (tensorrtllm), max_num_tokens (pytorch): tokens per "
-        "scheduler step."
+        default=8192,
+        ge=1,
+        le=1_048_576,
+        description="trtllm-build --max_num_tokens (tensorrtllm), max_num_tokens (pytorch): tokens per scheduler "
+        "step.",
     )
     image: str = Field(
         default="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
@@ -336,6 +352,14 @@ RUNTIME_RULES: tuple[RuntimeFieldRule, ...] = (
 )
 """Field values refused for one runtime; the checks in ``trtfleet_engines.pytorch`` refuse the same."""
 
+_SPEC_CEL_RULES: list[Any] = [
+    {
+        "rule": "self.parallelism.tensor * self.parallelism.pipeline == self.engine.gpu.count",
+        "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
+    },
+    *(rule.to_cel() for rule in RUNTIME_RULES),
+]
+
 
 class BaseModelSpec(ApiModel):
     source: Source = Field(description="Where the HuggingFace checkpoint comes from.")
@@ -359,17 +383,7 @@ class BaseModelSpec(ApiModel):
         description="Model dimensions for capacity planning when the operator cannot read config.json.",
     )
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.parallelism.tensor * self.parallelism.pipeline == self.engine.gpu.count",
-                    "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
-                },
-                *(rule.to_cel() for rule in RUNTIME_RULES),
-            ]
-        }
-    }
+    model_config = ApiModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": _SPEC_CEL_RULES}}
 
     @model_validator(mode="after")
     def _gpus(self) -> BaseModelSpec:
@@ -414,7 +428,8 @@ class CapacityStatus(ApiModel):
         "pages may hold more; see loraDeviceAdapters).",
     )
     max_cpu_loras: int | None = Field(
-        default=None, description="runtime pytorch: lora_config.max_cpu_loras, the host tier in adapters of lora.maxRank."
+        default=None,
+        description="runtime pytorch: lora_config.max_cpu_loras, the host tier in adapters of lora.maxRank.",
     )
 
 

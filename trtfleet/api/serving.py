@@ -57,15 +57,23 @@ class ServingSpec(ApiModel):
         "(enable_chunked_prefill) turns it on.",
     )
     batch_scheduler_policy: BatchSchedulerPolicy = Field(
-        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT, description="batch_scheduler_policy (tensorrtllm). pytorch keeps TRT-LLM's default "
-        "scheduler (guaranteed no evict)."
+        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT,
+        description="batch_scheduler_policy (tensorrtllm). pytorch keeps TRT-LLM's default scheduler "
+        "(guaranteed no evict).",
     )
     max_queue_size: int = Field(
-        default=256, ge=0, le=1_000_000, description="Requests queued per pod before back-pressure (0 = no limit); Triton's "
-        "queue (tensorrtllm, reference), not passed to trtllm-serve (pytorch)."
+        default=256,
+        ge=0,
+        le=1_000_000,
+        description="Requests queued per pod before back-pressure (0 = no limit); Triton's queue (tensorrtllm, "
+        "reference), not passed to trtllm-serve (pytorch).",
     )
-    max_queue_delay_microseconds: int = Field(default=100, ge=0, le=10_000_000, description="Triton batcher delay "
-        "(tensorrtllm, reference); not used by pytorch.")
+    max_queue_delay_microseconds: int = Field(
+        default=100,
+        ge=0,
+        le=10_000_000,
+        description="Triton batcher delay (tensorrtllm, reference); not used by pytorch.",
+    )
     chat_template: str | None = Field(
         default=None,
         max_length=65536,
