@@ -178,17 +178,18 @@ def hash_keyed_job(
     labels: Mapping[str, str] | None,
     container: Obj,
     volumes: Sequence[Obj],
+    non_root: bool = False,
 ) -> Obj:
     """The Job around ``container`` shared by engine builds and ``pytorch`` prepares: hash labels and
     annotation, attempt label, owners, the build policy's limits, and exit code 2 (a spec error) failing
-    the Job at once."""
+    the Job at once. ``non_root`` for trtfleet's own image (its user, and the volumes' group)."""
     pod_labels = _hash_labels(engine_hash, labels)
     job_labels = {**pod_labels, LABEL_BUILD_ATTEMPT: str(attempt)}
     annotations = {ANNOTATION_ENGINE_HASH: engine_hash}
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
-        "securityContext": pod_security(non_root=False),
+        "securityContext": pod_security(non_root=non_root),
         **scheduling(spec),
         "containers": [container],
         "volumes": list(volumes),

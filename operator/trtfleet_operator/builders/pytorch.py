@@ -2,11 +2,12 @@
 ``trtllm-serve`` Deployment (its Service and PodDisruptionBudget are :mod:`.serving`'s).
 
 * **Prepare Job** ``trtfleet-prepare-<hash16>``: ``python3 -m trtfleet_operator.jobs.prepare --plan
-  /plan/plan.json`` in the serving image (``images.for_engine(spec.engine.image)``, which must carry
-  trtfleet, as build Jobs' does). It stages the HF checkpoint into the model cache (the engine PVC, mounted
-  at :data:`~trtfleet_operator.planning.MODEL_CACHE_MOUNT`) under ``checkpoints/<prepare hash>/`` and,
-  for a quantized spec, runs ModelOpt there (then it gets the spec's GPUs). The Job envelope, its retries
-  and its owners are the engine build's (:func:`.engine.hash_keyed_job`).
+  /plan/plan.json``. It stages the HF checkpoint into the model cache (the engine PVC, mounted at
+  :data:`~trtfleet_operator.planning.MODEL_CACHE_MOUNT`) under ``checkpoints/<prepare hash>/``: in
+  trtfleet's own image (``images.trtfleet``, as its user) when that is all, and in the serving image
+  (``images.for_engine(spec.engine.image)``, which must then carry trtfleet and ModelOpt, with the spec's
+  GPUs) when ``quantization.mode`` asks for ModelOpt. The Job envelope, its retries and its owners are the
+  engine build's (:func:`.engine.hash_keyed_job`).
 * **Options ConfigMap** ``<serving>-llm-api-options``: the rendered ``llm-api-options.yaml``, labelled
   with its digest.
 * **Deployment**: one container ``trtllm-serve`` running :func:`trtfleet_engines.pytorch.serving.serve_argv`
@@ -92,7 +93,7 @@ def build_prepare_job(
     quantizing = spec.quantization.mode is not QuantizationMode.NONE
     container: Obj = {
         "name": PREPARE_CONTAINER,
-        "image": config.images.for_engine(spec.engine.image),
+        "image": config.images.for_engine(spec.engine.image) if quantizing else config.images.trtfleet,
         "imagePullPolicy": "IfNotPresent",
         "command": ["python3", "-m", "trtfleet_operator.jobs.prepare"],
         "args": ["--plan", f"{PLAN_MOUNT}/{PLAN_KEY}"],
@@ -129,6 +130,7 @@ def build_prepare_job(
         labels={LABEL_RUNTIME: RUNTIME, **(labels or {})},
         container=container,
         volumes=volumes,
+        non_root=not quantizing,
     )
 
 

@@ -65,6 +65,7 @@ def test_pytorch_basemodel_starts_one_prepare_job_and_plans_lora_slots() -> None
     container = job["spec"]["template"]["spec"]["containers"][0]
     assert container["name"] == "prepare"
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {}), "staging alone needs no GPU"
+    assert container["image"] == CONFIG.images.trtfleet, "staging runs in trtfleet's own image"
     assert condition(result.status, "EngineBuilt")["reason"] == "Preparing"
     assert condition(result.status, "Ready")["message"].startswith("waiting for checkpoint")
     assert result.status["phase"] == "Building"
@@ -147,7 +148,9 @@ def test_two_basemodels_with_one_source_share_one_prepare_job() -> None:
 def test_quantized_prepare_runs_modelopt_on_the_spec_gpus() -> None:
     obj = torch_llama(spec={"quantization": {"mode": "fp8", "kvCacheDtype": "fp8"}})
     job = by_kind(run(obj).apply, "Job")[0]
-    assert job["spec"]["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] == 1
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
+    assert container["image"] == CONFIG.images.for_engine(obj["spec"]["engine"]["image"]), "ModelOpt's image"
     plan_cm = by_kind(run(obj).apply, "ConfigMap")[0]
     assert "hf_ptq.py" in plan_cm["data"]["plan.json"]
 
