@@ -4,15 +4,19 @@ and the CEL rules are the ones in the generated CRD."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 from pydantic import ValidationError
+from trtfleet_engines.pytorch.capacity import plan_pytorch_capacity
 
-from trtfleet.api import BaseModelSpec
+from trtfleet.api import BaseModel, BaseModelSpec
 from trtfleet.api.basemodel import RUNTIME_RULES
 from trtfleet.api.crdgen import structural_schema
 
+ROOT = Path(__file__).resolve().parents[2]
 BASE: dict[str, Any] = {"source": {"uri": "hf://org/model"}, "architecture": "llama"}
 
 
@@ -60,3 +64,10 @@ def test_every_runtime_rule_is_a_cel_rule_of_the_crd() -> None:
 
 def test_default_runtime_is_still_the_engine_flow() -> None:
     assert BaseModelSpec.model_validate(BASE).runtime.value == "tensorrtllm"
+
+
+def test_the_pytorch_example_is_valid_and_fits() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-pytorch.yaml").read_text())
+    base = BaseModel.model_validate(doc)
+    assert base.spec.runtime.value == "pytorch"
+    assert plan_pytorch_capacity(base.spec).verdict == "ok"
