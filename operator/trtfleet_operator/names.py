@@ -9,7 +9,11 @@ Conventions other components rely on (the router watches them):
   ``trtfleet.io/basemodel=<name>, trtfleet.io/role=base``; a merged adapter's Service adds
   ``trtfleet.io/adapter=<name>`` and ``trtfleet.io/role=merged``.
 * Build Jobs are named ``trtfleet-build-<hash16>`` (``-<attempt>`` from the second attempt on), one per
-  engine hash and namespace, whoever asks for it.
+  engine hash and namespace, whoever asks for it. ``runtime: pytorch`` has prepare Jobs instead,
+  ``trtfleet-prepare-<hash16>`` per prepare hash, run by the same machinery (and listed with the same
+  ``app.kubernetes.io/component=engine-build`` label; ``trtfleet.io/runtime`` tells them apart).
+* A ``pytorch`` BaseModel's LLM-API options are in the ConfigMap ``<serving name>-llm-api-options``,
+  labelled ``trtfleet.io/options-hash=<digest of the file>``.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ LABEL_RUNTIME = "trtfleet.io/runtime"
 LABEL_SOURCE_KEY = "trtfleet.io/source-key"
 LABEL_BUILD_ATTEMPT = "trtfleet.io/build-attempt"
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
+LABEL_OPTIONS_HASH = "trtfleet.io/options-hash"
 
 ANNOTATION_ENGINE_HASH = "trtfleet.io/engine-hash"
 ANNOTATION_SPEC_HASH = "trtfleet.io/spec-hash"
@@ -47,6 +52,7 @@ COMPONENT_BUILD_PLAN = "build-plan"
 COMPONENT_ENGINE_RECORD = "engine-record"
 COMPONENT_MODEL_REPO = "model-repository"
 COMPONENT_ADAPTER_CONVERT = "adapter-convert"
+COMPONENT_LLM_API_OPTIONS = "llm-api-options"
 
 ROLE_BASE = "base"
 ROLE_MERGED = "merged"
@@ -102,6 +108,11 @@ def build_job_name(engine_hash: str, attempt: int = 1) -> str:
     return base if attempt <= 1 else f"{base}-{attempt}"
 
 
+def prepare_job_name(prepare_hash: str, attempt: int = 1) -> str:
+    base = f"trtfleet-prepare-{hash16(prepare_hash)}"
+    return base if attempt <= 1 else f"{base}-{attempt}"
+
+
 def plan_configmap_name(engine_hash: str) -> str:
     return f"trtfleet-plan-{hash16(engine_hash)}"
 
@@ -122,6 +133,10 @@ def merged_serving_name(adapter: str) -> str:
 
 def model_repo_configmap_name(serving: str) -> str:
     return f"{serving}-model-repo"
+
+
+def options_configmap_name(serving: str) -> str:
+    return f"{serving}-llm-api-options"
 
 
 def convert_job_name(adapter: str, source_key: str) -> str:

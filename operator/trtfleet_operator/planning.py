@@ -3,11 +3,17 @@
 ``trtfleet_engines`` raises ``SpecError`` subclasses for specs it cannot plan; here they become a
 :class:`~trtfleet_operator.errors.PlanningError` (for builds) or a failed :class:`CapacityVerdict`
 (for capacity), with a CamelCase reason for the status condition.
+
+``runtime: pytorch`` plans with :mod:`trtfleet_engines.pytorch` instead: the "engine" of its
+:class:`EnginePlan` is the staged checkpoint (hash = ``prepare_hash``, plan file = the prepare plan),
+and the plan carries the rendered LLM-API options; its capacity verdict is the PyTorch backend's memory
+plan, whose ``max_loras`` / ``max_cpu_loras`` go to ``status.capacity``.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import json
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from trtfleet_engines import plan as engine_plan
@@ -19,8 +25,11 @@ from trtfleet_engines.errors import (
     UnknownGpuError,
     UnsupportedError,
 )
+from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
+from trtfleet_engines.pytorch.options import render_llm_api_options
+from trtfleet_engines.pytorch.serving import PreparePlan, plan_prepare
 
-from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet.api.basemodel import BaseModelSpec, Runtime
 from trtfleet_operator.errors import PlanningError
 
 UNSUPPORTED_BY_RELEASE = "UnsupportedByRelease"
@@ -29,6 +38,9 @@ the message names the rule, the upstream source and the fix."""
 FITS = "Fits"
 FITS_WITH_WARNINGS = "FitsWithWarnings"
 DOES_NOT_FIT = "DoesNotFit"
+MODEL_CACHE_MOUNT = "/model-cache"
+"""Where the model cache (the engine PVC) is mounted in prepare Jobs and ``trtllm-serve`` pods alike, so the
+staged checkpoint has one path everywhere."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +50,10 @@ class EnginePlan:
     engine_hash: str
     plan_json: str
     render_spec: BaseModelSpec
+    prepare: PreparePlan | None = None
+    """runtime pytorch: what the prepare Job stages (``engine_hash`` is its ``prepare_hash``)."""
+    options_yaml: str | None = None
+    """runtime pytorch: the LLM-API options file ``trtllm-serve --config`` reads."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +77,8 @@ def _reason(exc: SpecError) -> str:
 
 
 def plan_engine(spec: BaseModelSpec) -> EnginePlan:
+    if spec.runtime is Runtime.PYTORCH:
+        return plan_pytorch(spec)
     try:
         plan = engine_plan.plan_engine_build(spec)
     except SpecError as exc:
@@ -76,15 +94,49 @@ def plan_merged(spec: BaseModelSpec, adapter_uri: str, adapter_revision: str | N
     return EnginePlan(plan.engine_hash, plan.to_json(), plan.render_spec)
 
 
+def plan_pytorch(spec: BaseModelSpec) -> EnginePlan:
+    """The prepare plan (under :data:`MODEL_CACHE_MOUNT`) and the options file of a ``pytorch`` spec."""
+    try:
+        prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT)
+        options = render_llm_api_options(spec)
+    except SpecError as exc:
+        raise PlanningError(_reason(exc), str(exc)) from exc
+    plan_json = json.dumps(asdict(prepare), sort_keys=True, indent=2) + "\n"
+    return EnginePlan(prepare.content_hash, plan_json, spec, prepare=prepare, options_yaml=options)
+
+
+def pytorch_capacity_status(plan: PytorchCapacityPlan) -> dict[str, int | None]:
+    """``status.capacity`` of a ``pytorch`` BaseModel: the engine flow's keys plus maxLoras / maxCpuLoras."""
+    lora = plan.lora
+    return {
+        "weightsBytes": plan.weights_bytes,
+        "kvCacheTokens": plan.kv_cache_tokens,
+        "loraHostAdapters": lora.host.max_rank_adapters_fit if lora else None,
+        "loraDeviceAdapters": lora.device.max_rank_adapters_fit if lora else None,
+        "loraPageWidth": lora.page_width if lora else None,
+        "loraSlotsPerPage": lora.slots_per_page if lora else None,
+        "loraHostPages": lora.host.pages if lora else None,
+        "loraDevicePages": lora.device.pages if lora else None,
+        "maxLoras": lora.max_loras if lora else None,
+        "maxCpuLoras": lora.max_cpu_loras if lora else None,
+    }
+
+
 def plan_capacity(spec: BaseModelSpec) -> CapacityVerdict:
     """Whether ``spec`` fits its GPUs, in the words of the capacity planner."""
+    status: dict[str, Any]
     try:
-        plan = engines_plan_capacity(spec)
+        if spec.runtime is Runtime.PYTORCH:
+            torch_plan = plan_pytorch_capacity(spec)
+            problems, verdict = list(torch_plan.problems), torch_plan.verdict
+            status = pytorch_capacity_status(torch_plan)
+        else:
+            plan = engines_plan_capacity(spec)
+            problems, verdict = [str(p) for p in plan.problems], plan.verdict
+            status = plan.to_status()
     except SpecError as exc:
         return CapacityVerdict(False, _reason(exc), str(exc), None)
-    problems = [str(p) for p in plan.problems]
-    status = plan.to_status()
-    if plan.verdict == "error":
+    if verdict == "error":
         return CapacityVerdict(False, DOES_NOT_FIT, "; ".join(problems) or "the spec does not fit", status)
     if problems:
         return CapacityVerdict(True, FITS_WITH_WARNINGS, "; ".join(problems), status)

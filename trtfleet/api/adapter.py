@@ -1,9 +1,11 @@
 """The ``Adapter`` custom resource: one LoRA adapter served on a BaseModel's fleet.
 
 The operator validates it against its BaseModel, converts the PEFT weights into
-TRT-LLM's two-tensor format, and allocates a ``taskId`` (TRT-LLM's only name for
-an adapter). The router reads ``spec.servedName``, ``status.taskId`` and
-``status.artifact`` to route requests and push weights to pods.
+TRT-LLM's two-tensor format (runtime ``pytorch``: validates them the same way and
+stages the PEFT directory itself, which the pods read), and allocates a ``taskId``
+(TRT-LLM's only name for an adapter). The router reads ``spec.servedName``,
+``status.taskId`` and ``status.artifact`` to route requests and push weights to pods
+(or, on ``pytorch``, sends ``status.artifact.path`` as ``lora_path``).
 """
 
 from __future__ import annotations
@@ -68,8 +70,16 @@ class AdapterSpec(ApiModel):
 
 
 class ArtifactStatus(ApiModel):
-    uri: str | None = Field(default=None, description="Directory holding model.lora_weights.npy, "
-                            "model.lora_config.npy and manifest.json.")
+    uri: str | None = Field(
+        default=None,
+        description="Directory of the staged adapter: model.lora_weights.npy, model.lora_config.npy and "
+        "manifest.json (runtime tensorrtllm, reference), or the validated PEFT directory (runtime pytorch).",
+    )
+    path: str | None = Field(
+        default=None,
+        description="runtime pytorch: the directory inside every serving pod that holds the PEFT adapter; the "
+        "router sends it as lora_request.lora_path (with lora_int_id = taskId).",
+    )
     sha256: str | None = Field(default=None, description="sha256 of the manifest's output files, as in manifest.json.")
     bytes: int | None = Field(default=None, ge=0, description="Size of the weights tensor in bytes.")
     rank: int | None = Field(default=None, ge=1, description="Largest LoRA rank in the adapter.")
@@ -87,7 +97,8 @@ class AdapterStatus(ApiModel):
     task_id: int | None = Field(
         default=None,
         ge=1,
-        description="TRT-LLM lora_task_id, unique per BaseModel and never reused.",
+        description="TRT-LLM lora_task_id (lora_request.lora_int_id on runtime pytorch), unique per "
+        "BaseModel and never reused.",
     )
     source_key: str | None = Field(
         default=None, description="Digest of the source the taskId was allocated for; a new source, a new id."

@@ -1,4 +1,10 @@
-"""The ``BaseModel`` custom resource: one base LLM, its TRT-LLM engine and its Triton fleet.
+"""The ``BaseModel`` custom resource: one base LLM, how TRT-LLM runs it, and its serving fleet.
+
+``spec.runtime`` picks the backend: ``tensorrtllm`` (TRT-LLM's TensorRT-engine flow, built with
+``trtllm-build`` and served by Triton; TRT-LLM <= 1.3.0rc20), ``pytorch`` (TRT-LLM's PyTorch backend: the HF
+checkpoint staged once and served by ``trtllm-serve``; every TRT-LLM release) or ``reference`` (trtfleet's
+CPU engine). Rules that hold for one runtime only are CEL rules on :class:`BaseModelSpec`
+(:data:`RUNTIME_RULES`).
 
 ``spec`` says what to build and serve; ``status`` is written only by the operator.
 Python-side validators mirror the CEL rules of the CRD so that the same spec is
@@ -7,12 +13,18 @@ rejected with the same words by ``kubectl apply`` and by ``trtfleet engines``.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
-from trtfleet.api.common import ApiModel, Condition, Quantity, Source, parse_quantity
+from trtfleet.api.common import ApiModel, Condition, Source
+from trtfleet.api.lora import DEFAULT_TARGET_MODULES as DEFAULT_TARGET_MODULES
+from trtfleet.api.lora import LORA_MODULE_IDS as LORA_MODULE_IDS
+from trtfleet.api.lora import LoraCacheSpec as LoraCacheSpec
+from trtfleet.api.lora import LoraModule as LoraModule
+from trtfleet.api.lora import LoraSpec as LoraSpec
 from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
 from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
 from trtfleet.api.serving import Resources as Resources
@@ -50,49 +62,11 @@ class KvCacheDtype(StrEnum):
     FP8 = "fp8"
 
 
-class LoraModule(StrEnum):
-    """TRT-LLM LoRA module names (``--lora_target_modules``) with their runtime module ids."""
-
-    ATTN_QKV = "attn_qkv"
-    ATTN_Q = "attn_q"
-    ATTN_K = "attn_k"
-    ATTN_V = "attn_v"
-    ATTN_DENSE = "attn_dense"
-    MLP_H_TO_4H = "mlp_h_to_4h"
-    MLP_4H_TO_H = "mlp_4h_to_h"
-    MLP_GATE = "mlp_gate"
-    MLP_GATE_UP = "mlp_gate_up"
-
-    @property
-    def module_id(self) -> int:
-        return LORA_MODULE_IDS[self]
-
-
-LORA_MODULE_IDS: dict[LoraModule, int] = {
-    LoraModule.ATTN_QKV: 0,
-    LoraModule.ATTN_Q: 1,
-    LoraModule.ATTN_K: 2,
-    LoraModule.ATTN_V: 3,
-    LoraModule.ATTN_DENSE: 4,
-    LoraModule.MLP_H_TO_4H: 5,
-    LoraModule.MLP_4H_TO_H: 6,
-    LoraModule.MLP_GATE: 7,
-    LoraModule.MLP_GATE_UP: 18,
-}
-
-DEFAULT_TARGET_MODULES: tuple[LoraModule, ...] = (
-    LoraModule.ATTN_Q,
-    LoraModule.ATTN_K,
-    LoraModule.ATTN_V,
-    LoraModule.ATTN_DENSE,
-    LoraModule.MLP_H_TO_4H,
-    LoraModule.MLP_4H_TO_H,
-    LoraModule.MLP_GATE,
-)
-
-
 class Runtime(StrEnum):
     TENSORRTLLM = "tensorrtllm"
+    """The TensorRT-engine backend (engine build + Triton); upstream removed it after 1.3.0rc20."""
+    PYTORCH = "pytorch"
+    """TRT-LLM's PyTorch backend: ``trtllm-serve`` on the staged HF checkpoint."""
     REFERENCE = "reference"
 
 
@@ -148,20 +122,41 @@ class Gpu(ApiModel):
 
 
 class EngineSpec(ApiModel):
-    max_batch_size: int = Field(default=64, ge=1, le=4096, description="trtllm-build --max_batch_size.")
-    max_input_len: int = Field(default=2048, ge=1, le=1_048_576, description="trtllm-build --max_input_len.")
+    max_batch_size: int = Field(
+        default=64,
+        ge=1,
+        le=4096,
+        description="trtllm-build --max_batch_size (tensorrtllm); max_batch_size and the CUDA-graph batch limit "
+        "of the LLM-API options (pytorch).",
+    )
+    max_input_len: int = Field(
+        default=2048,
+        ge=1,
+        le=1_048_576,
+        description="trtllm-build --max_input_len (tensorrtllm). pytorch has no such limit (prompts are bounded "
+        "by maxNumTokens without chunked prefill, and by maxSeqLen); it is still checked against maxSeqLen and "
+        "bounds prompts at the router.",
+    )
     max_seq_len: int = Field(
-        default=4096, ge=2, le=1_048_576, description="trtllm-build --max_seq_len (prompt plus output)."
+        default=4096,
+        ge=2,
+        le=1_048_576,
+        description="trtllm-build --max_seq_len (tensorrtllm), max_seq_len (pytorch): prompt plus output.",
     )
     max_num_tokens: int = Field(
-        default=8192, ge=1, le=1_048_576, description="trtllm-build --max_num_tokens (tokens per scheduler step)."
+        default=8192,
+        ge=1,
+        le=1_048_576,
+        description="trtllm-build --max_num_tokens (tensorrtllm), max_num_tokens (pytorch): tokens per scheduler "
+        "step.",
     )
     image: str = Field(
         default="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
         min_length=1,
         max_length=512,
-        description="The tritonserver TRT-LLM image that builds and serves the engine; its tag is part of the "
-        "engine identity.",
+        description="tensorrtllm: the tritonserver TRT-LLM image that builds and serves the engine; its tag is "
+        "part of the engine identity. pytorch: the TRT-LLM image that runs trtllm-serve and the prepare Job "
+        "(with ModelOpt when quantization.mode is not none; then its tag is part of the checkpoint identity).",
     )
     gpu: Gpu = Field(default_factory=Gpu, description="Target GPU.")
 
@@ -188,61 +183,6 @@ class EngineSpec(ApiModel):
         return self
 
 
-class LoraCacheSpec(ApiModel):
-    gpu_memory_fraction: float = Field(
-        default=0.05, gt=0, le=0.5, description="lora_cache_gpu_memory_fraction: share of free GPU memory."
-    )
-    host_memory_bytes: Quantity = Field(
-        default="1Gi", description="lora_cache_host_memory_bytes: pinned host memory for the host tier."
-    )
-    optimal_adapter_size: int = Field(
-        default=8, ge=1, le=1024, description="lora_cache_optimal_adapter_size (rank used for page geometry)."
-    )
-    max_adapter_size: int = Field(
-        default=64, ge=1, le=1024, description="lora_cache_max_adapter_size (largest rank one page must hold)."
-    )
-
-    @property
-    def host_bytes(self) -> int:
-        return parse_quantity(self.host_memory_bytes)
-
-
-_POWERS_OF_TWO = [1, 2, 4, 8, 16, 32, 64, 128, 256]
-
-
-class LoraSpec(ApiModel):
-    enabled: bool = Field(default=True, description="Build the engine with the LoRA plugin (multi-LoRA serving).")
-    max_rank: int = Field(default=64, ge=1, le=256, description="trtllm-build --max_lora_rank; a power of two.")
-    target_modules: list[LoraModule] = Field(
-        default_factory=lambda: list(DEFAULT_TARGET_MODULES),
-        min_length=1,
-        max_length=9,
-        description="TRT-LLM module names adapters may target (--lora_target_modules).",
-        json_schema_extra={"x-kubernetes-list-type": "set"},
-    )
-    cache: LoraCacheSpec = Field(default_factory=LoraCacheSpec, description="TRT-LLM LoRA cache sizing.")
-
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": f"self.maxRank in {_POWERS_OF_TWO}",
-                    "message": "lora.maxRank must be a power of two from 1 to 256",
-                    "fieldPath": ".maxRank",
-                }
-            ]
-        }
-    }
-
-    @model_validator(mode="after")
-    def _rank(self) -> LoraSpec:
-        if self.max_rank not in _POWERS_OF_TWO:
-            raise ValueError("lora.maxRank must be a power of two from 1 to 256")
-        if len(set(self.target_modules)) != len(self.target_modules):
-            raise ValueError("lora.targetModules lists a module twice")
-        return self
-
-
 class ModelDimensions(ApiModel):
     """Architecture numbers, normally read from the checkpoint's config.json."""
 
@@ -259,6 +199,64 @@ class ModelDimensions(ApiModel):
         return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
+@dataclass(frozen=True)
+class RuntimeFieldRule:
+    """A value of one spec field that one runtime cannot serve: a CEL rule of the CRD and the same check in
+    Python, with one message for both."""
+
+    runtime: Runtime
+    group: str
+    field: str
+    value: str
+    message: str
+
+    @property
+    def field_path(self) -> str:
+        return f"{self.group}.{self.field}"
+
+    def to_cel(self) -> dict[str, str]:
+        return {
+            "rule": f"!(self.runtime == '{self.runtime.value}' && self.{self.field_path} == '{self.value}')",
+            "message": self.message,
+            "fieldPath": f".{self.field_path}",
+        }
+
+    def holds(self, spec: BaseModelSpec) -> bool:
+        if spec.runtime is not self.runtime:
+            return True
+        group: ApiModel = getattr(spec, self.group)  # groups are one-word fields: quantization, lora, ...
+        return bool(group.to_wire().get(self.field) != self.value)
+
+
+RUNTIME_RULES: tuple[RuntimeFieldRule, ...] = (
+    RuntimeFieldRule(
+        Runtime.PYTORCH,
+        "quantization",
+        "kvCacheDtype",
+        KvCacheDtype.INT8.value,
+        "quantization.kvCacheDtype int8 is for runtime tensorrtllm only: the PyTorch backend's "
+        "kv_cache_config.dtype takes auto or fp8 (use fp8 or auto)",
+    ),
+    RuntimeFieldRule(
+        Runtime.PYTORCH,
+        "quantization",
+        "mode",
+        QuantizationMode.INT4_WEIGHT_ONLY.value,
+        "quantization.mode int4_weight_only is for runtime tensorrtllm only: ModelOpt exports no HF checkpoint "
+        "of it for the PyTorch backend (use int4_awq, int8_weight_only or fp8)",
+    ),
+)
+"""Field values refused for one runtime; the checks in ``trtfleet_engines.pytorch`` refuse the same."""
+
+_SPEC_CEL_RULES: list[Any] = [
+    {
+        "rule": "self.parallelism.tensor * self.parallelism.pipeline == self.engine.gpu.count",
+        "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
+    },
+    *(rule.to_cel() for rule in RUNTIME_RULES),
+]
+
+
 class BaseModelSpec(ApiModel):
     source: Source = Field(description="Where the HuggingFace checkpoint comes from.")
     architecture: Architecture = Field(description="Model family; picks the TRT-LLM checkpoint converter.")
@@ -270,38 +268,45 @@ class BaseModelSpec(ApiModel):
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Triton serving settings.")
     runtime: Runtime = Field(
         default=Runtime.TENSORRTLLM,
-        description="tensorrtllm: build and serve a TRT-LLM engine on GPUs. reference: trtfleet's CPU reference "
-        "engine (same Triton tensors and LoRA cache behaviour, no GPU).",
+        description="tensorrtllm: TRT-LLM's TensorRT-engine backend (trtllm-build, served by Triton), for "
+        "TRT-LLM releases up to 1.3.0rc20, the last with that backend. pytorch: TRT-LLM's PyTorch backend "
+        "(the HF checkpoint is staged once, optionally quantized with ModelOpt, and served by trtllm-serve), "
+        "for every release. reference: trtfleet's CPU reference engine (same Triton tensors and LoRA cache "
+        "behaviour, no GPU). The default stays tensorrtllm in this API version.",
     )
     dimensions: ModelDimensions | None = Field(
         default=None,
         description="Model dimensions for capacity planning when the operator cannot read config.json.",
     )
 
-    model_config = ApiModel.model_config | {
-        "json_schema_extra": {
-            "x-kubernetes-validations": [
-                {
-                    "rule": "self.parallelism.tensor * self.parallelism.pipeline == self.engine.gpu.count",
-                    "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
-                }
-            ]
-        }
-    }
+    model_config = ApiModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": _SPEC_CEL_RULES}}
 
     @model_validator(mode="after")
     def _gpus(self) -> BaseModelSpec:
         if self.parallelism.tensor * self.parallelism.pipeline != self.engine.gpu.count:
             raise ValueError("parallelism.tensor * parallelism.pipeline must equal engine.gpu.count")
+        for rule in RUNTIME_RULES:
+            if not rule.holds(self):
+                raise ValueError(rule.message)
         return self
 
 
 class EngineStatus(ApiModel):
-    hash: str | None = Field(default=None, description="Content address of the engine.")
-    uri: str | None = Field(default=None, description="Where the built engine and model repository live.")
-    image: str | None = Field(default=None, description="Image that built it.")
-    built_at: str | None = Field(default=None, description="RFC 3339 time the engine was published.")
-    build_job: str | None = Field(default=None, description="Name of the engine-build Job, while one runs.")
+    hash: str | None = Field(
+        default=None,
+        description="Content address of the engine (tensorrtllm) or of the staged checkpoint (pytorch: the "
+        "prepare hash).",
+    )
+    uri: str | None = Field(
+        default=None,
+        description="Where the built engine and model repository live (tensorrtllm), or the staged checkpoint "
+        "directory trtllm-serve loads (pytorch).",
+    )
+    image: str | None = Field(default=None, description="Image that built or prepared it.")
+    built_at: str | None = Field(default=None, description="RFC 3339 time the engine or checkpoint was published.")
+    build_job: str | None = Field(
+        default=None, description="Name of the engine-build Job (tensorrtllm) or prepare Job (pytorch), while one runs."
+    )
 
 
 class CapacityStatus(ApiModel):
@@ -313,6 +318,15 @@ class CapacityStatus(ApiModel):
     lora_slots_per_page: int | None = Field(default=None, description="LoRA cache slots per page.")
     lora_host_pages: int | None = Field(default=None, description="Pages in the host tier.")
     lora_device_pages: int | None = Field(default=None, description="Pages in the device tier.")
+    max_loras: int | None = Field(
+        default=None,
+        description="runtime pytorch: lora_config.max_loras, the device tier in adapters of lora.maxRank (its "
+        "pages may hold more; see loraDeviceAdapters).",
+    )
+    max_cpu_loras: int | None = Field(
+        default=None,
+        description="runtime pytorch: lora_config.max_cpu_loras, the host tier in adapters of lora.maxRank.",
+    )
 
 
 class BaseModelStatus(ApiModel):

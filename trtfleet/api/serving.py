@@ -1,4 +1,4 @@
-"""The ``serving`` part of a BaseModel spec: how its Triton pods run (re-exported by
+"""The ``serving`` part of a BaseModel spec: how its serving pods run (re-exported by
 :mod:`trtfleet.api.basemodel`)."""
 
 from __future__ import annotations
@@ -41,26 +41,39 @@ class ServingSpec(ApiModel):
         default=0.9,
         gt=0,
         lt=1,
-        description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm model; below 1.0 (TRT-LLM's KV cache "
-        "manager refuses 1.0).",
+        description="kv_cache_free_gpu_mem_fraction of the tensorrt_llm Triton model (tensorrtllm), "
+        "kv_cache_config.free_gpu_memory_fraction (pytorch); below 1.0 (TRT-LLM's KV cache manager refuses 1.0).",
     )
     enable_kv_cache_reuse: bool | None = Field(
         default=None,
-        description="enable_kv_cache_reuse (prefix caching). Unset: on when the engine has paged context FMHA "
-        "(not with an int8 KV cache, nor an fp8 KV cache without fp8 weights).",
+        description="enable_kv_cache_reuse (prefix caching). Unset: tensorrtllm turns it on when the engine has "
+        "paged context FMHA (not with an int8 KV cache, nor an fp8 KV cache without fp8 weights); pytorch "
+        "(kv_cache_config.enable_block_reuse) turns it on.",
     )
     enable_chunked_context: bool | None = Field(
         default=None,
-        description="enable_chunked_context. Unset: on when the engine has paged context FMHA (not with an int8 "
-        "KV cache, nor an fp8 KV cache without fp8 weights).",
+        description="enable_chunked_context. Unset: tensorrtllm turns it on when the engine has paged context "
+        "FMHA (not with an int8 KV cache, nor an fp8 KV cache without fp8 weights); pytorch "
+        "(enable_chunked_prefill) turns it on.",
     )
     batch_scheduler_policy: BatchSchedulerPolicy = Field(
-        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT, description="batch_scheduler_policy."
+        default=BatchSchedulerPolicy.GUARANTEED_NO_EVICT,
+        description="batch_scheduler_policy (tensorrtllm). pytorch keeps TRT-LLM's default scheduler "
+        "(guaranteed no evict).",
     )
     max_queue_size: int = Field(
-        default=256, ge=0, le=1_000_000, description="Requests queued per pod before back-pressure (0 = no limit)."
+        default=256,
+        ge=0,
+        le=1_000_000,
+        description="Requests queued per pod before back-pressure (0 = no limit); Triton's queue (tensorrtllm, "
+        "reference), not passed to trtllm-serve (pytorch).",
     )
-    max_queue_delay_microseconds: int = Field(default=100, ge=0, le=10_000_000, description="Triton batcher delay.")
+    max_queue_delay_microseconds: int = Field(
+        default=100,
+        ge=0,
+        le=10_000_000,
+        description="Triton batcher delay (tensorrtllm, reference); not used by pytorch.",
+    )
     chat_template: str | None = Field(
         default=None,
         max_length=65536,

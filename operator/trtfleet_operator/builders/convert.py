@@ -7,6 +7,11 @@ crash's log tail into the message). The output directory is content-addressed,
 another module id), so Adapters with the same source share one artifact and a new revision gets a new
 directory. Adapters of ``runtime: reference`` BaseModels convert in the
 reference-worker image, which ships the sample adapters (``file:///opt/trtfleet/adapters/...``).
+
+Adapters of ``runtime: pytorch`` BaseModels run the same Job with ``--stage-peft``: the conversion only
+validates, and the PEFT directory itself is staged (directory suffix ``-peft``), because ``trtllm-serve``
+reads adapters from ``lora_path``. Serving pods mount the artifact PVC read-only at the same
+``artifact_mount`` the Job writes to, so :func:`artifact_path` is the path every pod reads.
 """
 
 from __future__ import annotations
@@ -51,21 +56,35 @@ def module_mapping(base: BaseModelSpec) -> str | None:
     return base.architecture.value if base.architecture in ARCHITECTURE_MODULES else None
 
 
-def artifact_dir(source_key: str, dtype: str, mapping: str | None = None) -> str:
+def stages_peft(base: BaseModelSpec) -> bool:
+    """Whether the Adapter's PEFT directory itself is staged (``runtime: pytorch``), not its conversion."""
+    return base.runtime is Runtime.PYTORCH
+
+
+def artifact_dir(source_key: str, dtype: str, mapping: str | None = None, *, peft: bool = False) -> str:
     """The artifact's directory inside the artifact PVC."""
-    return f"{source_key}-{dtype}" + (f"-{mapping}" if mapping else "")
+    return f"{source_key}-{dtype}" + (f"-{mapping}" if mapping else "") + ("-peft" if peft else "")
 
 
-def artifact_uri(config: OperatorConfig, source_key: str, dtype: str, mapping: str | None = None) -> str:
-    return f"pvc://{config.storage.artifact_pvc}/{artifact_dir(source_key, dtype, mapping)}"
+def artifact_uri(
+    config: OperatorConfig, source_key: str, dtype: str, mapping: str | None = None, *, peft: bool = False
+) -> str:
+    return f"pvc://{config.storage.artifact_pvc}/{artifact_dir(source_key, dtype, mapping, peft=peft)}"
 
 
-def conversion_id(source_key: str, dtype: str, mapping: str | None = None) -> str:
+def artifact_path(config: OperatorConfig, source_key: str, dtype: str, mapping: str | None = None) -> str:
+    """Where a ``pytorch`` pod reads the staged PEFT directory: ``lora_request.lora_path``."""
+    return f"{config.storage.artifact_mount}/{artifact_dir(source_key, dtype, mapping, peft=True)}"
+
+
+def conversion_id(source_key: str, dtype: str, mapping: str | None = None, *, peft: bool = False) -> str:
     """What one conversion is keyed by (the Job name carries it): the source, the target dtype and, where it
-    differs from the Llama family's, the module mapping."""
+    differs from the Llama family's, the module mapping; staging the PEFT directory is another conversion."""
     key = {"sourceKey": source_key, "dtype": dtype}
     if mapping:
         key["mapping"] = mapping
+    if peft:
+        key["format"] = "peft"
     return digest(key, 16)
 
 
@@ -86,7 +105,8 @@ def build_convert_job(
 ) -> Obj:
     dtype = base.dtype.value
     mapping = module_mapping(base)
-    out = f"{config.storage.artifact_mount}/{artifact_dir(source_key, dtype, mapping)}"
+    peft = stages_peft(base)
+    out = f"{config.storage.artifact_mount}/{artifact_dir(source_key, dtype, mapping, peft=peft)}"
     labels = {
         LABEL_ADAPTER: label_value(adapter),
         LABEL_BASEMODEL: label_value(basemodel),
@@ -119,6 +139,7 @@ def build_convert_job(
             "--dtype",
             dtype,
             *(["--architecture", mapping] if mapping else []),
+            *(["--stage-peft"] if peft else []),
         ],
         "resources": CONVERT_RESOURCES,
         "volumeMounts": mounts,
@@ -132,7 +153,7 @@ def build_convert_job(
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(
-            convert_job_name(adapter, conversion_id(source_key, dtype, mapping)),
+            convert_job_name(adapter, conversion_id(source_key, dtype, mapping, peft=peft)),
             namespace,
             component=COMPONENT_ADAPTER_CONVERT,
             labels=labels,

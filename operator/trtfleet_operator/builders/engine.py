@@ -112,9 +112,6 @@ def build_engine_job(
 ) -> Obj:
     """The Job that builds ``engine_hash`` from the plan ConfigMap into the engine PVC."""
     storage = config.storage
-    pod_labels = _hash_labels(engine_hash, labels)
-    job_labels = {**pod_labels, LABEL_BUILD_ATTEMPT: str(attempt)}
-    annotations = {ANNOTATION_ENGINE_HASH: engine_hash}
     container: Obj = {
         "name": BUILD_CONTAINER,
         "image": config.images.for_engine(spec.engine.image),
@@ -148,25 +145,60 @@ def build_engine_job(
         for index, claim in enumerate(claims)
     ]
     container["volumeMounts"].append({"name": "work", "mountPath": DEFAULT_WORKDIR})
+    volumes = [
+        shm_volume(),
+        pvc_volume(ENGINES_VOLUME, storage.engine_pvc),
+        {"name": "plan", "configMap": {"name": plan_configmap_name(engine_hash)}},
+        *(pvc_volume(f"source-{index}", claim, read_only=True) for index, claim in enumerate(claims)),
+        {"name": "work", "emptyDir": {}},
+    ]
+    return hash_keyed_job(
+        spec,
+        name=build_job_name(engine_hash, attempt),
+        namespace=namespace,
+        owners=owners,
+        engine_hash=engine_hash,
+        attempt=attempt,
+        config=config,
+        labels=labels,
+        container=container,
+        volumes=volumes,
+    )
+
+
+def hash_keyed_job(
+    spec: BaseModelSpec,
+    *,
+    name: str,
+    namespace: str,
+    owners: Sequence[Mapping[str, Any]],
+    engine_hash: str,
+    attempt: int,
+    config: OperatorConfig,
+    labels: Mapping[str, str] | None,
+    container: Obj,
+    volumes: Sequence[Obj],
+    non_root: bool = False,
+) -> Obj:
+    """The Job around ``container`` shared by engine builds and ``pytorch`` prepares: hash labels and
+    annotation, attempt label, owners, the build policy's limits, and exit code 2 (a spec error) failing
+    the Job at once. ``non_root`` for trtfleet's own image (its user, and the volumes' group)."""
+    pod_labels = _hash_labels(engine_hash, labels)
+    job_labels = {**pod_labels, LABEL_BUILD_ATTEMPT: str(attempt)}
+    annotations = {ANNOTATION_ENGINE_HASH: engine_hash}
     pod_spec: Obj = {
         "restartPolicy": "Never",
         "enableServiceLinks": False,
-        "securityContext": pod_security(non_root=False),
+        "securityContext": pod_security(non_root=non_root),
         **scheduling(spec),
         "containers": [container],
-        "volumes": [
-            shm_volume(),
-            pvc_volume(ENGINES_VOLUME, storage.engine_pvc),
-            {"name": "plan", "configMap": {"name": plan_configmap_name(engine_hash)}},
-            *(pvc_volume(f"source-{index}", claim, read_only=True) for index, claim in enumerate(claims)),
-            {"name": "work", "emptyDir": {}},
-        ],
+        "volumes": list(volumes),
     }
     return {
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": metadata(
-            build_job_name(engine_hash, attempt),
+            name,
             namespace,
             component=COMPONENT_ENGINE_BUILD,
             labels=job_labels,
@@ -181,7 +213,7 @@ def build_engine_job(
                     {
                         "action": "FailJob",
                         "onExitCodes": {
-                            "containerName": BUILD_CONTAINER,
+                            "containerName": str(container["name"]),
                             "operator": "In",
                             "values": [SPEC_ERROR_EXIT_CODE],
                         },

@@ -1,5 +1,6 @@
 """Serving objects of one engine: the model-repository ConfigMap, the Triton Deployment, its headless
-Service and its PodDisruptionBudget.
+Service and its PodDisruptionBudget (the Service and PDB serve ``runtime: pytorch`` too, whose
+Deployment and options are :mod:`trtfleet_operator.builders.pytorch`'s).
 
 ``runtime: tensorrtllm`` pods run ``tritonserver`` from the engine image. An init container assembles
 the model repository in an emptyDir: the five ``config.pbtxt`` files rendered by
@@ -323,11 +324,27 @@ def build_deployment(
     }
 
 
+_SERVICE_PORTS: tuple[Obj, ...] = (
+    {"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP", "appProtocol": "http"},
+    {"name": "grpc", "port": GRPC_PORT, "targetPort": "grpc", "protocol": "TCP", "appProtocol": "kubernetes.io/h2c"},
+    {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP", "appProtocol": "http"},
+)
+HTTP_ONLY_RUNTIMES = frozenset({Runtime.PYTORCH})
+"""trtllm-serve has one port: the OpenAI API, /health and /prometheus/metrics all answer on ``http``."""
+
+
 def build_service(
-    *, name: str, namespace: str, owner: Mapping[str, Any], basemodel: str, adapter: str | None = None
+    *,
+    name: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    basemodel: str,
+    adapter: str | None = None,
+    runtime: Runtime = Runtime.TENSORRTLLM,
 ) -> Obj:
-    """The headless Service the router resolves to pod addresses."""
+    """The headless Service the router resolves to pod addresses (port ``http`` on every runtime)."""
     selector = selector_labels(basemodel, adapter)
+    ports = [dict(port) for port in _SERVICE_PORTS if runtime not in HTTP_ONLY_RUNTIMES or port["name"] == "http"]
     return {
         "apiVersion": "v1",
         "kind": "Service",
@@ -336,29 +353,7 @@ def build_service(
             "clusterIP": "None",
             "publishNotReadyAddresses": False,
             "selector": selector,
-            "ports": [
-                {
-                    "name": "http",
-                    "port": HTTP_PORT,
-                    "targetPort": "http",
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                },
-                {
-                    "name": "grpc",
-                    "port": GRPC_PORT,
-                    "targetPort": "grpc",
-                    "protocol": "TCP",
-                    "appProtocol": "kubernetes.io/h2c",
-                },
-                {
-                    "name": "metrics",
-                    "port": METRICS_PORT,
-                    "targetPort": "metrics",
-                    "protocol": "TCP",
-                    "appProtocol": "http",
-                },
-            ],
+            "ports": ports,
         },
     }
 

@@ -7,7 +7,11 @@
    the API's largest rank): the operator checks rank and modules against the BaseModel itself, so that it
    can say which limit an adapter breaks. ``OUT`` is content-addressed (source digest + dtype, plus the
    module mapping for Phi-3) and conversion is deterministic, so an ``OUT`` with a manifest is reused.
-3. Write the manifest summary (:mod:`trtfleet_operator.artifacts`) to the termination log.
+3. With ``--stage-peft`` (Adapters of ``runtime: pytorch`` BaseModels, whose pods read PEFT directories
+   themselves): the conversion in step 2 goes to scratch space and only validates (the same rank, module,
+   dtype and DoRA checks); the PEFT directory itself is copied to ``OUT`` with the conversion's
+   ``manifest.json`` beside it, through a staging directory renamed into place.
+4. Write the manifest summary (:mod:`trtfleet_operator.artifacts`) to the termination log.
 
 Any failure writes one line saying what failed to the termination log and exits 1.
 """
@@ -17,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
@@ -86,6 +91,17 @@ def _report(path: Path, text: str) -> None:
         print(f"cannot write {path}: {exc}", file=sys.stderr)
 
 
+def stage_peft(source: Path, manifest: Path, out: Path) -> None:
+    """Copy the validated PEFT directory ``source`` to ``out`` with ``manifest`` beside it, published by a
+    rename so pods never see half an adapter."""
+    staging = out.with_name(f".{out.name}.staging")
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(source, staging, ignore=shutil.ignore_patterns(".git", ".cache", "manifest.json"))
+    shutil.copy2(manifest, staging / "manifest.json")
+    shutil.rmtree(out, ignore_errors=True)
+    staging.rename(out)
+
+
 def run(args: argparse.Namespace) -> int:
     log = Path(args.termination_log)
     out = Path(args.out)
@@ -95,12 +111,13 @@ def run(args: argparse.Namespace) -> int:
         _report(log, f"fetching {args.source_uri} failed: {exc}")
         return 1
     if not (out / "manifest.json").is_file():
+        converted = Path(args.work) / "converted" if args.stage_peft else out
         argv = [
             args.trtfleet,
             "lora",
             "convert",
             str(source),
-            str(out),
+            str(converted),
             "--dtype",
             args.dtype,
             "--max-rank",
@@ -116,6 +133,12 @@ def run(args: argparse.Namespace) -> int:
             _report(log, f"trtfleet lora convert {args.source_uri} failed: {tail}")
             sys.stderr.write(done.stderr)
             return 1
+        if args.stage_peft:
+            try:
+                stage_peft(source, converted / "manifest.json", out)
+            except OSError as exc:
+                _report(log, f"staging the PEFT directory of {args.source_uri} in {out} failed: {exc}")
+                return 1
     try:
         summary = summarize(json.loads((out / "manifest.json").read_text()))
     except (OSError, ValueError, SummaryError) as exc:
@@ -134,6 +157,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", required=True)
     p.add_argument("--architecture", default="", help="the base model's architecture, where its module mapping differs")
     p.add_argument("--work", default="/work", help="scratch directory for downloads")
+    p.add_argument(
+        "--stage-peft",
+        action="store_true",
+        help="validate by converting to scratch space, then stage the PEFT directory itself (runtime pytorch)",
+    )
     p.add_argument("--termination-log", default="/dev/termination-log")
     p.add_argument("--trtfleet", default="trtfleet", help="the trtfleet command")
     return p

@@ -5,7 +5,10 @@
 1. **Validated**: the BaseModel must exist (else ``BaseModelNotFound``; nothing is created, the timer
    re-checks so the Adapter heals when the BaseModel appears) and have LoRA enabled (``LoraNotEnabled``).
 2. **Converted**: one convert Job per (source, dtype); its termination message carries the manifest
-   summary. The result lands in ``status.sourceKey`` + ``status.artifact`` and the Job is deleted.
+   summary. The result lands in ``status.sourceKey`` + ``status.artifact`` and the Job is deleted. On a
+   ``runtime: pytorch`` BaseModel the Job validates the same way and stages the PEFT directory itself;
+   ``status.artifact.path`` is where every serving pod reads it (the router's ``lora_path``), and the
+   task id becomes ``lora_int_id``.
 3. Rank and modules from the artifact are checked against ``lora.maxRank`` / ``lora.targetModules``
    (``RankTooHigh``, ``ModulesNotTargeted``, ``DtypeMismatch``); an invalid adapter gets no task id and
    leaves no Job behind.
@@ -23,19 +26,21 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec
+from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, Runtime
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.artifacts import ArtifactSummary, SummaryError, parse_summary
 from trtfleet_operator.builders.convert import (
     CONVERT_CONTAINER,
+    artifact_path,
     artifact_uri,
     build_convert_job,
     conversion_id,
     module_mapping,
+    stages_peft,
 )
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.names import convert_job_name, owner_reference
-from trtfleet_operator.reconcile.basemodel import finish
+from trtfleet_operator.reconcile.common import finish
 from trtfleet_operator.reconcile.merged import reconcile_merged
 from trtfleet_operator.reconcile.types import (
     AdapterObserved,
@@ -63,6 +68,7 @@ VALID = "Valid"
 BASEMODEL_FOUND = "BaseModelFound"
 READY = "Ready"
 INVALID_SPEC = "InvalidSpec"
+MERGED_NOT_SUPPORTED = "MergedNotSupported"
 
 CARRIED = ("taskId", "sourceKey", "artifact")
 """Status fields that survive a reconcile unless it replaces them."""
@@ -87,14 +93,17 @@ def check_artifact(summary: ArtifactSummary, base: BaseModelSpec, base_name: str
     return None
 
 
-def _artifact(summary: ArtifactSummary, uri: str) -> Obj:
-    return {
+def _artifact(summary: ArtifactSummary, uri: str, pod_path: str | None) -> Obj:
+    artifact: Obj = {
         "uri": uri,
         "sha256": summary.sha256,
         "bytes": summary.weights_bytes,
         "rank": summary.rank,
         "modules": list(summary.modules),
     }
+    if pod_path is not None:
+        artifact["path"] = pod_path
+    return artifact
 
 
 def _summary_of(artifact: Obj) -> ArtifactSummary | None:
@@ -155,6 +164,12 @@ def reconcile_adapter(
         base = BaseModelSpec.model_validate(base_obj["spec"])
     except ValidationError:
         return failed(BASEMODEL_INVALID, f"BaseModel {spec.base_model} has a spec this operator cannot read")
+    if spec.mode is AdapterMode.MERGED and base.runtime is Runtime.PYTORCH:
+        return failed(
+            MERGED_NOT_SUPPORTED,
+            f"BaseModel {spec.base_model} has runtime pytorch, and mode merged builds a TensorRT engine (runtime "
+            "tensorrtllm only): use mode dynamic, or merge the adapter into a checkpoint of its own BaseModel",
+        )
     if spec.mode is AdapterMode.MERGED:
         return reconcile_merged(obj, spec, base, observed, config, now, status)
     if not base.lora.enabled:
@@ -167,8 +182,10 @@ def reconcile_adapter(
     key = source_key(spec.source)
     dtype = base.dtype.value
     mapping = module_mapping(base)
-    uri = artifact_uri(config, key, dtype, mapping)
-    job_name = convert_job_name(name, conversion_id(key, dtype, mapping))
+    peft = stages_peft(base)
+    uri = artifact_uri(config, key, dtype, mapping, peft=peft)
+    pod_path = artifact_path(config, key, dtype, mapping) if peft else None
+    job_name = convert_job_name(name, conversion_id(key, dtype, mapping, peft=peft))
     jobs = [job_snapshot(j) for j in observed.convert_jobs]
     live = [j for j in jobs if not j.deleting]
     current: JobSnapshot | None = next((j for j in live if j.name == job_name), None)
@@ -250,7 +267,7 @@ def reconcile_adapter(
             return conversion_failed(DTYPE_MISMATCH, message)
         deletes.append(current.ref)
         status["sourceKey"] = key
-        status["artifact"] = _artifact(summary, uri)
+        status["artifact"] = _artifact(summary, uri, pod_path)
         if fresh:
             status.pop("taskId", None)
     converted = c(

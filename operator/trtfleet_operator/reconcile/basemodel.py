@@ -7,11 +7,16 @@ Order of business, each step gating the next:
    TensorRT-LLM release refuses (``trtfleet_engines.constraints``) fails the same way, with ``EngineBuilt``
    False, reason ``UnsupportedByRelease`` and a message naming the rule and the fix.
 2. **EngineBuilt**: ``runtime: reference`` has nothing to build. ``tensorrtllm`` runs the shared build
-   state machine of :mod:`trtfleet_operator.reconcile.engine` for the spec's engine hash.
-3. **Ready**: once the engine is built, the model-repository ConfigMap and the Deployment are applied and
-   the rollout is judged by :mod:`trtfleet_operator.reconcile.serving`. While a *new* engine builds, the
-   Deployment is left as it is, still serving the previous engine. The Service and PodDisruptionBudget
-   exist from the start.
+   state machine of :mod:`trtfleet_operator.reconcile.engine` for the spec's engine hash; ``pytorch`` runs
+   the same machine with the prepare Job for the spec's ``prepare_hash`` (reasons ``Prepared``,
+   ``Preparing``, ``PrepareFailed``, ``PrepareRetrying``).
+3. **Ready**: once the engine is built (or the checkpoint prepared), the ConfigMap the pods read (Triton's
+   model configs, or the LLM-API options) and the Deployment are applied and the rollout is judged by
+   :mod:`trtfleet_operator.reconcile.serving`. While a *new* hash builds, the Deployment is left as it
+   is, still serving the previous one. The Service and PodDisruptionBudget exist from the start.
+
+:func:`reconcile_basemodel` is a driver over one function per step (``_planned_step``, ``_artifact_step``,
+``_serving_step``); helpers shared with the Adapter reconciler are in :mod:`.common`.
 
 Phase: Failed (capacity or build) > Building > Ready / Degraded / Pending (rolling out).
 """
@@ -26,6 +31,7 @@ from pydantic import ValidationError
 
 from trtfleet.api import API_VERSION, BaseModelSpec, Phase, Runtime
 from trtfleet_operator import conditions as cond
+from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
@@ -37,28 +43,24 @@ from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import PlanningError
 from trtfleet_operator.names import (
     ANNOTATION_ENGINE_HASH,
-    LABEL_JOB_NAME,
     hash16,
     owner_reference,
     serving_name,
 )
 from trtfleet_operator.planning import CapacityVerdict, EnginePlan, plan_capacity, plan_engine
+from trtfleet_operator.reconcile.common import by_hash as by_hash
+from trtfleet_operator.reconcile.common import engine_inputs, engine_users, finish, shared_owner
+from trtfleet_operator.reconcile.common import planned_hash as planned_hash
 from trtfleet_operator.reconcile.engine import (
-    EngineInputs,
+    CHECKPOINT_PREPARE,
     EngineOutcome,
     reconcile_engine,
     release_stale,
-    rfc3339,
 )
-from trtfleet_operator.reconcile.events import status_events
-from trtfleet_operator.reconcile.serving import WAITING_FOR_ENGINE, serving_state
+from trtfleet_operator.reconcile.serving import WAITING_FOR_ENGINE, ServingState, serving_state
 from trtfleet_operator.reconcile.types import (
-    Counter,
-    JobSnapshot,
     Obj,
-    ObjectRef,
     Reconciliation,
-    SetOwners,
     job_snapshot,
 )
 
@@ -92,131 +94,31 @@ class BaseModelObserved:
     deployment: Obj | None = None
 
 
-def shared_owner(obj: Mapping[str, object]) -> Obj:
-    meta = obj["metadata"]
-    assert isinstance(meta, Mapping)
-    return owner_reference(str(obj["kind"]), API_VERSION, str(meta["name"]), str(meta["uid"]), controller=False)
+@dataclass(frozen=True)
+class _Context:
+    """What every step of one BaseModel reconcile reads."""
+
+    obj: Obj
+    spec: BaseModelSpec
+    name: str
+    namespace: str
+    generation: int
+    owner: Obj
+    config: OperatorConfig
+    now: datetime
 
 
-def planned_hash(obj: Mapping[str, object]) -> str | None:
-    """The engine hash a BaseModel wants built, or None (reference runtime, unplannable, deleting)."""
-    meta = obj.get("metadata")
-    if not isinstance(meta, Mapping) or meta.get("deletionTimestamp"):
-        return None
-    try:
-        spec = BaseModelSpec.model_validate(obj.get("spec"))
-        if spec.runtime is Runtime.REFERENCE or not plan_capacity(spec).fits:
-            return None
-        return plan_engine(spec).engine_hash
-    except (ValidationError, PlanningError):
-        return None
+@dataclass(frozen=True)
+class _ServingOutcome:
+    apply: tuple[Obj, ...]
+    state: ServingState | None
+    condition: cond.Condition
 
 
-def engine_users(objects: Sequence[Obj]) -> dict[str, tuple[Obj, ...]]:
-    """Engine hash -> owner references of every object wanting it, sorted by name."""
-    users: dict[str, list[Obj]] = {}
-    for obj in sorted(objects, key=lambda o: str(o["metadata"]["name"])):
-        wanted = planned_hash(obj)
-        if wanted is not None:
-            users.setdefault(wanted, []).append(shared_owner(obj))
-    return {key: tuple(value) for key, value in users.items()}
-
-
-def by_hash(objects: Sequence[Obj], engine_hash: str) -> list[Obj]:
-    return [o for o in objects if (o["metadata"].get("annotations") or {}).get(ANNOTATION_ENGINE_HASH) == engine_hash]
-
-
-def engine_inputs(
-    namespace: str,
-    plan: EnginePlan,
-    spec: BaseModelSpec,
-    owners: tuple[Obj, ...],
-    jobs: Sequence[JobSnapshot],
-    plan_configmaps: Sequence[Obj],
-    records: Sequence[Obj],
-    pods: Sequence[Obj],
-    *,
-    labels: Mapping[str, str] | None = None,
-    merged_sources: tuple[str, ...] = (),
-) -> EngineInputs:
-    """The slice of the namespace's build objects that concerns ``plan``'s engine hash."""
-    mine = tuple(j for j in jobs if j.engine_hash == plan.engine_hash)
-    names = {j.name for j in mine}
-    cms = by_hash(plan_configmaps, plan.engine_hash)
-    recs = by_hash(records, plan.engine_hash)
-    return EngineInputs(
-        namespace=namespace,
-        plan=plan,
-        spec=spec,
-        owners=owners,
-        jobs=mine,
-        plan_configmap=cms[0] if cms else None,
-        record=recs[0] if recs else None,
-        failure_pods=tuple(p for p in pods if (p["metadata"].get("labels") or {}).get(LABEL_JOB_NAME) in names),
-        labels=dict(labels or {}),
-        merged_sources=merged_sources,
-    )
-
-
-def finish(
-    obj: Obj,
-    new_status: Obj,
-    now: datetime,
-    *,
-    apply: Sequence[Obj] = (),
-    delete: Sequence[ObjectRef] = (),
-    set_owners: Sequence[SetOwners] = (),
-    requeue_after_s: float | None = None,
-    counters: Sequence[Counter] = (),
-    needs_task_id: bool = False,
-) -> Reconciliation:
-    """Stamp condition transition times, derive events and counters from the status change."""
-    old = obj.get("status") or {}
-    new_status["conditions"] = cond.merge(old.get("conditions"), new_status["conditions"], now=rfc3339(now))
-    events, transition_counters = status_events(old, new_status)
-    return Reconciliation(
-        status=new_status,
-        apply=tuple(apply),
-        delete=tuple(delete),
-        set_owners=tuple(set_owners),
-        events=tuple(events),
-        requeue_after_s=requeue_after_s,
-        counters=(*counters, *transition_counters),
-        needs_task_id=needs_task_id,
-    )
-
-
-def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorConfig, now: datetime) -> Reconciliation:
-    meta = obj["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    generation = int(meta.get("generation") or 0)
-    old = obj.get("status") or {}
-    status: Obj = {"observedGeneration": generation, "service": serving_name(name)}
-
-    def failed(
-        conditions: list[cond.Condition],
-        delete: Sequence[ObjectRef] = (),
-        set_owners: Sequence[SetOwners] = (),
-    ) -> Reconciliation:
-        return finish(
-            obj,
-            {**status, "phase": Phase.FAILED.value, "conditions": conditions},
-            now,
-            delete=delete,
-            set_owners=set_owners,
-        )
-
-    try:
-        spec = BaseModelSpec.model_validate(obj["spec"])
-    except ValidationError as exc:
-        message = f"the spec is invalid for this operator version: {exc.errors()[0].get('msg', exc)}"
-        return failed([cond.make(cond.CAPACITY_PLANNED, cond.FALSE, INVALID_SPEC, message, generation=generation)])
-    status["replicas"] = spec.serving.replicas
-    jobs = [job_snapshot(j) for j in observed.build_jobs]
-    users = engine_users(list(observed.basemodels))
-    capacity: CapacityVerdict = plan_capacity(spec)
-    if capacity.status:
-        status["capacity"] = capacity.status
+def _planned_step(ctx: _Context, capacity: CapacityVerdict) -> tuple[cond.Condition, EnginePlan | None, cond.Condition]:
+    """CapacityPlanned, the plan (None unless it fits and plans), and the EngineBuilt condition when there is
+    no plan. Planned even when the capacity does not fit, so both conditions say what to fix."""
+    generation = ctx.generation
     capacity_condition = cond.make(
         cond.CAPACITY_PLANNED,
         cond.TRUE if capacity.fits else cond.FALSE,
@@ -224,154 +126,165 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
         capacity.message,
         generation=generation,
     )
-    plan: EnginePlan | None = None
-    planning_error: PlanningError | None = None
-    try:  # planned even when the capacity does not fit, so both conditions say what to fix
-        planned = plan_engine(spec)
-        plan = planned if capacity.fits else None
+    try:
+        planned = plan_engine(ctx.spec)
     except PlanningError as exc:
-        planning_error = exc
+        return capacity_condition, None, cond.make(
+            cond.ENGINE_BUILT, cond.FALSE, exc.reason, str(exc), generation=generation
+        )
+    not_planned = cond.make(
+        cond.ENGINE_BUILT, cond.UNKNOWN, NOT_PLANNED, "nothing is built until the spec can be planned",
+        generation=generation,
+    )
+    return capacity_condition, planned if capacity.fits else None, not_planned
+
+
+def _artifact_step(
+    ctx: _Context, plan: EnginePlan, observed: BaseModelObserved, users: Mapping[str, tuple[Obj, ...]]
+) -> EngineOutcome:
+    """EngineBuilt: nothing to build (reference), the engine build (tensorrtllm) or the prepare Job (pytorch),
+    the last two through the same hash-keyed Job machinery."""
+    spec, config = ctx.spec, ctx.config
+    if spec.runtime is Runtime.REFERENCE:
+        message = f"runtime reference serves {reference_model_dir(spec)} from {config.images.worker}; nothing to build"
+        return EngineOutcome(
+            "built",
+            cond.make(cond.ENGINE_BUILT, cond.TRUE, NOT_NEEDED, message),
+            {"hash": plan.engine_hash, "image": config.images.worker, "uri": spec.source.uri},
+        )
+    me = shared_owner(ctx.obj)
+    owners = tuple(
+        sorted(
+            {o["uid"]: o for o in (*users.get(plan.engine_hash, ()), me)}.values(),
+            key=lambda o: str(o["name"]),
+        )
+    )
+    inputs = engine_inputs(
+        ctx.namespace,
+        plan,
+        spec,
+        owners,
+        [job_snapshot(j) for j in observed.build_jobs],
+        observed.plan_configmaps,
+        observed.engine_records,
+        observed.build_pods,
+        kind=CHECKPOINT_PREPARE if spec.runtime is Runtime.PYTORCH else None,
+    )
+    return reconcile_engine(inputs, config, ctx.now)
+
+
+def serving_objects(ctx: _Context, plan: EnginePlan) -> tuple[Obj, Obj]:
+    """(the ConfigMap the pods read, the Deployment) once the engine is built or the checkpoint prepared."""
+    serving = serving_name(ctx.name)
+    if ctx.spec.runtime is Runtime.PYTORCH:
+        options = build_options_configmap(plan, name=serving, namespace=ctx.namespace, owner=ctx.owner)
+        deployment = build_pytorch_deployment(
+            plan.render_spec, plan, name=serving, namespace=ctx.namespace, owner=ctx.owner, basemodel=ctx.name,
+            options=options, config=ctx.config,
+        )
+        return options, deployment
+    model_repo = build_model_repo_configmap(
+        plan.render_spec, name=serving, namespace=ctx.namespace, owner=ctx.owner, engine_hash=plan.engine_hash,
+        config=ctx.config,
+    )
+    deployment = build_deployment(
+        plan.render_spec, name=serving, namespace=ctx.namespace, owner=ctx.owner, basemodel=ctx.name,
+        engine_hash=plan.engine_hash, model_repo=model_repo, config=ctx.config,
+    )
+    return model_repo, deployment
+
+
+def _serving_step(
+    ctx: _Context, plan: EnginePlan, engine: EngineOutcome, deployment: Obj | None, *, was_serving: bool
+) -> _ServingOutcome:
+    """Ready: roll out once built; while a new hash builds, keep serving the old Deployment as it is."""
+    if engine.state == "built":
+        config_map, desired = serving_objects(ctx, plan)
+        state = serving_state(desired, deployment, was_serving=was_serving)
+        return _ServingOutcome((config_map, desired), state, state.condition)
+    noun, verb = ("checkpoint", "prepared") if ctx.spec.runtime is Runtime.PYTORCH else ("engine", "built")
+    if deployment is not None:
+        state = serving_state(deployment, deployment, was_serving=was_serving)
+        served = (deployment["metadata"].get("annotations") or {}).get(ANNOTATION_ENGINE_HASH, "")
+        message = (
+            f"still serving {noun} {hash16(served)} while {noun} {hash16(plan.engine_hash)} is {verb}: "
+            f"{state.condition['message']}"
+        )
+        return _ServingOutcome((), state, {**state.condition, "message": message})
+    waiting = f"waiting for {noun} {hash16(plan.engine_hash)} to be {verb}"
+    return _ServingOutcome((), None, cond.make(cond.READY, cond.FALSE, WAITING_FOR_ENGINE, waiting))
+
+
+def _phase(engine: EngineOutcome, serving: ServingState | None) -> Phase:
+    if engine.state == "failed":
+        return Phase.FAILED
+    if engine.state == "building":
+        return Phase.BUILDING
+    if serving is not None and serving.state == "ready":
+        return Phase.READY
+    if serving is not None and serving.state == "degraded":
+        return Phase.DEGRADED
+    return Phase.PENDING
+
+
+def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorConfig, now: datetime) -> Reconciliation:
+    meta = obj["metadata"]
+    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
+    generation = int(meta.get("generation") or 0)
+    status: Obj = {"observedGeneration": generation, "service": serving_name(name)}
+    try:
+        spec = BaseModelSpec.model_validate(obj["spec"])
+    except ValidationError as exc:
+        message = f"the spec is invalid for this operator version: {exc.errors()[0].get('msg', exc)}"
+        invalid = cond.make(cond.CAPACITY_PLANNED, cond.FALSE, INVALID_SPEC, message, generation=generation)
+        return finish(obj, {**status, "phase": Phase.FAILED.value, "conditions": [invalid]}, now)
+    owner = owner_reference("BaseModel", API_VERSION, name, uid, controller=True)
+    ctx = _Context(obj, spec, name, namespace, generation, owner, config, now)
+    status["replicas"] = spec.serving.replicas
+    users = engine_users(list(observed.basemodels))
+    capacity = plan_capacity(spec)
+    if capacity.status:
+        status["capacity"] = capacity.status
+    capacity_condition, plan, not_planned = _planned_step(ctx, capacity)
     stale_deletes, handovers = release_stale(
         uid,
-        plan.engine_hash if plan and spec.runtime is Runtime.TENSORRTLLM else None,
-        jobs,
+        plan.engine_hash if plan and spec.runtime is not Runtime.REFERENCE else None,
+        [job_snapshot(j) for j in observed.build_jobs],
         observed.plan_configmaps,
         users,
     )
     if plan is None:
-        not_planned = cond.make(
-            cond.ENGINE_BUILT,
-            cond.UNKNOWN,
-            NOT_PLANNED,
-            "nothing is built until the spec can be planned",
-            generation=generation,
-        )
-        if planning_error is not None:
-            not_planned = cond.make(
-                cond.ENGINE_BUILT,
-                cond.FALSE,
-                planning_error.reason,
-                str(planning_error),
-                generation=generation,
-            )
         ready = cond.make(
-            cond.READY,
-            cond.FALSE,
-            NOT_PLANNED,
-            "no pods are started for a spec that cannot be "
-            "planned; fix the spec (see the CapacityPlanned and EngineBuilt conditions)",
-            generation=generation,
+            cond.READY, cond.FALSE, NOT_PLANNED, "no pods are started for a spec that cannot be planned; fix the "
+            "spec (see the CapacityPlanned and EngineBuilt conditions)", generation=generation,
         )
-        return failed(
-            [capacity_condition, not_planned, ready], delete=tuple(stale_deletes), set_owners=tuple(handovers)
-        )
-
-    owner = owner_reference("BaseModel", API_VERSION, name, uid, controller=True)
-    if spec.runtime is Runtime.REFERENCE:
-        engine = EngineOutcome(
-            "built",
-            cond.make(
-                cond.ENGINE_BUILT,
-                cond.TRUE,
-                NOT_NEEDED,
-                f"runtime reference serves {reference_model_dir(spec)} from {config.images.worker}; nothing to build",
-            ),
-            {"hash": plan.engine_hash, "image": config.images.worker, "uri": spec.source.uri},
-        )
-    else:
-        me = shared_owner(obj)
-        owners = tuple(
-            sorted(
-                {o["uid"]: o for o in (*users.get(plan.engine_hash, ()), me)}.values(),
-                key=lambda o: str(o["name"]),
-            )
-        )
-        engine = reconcile_engine(
-            engine_inputs(
-                namespace,
-                plan,
-                spec,
-                owners,
-                jobs,
-                observed.plan_configmaps,
-                observed.engine_records,
-                observed.build_pods,
-            ),
-            config,
-            now,
-        )
-    applies: list[Obj] = [
-        build_service(name=serving_name(name), namespace=namespace, owner=owner, basemodel=name),
-        build_pdb(name=serving_name(name), namespace=namespace, owner=owner, basemodel=name),
-        *engine.apply,
-    ]
-    was_serving = old.get("phase") in (Phase.READY.value, Phase.DEGRADED.value)
-    deployment = observed.deployment
-    if engine.state == "built":
-        model_repo = build_model_repo_configmap(
-            plan.render_spec,
-            name=serving_name(name),
-            namespace=namespace,
-            owner=owner,
-            engine_hash=plan.engine_hash,
-            config=config,
-        )
-        desired = build_deployment(
-            plan.render_spec,
-            name=serving_name(name),
-            namespace=namespace,
-            owner=owner,
-            basemodel=name,
-            engine_hash=plan.engine_hash,
-            model_repo=model_repo,
-            config=config,
-        )
-        applies += [model_repo, desired]
-        serving = serving_state(desired, deployment, was_serving=was_serving)
-        ready_condition = serving.condition
-    elif deployment is not None:
-        serving = serving_state(deployment, deployment, was_serving=was_serving)
-        served = (deployment["metadata"].get("annotations") or {}).get(ANNOTATION_ENGINE_HASH, "")
-        ready_condition = {
-            **serving.condition,
-            "message": f"still serving engine {hash16(served)} while engine "
-            f"{hash16(plan.engine_hash)} is built: {serving.condition['message']}",
-        }
-    else:
-        serving = None
-        ready_condition = cond.make(
-            cond.READY,
-            cond.FALSE,
-            WAITING_FOR_ENGINE,
-            f"waiting for engine {hash16(plan.engine_hash)} to be built",
-        )
+        failed = {**status, "phase": Phase.FAILED.value, "conditions": [capacity_condition, not_planned, ready]}
+        return finish(obj, failed, now, delete=stale_deletes, set_owners=handovers)
+    engine = _artifact_step(ctx, plan, observed, users)
+    was_serving = (obj.get("status") or {}).get("phase") in (Phase.READY.value, Phase.DEGRADED.value)
+    serving = _serving_step(ctx, plan, engine, observed.deployment, was_serving=was_serving)
     status["engine"] = engine.engine_status
-    status["readyReplicas"] = int(((deployment or {}).get("status") or {}).get("readyReplicas") or 0)
-    if engine.state == "failed":
-        phase = Phase.FAILED
-    elif engine.state == "building":
-        phase = Phase.BUILDING
-    elif serving is not None and serving.state == "ready":
-        phase = Phase.READY
-    elif serving is not None and serving.state == "degraded":
-        phase = Phase.DEGRADED
-    else:
-        phase = Phase.PENDING
-    status["phase"] = phase.value
+    status["readyReplicas"] = int(((observed.deployment or {}).get("status") or {}).get("readyReplicas") or 0)
+    status["phase"] = _phase(engine, serving.state).value
     status["conditions"] = [
         capacity_condition,
         {**engine.condition, "observedGeneration": generation},
-        {**ready_condition, "observedGeneration": generation},
+        {**serving.condition, "observedGeneration": generation},
     ]
-    delete: tuple[ObjectRef, ...] = (*engine.delete, *stale_deletes)
-    set_owners: tuple[SetOwners, ...] = (*engine.set_owners, *handovers)
     return finish(
         obj,
         status,
         now,
-        apply=tuple(applies),
-        delete=delete,
-        set_owners=set_owners,
+        apply=(
+            build_service(
+                name=serving_name(name), namespace=namespace, owner=owner, basemodel=name, runtime=spec.runtime
+            ),
+            build_pdb(name=serving_name(name), namespace=namespace, owner=owner, basemodel=name),
+            *engine.apply,
+            *serving.apply,
+        ),
+        delete=(*engine.delete, *stale_deletes),
+        set_owners=(*engine.set_owners, *handovers),
         requeue_after_s=engine.requeue_after_s,
         counters=engine.counters,
     )

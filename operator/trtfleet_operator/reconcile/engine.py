@@ -1,4 +1,6 @@
-"""The engine-build state machine shared by BaseModels and merged Adapters (pure).
+"""The engine-build state machine shared by BaseModels and merged Adapters (pure), and by ``runtime:
+pytorch`` BaseModels for their prepare Job (:data:`CHECKPOINT_PREPARE`: same lifecycle, another Job and
+other words; the hash is the ``prepare_hash`` and the "engine" the staged checkpoint).
 
 Observed: the build Jobs of one engine hash (all attempts), its plan ConfigMap, its engine record, the
 pods of the newest failed Job. Decided:
@@ -18,7 +20,7 @@ nobody wants any more is deleted, which is how a spec change supersedes a runnin
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
@@ -31,9 +33,10 @@ from trtfleet_operator.builders.engine import (
     build_engine_record,
     build_plan_configmap,
 )
+from trtfleet_operator.builders.pytorch import PREPARE_CONTAINER, build_prepare_job
 from trtfleet_operator.config import OperatorConfig
-from trtfleet_operator.names import ANNOTATION_ENGINE_HASH, build_job_name, hash16
-from trtfleet_operator.planning import EnginePlan
+from trtfleet_operator.names import ANNOTATION_ENGINE_HASH, build_job_name, hash16, prepare_job_name
+from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan
 from trtfleet_operator.reconcile.types import (
     Counter,
     JobSnapshot,
@@ -47,6 +50,26 @@ BUILT = "Built"
 BUILDING = "Building"
 BUILD_FAILED = "BuildFailed"
 BUILD_RETRYING = "BuildRetrying"
+PREPARED = "Prepared"
+PREPARING = "Preparing"
+PREPARE_FAILED = "PrepareFailed"
+PREPARE_RETRYING = "PrepareRetrying"
+
+
+@dataclass(frozen=True)
+class BuildKind:
+    """One kind of hash-keyed Job: its builder, its container, where its output lives, and its words."""
+
+    job_noun: str
+    artifact_noun: str
+    container: str
+    built: str
+    building: str
+    failed: str
+    retrying: str
+    job_name: Callable[[str, int], str]
+    job: Callable[[EngineInputs, OperatorConfig, int], Obj]
+    uri: Callable[[EngineInputs, OperatorConfig], str]
 
 
 @dataclass(frozen=True)
@@ -61,6 +84,8 @@ class EngineInputs:
     failure_pods: tuple[Obj, ...] = ()
     labels: Mapping[str, str] = field(default_factory=dict)
     merged_sources: tuple[str, ...] = ()
+    kind: BuildKind | None = None
+    """None: the engine build (:data:`ENGINE_BUILD`)."""
 
 
 @dataclass(frozen=True)
@@ -97,13 +122,15 @@ def rfc3339(moment: datetime) -> str:
 
 
 def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime) -> EngineOutcome:
+    kind = inputs.kind or ENGINE_BUILD
+    job_noun, what = kind.job_noun, kind.artifact_noun
     engine_hash = inputs.plan.engine_hash
     short = hash16(engine_hash)
     spec = inputs.spec
     engine_status: Obj = {
         "hash": engine_hash,
         "image": spec.engine.image,
-        "uri": config.storage.engine_uri(engine_hash),
+        "uri": kind.uri(inputs, config),
     }
     jobs = sorted((j for j in inputs.jobs if not j.deleting), key=lambda j: (j.attempt, j.name))
     set_owners: list[SetOwners] = []
@@ -120,10 +147,10 @@ def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime
     if inputs.record is not None:
         data = inputs.record.get("data") or {}
         engine_status["builtAt"] = data.get("builtAt", "")
-        message = f"engine {short} is in the engine store (built {data.get('builtAt', 'earlier')})"
+        message = f"{what} {short} is in the {what} store (published {data.get('builtAt', 'earlier')})"
         return EngineOutcome(
             "built",
-            cond.make(cond.ENGINE_BUILT, cond.TRUE, BUILT, message),
+            cond.make(cond.ENGINE_BUILT, cond.TRUE, kind.built, message),
             engine_status,
             set_owners=tuple(set_owners),
         )
@@ -141,10 +168,10 @@ def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime
             built_at=built_at,
             build_job=job.name,
         )
-        message = f"build Job {job.name} published engine {short}"
+        message = f"{job_noun} Job {job.name} published {what} {short}"
         return EngineOutcome(
             "built",
-            cond.make(cond.ENGINE_BUILT, cond.TRUE, BUILT, message),
+            cond.make(cond.ENGINE_BUILT, cond.TRUE, kind.built, message),
             engine_status,
             apply=(record,),
             set_owners=tuple(set_owners),
@@ -162,35 +189,35 @@ def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime
             engine_status,
             set_owners,
             older,
-            f"started build Job {build_job_name(engine_hash, 1)} for engine {short}",
+            f"started {job_noun} Job {kind.job_name(engine_hash, 1)} for {what} {short}",
         )
     if not latest.finished:
         engine_status["buildJob"] = latest.name
         applies: tuple[Obj, ...] = () if plan_cm is not None else (_plan_cm(inputs),)
         message = (
-            f"build Job {latest.name} is running (attempt {latest.attempt} of {policy.max_attempts}): "
+            f"{job_noun} Job {latest.name} is running (attempt {latest.attempt} of {policy.max_attempts}): "
             f"{latest.active} active pod(s), {latest.failed} failed pod(s)"
         )
         return EngineOutcome(
             "building",
-            cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILDING, message),
+            cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.building, message),
             engine_status,
             apply=applies,
             set_owners=tuple(set_owners),
             delete=older,
         )
 
-    why = failure_message(latest, inputs.failure_pods, BUILD_CONTAINER)
+    why = failure_message(latest, inputs.failure_pods, kind.container)
     engine_status["buildJob"] = latest.name
     if latest.attempt >= policy.max_attempts:
         message = (
-            f"build Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}, no "
+            f"{job_noun} Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}, no "
             f"retries left): {why}. Fix the cause (see `kubectl logs job/{latest.name}`), then delete "
-            f"Job {latest.name} to build again"
+            f"Job {latest.name} to {job_noun} again"
         )
         return EngineOutcome(
             "failed",
-            cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILD_FAILED, message),
+            cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.failed, message),
             engine_status,
             set_owners=tuple(set_owners),
             delete=older,
@@ -206,16 +233,16 @@ def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime
             engine_status,
             set_owners,
             (*older, latest.ref),
-            f"retrying the build of engine {short} (attempt {latest.attempt + 1} of "
+            f"retrying the {job_noun} of {what} {short} (attempt {latest.attempt + 1} of "
             f"{policy.max_attempts}) after Job {latest.name} failed: {why}",
         )
     message = (
-        f"build Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}): {why}. "
+        f"{job_noun} Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}): {why}. "
         f"Retrying in {int(wait_s + 0.999)}s; delete Job {latest.name} to retry now"
     )
     return EngineOutcome(
         "failed",
-        cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILD_RETRYING, message),
+        cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.retrying, message),
         engine_status,
         set_owners=tuple(set_owners),
         delete=older,
@@ -242,7 +269,23 @@ def _start(
     delete: tuple[ObjectRef, ...],
     message: str,
 ) -> EngineOutcome:
-    job = build_engine_job(
+    kind = inputs.kind or ENGINE_BUILD
+    job = kind.job(inputs, config, attempt)
+    engine_status["buildJob"] = job["metadata"]["name"]
+    applies = (job,) if inputs.plan_configmap is not None else (_plan_cm(inputs), job)
+    return EngineOutcome(
+        "building",
+        cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.building, message),
+        engine_status,
+        apply=applies,
+        set_owners=tuple(set_owners),
+        delete=delete,
+        counters=("build_started",),
+    )
+
+
+def _engine_job(inputs: EngineInputs, config: OperatorConfig, attempt: int) -> Obj:
+    return build_engine_job(
         inputs.spec,
         engine_hash=inputs.plan.engine_hash,
         namespace=inputs.namespace,
@@ -252,17 +295,47 @@ def _start(
         labels=inputs.labels,
         merged_sources=inputs.merged_sources,
     )
-    engine_status["buildJob"] = job["metadata"]["name"]
-    applies = (job,) if inputs.plan_configmap is not None else (_plan_cm(inputs), job)
-    return EngineOutcome(
-        "building",
-        cond.make(cond.ENGINE_BUILT, cond.FALSE, BUILDING, message),
-        engine_status,
-        apply=applies,
-        set_owners=tuple(set_owners),
-        delete=delete,
-        counters=("build_started",),
+
+
+def _prepare_job(inputs: EngineInputs, config: OperatorConfig, attempt: int) -> Obj:
+    return build_prepare_job(
+        inputs.spec, inputs.plan, namespace=inputs.namespace, owners=inputs.owners, attempt=attempt, config=config
     )
+
+
+def _checkpoint_uri(inputs: EngineInputs, config: OperatorConfig) -> str:
+    """``pvc://<engine PVC>/checkpoints/<hash>/<original|quantized>``: what trtllm-serve loads."""
+    prepare = inputs.plan.prepare
+    if prepare is None:
+        return config.storage.engine_uri(inputs.plan.engine_hash)
+    relative = prepare.serve_checkpoint_dir.removeprefix(MODEL_CACHE_MOUNT).lstrip("/")
+    return f"pvc://{config.storage.engine_pvc}/{relative}"
+
+
+ENGINE_BUILD = BuildKind(
+    job_noun="build",
+    artifact_noun="engine",
+    container=BUILD_CONTAINER,
+    built=BUILT,
+    building=BUILDING,
+    failed=BUILD_FAILED,
+    retrying=BUILD_RETRYING,
+    job_name=build_job_name,
+    job=_engine_job,
+    uri=lambda inputs, config: config.storage.engine_uri(inputs.plan.engine_hash),
+)
+CHECKPOINT_PREPARE = BuildKind(
+    job_noun="prepare",
+    artifact_noun="checkpoint",
+    container=PREPARE_CONTAINER,
+    built=PREPARED,
+    building=PREPARING,
+    failed=PREPARE_FAILED,
+    retrying=PREPARE_RETRYING,
+    job_name=prepare_job_name,
+    job=_prepare_job,
+    uri=_checkpoint_uri,
+)
 
 
 def release_stale(

@@ -12,7 +12,7 @@ from typing import Any
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.reconcile.types import Counter, Event
 
-BUILD_FAILURE_REASONS = frozenset({"BuildFailed", "BuildRetrying"})
+BUILD_FAILURE_REASONS = frozenset({"BuildFailed", "BuildRetrying", "PrepareFailed", "PrepareRetrying"})
 WARNING_REASONS = frozenset(
     {
         *BUILD_FAILURE_REASONS,
@@ -25,6 +25,7 @@ WARNING_REASONS = frozenset(
         "DtypeMismatch",
         "InvalidSpec",
         "LoraNotEnabled",
+        "MergedNotSupported",
         "ModulesNotTargeted",
         "RankTooHigh",
         "ReplicasUnavailable",

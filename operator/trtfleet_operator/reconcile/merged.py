@@ -36,7 +36,7 @@ from trtfleet_operator.names import (
     owner_reference,
 )
 from trtfleet_operator.planning import plan_capacity, plan_merged
-from trtfleet_operator.reconcile.basemodel import engine_inputs, finish, shared_owner
+from trtfleet_operator.reconcile.common import engine_inputs, finish, shared_owner
 from trtfleet_operator.reconcile.engine import reconcile_engine, release_stale
 from trtfleet_operator.reconcile.serving import serving_state
 from trtfleet_operator.reconcile.types import AdapterObserved, Obj, Reconciliation, job_snapshot

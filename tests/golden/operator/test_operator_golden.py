@@ -16,6 +16,7 @@ import pytest
 import yaml
 from trtfleet_operator.builders.convert import build_convert_job
 from trtfleet_operator.builders.engine import build_engine_job, build_engine_record, build_plan_configmap
+from trtfleet_operator.builders.pytorch import build_options_configmap, build_prepare_job, build_pytorch_deployment
 from trtfleet_operator.builders.serving import build_deployment, build_model_repo_configmap, build_pdb, build_service
 from trtfleet_operator.config import Images, OperatorConfig
 from trtfleet_operator.names import (
@@ -23,12 +24,13 @@ from trtfleet_operator.names import (
     LABEL_BASEMODEL,
     merged_serving_name,
     owner_reference,
+    prepare_job_name,
     serving_name,
 )
-from trtfleet_operator.planning import plan_engine, plan_merged
+from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan, plan_engine, plan_merged
 from trtfleet_operator.taskids import source_key
 
-from trtfleet.api import API_VERSION, Adapter, AdapterMode, BaseModel
+from trtfleet.api import API_VERSION, Adapter, AdapterMode, BaseModel, Runtime
 
 pytestmark = pytest.mark.golden
 
@@ -57,6 +59,8 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     shared = owner_reference("BaseModel", API_VERSION, name, _uid(name), controller=False)
     plan = plan_engine(base.spec)
     out: dict[str, dict[str, Any]] = {}
+    if len(docs) == 1 and base.spec.runtime is Runtime.PYTORCH:
+        return render_pytorch(base, plan, owner=owner, shared=shared)
     if len(docs) == 1:
         if base.spec.runtime.value == "tensorrtllm":
             out["plan-configmap"] = build_plan_configmap(
@@ -154,6 +158,40 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     return out
 
 
+def render_pytorch(
+    base: BaseModel, plan: EnginePlan, *, owner: dict[str, Any], shared: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """A ``runtime: pytorch`` BaseModel: prepare plan and Jobs, checkpoint record, options, Deployment, Service."""
+    name = base.metadata["name"]
+    serving = serving_name(name)
+    prepare = {"spec": base.spec, "plan": plan, "namespace": NAMESPACE, "owners": [shared], "config": CONFIG}
+    options = build_options_configmap(plan, name=serving, namespace=NAMESPACE, owner=owner)
+    assert plan.prepare is not None
+    serve_dir = plan.prepare.serve_checkpoint_dir
+    return {
+        "plan-configmap": build_plan_configmap(plan.engine_hash, plan.plan_json, namespace=NAMESPACE, owners=[shared]),
+        "prepare-job": build_prepare_job(**prepare, attempt=1),
+        "prepare-job-attempt-2": build_prepare_job(**prepare, attempt=2),
+        "checkpoint-record": build_engine_record(
+            plan.engine_hash,
+            namespace=NAMESPACE,
+            uri=f"pvc://{CONFIG.storage.engine_pvc}/{serve_dir.removeprefix(MODEL_CACHE_MOUNT).lstrip('/')}",
+            image=base.spec.engine.image,
+            built_at="2026-11-21T12:00:00Z",
+            build_job=prepare_job_name(plan.engine_hash),
+        ),
+        "options-configmap": options,
+        "deployment": build_pytorch_deployment(
+            base.spec, plan, name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, options=options,
+            config=CONFIG,
+        ),
+        "service": build_service(
+            name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, runtime=base.spec.runtime
+        ),
+        "pdb": build_pdb(name=serving, namespace=NAMESPACE, owner=owner, basemodel=name),
+    }
+
+
 def dump(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=110)
 
@@ -166,6 +204,9 @@ def test_cases_exist() -> None:
         "adapter-llama3-sql",
         "adapter-tiny-json",
         "adapter-merged",
+        "pytorch-llama3-8b",
+        "pytorch-llama70b-fp8-tp2",
+        "adapter-pytorch-sql",
     } <= set(CASES)
 
 

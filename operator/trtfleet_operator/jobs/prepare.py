@@ -1,0 +1,149 @@
+"""Entrypoint of the ``runtime: pytorch`` prepare Job: ``python3 -m trtfleet_operator.jobs.prepare --plan F``.
+
+``F`` is the prepare plan (:class:`trtfleet_engines.pytorch.serving.PreparePlan` as JSON, from the plan
+ConfigMap). Steps, each skipped when its marker file says it is done (the plan is content-addressed, so a
+finished directory never needs redoing):
+
+1. **Stage**: make the HF checkpoint readable (``file://`` and ``pvc://`` in place, ``hf://`` and ``s3://``
+   downloaded; :func:`trtfleet_operator.jobs.convert.local_source`), copy it into a staging directory
+   beside ``stage.destination_dir`` and rename it into place, so a crash never leaves a half checkpoint
+   where ``trtllm-serve`` looks. A directory source without ``config.json`` is refused (exit 2).
+2. **Quantize** (when the plan has it): run its argv (ModelOpt's ``hf_ptq.py``), which exports the
+   quantized HF checkpoint to ``quantize.output_dir``.
+3. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
+
+Any failure writes one line saying what failed to the termination log: exit 2 for a plan or source that
+can never work (the Job fails at once, see ``podFailurePolicy``), exit 1 otherwise (retried).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from trtfleet_operator.jobs.convert import FetchError, local_source
+
+DONE_MARKER = ".trtfleet-prepared"
+SPEC_ERROR_EXIT_CODE = 2
+TERMINATION_LOG_MAX_BYTES = 4096
+STDERR_TAIL_BYTES = 3000
+
+
+class PrepareError(Exception):
+    """One step failed; ``exit_code`` 2 when retrying cannot help."""
+
+    def __init__(self, message: str, exit_code: int = 1) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
+
+
+def _report(path: Path, text: str) -> None:
+    try:
+        path.write_bytes(text.encode()[:TERMINATION_LOG_MAX_BYTES])
+    except OSError as exc:
+        print(f"cannot write {path}: {exc}", file=sys.stderr)
+
+
+def _done(directory: Path) -> bool:
+    return (directory / DONE_MARKER).is_file()
+
+
+def stage(stage_plan: dict[str, Any]) -> bool:
+    """Put the checkpoint into ``destination_dir`` once; True when it did, False when it was there.
+
+    Downloads land beside the destination (same volume: a rename publishes them); local sources are copied.
+    """
+    destination = Path(stage_plan["destination_dir"])
+    if _done(destination):
+        return False
+    download = destination.with_name(f".{destination.name}.download")
+    staging = destination.with_name(f".{destination.name}.staging")
+    for leftover in (download, staging):
+        shutil.rmtree(leftover, ignore_errors=True)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        source = local_source(stage_plan["source_uri"], stage_plan.get("revision"), download)
+    except FetchError as exc:
+        raise PrepareError(f"fetching {stage_plan['source_uri']} failed: {exc}") from exc
+    if not (source / "config.json").is_file():
+        raise PrepareError(
+            f"{stage_plan['source_uri']} is not a HuggingFace checkpoint directory (no config.json in {source})",
+            SPEC_ERROR_EXIT_CODE,
+        )
+    if source.is_relative_to(download):
+        source.rename(staging)
+        shutil.rmtree(download, ignore_errors=True)
+    else:
+        shutil.copytree(source, staging, ignore=shutil.ignore_patterns(".git", ".cache", DONE_MARKER))
+    (staging / DONE_MARKER).write_text(json.dumps({"source": stage_plan["source_uri"]}) + "\n")
+    shutil.rmtree(destination, ignore_errors=True)
+    staging.rename(destination)
+    return True
+
+
+def quantize(quantize_plan: dict[str, Any]) -> bool:
+    """Run the quantization argv once; True when it ran."""
+    output = Path(quantize_plan["output_dir"])
+    if _done(output):
+        return False
+    argv = [str(arg) for arg in quantize_plan["argv"]]
+    try:
+        done = subprocess.run(argv, stderr=subprocess.PIPE, text=True, check=False)
+    except OSError as exc:
+        raise PrepareError(f"cannot run {argv[0]}: {exc}") from exc
+    if done.returncode != 0:
+        tail = done.stderr.strip()[-STDERR_TAIL_BYTES:] or f"exit code {done.returncode}"
+        sys.stderr.write(done.stderr)
+        raise PrepareError(f"quantization ({' '.join(argv[:2])}) failed: {tail}")
+    if not (output / "config.json").is_file():
+        raise PrepareError(f"quantization exited 0 but wrote no checkpoint to {output} (no config.json)")
+    (output / DONE_MARKER).write_text("{}\n")
+    return True
+
+
+def run(args: argparse.Namespace) -> int:
+    log = Path(args.termination_log)
+    try:
+        plan = json.loads(Path(args.plan).read_text())
+        stage_plan, quantize_plan = plan["stage"], plan.get("quantize")
+        serve_dir = quantize_plan["output_dir"] if quantize_plan else stage_plan["destination_dir"]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        _report(log, f"the prepare plan {args.plan} is unreadable: {exc}")
+        return SPEC_ERROR_EXIT_CODE
+    try:
+        staged = stage(stage_plan)
+        quantized = quantize(quantize_plan) if quantize_plan else False
+    except PrepareError as exc:
+        _report(log, str(exc))
+        return exc.exit_code
+    except OSError as exc:
+        _report(log, f"staging {stage_plan.get('source_uri')} failed: {exc}")
+        return 1
+    report = json.dumps(
+        {"hash": plan.get("content_hash"), "serveDir": serve_dir, "staged": staged, "quantized": quantized},
+        sort_keys=True,
+    )
+    _report(log, report)
+    print(report)
+    return 0
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python3 -m trtfleet_operator.jobs.prepare", description=__doc__)
+    p.add_argument("--plan", required=True, help="the prepare plan (JSON)")
+    p.add_argument("--termination-log", default="/dev/termination-log")
+    return p
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    return run(parser().parse_args(argv))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

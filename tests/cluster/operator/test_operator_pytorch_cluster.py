@@ -1,0 +1,125 @@
+"""``runtime: pytorch`` against a real kube-apiserver + kube-controller-manager: ``kubectl apply`` of a
+BaseModel and an Adapter gives the prepare Job, the LLM-API options ConfigMap, the trtllm-serve Deployment
+and the Service; the API server itself refuses values the runtime cannot serve, with the CEL message.
+The test plays the kubelet for Job pods (their termination messages), as the other operator cluster tests do.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME
+from trtfleet_operator.artifacts import ArtifactSummary
+from trtfleet_operator.names import prepare_job_name
+
+from tests.cluster.operator.harness import (
+    OperatorProcess,
+    apply,
+    cond,
+    finish_job_pod,
+    get,
+    items,
+    wait_phase,
+    wait_until,
+)
+from tests.support.controlplane import ControlPlane
+
+pytestmark = pytest.mark.cluster
+
+ROOT = Path(__file__).resolve().parents[3]
+CONVERTS = "app.kubernetes.io/component=adapter-convert"
+PREPARES = "app.kubernetes.io/component=engine-build,trtfleet.io/runtime=pytorch"
+
+
+def torch_llama(ns: str, **spec: Any) -> dict[str, Any]:
+    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-h100.yaml").read_text())
+    doc["spec"]["runtime"] = "pytorch"
+    doc["spec"]["serving"]["nodeSelector"] = {"nvidia.com/gpu.product": f"H100-{ns}"}
+    for key, value in spec.items():
+        doc["spec"][key] = {**doc["spec"].get(key, {}), **value}
+    return dict(doc)
+
+
+def live(cp: ControlPlane, ns: str, selector: str) -> list[dict[str, Any]]:
+    return [j for j in items(cp, ns, "jobs", selector) if not j["metadata"].get("deletionTimestamp")]
+
+
+def test_pytorch_basemodel_and_adapter_get_prepare_job_options_trtllm_serve_and_peft_path(
+    operator: OperatorProcess,
+) -> None:
+    cp, ns = operator.cp, operator.namespace
+    apply(cp, ns, yaml.safe_dump(torch_llama(ns)))
+    job = wait_until(lambda: (live(cp, ns, PREPARES) or [None])[0], 30, "the prepare Job")
+    bm = wait_phase(cp, ns, "basemodel", "llama3-8b", "Building")
+    content_hash = bm["status"]["engine"]["hash"]
+    assert job["metadata"]["name"] == prepare_job_name(content_hash)
+    container = job["spec"]["template"]["spec"]["containers"][0]
+    assert container["command"] == ["python3", "-m", "trtfleet_operator.jobs.prepare"]
+    assert cond(bm, "EngineBuilt")["reason"] == "Preparing"
+    capacity = bm["status"]["capacity"]
+    assert 1 <= capacity["maxLoras"] <= capacity["maxCpuLoras"]
+
+    finish_job_pod(cp, ns, job["metadata"]["name"], "prepare", exit_code=0, message='{"staged": true}')
+    deployment = wait_until(lambda: get(cp, ns, "deployment", "llama3-8b"), 30, "the trtllm-serve Deployment")
+    serve = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert serve["command"] == ["trtllm-serve"]
+    assert serve["args"][0] == f"/model-cache/checkpoints/{content_hash}/original"
+    assert serve["args"][1:] == [
+        "--backend", "pytorch", "--host", "0.0.0.0", "--port", "8000",
+        "--config", f"/etc/trtfleet/llm-api/{OPTIONS_FILE_NAME}", "--served_model_name", "llama3-8b",
+    ]
+    assert serve["readinessProbe"]["httpGet"]["path"] == "/health"
+    options = get(cp, ns, "configmap", "llama3-8b-llm-api-options")
+    assert options is not None and "trtfleet.io/options-hash" in options["metadata"]["labels"]
+    rendered = yaml.safe_load(options["data"][OPTIONS_FILE_NAME])
+    assert rendered["lora_config"]["max_loras"] == capacity["maxLoras"]
+    service = get(cp, ns, "service", "llama3-8b")
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("http", 8000)]
+    assert cond(get(cp, ns, "basemodel", "llama3-8b"), "EngineBuilt")["reason"] == "Prepared"
+
+    adapter = {
+        "apiVersion": "trtfleet.io/v1alpha1",
+        "kind": "Adapter",
+        "metadata": {"name": "sql"},
+        "spec": {"baseModel": "llama3-8b", "source": {"uri": "s3://adapters/llama3/sql", "revision": "3"}},
+    }
+    apply(cp, ns, yaml.safe_dump(adapter))
+    convert = wait_until(lambda: (live(cp, ns, CONVERTS) or [None])[0], 30, "the convert Job")
+    args = convert["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--stage-peft" in args
+    summary = ArtifactSummary(16, ("attn_q", "attn_v"), "c0" * 32, 65536, "float16").to_json()
+    finish_job_pod(cp, ns, convert["metadata"]["name"], "convert", exit_code=0, message=summary)
+    ready = wait_phase(cp, ns, "adapter", "sql", "Ready")
+    assert ready["status"]["artifact"]["path"] == args[args.index("--out") + 1]
+    assert ready["status"]["taskId"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        pytest.param(
+            {"quantization": {"mode": "none", "kvCacheDtype": "int8"}},
+            "quantization.kvCacheDtype int8 is for runtime tensorrtllm only",
+            id="int8-kv-cache",
+        ),
+        pytest.param(
+            {"quantization": {"mode": "int4_weight_only", "kvCacheDtype": "auto"}},
+            "quantization.mode int4_weight_only is for runtime tensorrtllm only",
+            id="int4-weight-only",
+        ),
+    ],
+)
+def test_api_server_refuses_values_the_pytorch_runtime_cannot_serve(
+    crds: ControlPlane, kube_namespace: str, spec: dict[str, Any], message: str
+) -> None:
+    refused = crds.kubectl(
+        "apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(torch_llama(kube_namespace, **spec)),
+        check=False,
+    )
+    assert refused.returncode != 0 and message in refused.stderr, refused.stderr
+    allowed = torch_llama(kube_namespace, **spec)
+    allowed["spec"]["runtime"] = "tensorrtllm"
+    crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(allowed))
