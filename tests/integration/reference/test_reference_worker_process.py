@@ -36,18 +36,32 @@ def _waiting(metrics_url: str) -> int:
     return -1
 
 
+QUEUE_TEST_STEP_MS = 40.0
+"""Pretend step time of the queue test: its running request of ``HELD_TOKENS`` lasts ~10 s unless stopped."""
+HELD_TOKENS = 250
+"""Nearly the tiny model's 256 positions: the longest a request can run."""
+
+
 def test_queue_full_has_the_executor_text() -> None:
-    with running_worker(max_batch_size=1, max_queue_size=1, min_step_ms=2.0) as worker:
+    """One running, one waiting, a third refused; the running request is held until the test stops it.
+
+    The running request cannot end on its own before ~10 s (250 steps of >= 40 ms), far longer than the
+    few metric polls and one refused request the test does; it is then ended with TRT-LLM's ``stop``
+    request rather than waited for. The "ended too early" assert makes a too-slow machine fail loudly.
+    """
+    with running_worker(max_batch_size=1, max_queue_size=1, min_step_ms=QUEUE_TEST_STEP_MS) as worker:
         with Stream(worker.grpc_url) as running, Stream(worker.grpc_url) as waiting:
-            running.send(request_inputs(prompt_ids("abc"), 200, streaming=True, end_id=NEVER_END_ID))
+            running.send(request_inputs(prompt_ids("abc"), HELD_TOKENS, streaming=True, end_id=NEVER_END_ID), "held")
             running.wait_first_token()
             waiting.send(request_inputs(prompt_ids("abc"), 4))
             wait_until(lambda: _waiting(worker.metrics_url) == 1)
             refused = generate(worker.grpc_url, prompt_ids("abc"), 4)
             assert running.result.final_at is None, "the running request ended too early for this test"
             assert refused.error == "Maximum queue size of 1 has been reached, please try again later"
+            assert generate(worker.grpc_url, [0], 1, stop=True, request_id="held").error is None  # release it
+            held = running.wait()
+            assert held.error is None and 0 < len(held.tokens) < HELD_TOKENS
             assert waiting.wait().error is None
-            assert running.wait().error is None
 
 
 def test_cli_worker_serves_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:

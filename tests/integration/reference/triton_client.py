@@ -134,10 +134,10 @@ class Stream:
         self.close(cancel=True)
 
 
-def generate(url: str, prompt: Sequence[int], max_tokens: int, **options: Any) -> Result:
+def generate(url: str, prompt: Sequence[int], max_tokens: int, *, request_id: str = "", **options: Any) -> Result:
     """One request, run to completion over its own stream."""
     with Stream(url) as stream:
-        stream.send(request_inputs(prompt, max_tokens, **options))
+        stream.send(request_inputs(prompt, max_tokens, **options), request_id)
         return stream.wait()
 
 
