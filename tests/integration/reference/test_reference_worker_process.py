@@ -142,8 +142,13 @@ def test_latency_figures() -> None:
         assert grpc_16 < 1000 and ensemble < 1000 and bls < 1000
 
 
-def test_a_port_lost_to_another_process_is_retried(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("how", ["running_worker", "start_worker_no_wait"])
+def test_a_port_lost_to_another_process_is_retried(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: str
+) -> None:
+    """Both ways workers start (one waits in start_worker, parallel starts wait later) retry on new ports."""
     import trtfleet_engines.reference.server as server
+    from trtfleet_engines.reference.repository import build_reference_repository
 
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -155,7 +160,14 @@ def test_a_port_lost_to_another_process_is_retried(monkeypatch: pytest.MonkeyPat
             return next(ports, None) or free_port(host)
 
         monkeypatch.setattr(server, "free_port", racing_free_port)
-        with running_worker() as worker:
+        if how == "running_worker":
+            context = running_worker()
+        else:  # what tests/integration/router/support.py and bench/realfleet.py do
+            started = server.start_worker(build_reference_repository(tmp_path / "models"), wait=False)
+            assert started.http_port == taken
+            started.wait_ready()
+            context = started  # type: ignore[assignment]
+        with context as worker:
             assert worker.http_port != taken
             assert generate(worker.grpc_url, prompt_ids("abc"), 4).error is None
     assert worker.stubs_reaped == 0 and worker.process.returncode == 0
