@@ -12,11 +12,8 @@ so :attr:`WorkerProcess.stubs` says how each one ended. :meth:`WorkerProcess.sto
 after a timeout), kills any stub of this worker that outlived the server and removes every temporary
 directory it made.
 
-For tests, benchmarks and the demo, :func:`running_worker` / :func:`running_workers` build repositories in
-temporary directories, start workers on free ports and clean everything up on exit::
-
-    with running_workers(3, lora_cache_host_bytes=lora_cache_bytes_for(2)) as workers:
-        client = tritonclient.grpc.InferenceServerClient(workers[0].grpc_url)
+For tests, benchmarks and the demo, :mod:`~trtfleet_engines.reference.workers` builds repositories in
+temporary directories and starts workers on free ports.
 
 Errors: :class:`~trtfleet_engines.reference.errors.WorkerError` (did not start or become ready, with the
 tail of the server log) and :class:`~trtfleet_engines.reference.errors.TritonNotInstalledError`.
@@ -27,20 +24,19 @@ from __future__ import annotations
 import contextlib
 import http.client
 import logging
-import os
 import shutil
 import signal
 import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from trtfleet_engines.reference.errors import WorkerError
 from trtfleet_engines.reference.stubs import STUB_LOG_NAME, StubRecord, read_stub_log, reap_stubs
+from trtfleet_engines.reference.supervisor import OnStubDeath, StubWatchdog
 from trtfleet_engines.reference.triton_binary import (
     build_backends_dir,
     locate_triton,
@@ -95,8 +91,15 @@ class WorkerProcess:
     cleanup_dirs: list[Path] = field(default_factory=list)
     backends_dir: Path | None = None
     stub_log_path: Path | None = None
-    relaunch: Callable[[], tuple[subprocess.Popen[bytes], int, int, int]] | None = None
-    """Starts tritonserver again on new free ports (set when the caller let :func:`start_worker` pick them)."""
+    launch: Callable[[tuple[int, int, int]], subprocess.Popen[bytes]] | None = None
+    """Starts tritonserver on (http, grpc, metrics) ports: for a start on new ports, or a restart."""
+    auto_ports: bool = False
+    """The caller let :func:`start_worker` pick the ports: a start that lost one is retried on new ones."""
+    restarts: int = 0
+    """Restarts after a stub died (see :mod:`~trtfleet_engines.reference.supervisor`)."""
+    watchdog: StubWatchdog | None = None
+    started_at_s: float = field(default_factory=time.time)
+    """Wall-clock start of the current tritonserver process (stubs started before it are not its own)."""
     log_start: int = 0
     """Offset in the log where the current tritonserver process's output starts."""
     stubs_reaped: int = 0
@@ -150,12 +153,11 @@ class WorkerProcess:
                 self._wait_ready_once(deadline)
                 return time.monotonic() - start
             except WorkerError:
-                if self.relaunch is None or attempt == START_ATTEMPTS or not self.port_conflict():
+                if not self.auto_ports or attempt == START_ATTEMPTS or not self.port_conflict():
                     raise
             logger.warning("tritonserver pid=%s lost a port to another process: starting on new ports", self.pid)
             self._end_process()
-            self.log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
-            self.process, self.http_port, self.grpc_port, self.metrics_port = self.relaunch()
+            self._start_process((free_port(self.host), free_port(self.host), free_port(self.host)))
         raise AssertionError("unreachable: the last attempt returns or raises")
 
     def _wait_ready_once(self, deadline: float) -> None:
@@ -169,6 +171,22 @@ class WorkerProcess:
                 return
             time.sleep(_POLL_INTERVAL_S)
         raise WorkerError(f"tritonserver not ready in time; log {self.log_path}:\n{self.log_tail()}")
+
+    def _start_process(self, ports: tuple[int, int, int]) -> None:
+        assert self.launch is not None
+        if self.backends_dir is not None:
+            reap_stubs(self.backends_dir)  # whatever the previous process left behind
+        self.log_start = self.log_path.stat().st_size if self.log_path.exists() else 0
+        self.started_at_s = time.time()
+        self.process = self.launch(ports)
+        self.http_port, self.grpc_port, self.metrics_port = ports
+
+    def restart(self, ready_timeout_s: float = READY_TIMEOUT_S) -> None:
+        """Stop tritonserver (as :meth:`stop` does) and start it again on the same ports; wait until ready."""
+        self._end_process()
+        self._start_process((self.http_port, self.grpc_port, self.metrics_port))
+        self.restarts += 1
+        self.wait_ready(ready_timeout_s)
 
     def port_conflict(self) -> bool:
         """Whether the current process failed because one of its ports was taken (free ports can race)."""
@@ -194,6 +212,8 @@ class WorkerProcess:
 
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then SIGKILL after ``timeout_s``; removes temporary dirs. Returns the exit code."""
+        if self.watchdog is not None:
+            self.watchdog.close()
         self._end_process(timeout_s)
         if self.backends_dir is not None:
             self.stubs_reaped += len(reap_stubs(self.backends_dir))
@@ -236,8 +256,13 @@ def start_worker(
     ready_timeout_s: float = READY_TIMEOUT_S,
     log_verbose: int = 0,
     extra_cleanup: Sequence[Path] = (),
+    on_stub_death: OnStubDeath | None = "restart",
 ) -> WorkerProcess:
     """Start tritonserver on ``repo_dir`` and (by default) wait until it is ready.
+
+    ``on_stub_death``: what the :class:`~trtfleet_engines.reference.supervisor.StubWatchdog` does when a
+    Python backend stub dies ("restart" tritonserver on the same ports, or "exit": stop it), None for no
+    watchdog.
 
     Ports left None are picked free; when all three are, a start that loses one to another process is
     retried on new ones by :meth:`WorkerProcess.wait_ready` (with ``wait`` False, call it yourself).
@@ -261,7 +286,7 @@ def start_worker(
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / "tritonserver.log"
 
-        def launch(ports: tuple[int, int, int]) -> tuple[subprocess.Popen[bytes], int, int, int]:
+        def launch(ports: tuple[int, int, int]) -> subprocess.Popen[bytes]:
             command = tritonserver_command(
                 install,
                 repo,
@@ -289,11 +314,7 @@ def start_worker(
                 *ports,
                 ",".join(names),
             )
-            return (process, *ports)
-
-        def relaunch() -> tuple[subprocess.Popen[bytes], int, int, int]:
-            reap_stubs(backends)  # whatever the failed start left behind
-            return launch((free_port(host), free_port(host), free_port(host)))
+            return process
 
         started = time.monotonic()
         ports = (
@@ -301,7 +322,7 @@ def start_worker(
             grpc_port if grpc_port is not None else free_port(host),
             metrics_port if metrics_port is not None else free_port(host),
         )
-        process, http_port, grpc_port, metrics_port = launch(ports)
+        process = launch(ports)
     except BaseException:
         for path in cleanup:
             shutil.rmtree(path, ignore_errors=True)
@@ -309,16 +330,19 @@ def start_worker(
     worker = WorkerProcess(
         process,
         host,
-        http_port,
-        grpc_port,
-        metrics_port,
+        ports[0],
+        ports[1],
+        ports[2],
         repo,
         log_path,
         cleanup_dirs=cleanup,
         backends_dir=backends,
         stub_log_path=stub_log,
-        relaunch=relaunch if auto_ports and not log_to_console else None,
+        launch=launch,
+        auto_ports=auto_ports and not log_to_console,
     )
+    if on_stub_death is not None:
+        worker.watchdog = StubWatchdog(worker, on_stub_death)
     if wait:
         try:
             worker.wait_ready(ready_timeout_s)
@@ -328,71 +352,3 @@ def start_worker(
         worker.startup_s = time.monotonic() - started
         logger.info("tritonserver pid=%s ready in %.2f s", worker.pid, worker.startup_s)
     return worker
-
-
-def launch_reference_worker(
-    *,
-    host: str = "127.0.0.1",
-    log_dir: Path | str | None = None,
-    wait: bool = True,
-    ready_timeout_s: float = READY_TIMEOUT_S,
-    log_verbose: int = 0,
-    **repository_options: Any,
-) -> WorkerProcess:
-    """Build a reference repository in a temporary dir and serve it on free ports (the caller stops it).
-
-    ``repository_options`` go to :func:`~trtfleet_engines.reference.repository.build_reference_repository`
-    (``spec``, ``model_dir``, ``lora_cache_host_bytes``, ``lora_cache_device_bytes``, ``max_batch_size``,
-    ``max_queue_size``, ``min_step_ms``, ...). :meth:`WorkerProcess.stop` removes the repository too. A
-    start that lost one of its ports to another process is retried on new ports (when waiting for ready).
-    """
-    from trtfleet_engines.reference.repository import build_reference_repository
-
-    repo_root = Path(tempfile.mkdtemp(prefix="trtfleet-repo-"))
-    try:
-        repo = build_reference_repository(repo_root / "models", **repository_options)
-        return start_worker(
-            repo,
-            host=host,
-            log_dir=log_dir,
-            wait=wait,
-            ready_timeout_s=ready_timeout_s,
-            log_verbose=log_verbose,
-            extra_cleanup=[repo_root],
-        )
-    except BaseException:
-        shutil.rmtree(repo_root, ignore_errors=True)
-        raise
-
-
-@contextlib.contextmanager
-def running_worker(**options: Any) -> Iterator[WorkerProcess]:
-    """One reference worker for the ``with`` block (options as for :func:`launch_reference_worker`)."""
-    worker = launch_reference_worker(**options)
-    try:
-        yield worker
-    finally:
-        worker.stop()
-
-
-@contextlib.contextmanager
-def running_workers(count: int, **options: Any) -> Iterator[list[WorkerProcess]]:
-    """``count`` reference workers started side by side (faster than one after another), all ready.
-
-    Every worker gets the same options and its own ports, repository and temporary files.
-    """
-    ready_timeout_s = float(options.pop("ready_timeout_s", READY_TIMEOUT_S))
-    workers: list[WorkerProcess] = []
-    try:
-        started = time.monotonic()
-        for _ in range(count):
-            workers.append(launch_reference_worker(wait=False, **options))
-        for worker in workers:
-            worker.wait_ready(max(1.0, ready_timeout_s - (time.monotonic() - started)))
-            worker.startup_s = time.monotonic() - started
-        yield workers
-    finally:
-        for worker in workers:
-            worker.terminate()
-        for worker in workers:
-            worker.stop()

@@ -16,9 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 from trtfleet_engines.reference.repository import lora_cache_bytes_for
-from trtfleet_engines.reference.server import WorkerProcess, running_worker
+from trtfleet_engines.reference.server import WorkerProcess
 from trtfleet_engines.reference.stubs import stub_pids
 from trtfleet_engines.reference.triton_binary import EXIT_TIMEOUT_S
+from trtfleet_engines.reference.workers import running_worker
 
 from tests.integration.reference.tiny import new_task_id, sample_adapters
 from tests.integration.reference.triton_client import NEVER_END_ID, BlsStream, wait_until
@@ -47,7 +48,7 @@ def worker() -> Iterator[WorkerProcess]:
 
 def _metric(worker: WorkerProcess, family: str, label: str) -> float:
     text = httpx.get(worker.metrics_url).text
-    match = re.search(rf'^{family}{{[^}}]*{label}[^}}]*}} ([0-9.e+-]+)$', text, re.MULTILINE)
+    match = re.search(rf"^{family}{{[^}}]*{label}[^}}]*}} ([0-9.e+-]+)$", text, re.MULTILINE)
     assert match, f"{family} {label} not in /metrics"
     return float(match.group(1))
 

@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 from trtfleet_engines.reference.repository import lora_cache_bytes_for
-from trtfleet_engines.reference.server import free_port, http_status, running_worker, running_workers
+from trtfleet_engines.reference.server import free_port, http_status
 from trtfleet_engines.reference.tokenizer import prompt_ids
+from trtfleet_engines.reference.workers import running_worker, running_workers
 
 from tests.integration.reference.triton_client import (
     NEVER_END_ID,
@@ -143,9 +144,7 @@ def test_latency_figures() -> None:
 
 
 @pytest.mark.parametrize("how", ["running_worker", "start_worker_no_wait"])
-def test_a_port_lost_to_another_process_is_retried(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: str
-) -> None:
+def test_a_port_lost_to_another_process_is_retried(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, how: str) -> None:
     """Both ways workers start (one waits in start_worker, parallel starts wait later) retry on new ports."""
     import trtfleet_engines.reference.server as server
     from trtfleet_engines.reference.repository import build_reference_repository
@@ -171,3 +170,29 @@ def test_a_port_lost_to_another_process_is_retried(
             assert worker.http_port != taken
             assert generate(worker.grpc_url, prompt_ids("abc"), 4).error is None
     assert worker.stubs_reaped == 0 and worker.process.returncode == 0
+
+
+def test_a_worker_whose_stub_died_is_not_ready_until_it_restarted() -> None:
+    """kill -9 of the BLS stub: Triton 2.51 alone would stay ready; the watchdog restarts tritonserver."""
+    from trtfleet_engines.reference.stubs import stub_pids
+
+    with running_worker() as worker, httpx.Client(timeout=30) as http:
+        assert worker.backends_dir is not None
+
+        def ready() -> bool:
+            return http_status(worker.client_host, worker.http_port, "/v2/health/ready") == 200
+
+        bls = [pid for pid, name in stub_pids(worker.backends_dir).items() if name.startswith("tensorrt_llm_bls")]
+        assert len(bls) == 1
+        os.kill(bls[0], signal.SIGKILL)
+        wait_until(lambda: not ready(), timeout_s=30, interval_s=0.01)
+        wait_until(ready, timeout_s=90)
+        assert worker.restarts == 1
+        assert worker.watchdog is not None
+        assert [(d.pid, d.signal) for d in worker.watchdog.deaths] == [(bls[0], signal.SIGKILL)]
+        url = f"http://{worker.http_url}/v2/models/tensorrt_llm_bls/generate"
+        reply = http.post(url, json={"text_input": "abc", "max_tokens": 8})
+        assert reply.status_code == 200 and reply.json()["text_output"] == "abc", reply.text
+    assert worker.process.returncode == 0 and worker.stubs_reaped == 0
+    current = [s for s in worker.stubs_at_stop if s.started_at_s >= worker.started_at_s]
+    assert len(current) == 4 and all(s.clean for s in current), [s.describe() for s in current]
