@@ -22,6 +22,7 @@ import argparse
 import json
 import random
 import re
+import signal
 import sys
 import threading
 import time
@@ -141,16 +142,20 @@ def one_run(args: argparse.Namespace, adapters: list[tuple[Any, Any]], seed: int
     ]
     lock = threading.Lock()
     started = time.monotonic()
-    with running_workers(WORKERS, lora_cache_host_bytes=lora_cache_bytes_for(CACHE_ADAPTERS), min_step_ms=STEP_MS) as ws:
+    cache_bytes = lora_cache_bytes_for(CACHE_ADAPTERS)
+    with running_workers(WORKERS, lora_cache_host_bytes=cache_bytes, min_step_ms=STEP_MS) as ws:
         rss_before = [_rss_mb(pid) for pid in _bls_pids(ws)]
 
         def send(job: tuple[int, int, str, int, bool]) -> None:
             worker, index, prompt, max_tokens, abandon = job
             url = ws[worker].grpc_url
-            error = Client(url).run(_inputs(prompt, max_tokens, 5000 + index, None), abandon=abandon)
+            timeout_s = args.request_timeout
+            inputs = _inputs(prompt, max_tokens, 5000 + index, None)
+            error = Client(url).run(inputs, abandon=abandon, timeout_s=timeout_s)
             missed = error is not None and "not found in cache" in error
             if missed:
-                error = Client(url).run(_inputs(prompt, max_tokens, 5000 + index, adapters[index]), abandon=abandon)
+                inputs = _inputs(prompt, max_tokens, 5000 + index, adapters[index])
+                error = Client(url).run(inputs, abandon=abandon, timeout_s=timeout_s)
             with lock:
                 figures.requests += 1
                 figures.abandoned += abandon
@@ -194,8 +199,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--streams", type=int, default=20, help="concurrent streams")
     parser.add_argument("--adapters", type=int, default=50)
     parser.add_argument("--abandon", type=float, default=0.25, help="fraction of streams abandoned after 1 chunk")
+    parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a stream counts as hung")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
+    # SIGTERM unwinds like Ctrl-C, so the workers of the current run are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     adapters = load_adapters(args.adapters)
     runs = []
     for index in range(args.runs):
