@@ -34,6 +34,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trtfleet_engines.reference.engine_stream import GRPC_ADDRESS_ENV
 from trtfleet_engines.reference.errors import WorkerError
 from trtfleet_engines.reference.stubs import STUB_LOG_NAME, StubRecord, read_stub_log, reap_stubs
 from trtfleet_engines.reference.supervisor import OnStubDeath, StubWatchdog
@@ -286,6 +287,8 @@ def start_worker(
         logs.mkdir(parents=True, exist_ok=True)
         log_path = logs / "tritonserver.log"
 
+        client_host = "127.0.0.1" if host in ("0.0.0.0", "") else host  # where the BLS model reaches the server
+
         def launch(ports: tuple[int, int, int]) -> subprocess.Popen[bytes]:
             command = tritonserver_command(
                 install,
@@ -305,7 +308,7 @@ def start_worker(
                     stdin=subprocess.DEVNULL,
                     stdout=output,
                     stderr=None if output is None else subprocess.STDOUT,
-                    env=worker_environment(install),
+                    env={**worker_environment(install), GRPC_ADDRESS_ENV: f"{client_host}:{ports[1]}"},
                     cwd=scratch,
                 )
             logger.info(
