@@ -41,6 +41,10 @@ CACHE_ADAPTERS = 8
 affinity would), so with 50 adapters it misses and evicts, and ~7 concurrent streams fit it."""
 STEP_MS = 2.0
 MAX_TOKENS = (8, 48)
+ABANDONED_MIN_TOKENS = 32
+"""An abandoned request is at least this long, so that its cancellation (after the first chunk) never
+races its final response: Triton 2.51's gRPC frontend can then hold the model past the exit timeout
+(the cancellation race fixed in triton-inference-server/server@42811e0cd3edd2522cbc9de795bc335606460fc3)."""
 PROMPTS = ("hello world", "kubernetes operator", "abc", "lora adapters on a fleet", "the quick brown fox")
 
 
@@ -132,18 +136,28 @@ def _inputs(prompt: str, max_tokens: int, task_id: int, adapter: tuple[Any, Any]
 
 def one_run(args: argparse.Namespace, adapters: list[tuple[Any, Any]], seed: int) -> RunFigures:
     from trtfleet_engines.reference.repository import lora_cache_bytes_for
-    from trtfleet_engines.reference.workers import running_workers
+    from trtfleet_engines.reference.workers import launch_reference_worker
 
     figures = RunFigures()
     rng = random.Random(seed)
     plan = [
-        (index % WORKERS, index, rng.choice(PROMPTS), rng.randint(*MAX_TOKENS), rng.random() < args.abandon)
-        for index in (rng.randrange(len(adapters)) for _ in range(args.requests))
+        (index % WORKERS, index, rng.choice(PROMPTS), max(tokens, ABANDONED_MIN_TOKENS) if abandon else tokens, abandon)
+        for index, tokens, abandon in (
+            (rng.randrange(len(adapters)), rng.randint(*MAX_TOKENS), rng.random() < args.abandon)
+            for _ in range(args.requests)
+        )
     ]
     lock = threading.Lock()
     started = time.monotonic()
     cache_bytes = lora_cache_bytes_for(CACHE_ADAPTERS)
-    with running_workers(WORKERS, lora_cache_host_bytes=cache_bytes, min_step_ms=STEP_MS) as ws:
+    ws: list[Any] = []
+    try:
+        for index in range(WORKERS):
+            log_dir = None if args.logs is None else args.logs / f"seed{seed}-w{index}"
+            options = {"lora_cache_host_bytes": cache_bytes, "min_step_ms": STEP_MS, "log_dir": log_dir}
+            ws.append(launch_reference_worker(wait=False, **options))
+        for w in ws:
+            w.wait_ready()
         rss_before = [_rss_mb(pid) for pid in _bls_pids(ws)]
 
         def send(job: tuple[int, int, str, int, bool]) -> None:
@@ -167,7 +181,12 @@ def one_run(args: argparse.Namespace, adapters: list[tuple[Any, Any]], seed: int
             list(pool.map(send, plan))
         rss_after = [_rss_mb(pid) for pid in _bls_pids(ws)]
         figures.bls_rss_mb = list(zip(rss_before, rss_after, strict=False))
+    finally:
         stop_began_s = time.time()
+        for w in ws:
+            w.terminate()
+        for w in ws:
+            w.stop()
     for w in ws:
         figures.server_exit_codes.append(int(w.process.returncode))
         figures.stubs_reaped += w.stubs_reaped
@@ -200,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--adapters", type=int, default=50)
     parser.add_argument("--abandon", type=float, default=0.25, help="fraction of streams abandoned after 1 chunk")
     parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a stream counts as hung")
+    parser.add_argument("--logs", type=Path, default=None, help="keep each worker's tritonserver log here")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the workers of the current run are stopped on the way out.
