@@ -126,10 +126,11 @@ def test_stop_after_streamed_adapter_traffic_is_clean() -> None:
         def one(index: int) -> None:
             name = list(adapters)[index % len(adapters)]
             with BlsStream(worker.grpc_url) as stream:
-                stream.send("hello world", 24, task_id=tasks[name], adapter=adapters[name])
-                if index % 3 == 0:
-                    assert stream.next_chunk(), stream.error  # abandoned after its first chunk
+                if index % 3 == 0:  # abandoned after its first chunk, long before it could end (no race)
+                    stream.send("hello world", 200, task_id=tasks[name], adapter=adapters[name], end_id=NEVER_END_ID)
+                    assert stream.next_chunk(), stream.error
                 else:
+                    stream.send("hello world", 24, task_id=tasks[name], adapter=adapters[name])
                     assert stream.text() and stream.error is None, stream.error
 
         with ThreadPoolExecutor(6) as pool:
