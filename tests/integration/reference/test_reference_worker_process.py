@@ -196,3 +196,37 @@ def test_a_worker_whose_stub_died_is_not_ready_until_it_restarted() -> None:
     assert worker.process.returncode == 0 and worker.stubs_reaped == 0
     current = [s for s in worker.stubs_at_stop if s.started_at_s >= worker.started_at_s]
     assert len(current) == 4 and all(s.clean for s in current), [s.describe() for s in current]
+
+
+def test_cli_worker_exits_with_failure_when_a_stub_dies(tmp_path: Path) -> None:
+    """Under ``trtfleet worker`` (a container) a dead stub stops the worker: the kubelet restarts it."""
+    ports = [free_port() for _ in range(3)]
+    flags = ["--http-port", str(ports[0]), "--grpc-port", str(ports[1]), "--metrics-port", str(ports[2])]
+    command = [sys.executable, "-m", "trtfleet", "worker", "--host", "127.0.0.1", *flags]
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_until(
+            lambda: process.poll() is not None or http_status("127.0.0.1", ports[0], "/v2/health/ready") == 200,
+            timeout_s=60,
+        )
+        assert process.poll() is None
+        stubs = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _is_bls_stub_of(p, tmp_path)]
+        assert len(stubs) == 1
+        os.kill(int(stubs[0].name), signal.SIGKILL)
+        output, _ = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    text = output.decode(errors="replace")
+    assert process.returncode == 1, text[-3000:]
+    assert f"stub pid={stubs[0].name} (tensorrt_llm_bls_0_0): killed by SIGKILL" in text
+
+
+def _is_bls_stub_of(proc: Path, tmp_dir: Path) -> bool:
+    try:
+        argv = (proc / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return argv[0].startswith(str(tmp_dir).encode()) and argv[0].endswith(b".real") and b"tensorrt_llm_bls" in argv[1]
