@@ -42,9 +42,11 @@ affinity would), so with 50 adapters it misses and evicts, and ~7 concurrent str
 STEP_MS = 2.0
 MAX_TOKENS = (8, 48)
 ABANDONED_MIN_TOKENS = 32
-"""An abandoned request is at least this long, so that its cancellation (after the first chunk) never
-races its final response: Triton 2.51's gRPC frontend can then hold the model past the exit timeout
-(the cancellation race fixed in triton-inference-server/server@42811e0cd3edd2522cbc9de795bc335606460fc3)."""
+"""An abandoned request is at least this long, so that the client's cancellation (after the first chunk) does
+not meet the request's own end. Triton 2.51's gRPC frontend races a cancellation against the final response
+(fixed in triton-inference-server/server@42811e0cd3edd2522cbc9de795bc335606460fc3); the loser holds the model
+past the exit timeout. The BLS model's own final response after a cancellation can still meet it: see the
+"stops past the exit timeout" figure."""
 PROMPTS = ("hello world", "kubernetes operator", "abc", "lora adapters on a fleet", "the quick brown fox")
 
 
