@@ -156,7 +156,12 @@ def one_run(args: argparse.Namespace, adapters: list[tuple[Any, Any]], seed: int
     try:
         for index in range(WORKERS):
             log_dir = None if args.logs is None else args.logs / f"seed{seed}-w{index}"
-            options = {"lora_cache_host_bytes": cache_bytes, "min_step_ms": STEP_MS, "log_dir": log_dir}
+            options = {
+                "lora_cache_host_bytes": cache_bytes,
+                "min_step_ms": STEP_MS,
+                "log_dir": log_dir,
+                "log_verbose": args.log_verbose,
+            }
             ws.append(launch_reference_worker(wait=False, **options))
         for w in ws:
             w.wait_ready()
@@ -222,6 +227,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--abandon", type=float, default=0.25, help="fraction of streams abandoned after 1 chunk")
     parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a stream counts as hung")
     parser.add_argument("--logs", type=Path, default=None, help="keep each worker's tritonserver log here")
+    parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose (with --logs)")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the workers of the current run are stopped on the way out.
