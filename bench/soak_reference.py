@@ -188,6 +188,7 @@ def one_run(args: argparse.Namespace, adapters: list[tuple[Any, Any]], seed: int
             list(pool.map(send, plan))
         rss_after = [_rss_mb(pid) for pid in _bls_pids(ws)]
         figures.bls_rss_mb = list(zip(rss_before, rss_after, strict=False))
+        time.sleep(args.settle_s)
     finally:
         stop_began_s = time.time()
         for w in ws:
@@ -228,6 +229,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--request-timeout", type=float, default=60.0, help="seconds before a stream counts as hung")
     parser.add_argument("--logs", type=Path, default=None, help="keep each worker's tritonserver log here")
     parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose (with --logs)")
+    parser.add_argument("--settle-s", type=float, default=0.0, help="pause between the traffic and the stop")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = parser.parse_args(argv)
     # SIGTERM unwinds like Ctrl-C, so the workers of the current run are stopped on the way out.
