@@ -159,12 +159,10 @@ class RealFleet:
             raise
 
     def _start_worker(self, repo: Path, index: int) -> Any:
-        from trtfleet_engines.reference.server import free_port, start_worker
+        from trtfleet_engines.reference.server import start_worker
 
-        return start_worker(
-            repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(),
-            log_dir=self.work_dir / f"log-w{index}", wait=False,
-        )
+        # free ports; wait_ready starts it again on new ones should another process take one first
+        return start_worker(repo, log_dir=self.work_dir / f"log-w{index}", wait=False)
 
     def _wait_worker(self, worker: Any, index: int) -> Any:
         """Wait until ready; a worker that died while starting (rarely, a Python backend stub's shared

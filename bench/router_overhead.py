@@ -153,7 +153,7 @@ def start(upstream: str, upstream_calls: str, upstream_http_on: bool) -> Process
         adapter_args = ["--adapter", f"{ADAPTER}={TASK_ID}:{work / 'adapter'}"]
         router_model, task_id, architecture = ADAPTER, TASK_ID, "reference"
     else:
-        from trtfleet_engines.reference.server import running_worker
+        from trtfleet_engines.reference.workers import running_worker
 
         reference_worker = running_worker()  # the context manager itself: stop() exits it
         worker = reference_worker.__enter__()

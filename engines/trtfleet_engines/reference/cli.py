@@ -110,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
             wait=False,
             log_to_console=True,
             log_verbose=args.log_verbose,
+            on_stub_death="exit",  # a dead stub stops the worker: the container restarts, readiness fails
         )
         started = time.monotonic()
         if not stopping:
@@ -127,6 +128,9 @@ def run(args: argparse.Namespace) -> int:
                 worker.metrics_port,
             )
         code = worker.process.wait()
+        if worker.watchdog is not None and worker.watchdog.deaths:
+            print(f"trtfleet worker: {worker.watchdog.deaths[0].describe()}", file=sys.stderr)
+            return EXIT_FAILED
         return 0 if stopping else code
     except (ReferenceEngineError, ValidationError, OSError, yaml.YAMLError) as exc:
         print(f"trtfleet worker: {exc}", file=sys.stderr)

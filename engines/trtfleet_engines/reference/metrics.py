@@ -75,5 +75,20 @@ class TritonMetrics:
             self._gauges[(family, value)] = self._families[family].Metric(labels=labels)
 
     def update(self, stats: BatcherStats, now_us: int) -> None:
+        if not self._gauges:
+            return  # closed
         for key, value in metric_values(stats, now_us).items():
             self._gauges[key].set(float(value))
+
+    def close(self) -> None:
+        """Delete every series and family now, while the stub can still talk to the server.
+
+        Call from ``finalize()``. A ``pb_utils.Metric`` left to the end of the stub process is deleted while
+        the stub itself is torn down, and its delete request then writes to shared memory that is gone:
+        a segfault in ``Metric::SaveToSharedMemory`` on every stop (python_backend r24.10, ``src/metric.cc``
+        ``Metric::~Metric`` -> ``Clear``; triton-inference-server/server#8662, fixed upstream by
+        python_backend@b24c8a7d3ad30645311cd516bc8f896226e69424, which destroys the model object first).
+        Series go before their families (a family deleted first leaves its series unusable).
+        """
+        self._gauges.clear()
+        self._families.clear()

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trtfleet_engines.reference.errors import TritonNotInstalledError
+from trtfleet_engines.reference.stubs import STUB_NAME, install_stub_recorder
 
 EXIT_TIMEOUT_S = 5
 """tritonserver's wait for in-flight requests after SIGTERM (its default, 30 s, outlasts STOP_TIMEOUT_S)."""
@@ -58,13 +59,20 @@ def locate_triton() -> TritonInstall:
     return install
 
 
-def build_backends_dir(install: TritonInstall, dest: Path) -> Path:
-    """``dest/python/`` with the backend library, its utils module and this Python's stub (symlinks)."""
+def build_backends_dir(install: TritonInstall, dest: Path, stub_log: Path | None = None) -> Path:
+    """``dest/python/`` with the backend library, its utils module and this Python's stub (symlinks).
+
+    With ``stub_log``, the stub is run through the recorder of :mod:`~trtfleet_engines.reference.stubs`,
+    which logs how each stub process ended there.
+    """
     python_dir = dest / "python"
     python_dir.mkdir(parents=True, exist_ok=True)
     for name in ("libtriton_python.so", "triton_python_backend_utils.py"):
         (python_dir / name).symlink_to(install.python_backend_dir / name)
-    (python_dir / "triton_python_backend_stub").symlink_to(install.stub)
+    if stub_log is None:
+        (python_dir / STUB_NAME).symlink_to(install.stub)
+    else:
+        install_stub_recorder(python_dir, install.stub, stub_log)
     return dest
 
 

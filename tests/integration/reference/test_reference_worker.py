@@ -15,8 +15,9 @@ from pathlib import Path
 import httpx
 import pytest
 from trtfleet_engines.reference.repository import lora_cache_bytes_for
-from trtfleet_engines.reference.server import WorkerProcess, running_worker
+from trtfleet_engines.reference.server import WorkerProcess
 from trtfleet_engines.reference.tokenizer import ByteTokenizer, prompt_ids
+from trtfleet_engines.reference.workers import running_worker
 
 from tests.integration.reference.tiny import new_task_id, sample_adapters
 from tests.integration.reference.triton_client import (

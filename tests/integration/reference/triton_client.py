@@ -134,10 +134,10 @@ class Stream:
         self.close(cancel=True)
 
 
-def generate(url: str, prompt: Sequence[int], max_tokens: int, **options: Any) -> Result:
+def generate(url: str, prompt: Sequence[int], max_tokens: int, *, request_id: str = "", **options: Any) -> Result:
     """One request, run to completion over its own stream."""
     with Stream(url) as stream:
-        stream.send(request_inputs(prompt, max_tokens, **options))
+        stream.send(request_inputs(prompt, max_tokens, **options), request_id)
         return stream.wait()
 
 
@@ -147,3 +147,86 @@ def wait_until(condition: Callable[[], bool], timeout_s: float = 30.0, interval_
         if time.monotonic() > deadline:
             raise AssertionError(f"condition not met within {timeout_s} s")
         time.sleep(interval_s)
+
+
+BLS_MODEL = "tensorrt_llm_bls"
+
+
+def bls_inputs(
+    text: str,
+    max_tokens: int,
+    *,
+    stream: bool,
+    end_id: int | None = None,
+    task_id: int | None = None,
+    adapter: Adapter | None = None,
+) -> list[grpcclient.InferInput]:
+    """The ``tensorrt_llm_bls`` inputs of one text request (what the router sends)."""
+    inputs = [
+        _tensor("text_input", np.array([[text.encode()]], dtype=object), "BYTES"),
+        _tensor("max_tokens", np.array([[max_tokens]], np.int32), "INT32"),
+        _tensor("stream", np.array([[stream]], bool), "BOOL"),
+    ]
+    if end_id is not None:
+        inputs.append(_tensor("end_id", np.array([[end_id]], np.int32), "INT32"))
+    if task_id is not None:
+        inputs.append(_tensor("lora_task_id", np.array([[task_id]], np.uint64), "UINT64"))
+    if adapter is not None:
+        inputs.append(_tensor("lora_weights", adapter.weights, "FP16"))
+        inputs.append(_tensor("lora_config", adapter.config, "INT32"))
+    return inputs
+
+
+class BlsStream:
+    """One gRPC stream to ``tensorrt_llm_bls`` collecting ``text_output`` chunks (context manager)."""
+
+    def __init__(self, url: str) -> None:
+        self.client = grpcclient.InferenceServerClient(url)
+        self.chunks = queue.Queue[str | None]()
+        self.final = False
+        self.error: str | None = None
+        self.client.start_stream(callback=self._on_response)
+
+    def _on_response(self, result: Any, error: InferenceServerException | None) -> None:
+        if self.final:
+            return
+        if error is not None:
+            self.error = error.message()
+            self.final = True
+            self.chunks.put(None)
+            return
+        text = result.as_numpy("text_output")
+        if text is not None:
+            self.chunks.put(b"".join(text.reshape(-1)).decode())
+        if result.get_response().parameters["triton_final_response"].bool_param:
+            self.final = True
+            self.chunks.put(None)
+
+    def send(self, text: str, max_tokens: int, **options: Any) -> None:
+        self.client.async_stream_infer(
+            BLS_MODEL,
+            bls_inputs(text, max_tokens, stream=True, **options),
+            enable_empty_final_response=True,  # the BLS model's final response carries no tensor
+        )
+
+    def next_chunk(self, timeout_s: float = 60.0) -> str | None:
+        """The next text chunk; None after the final response (or an error)."""
+        return self.chunks.get(timeout=timeout_s)
+
+    def text(self, timeout_s: float = 60.0) -> str:
+        """Every remaining chunk until the final response, joined."""
+        pieces = []
+        while (chunk := self.next_chunk(timeout_s)) is not None:
+            pieces.append(chunk)
+        return "".join(pieces)
+
+    def abandon(self) -> None:
+        """What a client that goes away does: the stream is cancelled before its final response."""
+        self.client.stop_stream(cancel_requests=not self.final)
+        self.client.close()
+
+    def __enter__(self) -> BlsStream:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.abandon()

@@ -104,7 +104,7 @@ def convert_adapters(root: Path) -> list[ConvertedAdapter]:
 def reference_workers(count: int = WORKERS, **options: Any) -> Iterator[list[Any]]:
     """``count`` tritonserver workers whose host LoRA cache holds two adapters (started in parallel)."""
     from trtfleet_engines.reference.repository import build_reference_repository, lora_cache_bytes_for
-    from trtfleet_engines.reference.server import free_port, start_worker
+    from trtfleet_engines.reference.server import start_worker
 
     host_bytes = lora_cache_bytes_for(CACHE_ADAPTERS_PER_WORKER)
     scratch = Path(tempfile.mkdtemp(prefix="trtfleet-router-it-"))
@@ -112,9 +112,7 @@ def reference_workers(count: int = WORKERS, **options: Any) -> Iterator[list[Any
     try:
         for index in range(count):
             repo = build_reference_repository(scratch / f"repo{index}", lora_cache_host_bytes=host_bytes, **options)
-            workers.append(
-                start_worker(repo, http_port=free_port(), grpc_port=free_port(), metrics_port=free_port(), wait=False)
-            )
+            workers.append(start_worker(repo, wait=False))  # free ports, retried if another process takes one
         for worker in workers:
             worker.wait_ready()
         yield workers

@@ -118,3 +118,4 @@ class TritonPythonModel:
 
     def finalize(self) -> None:
         self.loop.stop()
+        self.metrics.close()  # never leave pb_utils metrics to the stub's own teardown (see TritonMetrics.close)

@@ -1,17 +1,27 @@
 """Triton Python model ``tensorrt_llm_bls`` of the reference engine (decoupled, text in / text out).
 
-Each request is tokenized here, sent to ``tensorrt_llm`` with ``pb_utils.InferenceRequest(...).exec(
-decoupled=True)`` and its token responses are decoded incrementally into ``text_output`` deltas
-(``stream`` true) or one text (``stream`` false). Each request runs on its own daemon thread, so BLS
-requests share in-flight batches instead of queueing behind each other, and a request still running at
-unload cannot keep the stub process alive (a thread pool's non-daemon workers would). An error response
-of ``tensorrt_llm`` (a LoRA cache miss, ...) is forwarded with its text unchanged.
+Each request is tokenized here, sent to ``tensorrt_llm`` and its token responses are decoded incrementally
+into ``text_output`` deltas (``stream`` true) or one text (``stream`` false). Each request runs on its own
+daemon thread, so BLS requests share in-flight batches instead of queueing behind each other, and a
+request still running at unload cannot keep the stub process alive (a thread pool's non-daemon workers
+would). An error response of ``tensorrt_llm`` (a LoRA cache miss, ...) is forwarded with its text unchanged.
+
+``tensorrt_llm`` is called over a gRPC stream to this worker's own tritonserver, not with pb_utils BLS,
+whose r24.10 implementation deadlocks and corrupts the heap under concurrent streams (see
+:mod:`~trtfleet_engines.reference.engine_stream`). Cancellation: while waiting for ``tensorrt_llm``, the
+model asks ``is_cancelled()`` after every response and every ``CANCEL_CHECK_S``; once the client is gone (a
+closed gRPC stream or HTTP connection: Triton cancels the request) it sends TRT-LLM's ``stop`` request for
+its ``tensorrt_llm`` request (same request id), so the engine retires it at its next step, then waits for
+the final response. The client's request is then ended with an empty final response.
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
+import os
+import queue
 import threading
 from typing import Any
 
@@ -19,12 +29,16 @@ import _trtfleet_bootstrap  # noqa: F401  (sys.path first)
 import numpy as np
 import triton_python_backend_utils as pb_utils
 
+from trtfleet_engines.reference.engine_stream import EngineStream, grpc_address, stop_request
 from trtfleet_engines.reference.text import IncrementalDecoder, encode_prompt, word_list
 from trtfleet_engines.reference.tokenizer import EOS_ID, PAD_ID
 
 logger = logging.getLogger("trtfleet_engines.reference.models.tensorrt_llm_bls")
 
 FINAL = pb_utils.TRITONSERVER_RESPONSE_COMPLETE_FINAL
+CANCEL_CHECK_S = 0.1
+"""Longest wait for a ``tensorrt_llm`` response before asking whether the client is still there."""
+STOP_TIMEOUT_S = 30.0
 
 # BLS input -> (tensorrt_llm input, dtype) for the scalar pass-through knobs.
 _PASS_THROUGH = {
@@ -60,6 +74,9 @@ class TritonPythonModel:
         config = json.loads(args["model_config"])
         params = {k: v.get("string_value", "") for k, v in (config.get("parameters") or {}).items()}
         self.llm_model = params.get("tensorrt_llm_model_name") or "tensorrt_llm"
+        self.address = grpc_address()
+        self._request_ids = itertools.count()
+        self._id_prefix = f"bls-{os.getpid()}-"
 
     def execute(self, requests: list[Any]) -> None:
         for request in requests:
@@ -72,7 +89,7 @@ class TritonPythonModel:
             threading.Thread(target=self._run, args=(sender, inputs, stream), name="bls", daemon=True).start()
         return None
 
-    def _llm_inputs(self, request: Any) -> tuple[list[Any], bool]:
+    def _llm_inputs(self, request: Any) -> tuple[dict[str, Any], bool]:
         text = _scalar(request, "text_input")
         prompt = encode_prompt(text.decode("utf-8") if isinstance(text, bytes) else str(text))
         max_tokens = _scalar(request, "max_tokens")
@@ -100,38 +117,59 @@ class TritonPythonModel:
         for name in ("lora_weights", "lora_config"):
             value = _input(request, name)
             if value is not None:
-                arrays[name] = value
-        return [pb_utils.Tensor(name, value) for name, value in arrays.items()], stream
+                arrays[name] = np.array(value, copy=True)  # the request's memory is not ours after execute
+        return arrays, stream
 
-    def _run(self, sender: Any, inputs: list[Any], stream: bool) -> None:
+    def _run(self, sender: Any, inputs: dict[str, Any], stream: bool) -> None:
         try:
             self._generate(sender, inputs, stream)
         except Exception as exc:  # report to the client instead of leaving its stream open
             logger.exception("BLS request failed")
             sender.send(_error(f"tensorrt_llm_bls: {exc}"), flags=FINAL)
 
-    def _generate(self, sender: Any, inputs: list[Any], stream: bool) -> None:
-        llm_request = pb_utils.InferenceRequest(
-            model_name=self.llm_model, inputs=inputs, requested_output_names=["output_ids", "sequence_length"]
-        )
+    def _generate(self, sender: Any, inputs: dict[str, Any], stream: bool) -> None:
+        request_id = self._id_prefix + str(next(self._request_ids))
         decoder = IncrementalDecoder()
         pieces: list[str] = []
-        for response in llm_request.exec(decoupled=True):
-            if response.has_error():
-                sender.send(_error(response.error().message()), flags=FINAL)
-                return
-            ids = pb_utils.get_output_tensor_by_name(response, "output_ids")
-            if ids is None:
-                continue  # the empty response carrying only the final flag
-            lengths = pb_utils.get_output_tensor_by_name(response, "sequence_length").as_numpy()
-            delta = decoder.feed(ids.as_numpy().reshape(-1)[: int(lengths.reshape(-1)[0])].tolist())
-            if stream and delta:
-                if sender.is_cancelled():
+        error: str | None = None
+        cancelled = False
+        with EngineStream(self.address, self.llm_model) as upstream:
+            upstream.send(inputs, request_id, outputs=("output_ids", "sequence_length"))
+            while True:
+                try:
+                    event = upstream.events.get(timeout=CANCEL_CHECK_S)
+                except queue.Empty:
+                    event = None
+                if not cancelled and sender.is_cancelled():
+                    cancelled = True
+                    self._stop(request_id)
+                if event is None:
+                    continue
+                if event.error is not None:
+                    error = event.error
                     break
-                sender.send(_text_response(delta))
-            pieces.append(delta)
-        tail = decoder.flush()
-        if stream:
+                ids, lengths = event.outputs.get("output_ids"), event.outputs.get("sequence_length")
+                if ids is not None and lengths is not None and not cancelled:
+                    delta = decoder.feed(ids.reshape(-1)[: int(lengths.reshape(-1)[0])].tolist())
+                    if stream and delta:
+                        sender.send(_text_response(delta))
+                    pieces.append(delta)
+                if event.final:
+                    break
+        if cancelled:
+            sender.send(None, flags=FINAL)  # the client is gone; the final flag releases its request
+        elif error is not None:
+            sender.send(_error(error), flags=FINAL)
+        elif stream:
+            tail = decoder.flush()
             sender.send(_text_response(tail) if tail else None, flags=FINAL)
         else:
-            sender.send(_text_response("".join(pieces) + tail), flags=FINAL)
+            sender.send(_text_response("".join(pieces) + decoder.flush()), flags=FINAL)
+
+    def _stop(self, request_id: str) -> None:
+        """TRT-LLM's cancellation: a ``stop`` request naming the running request's id (on a stream of its own)."""
+        with EngineStream(self.address, self.llm_model) as stopper:
+            stopper.send(stop_request(), request_id, outputs=("output_ids",))
+            event = stopper.events.get(timeout=STOP_TIMEOUT_S)
+            if event.error is not None:
+                logger.warning("stop of %s failed: %s", request_id, event.error)
