@@ -37,8 +37,9 @@ def _waiting(metrics_url: str) -> int:
     return -1
 
 
-QUEUE_TEST_STEP_MS = 40.0
-"""Pretend step time of the queue test: its running request of ``HELD_TOKENS`` lasts ~10 s unless stopped."""
+QUEUE_TEST_STEP_MS = 400.0
+"""Pretend step time of the queue test: its running request of ``HELD_TOKENS`` lasts ~100 s unless stopped
+(the test stops it after a few metric polls; the waiting request then needs 4 steps, 1.6 s)."""
 HELD_TOKENS = 250
 """Nearly the tiny model's 256 positions: the longest a request can run."""
 
@@ -46,7 +47,7 @@ HELD_TOKENS = 250
 def test_queue_full_has_the_executor_text() -> None:
     """One running, one waiting, a third refused; the running request is held until the test stops it.
 
-    The running request cannot end on its own before ~10 s (250 steps of >= 40 ms), far longer than the
+    The running request cannot end on its own before ~100 s (250 steps of >= 400 ms), far longer than the
     few metric polls and one refused request the test does; it is then ended with TRT-LLM's ``stop``
     request rather than waited for. The "ended too early" assert makes a too-slow machine fail loudly.
     """
