@@ -115,10 +115,16 @@ def build_discovery(args: argparse.Namespace) -> Discovery:
     if sum(chosen) != 1:
         raise SystemExit("trtfleet router: give exactly one of --fleet-config, --backend, --kubernetes")
     if args.kubernetes:
-        from trtfleet_router.discovery.kubeclient import KubeClient, load_credentials
+        from trtfleet.kube import KubeConfigError, KubeSource, load_connection
+        from trtfleet_router.discovery.kubeclient import KubeClient
         from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 
-        return KubernetesDiscovery(KubeClient(load_credentials()), args.namespace)
+        source = KubeSource()
+        try:  # before the event loop: a bad kubeconfig or a failing exec plugin stops the start-up
+            connection = asyncio.run(load_connection(source))
+        except KubeConfigError as exc:
+            raise SystemExit(f"trtfleet router: {exc}") from exc
+        return KubernetesDiscovery(KubeClient(source, connection), args.namespace)
     from trtfleet_router.discovery.static import StaticDiscovery, config_from_flags
 
     if args.fleet_config:

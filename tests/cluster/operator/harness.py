@@ -17,7 +17,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trtfleet_operator.kube import KubeClient, collection_path, credentials_from_kubeconfig, object_path
+from trtfleet.kube import KubeApi, KubeSource
+from trtfleet_operator.kube import KubeClient, collection_path, object_path
 
 from tests.support.controlplane import ControlPlane, eventually, free_port
 
@@ -215,14 +216,14 @@ class AsyncKube:
     """The operator's own client, for bulk work in tests (200 adapters); one session per call."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        self.credentials = credentials_from_kubeconfig(cp.kubeconfig)
+        self.source = KubeSource(kubeconfig=str(cp.kubeconfig))
 
-    def _client(self) -> KubeClient:
-        return KubeClient(self.credentials, field_manager="trtfleet-tests")
+    async def _client(self) -> KubeClient:
+        return KubeClient(await KubeApi.connect(self.source), field_manager="trtfleet-tests")
 
     def list(self, ns: str, api_version: str, kind: str, selector: str | None = None) -> list[Obj]:
         async def run() -> list[Obj]:
-            async with self._client() as client:
+            async with await self._client() as client:
                 return await client.list(collection_path(api_version, kind, ns), label_selector=selector)
 
         return asyncio.run(run())
@@ -234,7 +235,7 @@ class AsyncKube:
 
         async def run() -> None:
             gate = asyncio.Semaphore(concurrency)
-            async with self._client() as client:
+            async with await self._client() as client:
 
                 async def one(pod: Obj) -> None:
                     job = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]

@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from trtfleet_router.discovery.kubeclient import KubeClient, kubeconfig_credentials
+from trtfleet.kube import KubeSource, load_connection
+from trtfleet_router.discovery.kubeclient import KubeClient
 from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 from trtfleet_router.fleets import DiscoverySnapshot
 
@@ -106,7 +107,8 @@ def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: st
     snapshots: list[DiscoverySnapshot] = []
 
     async def scenario() -> None:
-        client = KubeClient(kubeconfig_credentials(cp.kubeconfig))
+        source = KubeSource(kubeconfig=str(cp.kubeconfig))
+        client = KubeClient(source, await load_connection(source))
         discovery = KubernetesDiscovery(client, ns)
         assert not discovery.initial().registry.bases
         task = asyncio.create_task(discovery.run(snapshots.append))

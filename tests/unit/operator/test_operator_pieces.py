@@ -17,7 +17,7 @@ from trtfleet_operator.config import BuildPolicy, Images
 from trtfleet_operator.errors import ConflictError, InvalidError, KubeError, KubeUnavailableError, kube_error
 from trtfleet_operator.handlers import kopf_error
 from trtfleet_operator.jobs import convert as convert_job
-from trtfleet_operator.kube import credentials_from_kubeconfig, object_path
+from trtfleet_operator.kube import object_path
 from trtfleet_operator.names import dns_label, engine_hash_label, hash16, label_value
 from trtfleet_operator.reconcile.types import failure_message, job_snapshot, status_patch, success_message
 
@@ -159,24 +159,7 @@ def test_errors_map_to_kopf_retries_in_one_place(error: KubeError, kind: type, d
         assert isinstance(mapped, kopf.TemporaryError) and mapped.delay == delay
 
 
-def test_kubeconfig_with_token_and_paths(tmp_path: Path) -> None:
-    kubeconfig = tmp_path / "config"
-    kubeconfig.write_text(
-        json.dumps(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "current-context": "c",
-                "clusters": [
-                    {"name": "k", "cluster": {"server": "https://10.0.0.1:6443/", "insecure-skip-tls-verify": True}}
-                ],
-                "users": [{"name": "u", "user": {"token": "t0k"}}],
-                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": "ns"}}],
-            }
-        )
-    )
-    credentials = credentials_from_kubeconfig(kubeconfig)
-    assert (credentials.server, credentials.token, credentials.namespace) == ("https://10.0.0.1:6443", "t0k", "ns")
+def test_object_paths() -> None:
     assert object_path("batch/v1", "Job", "ns", "j") == "/apis/batch/v1/namespaces/ns/jobs/j"
     assert object_path("v1", "Pod", "ns", "p") == "/api/v1/namespaces/ns/pods/p"
 

@@ -1,0 +1,146 @@
+"""The shared Kubernetes layer without a server: which source :func:`load_connection` picks, what the
+library loads from each credential kind, and how error answers read. The cluster tests
+(tests/cluster/test_kube_credentials.py) run the same kinds against a real API server."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from trtfleet.kube import KubeConfigError, KubeSource, load_connection
+from trtfleet.kube.client import api_error
+from trtfleet.kube.config import bearer_token
+
+SERVER = "https://10.0.0.1:6443"
+
+
+def kubeconfig(path: Path, user: dict[str, Any], *, namespace: str | None = "ns", context: str = "c") -> Path:
+    ctx: dict[str, Any] = {"cluster": "k", "user": "u"}
+    if namespace:
+        ctx["namespace"] = namespace
+    path.write_text(
+        json.dumps(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "current-context": context,
+                "clusters": [{"name": "k", "cluster": {"server": SERVER + "/", "insecure-skip-tls-verify": True}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "c", "context": ctx}, {"name": "other", "context": {**ctx, "namespace": "o"}}],
+            }
+        )
+    )
+    return path
+
+
+def exec_plugin(tmp_path: Path, token: str) -> dict[str, Any]:
+    script = tmp_path / "plugin.py"
+    credential = {"apiVersion": "client.authentication.k8s.io/v1", "kind": "ExecCredential", "status": {"token": token}}
+    script.write_text(f"import json\nprint(json.dumps({credential!r}))\n")
+    return {
+        "exec": {
+            "apiVersion": "client.authentication.k8s.io/v1",
+            "command": sys.executable,
+            "args": [str(script)],
+            "interactiveMode": "Never",
+        }
+    }
+
+
+def service_account(tmp_path: Path, token: str) -> Path:
+    account = tmp_path / "sa"
+    account.mkdir(exist_ok=True)
+    (account / "token").write_text(token)
+    (account / "ca.crt").write_text("-----BEGIN CERTIFICATE-----\n")
+    (account / "namespace").write_text("sa-ns\n")
+    return account
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    user: dict[str, Any]
+    context: str | None
+    want_header: str
+    want_namespace: str
+
+
+def cases(tmp_path: Path) -> list[Case]:
+    (tmp_path / "token-file").write_text("from-file\n")
+    return [
+        Case("token", {"token": "t0k"}, None, "Bearer t0k", "ns"),
+        Case("token file", {"tokenFile": str(tmp_path / "token-file")}, None, "Bearer from-file", "ns"),
+        Case("exec plugin", exec_plugin(tmp_path, "from-plugin"), None, "Bearer from-plugin", "ns"),
+        Case("named context", {"token": "t0k"}, "other", "Bearer t0k", "o"),
+    ]
+
+
+@pytest.mark.parametrize("index", range(4), ids=["token", "token-file", "exec-plugin", "named-context"])
+def test_kubeconfig_credentials_come_from_the_library(tmp_path: Path, index: int) -> None:
+    case = cases(tmp_path)[index]
+    path = kubeconfig(tmp_path / "config", case.user)
+
+    async def load() -> tuple[str | None, str | None, str]:
+        connection = await load_connection(KubeSource(kubeconfig=str(path), context=case.context, environ={}))
+        return connection.configuration.host, await bearer_token(connection.configuration), connection.namespace
+
+    assert asyncio.run(load()) == (SERVER, case.want_header, case.want_namespace), case.id
+
+
+def test_in_cluster_when_the_environment_says_so_and_the_token_is_reread(tmp_path: Path) -> None:
+    account = service_account(tmp_path, "first")
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443"}
+    source = KubeSource(service_account_dir=account, environ=environ)
+
+    async def load() -> tuple[str | None, str | None, str, bool]:
+        connection = await load_connection(source)
+        configuration = connection.configuration
+        return configuration.host, await bearer_token(configuration), connection.namespace, connection.in_cluster
+
+    assert asyncio.run(load()) == ("https://10.96.0.1:443", "Bearer first", "sa-ns", True)
+    (account / "token").write_text("second")
+    assert asyncio.run(load())[1] == "Bearer second"
+
+
+def test_kubeconfig_env_wins_over_the_service_account(tmp_path: Path) -> None:
+    account = service_account(tmp_path, "sa-token")
+    path = kubeconfig(tmp_path / "config", {"token": "kc-token"})
+    environ = {"KUBERNETES_SERVICE_HOST": "10.96.0.1", "KUBERNETES_SERVICE_PORT": "443", "KUBECONFIG": str(path)}
+    connection = asyncio.run(load_connection(KubeSource(service_account_dir=account, environ=environ)))
+    assert (connection.in_cluster, connection.namespace) == (False, "ns")
+
+
+@pytest.mark.parametrize(
+    ("what", "context"),
+    [pytest.param("missing file", None, id="missing-file"), pytest.param("unknown context", "nope", id="context")],
+)
+def test_unusable_kubeconfig_is_a_config_error(tmp_path: Path, what: str, context: str | None) -> None:
+    path = tmp_path / "absent" if what == "missing file" else kubeconfig(tmp_path / "config", {"token": "t"})
+    with pytest.raises(KubeConfigError, match="kubeconfig"):
+        asyncio.run(load_connection(KubeSource(kubeconfig=str(path), context=context, environ={})))
+
+
+def test_failing_exec_plugin_is_a_config_error(tmp_path: Path) -> None:
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": "false"}}
+    path = kubeconfig(tmp_path / "config", user)
+    with pytest.raises(KubeConfigError):
+        asyncio.run(load_connection(KubeSource(kubeconfig=str(path), environ={})))
+
+
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        pytest.param(b'{"kind":"Status","reason":"Conflict","message":"changed"}', (409, "Conflict", "changed"), id="status"),
+        pytest.param(b"<html>proxy error</html>", (409, "Fallback", "<html>proxy error</html>"), id="not-json"),
+        pytest.param(b"", (409, "Fallback", ""), id="empty"),
+    ],
+)
+def test_api_error_reads_the_status_object(body: bytes, want: tuple[int, str, str]) -> None:
+    error = api_error(409, body, "Fallback")
+    assert (error.status, error.reason, error.message) == want
