@@ -15,7 +15,7 @@ import pytest
 
 from trtfleet.kube import KubeConfigError, KubeSource, load_connection
 from trtfleet.kube.client import api_error
-from trtfleet.kube.config import bearer_token
+from trtfleet.kube.config import bearer_token, environment_proxy
 
 SERVER = "https://10.0.0.1:6443"
 
@@ -136,7 +136,9 @@ def test_failing_exec_plugin_is_a_config_error(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("body", "want"),
     [
-        pytest.param(b'{"kind":"Status","reason":"Conflict","message":"changed"}', (409, "Conflict", "changed"), id="status"),
+        pytest.param(
+            b'{"kind":"Status","reason":"Conflict","message":"changed"}', (409, "Conflict", "changed"), id="status"
+        ),
         pytest.param(b"<html>proxy error</html>", (409, "Fallback", "<html>proxy error</html>"), id="not-json"),
         pytest.param(b"", (409, "Fallback", ""), id="empty"),
     ],
@@ -144,3 +146,22 @@ def test_failing_exec_plugin_is_a_config_error(tmp_path: Path) -> None:
 def test_api_error_reads_the_status_object(body: bytes, want: tuple[int, str, str]) -> None:
     error = api_error(409, body, "Fallback")
     assert (error.status, error.reason, error.message) == want
+
+
+@pytest.mark.parametrize(
+    ("env", "want"),
+    [
+        pytest.param({}, None, id="none"),
+        pytest.param({"HTTPS_PROXY": "http://proxy:3128"}, "http://proxy:3128", id="https-proxy"),
+        pytest.param({"HTTPS_PROXY": "http://proxy:3128", "NO_PROXY": "10.0.0.1"}, None, id="no-proxy"),
+        pytest.param({"HTTP_PROXY": "http://proxy:3128"}, None, id="http-proxy-only"),
+    ],
+)
+def test_environment_proxy_is_resolved_once_per_load(
+    monkeypatch: pytest.MonkeyPatch, env: dict[str, str], want: str | None
+) -> None:
+    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert environment_proxy(SERVER) == want

@@ -31,6 +31,8 @@ from trtfleet.version import __version__
 Obj = dict[str, Any]
 
 REQUEST_TIMEOUT_S: Final = 30.0
+WATCH_LINE_MAX_BYTES: Final = 2**21
+"""One watch event may carry an object up to etcd's 1.5 MiB request limit (the library's figure)."""
 UNAUTHORIZED: Final = 401
 USER_AGENT: Final = f"trtfleet/{__version__}"
 
@@ -42,8 +44,17 @@ def _tls_identity(configuration: Configuration) -> tuple[object, ...]:
 
 
 def _api_client(configuration: Configuration) -> ApiClient:
+    """The library's client with one change, its session's ``trust_env``: with it aiohttp looks up the
+    proxy and ``.netrc`` in a thread for every request, which doubled the client CPU per call (see
+    docs/benchmarks.md, "Kubernetes client"). The proxy is resolved once instead, when the credentials
+    are loaded (:func:`trtfleet.kube.config.environment_proxy`). The library's TLS connector is kept."""
     client = ApiClient(configuration)
     client.user_agent = USER_AGENT
+    library_session = client.rest_client.pool_manager
+    client.rest_client.pool_manager = aiohttp.ClientSession(
+        connector=library_session.connector, trust_env=False, read_bufsize=WATCH_LINE_MAX_BYTES
+    )
+    library_session.detach()
     return client
 
 

@@ -17,11 +17,14 @@ parses a kubeconfig or builds a TLS context.
 
 from __future__ import annotations
 
+import inspect
 import os
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
+from urllib.parse import urlsplit
 
 from kubernetes_asyncio.client import Configuration
 from kubernetes_asyncio.config import ConfigException, load_kube_config
@@ -83,7 +86,7 @@ async def load_connection(source: KubeSource | None = None) -> KubeConnection:
     except (ConfigException, OSError, KeyError, AssertionError) as exc:
         # The library asserts on a context or cluster that the kubeconfig does not have.
         raise KubeConfigError(f"kubeconfig {paths}: {exc!r}") from exc
-    _strip_token(configuration)
+    _finish(configuration)
     context = (loader.current_context or {}).get("context") or {}
     return KubeConnection(configuration, str(context.get("namespace") or DEFAULT_NAMESPACE), in_cluster=False)
 
@@ -99,26 +102,48 @@ def _in_cluster(account: Path, environ: Mapping[str, str], configuration: Config
         loader.load_and_set(configuration)
     except (ConfigException, OSError) as exc:
         raise KubeConfigError(f"in-cluster service account {account}: {exc}") from exc
-    _strip_token(configuration)
+    _finish(configuration)
     namespace_file = account / "namespace"
     namespace = namespace_file.read_text().strip() if namespace_file.is_file() else DEFAULT_NAMESPACE
     return KubeConnection(configuration, namespace or DEFAULT_NAMESPACE, in_cluster=True)
 
 
+def environment_proxy(server: str) -> str | None:
+    """The ``HTTPS_PROXY``/``HTTP_PROXY`` for ``server`` unless ``NO_PROXY`` exempts it (as client-go)."""
+    url = urlsplit(server)
+    proxies = urllib.request.getproxies_environment()
+    if not url.hostname or not proxies.get(url.scheme) or urllib.request.proxy_bypass(url.hostname):
+        return None
+    return proxies[url.scheme]
+
+
+def _finish(configuration: Configuration) -> None:
+    """What every load adds: a stripped token, and the proxy resolved once (a kubeconfig's
+    ``proxy-url`` wins over the environment)."""
+    _strip_token(configuration)
+    if not configuration.proxy:
+        configuration.proxy = environment_proxy(str(configuration.host))
+
+
 def _strip_token(configuration: Configuration) -> None:
     """The library sends a token file's content as read, trailing newline included (which aiohttp
-    refuses in a header); strip it after every load and every refresh of the library's hook."""
+    refuses in a header); strip it now and after every refresh by the library's hook."""
     refresh = configuration.refresh_api_key_hook
 
-    def strip(config: Configuration, *args: object) -> None:
-        if refresh is not None:
-            refresh(config, *args)
+    def strip(config: Configuration) -> None:
         if "BearerToken" in config.api_key:
             config.api_key["BearerToken"] = config.api_key["BearerToken"].strip()
 
+    async def refresh_then_strip(config: Configuration, *args: object) -> None:
+        if callable(refresh):
+            result = refresh(config, *args)
+            if inspect.isawaitable(result):
+                await result
+        strip(config)
+
     strip(configuration)
     if refresh is not None:
-        configuration.refresh_api_key_hook = strip
+        configuration.refresh_api_key_hook = refresh_then_strip
 
 
 async def bearer_token(configuration: Configuration) -> str | None:
