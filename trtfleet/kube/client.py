@@ -79,6 +79,8 @@ class KubeApi:
         self._api = _api_client(connection.configuration)
         self._retired: list[ApiClient] = []
         self._generation = 0
+        self.reloads = 0
+        """How many times the credentials were loaded again after a 401."""
         self._reload_lock = asyncio.Lock()
 
     @classmethod
@@ -113,6 +115,7 @@ class KubeApi:
                 self._retired.append(self._api)
                 self._api = _api_client(configuration)
             self._generation += 1
+            self.reloads += 1
 
     async def _send(
         self,

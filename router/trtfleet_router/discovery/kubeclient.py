@@ -49,7 +49,8 @@ class KubeClient:
     def namespace(self) -> str:
         return self.connection.namespace
 
-    def _client(self) -> KubeApi:
+    def api(self) -> KubeApi:
+        """The shared client, opened on first use (inside the event loop)."""
         if self._api is None:
             self._api = KubeApi(self.source, self.connection)
         return self._api
@@ -61,7 +62,7 @@ class KubeClient:
 
     async def list(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
         try:
-            return await self._client().request("GET", path, params=params)
+            return await self.api().request("GET", path, params=params)
         except KubeApiError as exc:
             raise KubeError(f"GET {path}: {exc}", exc.status or None) from exc
 
@@ -92,7 +93,7 @@ class KubeClient:
                 "allowWatchBookmarks": "true",
                 "timeoutSeconds": str(WATCH_TIMEOUT_S),
             }
-            stream = self._client().stream(path, query, read_timeout_s=WATCH_TIMEOUT_S + WATCH_READ_GRACE_S)
+            stream = self.api().stream(path, query, read_timeout_s=WATCH_TIMEOUT_S + WATCH_READ_GRACE_S)
             try:
                 async with contextlib.aclosing(stream):
                     async for event in stream:

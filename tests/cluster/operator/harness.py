@@ -17,10 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trtfleet.kube import KubeApi, KubeSource
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 
 from tests.support.controlplane import ControlPlane, eventually, free_port
+from trtfleet.kube import KubeApi, KubeSource
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT / "crds"
@@ -43,6 +43,8 @@ class OperatorProcess:
     namespace: str
     log_dir: Path
     extra: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    """Overrides of the control plane's environment (``KUBECONFIG`` of another user, say)."""
     proc: subprocess.Popen[bytes] | None = None
     health_port: int = 0
     metrics_port: int = 0
@@ -74,7 +76,8 @@ class OperatorProcess:
             *self.extra,
         ]
         with log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**self.cp.env, **IMAGES})
+            env = {**self.cp.env, **IMAGES, **self.env}
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         eventually(self._healthy, timeout=60, what="the operator's /healthz")
         return self
 
