@@ -27,7 +27,8 @@ from trtfleet_router.app import (
 )
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
-from trtfleet_router.routing.config import RoutingConfig, load_routing_config
+from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
 from trtfleet_router.server.common import MAX_BODY_BYTES_DEFAULT, REQUEST_TIMEOUT_S_DEFAULT, FrontendSettings
 from trtfleet_router.upstream.dispatch import UpstreamCalls
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT
@@ -104,9 +105,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _routing_config(args: argparse.Namespace) -> RoutingConfig:
-    config = load_routing_config(args.policy_config) if args.policy_config else RoutingConfig()
+    """The routing file and ``--policy``, validated once here, at start-up."""
+    config = load_routing_config(args.policy_config) if args.policy_config else parse_routing_config(None)
     if args.policy:
-        config = RoutingConfig.model_validate({**config.model_dump(), "policy": args.policy})
+        config = parse_routing_config({**config.model_dump(), "policy": args.policy})
     return config
 
 

@@ -42,7 +42,7 @@ from typing import Any, Final
 import numpy as np
 from numpy.typing import NDArray
 
-from trtfleet.api.basemodel import DEFAULT_TARGET_MODULES, LORA_MODULE_IDS, Dtype, LoraModule, ModelDimensions
+from trtfleet.api.basemodel import DEFAULT_TARGET_MODULES, Dtype, LoraModule, ModelDimensions
 from trtfleet_engines.lora.errors import (
     DtypeMismatchError,
     NonFiniteWeightsError,
@@ -66,6 +66,7 @@ from trtfleet_engines.lora.peft import (
     parse_peft_adapter,
     read_peft_dir,
 )
+from trtfleet_engines.lora.rows import ConvertedAdapter, LoraRow
 
 logger = logging.getLogger(__name__)
 
@@ -81,31 +82,6 @@ class ConversionOptions:
     max_rank: int = DEFAULT_MAX_RANK
     dims: ModelDimensions | None = None
     engine_dtype: Dtype | None = None
-
-
-@dataclass(frozen=True)
-class LoraRow:
-    module: LoraModule
-    layer: int
-    rank: int
-    in_dim: int
-    out_dim: int
-
-    @property
-    def module_id(self) -> int:
-        return LORA_MODULE_IDS[self.module]
-
-    @property
-    def elements(self) -> int:
-        return self.rank * (self.in_dim + self.out_dim)
-
-
-@dataclass(frozen=True)
-class ConvertedAdapter:
-    weights: NDArray[Any]  # [1, N, W] float16, or |V2 bfloat16 bit patterns
-    config: NDArray[np.int32]  # [1, N, 3]
-    rows: tuple[LoraRow, ...]
-    dtype: Dtype
 
 
 def float32_to_bfloat16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:
