@@ -12,7 +12,9 @@ driven through its raw request path on plain dicts (what trtfleet's layer needs;
 
 * ``handwritten``: an aiohttp session with an ``ssl`` context built from the kubeconfig's files, the
   shape of the hand-written clients trtfleet had before ``trtfleet.kube``;
-* ``kubernetes_asyncio``: :class:`trtfleet.kube.KubeApi` (the library's config loader and aiohttp session);
+* ``kubernetes_asyncio``: :class:`trtfleet.kube.KubeApi` (the library's config loader and aiohttp session,
+  without ``trust_env``); ``kubernetes_asyncio+trust_env``: the same with the session's ``trust_env`` as the
+  library sets it (a proxy and ``.netrc`` lookup in a thread per request);
 * ``lightkube``: the httpx client lightkube's config adapter builds (its auth flows, TLS);
 * ``kr8s``: ``Api.call_api`` (its auth, httpx session).
 
@@ -37,7 +39,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import orjson
@@ -48,13 +50,15 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from tests.support.controlplane import ControlPlane  # noqa: E402
-from trtfleet.kube import KubeApi, KubeApiError, KubeSource  # noqa: E402
+
+if TYPE_CHECKING:
+    from trtfleet.kube import KubeApi
 
 Obj = dict[str, Any]
 GROUP = "/apis/trtfleet.io/v1alpha1"
 APPLY = "application/apply-patch+yaml"
 MERGE = "application/merge-patch+json"
-LIBRARIES = ("handwritten", "kubernetes_asyncio", "lightkube", "kr8s")
+LIBRARIES = ("handwritten", "kubernetes_asyncio", "kubernetes_asyncio+trust_env", "lightkube", "kr8s")
 
 
 class Transport(Protocol):
@@ -103,6 +107,8 @@ class KubernetesAsyncio:
     async def request(
         self, method: str, path: str, params: dict[str, str] | None, body: Any, content_type: str
     ) -> tuple[int, Obj]:
+        from trtfleet.kube import KubeApiError
+
         try:
             return 200, await self.api.request(method, path, params=params, body=body, content_type=content_type)
         except KubeApiError as exc:
@@ -177,10 +183,19 @@ class Kr8s:
 
 
 async def open_transport(name: str, kubeconfig: Path) -> Transport:
+    from trtfleet.kube import KubeApi, KubeSource
+
     if name == "handwritten":
         return Handwritten(kubeconfig)
     if name == "kubernetes_asyncio":
         return KubernetesAsyncio(await KubeApi.connect(KubeSource(kubeconfig=str(kubeconfig))))
+    if name == "kubernetes_asyncio+trust_env":  # the session as the library builds it (trtfleet.kube turns it off)
+        api = await KubeApi.connect(KubeSource(kubeconfig=str(kubeconfig)))
+        rest = api._api.rest_client
+        ours = rest.pool_manager
+        rest.pool_manager = aiohttp.ClientSession(connector=ours.connector, trust_env=True, read_bufsize=2**21)
+        ours.detach()
+        return KubernetesAsyncio(api)
     if name == "lightkube":
         return Lightkube(kubeconfig)
     if name == "kr8s":
@@ -359,7 +374,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         for round_ in range(args.rounds):
             order = libraries if round_ % 2 == 0 else libraries[::-1]
             for name in order:
-                ns = f"bench-{name.replace('_', '-').lower()}-{round_}"
+                ns = f"bench-{name.replace('_', '-').replace('+', '-').lower()}-{round_}"
                 cp.kubectl("create", "namespace", ns)
                 runs[name].append(asyncio.run(run_library(name, cp.kubeconfig, ns, args)))
                 cp.kubectl("delete", "namespace", ns, "--wait=false")
