@@ -79,6 +79,9 @@ async def load_connection(source: KubeSource | None = None) -> KubeConnection:
     configuration.connection_pool_maxsize = CONNECTION_POOL_SIZE
     if paths is None:
         return _in_cluster(source.service_account_dir, environ, configuration)
+    if not any(Path(path).expanduser().is_file() for path in paths.split(os.pathsep) if path):
+        where = "" if source.kubeconfig or environ.get("KUBECONFIG") else " (and not in a cluster)"
+        raise KubeConfigError(f"kubeconfig {paths}: no such file{where}")
     try:
         loader = await load_kube_config(
             config_file=paths, context=source.context, client_configuration=configuration, persist_config=False
