@@ -5,15 +5,18 @@ library loads from each credential kind, and how error answers read. The cluster
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import sys
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 
-from trtfleet.kube import KubeConfigError, KubeSource, load_connection
+from trtfleet.kube import KubeApi, KubeApiError, KubeConfigError, KubeSource, load_connection
 from trtfleet.kube.client import api_error
 from trtfleet.kube.config import bearer_token, environment_proxy
 
@@ -165,3 +168,80 @@ def test_environment_proxy_is_resolved_once_per_load(
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     assert environment_proxy(SERVER) == want
+
+
+class TokenServer:
+    """A real local HTTP server that accepts one bearer token (401 otherwise) and counts what it saw."""
+
+    def __init__(self, accepted: str) -> None:
+        self.accepted = accepted
+        self.seen: list[str] = []
+
+    async def handle(self, request: web.Request) -> web.Response:
+        self.seen.append(request.headers.get("Authorization", ""))
+        if request.headers.get("Authorization") != f"Bearer {self.accepted}":
+            return web.json_response({"kind": "Status", "reason": "Unauthorized", "message": "no"}, status=401)
+        return web.json_response({"kind": "Namespace", "metadata": {"name": "ns"}})
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[str]:
+        app = web.Application()
+        app.router.add_get("/{tail:.*}", self.handle)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = runner.addresses[0][1]
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            await runner.cleanup()
+
+
+def plugin_kubeconfig(tmp_path: Path, server: str, token_file: Path) -> Path:
+    """An exec plugin that prints the token in ``token_file``, and fails once that file is gone."""
+    script = tmp_path / "plugin.py"
+    script.write_text(
+        "import json, pathlib, sys\n"
+        f"token = pathlib.Path({str(token_file)!r}).read_text().strip()\n"
+        "print(json.dumps({'apiVersion': 'client.authentication.k8s.io/v1', 'kind': 'ExecCredential',"
+        " 'status': {'token': token}}))\n"
+    )
+    user = {"exec": {"apiVersion": "client.authentication.k8s.io/v1", "command": sys.executable, "args": [str(script)]}}
+    path = tmp_path / "config"
+    path.write_text(
+        json.dumps(
+            {
+                "current-context": "c",
+                "clusters": [{"name": "k", "cluster": {"server": server}}],
+                "users": [{"name": "u", "user": user}],
+                "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u"}}],
+            }
+        )
+    )
+    return path
+
+
+def test_a_401_runs_the_exec_plugin_again_once_and_retries(tmp_path: Path) -> None:
+    token_file = tmp_path / "token"
+    token_file.write_text("old")
+    server = TokenServer(accepted="old")
+
+    async def scenario() -> tuple[list[str], int, int]:
+        async with server.running() as url:
+            source = KubeSource(kubeconfig=str(plugin_kubeconfig(tmp_path, url, token_file)), environ={})
+            async with await KubeApi.connect(source) as api:
+                await api.request("GET", "/api/v1/namespaces/ns")
+                token_file.write_text("new")
+                server.accepted = "new"  # the old token is refused from now on
+                await api.request("GET", "/api/v1/namespaces/ns")
+                reloads = api.reloads
+                token_file.unlink()  # the plugin fails from now on
+                server.accepted = "newer"
+                with pytest.raises(KubeApiError) as refused:
+                    await api.request("GET", "/api/v1/namespaces/ns")
+                return server.seen, reloads, refused.value.status
+
+    seen, reloads, status = asyncio.run(scenario())
+    assert seen == ["Bearer old", "Bearer old", "Bearer new", "Bearer new"]
+    assert (reloads, status) == (1, 401), "one reload per 401; a failing plugin leaves the 401"
