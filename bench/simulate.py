@@ -35,9 +35,9 @@ from collections import Counter, OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from trtfleet_router.routing.config import RoutingConfig, parse_routing_config
+from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.framework import build_policy
+from trtfleet_router.routing.policies import build_policy, parse_routing_config
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,

@@ -4,7 +4,7 @@ converted artifacts with TRT-LLM task ids.
 Layers (each imports only those below it):
 
 * ``cli``, ``main``, ``handlers`` - flags, kopf settings and registration (thin);
-* ``runtime`` - the I/O shell: observe, call a reconciler, act; ``kube`` - the aiohttp API client;
+* ``runtime`` - the I/O shell: observe, call a reconciler, act; ``kube`` - the API verbs over :mod:`trtfleet.kube`;
   ``taskids`` - the compare-and-swap allocator; ``metrics``;
 * ``reconcile`` - pure reconcilers (spec + observed objects -> objects, status, events);
 * ``builders`` - pure, deterministic Kubernetes objects (golden-tested); ``planning`` - the engine

@@ -12,9 +12,9 @@
         ├── ConflictError         409: a stale resourceVersion or an apply conflict (retried)
         └── InvalidError          422: the object was rejected (a bug in a builder or an immutable field)
 
-Third-party exceptions (aiohttp, the engine tooling's ``SpecError``) are translated at the boundary with
-``raise ... from exc``. How each error maps to kopf's retry semantics is decided in exactly one place:
-:func:`trtfleet_operator.handlers.kopf_error`.
+Foreign exceptions (:class:`trtfleet.kube.KubeApiError` in ``kube.py``, the engine tooling's
+``SpecError``) are translated at the boundary with ``raise ... from exc``. How each error maps to kopf's
+retry semantics is decided in exactly one place: :func:`trtfleet_operator.handlers.kopf_error`.
 """
 
 from __future__ import annotations

@@ -12,23 +12,27 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import secrets
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import kopf
 
+from trtfleet.kube import KubeApi, KubeConfigError, KubeConnection, KubeSource, load_connection
+from trtfleet.kube.config import bearer_token
 from trtfleet_operator import metrics
 from trtfleet_operator.config import OperatorConfig
+from trtfleet_operator.errors import ConfigError
 from trtfleet_operator.handlers import FINALIZER, register
-from trtfleet_operator.kube import KubeClient, default_credentials
+from trtfleet_operator.kube import KubeClient
 from trtfleet_operator.names import FIELD_MANAGER
 from trtfleet_operator.runtime import OperatorRuntime
 
 logger = logging.getLogger(__name__)
 
+EXIT_CONFIG = 2
 PRIMARY_PRIORITY = 1_000_000
 PEERING_LIFETIME_S = 30
 
@@ -65,12 +69,31 @@ def operator_settings(options: RunOptions) -> kopf.OperatorSettings:
     return settings
 
 
-def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-    """kopf's own login: $KUBECONFIG or ~/.kube/config, else the in-cluster service account (the same
-    sources as :func:`trtfleet_operator.kube.default_credentials`)."""
-    if os.environ.get("KUBECONFIG") or not os.environ.get("KUBERNETES_SERVICE_HOST"):
-        return kopf.login_with_kubeconfig(**kwargs)
-    return kopf.login_with_service_account(**kwargs)
+async def connection_info(connection: KubeConnection) -> kopf.ConnectionInfo:
+    """kopf's view of credentials the shared layer loaded (files may be the library's temporary files)."""
+    configuration = connection.configuration
+    header = await bearer_token(configuration)
+    scheme, _, token = header.partition(" ") if header else (None, "", None)
+    return kopf.ConnectionInfo(
+        server=str(configuration.host),
+        ca_path=configuration.ssl_ca_cert,
+        insecure=not configuration.verify_ssl,
+        scheme=scheme,
+        token=token or None,
+        certificate_path=configuration.cert_file,
+        private_key_path=configuration.key_file,
+        proxy_url=configuration.proxy,
+        default_namespace=connection.namespace,
+    )
+
+
+async def login(**_: Any) -> kopf.ConnectionInfo:
+    """kopf logs in through the shared layer, as the operator's own client does; kopf calls this again
+    after a 401, which loads a rotated token or runs the exec plugin again."""
+    try:
+        return await connection_info(await load_connection(KubeSource()))
+    except KubeConfigError as exc:
+        raise kopf.LoginError(str(exc)) from exc
 
 
 def priority(options: RunOptions) -> int:
@@ -84,7 +107,10 @@ def priority(options: RunOptions) -> int:
 async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
     settings = operator_settings(options)
     registry = kopf.OperatorRegistry()
-    client = KubeClient(default_credentials())
+    try:
+        client = KubeClient(await KubeApi.connect(KubeSource()))
+    except KubeConfigError as exc:
+        raise ConfigError(str(exc)) from exc
     runtime = OperatorRuntime(config, client)
     kopf.on.login(registry=registry)(login)
     register(registry, runtime, config)
@@ -115,5 +141,9 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
 
 
 def run(config: OperatorConfig, options: RunOptions) -> int:
-    asyncio.run(run_operator(config, options))
+    try:
+        asyncio.run(run_operator(config, options))
+    except ConfigError as exc:
+        print(f"trtfleet operator: {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     return 0

@@ -27,7 +27,8 @@ from trtfleet_router.app import (
 )
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
-from trtfleet_router.routing.config import RoutingConfig, load_routing_config
+from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
 from trtfleet_router.server.common import (
     BODY_TIMEOUT_S_DEFAULT,
     HEADER_TIMEOUT_S_DEFAULT,
@@ -122,9 +123,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
 
 def _routing_config(args: argparse.Namespace) -> RoutingConfig:
-    config = load_routing_config(args.policy_config) if args.policy_config else RoutingConfig()
+    """The routing file and ``--policy``, validated once here, at start-up."""
+    config = load_routing_config(args.policy_config) if args.policy_config else parse_routing_config(None)
     if args.policy:
-        config = RoutingConfig.model_validate({**config.model_dump(), "policy": args.policy})
+        config = parse_routing_config({**config.model_dump(), "policy": args.policy})
     return config
 
 
@@ -133,10 +135,16 @@ def build_discovery(args: argparse.Namespace) -> Discovery:
     if sum(chosen) != 1:
         raise SystemExit("trtfleet router: give exactly one of --fleet-config, --backend, --kubernetes")
     if args.kubernetes:
-        from trtfleet_router.discovery.kubeclient import KubeClient, load_credentials
+        from trtfleet.kube import KubeConfigError, KubeSource, load_connection
+        from trtfleet_router.discovery.kubeclient import KubeClient
         from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 
-        return KubernetesDiscovery(KubeClient(load_credentials()), args.namespace)
+        source = KubeSource()
+        try:  # before the event loop: a bad kubeconfig or a failing exec plugin stops the start-up
+            connection = asyncio.run(load_connection(source))
+        except KubeConfigError as exc:
+            raise SystemExit(f"trtfleet router: {exc}") from exc
+        return KubernetesDiscovery(KubeClient(source, connection), args.namespace)
     from trtfleet_router.discovery.static import StaticDiscovery, config_from_flags
 
     if args.fleet_config:

@@ -22,8 +22,8 @@ from trtfleet_router.errors import NoCapacityAvailable
 from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.framework import build_policy
 from trtfleet_router.routing.outlier import Ejection, OutlierDetector
+from trtfleet_router.routing.policies import build_policy
 from trtfleet_router.routing.types import PodInfo
 
 log = logging.getLogger(__name__)

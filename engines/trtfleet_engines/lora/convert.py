@@ -51,7 +51,6 @@ from numpy.typing import NDArray
 
 from trtfleet.api.basemodel import (
     DEFAULT_TARGET_MODULES,
-    LORA_MODULE_IDS,
     Architecture,
     Dtype,
     LoraModule,
@@ -81,6 +80,7 @@ from trtfleet_engines.lora.peft import (
     read_peft_dir,
     trtllm_module_name,
 )
+from trtfleet_engines.lora.rows import ConvertedAdapter, LoraRow
 
 logger = logging.getLogger(__name__)
 
@@ -97,31 +97,6 @@ class ConversionOptions:
     dims: ModelDimensions | None = None
     engine_dtype: Dtype | None = None
     architecture: Architecture | None = None
-
-
-@dataclass(frozen=True)
-class LoraRow:
-    module: LoraModule
-    layer: int
-    rank: int
-    in_dim: int
-    out_dim: int
-
-    @property
-    def module_id(self) -> int:
-        return LORA_MODULE_IDS[self.module]
-
-    @property
-    def elements(self) -> int:
-        return self.rank * (self.in_dim + self.out_dim)
-
-
-@dataclass(frozen=True)
-class ConvertedAdapter:
-    weights: NDArray[Any]  # [1, N, W] float16, or |V2 bfloat16 bit patterns
-    config: NDArray[np.int32]  # [1, N, 3]
-    rows: tuple[LoraRow, ...]
-    dtype: Dtype
 
 
 def float32_to_bfloat16_bits(values: NDArray[np.float32]) -> NDArray[np.uint16]:

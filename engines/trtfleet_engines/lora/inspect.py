@@ -27,10 +27,11 @@ from trtfleet.loracache import (
     pages_for_rows,
     plan_lora_geometry,
 )
-from trtfleet_engines.lora.convert import DTYPE_BYTES, ConversionOptions, LoraRow, convert_adapter
+from trtfleet_engines.lora.convert import DTYPE_BYTES, ConversionOptions, convert_adapter
 from trtfleet_engines.lora.errors import AdapterFormatError, TargetModuleError
 from trtfleet_engines.lora.manifest import LORA_CONFIG_FILE, LORA_WEIGHTS_FILE, MANIFEST_FILE, read_manifest
 from trtfleet_engines.lora.peft import ADAPTER_CONFIG, parse_peft_adapter, read_peft_dir
+from trtfleet_engines.lora.rows import LoraRow
 
 _MODULE_BY_ID = {module_id: module for module, module_id in LORA_MODULE_IDS.items()}
 

@@ -19,13 +19,11 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from trtfleet.version import __version__
 from trtfleet_engines.lora.errors import AdapterFormatError, ManifestMismatchError
-
-if TYPE_CHECKING:
-    from trtfleet_engines.lora.convert import ConvertedAdapter
+from trtfleet_engines.lora.rows import ConvertedAdapter
 
 MANIFEST_FILE: Final = "manifest.json"
 LORA_WEIGHTS_FILE: Final = "model.lora_weights.npy"

@@ -1,38 +1,28 @@
-"""A small, self-contained asynchronous Kubernetes API client (aiohttp): list + watch, nothing else.
+"""List + watch for the router's discovery, over the shared client :class:`trtfleet.kube.KubeApi`.
 
-Credentials: in-cluster (service-account token, re-read on every connection because bound tokens
-rotate, and the cluster CA) when ``KUBERNETES_SERVICE_HOST`` is set, else a kubeconfig (``KUBECONFIG``
-or ``~/.kube/config``, its current context: server, CA file or data, client certificate/key files or
-data, bearer token or token file, ``insecure-skip-tls-verify``). Inline ``*-data`` certificates are
-written to private temporary files because :mod:`ssl` loads client certificates from files only.
+Credentials and TLS are wholly the shared layer's (:mod:`trtfleet.kube.config`: kubeconfig contexts,
+exec plugins, client certificates, tokens, the in-cluster service account with token rotation).
 
 :meth:`KubeClient.watch` yields ``(type, object)`` events forever: it lists (``SYNC`` events with the
 full list, then ``ADDED``/``MODIFIED``/``DELETED``), watches from the list's resourceVersion,
 and relists after ``410 Gone`` or any connection error (with capped backoff). It never blocks the
-event loop: every call is aiohttp, file reads happen only when connecting.
+event loop.
 """
 
 from __future__ import annotations
 
 import asyncio
-import base64
-import json
+import contextlib
 import logging
-import os
-import ssl
-import tempfile
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
-import aiohttp
-import yaml
+from trtfleet.kube import KubeApi, KubeApiError, KubeConnection, KubeSource
 
 log = logging.getLogger(__name__)
 
-SA_DIR: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount")
 WATCH_TIMEOUT_S: Final = 300
+WATCH_READ_GRACE_S: Final = 30
 BACKOFF_INITIAL_S: Final = 0.5
 BACKOFF_MAX_S: Final = 15.0
 SYNC: Final = "SYNC"
@@ -46,118 +36,35 @@ class KubeError(Exception):
         self.status = status
 
 
-@dataclass(frozen=True)
-class KubeCredentials:
-    server: str
-    ssl_context: ssl.SSLContext | bool
-    token: str | None = None
-    token_file: Path | None = None
-    namespace: str = "default"
-
-    def headers(self) -> dict[str, str]:
-        token = self.token
-        if self.token_file is not None:
-            token = self.token_file.read_text(encoding="utf-8").strip()
-        return {"Authorization": f"Bearer {token}"} if token else {}
-
-
-def _data_file(data_b64: str, suffix: str) -> str:
-    handle = tempfile.NamedTemporaryFile(prefix="trtfleet-kube-", suffix=suffix, delete=False)
-    with handle:
-        handle.write(base64.b64decode(data_b64))
-    os.chmod(handle.name, 0o600)
-    return handle.name
-
-
-def in_cluster_credentials() -> KubeCredentials:
-    host, port = os.environ["KUBERNETES_SERVICE_HOST"], os.environ.get("KUBERNETES_SERVICE_PORT", "443")
-    host = f"[{host}]" if ":" in host else host
-    context = ssl.create_default_context(cafile=str(SA_DIR / "ca.crt"))
-    namespace_file = SA_DIR / "namespace"
-    namespace = namespace_file.read_text().strip() if namespace_file.exists() else "default"
-    return KubeCredentials(f"https://{host}:{port}", context, token_file=SA_DIR / "token", namespace=namespace)
-
-
-def kubeconfig_credentials(path: Path) -> KubeCredentials:
-    config: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    current = config.get("current-context")
-    contexts = {c["name"]: c.get("context", {}) for c in config.get("contexts") or []}
-    if current not in contexts:
-        raise KubeError(f"kubeconfig {path} has no current context")
-    context = contexts[current]
-    clusters = {c["name"]: c.get("cluster", {}) for c in config.get("clusters") or []}
-    users = {u["name"]: u.get("user", {}) for u in config.get("users") or []}
-    cluster, user = clusters.get(context.get("cluster"), {}), users.get(context.get("user"), {})
-    server = cluster.get("server")
-    if not server:
-        raise KubeError(f"kubeconfig {path}: cluster of context {current!r} has no server")
-    base = path.parent
-
-    def resolve(name: str) -> str | None:
-        if cluster_or_user := (cluster.get(name) or user.get(name)):
-            candidate = Path(cluster_or_user)
-            return str(candidate if candidate.is_absolute() else base / candidate)
-        data = cluster.get(f"{name}-data") or user.get(f"{name}-data")
-        return _data_file(data, ".pem") if data else None
-
-    ssl_context: ssl.SSLContext | bool = True
-    if server.startswith("https://"):
-        if cluster.get("insecure-skip-tls-verify"):
-            ssl_context = ssl.create_default_context()
-            ssl_context.check_hostname = False
-            ssl_context.verify_mode = ssl.CERT_NONE
-        else:
-            ssl_context = ssl.create_default_context(cafile=resolve("certificate-authority"))
-        cert, key = resolve("client-certificate"), resolve("client-key")
-        if cert and key:
-            ssl_context.load_cert_chain(cert, key)
-    token_file = user.get("tokenFile")
-    return KubeCredentials(
-        server=server.rstrip("/"),
-        ssl_context=ssl_context,
-        token=user.get("token"),
-        token_file=Path(token_file) if token_file else None,
-        namespace=context.get("namespace") or "default",
-    )
-
-
-def load_credentials() -> KubeCredentials:
-    if os.environ.get("KUBERNETES_SERVICE_HOST") and (SA_DIR / "token").exists():
-        return in_cluster_credentials()
-    path = Path(os.environ.get("KUBECONFIG", "").split(os.pathsep)[0] or Path.home() / ".kube" / "config")
-    return kubeconfig_credentials(path)
-
-
 class KubeClient:
-    def __init__(self, credentials: KubeCredentials) -> None:
-        self.credentials = credentials
-        self._session: aiohttp.ClientSession | None = None
+    """The API server of ``connection`` (loaded before the event loop starts, so a bad kubeconfig fails
+    at start-up); the library's session is opened on first use inside the loop."""
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(ssl=self.credentials.ssl_context)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
+    def __init__(self, source: KubeSource, connection: KubeConnection) -> None:
+        self.source = source
+        self.connection = connection
+        self._api: KubeApi | None = None
+
+    @property
+    def namespace(self) -> str:
+        return self.connection.namespace
+
+    def api(self) -> KubeApi:
+        """The shared client, opened on first use (inside the event loop)."""
+        if self._api is None:
+            self._api = KubeApi(self.source, self.connection)
+        return self._api
 
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        if self._api is not None:
+            await self._api.close()
+            self._api = None
 
     async def list(self, path: str, params: dict[str, str] | None = None) -> dict[str, Any]:
-        url = self.credentials.server + path
         try:
-            async with self._http().get(
-                url,
-                params=params,
-                headers=self.credentials.headers(),
-                timeout=aiohttp.ClientTimeout(total=30),
-            ) as response:
-                if response.status != 200:
-                    raise KubeError(f"GET {path}: {response.status} {await response.text()}", response.status)
-                result: dict[str, Any] = await response.json()
-                return result
-        except (aiohttp.ClientError, TimeoutError, OSError) as exc:
-            raise KubeError(f"GET {path}: {exc}") from exc
+            return await self.api().request("GET", path, params=params)
+        except KubeApiError as exc:
+            raise KubeError(f"GET {path}: {exc}", exc.status or None) from exc
 
     async def watch(self, path: str, label_selector: str | None = None) -> AsyncIterator[tuple[str, Any]]:
         """``(SYNC, [objects])`` after every (re)list, then ``(ADDED|MODIFIED|DELETED, object)``."""
@@ -186,25 +93,15 @@ class KubeClient:
                 "allowWatchBookmarks": "true",
                 "timeoutSeconds": str(WATCH_TIMEOUT_S),
             }
-            url = self.credentials.server + path
+            stream = self.api().stream(path, query, read_timeout_s=WATCH_TIMEOUT_S + WATCH_READ_GRACE_S)
             try:
-                async with self._http().get(
-                    url,
-                    params=query,
-                    headers=self.credentials.headers(),
-                    timeout=aiohttp.ClientTimeout(total=None, sock_read=WATCH_TIMEOUT_S + 30),
-                ) as response:
-                    if response.status != 200:
-                        raise KubeError(f"watch {path}: {response.status}", response.status)
-                    async for line in response.content:
-                        if not line.strip():
-                            continue
-                        event = json.loads(line)
-                        kind, obj = event.get("type"), event.get("object") or {}
+                async with contextlib.aclosing(stream):
+                    async for event in stream:
+                        kind, obj = str(event.get("type")), event.get("object") or {}
                         if kind == "ERROR":
                             raise KubeError(f"watch {path}: {obj.get('message')}", obj.get("code"))
                         version = obj.get("metadata", {}).get("resourceVersion", version)
                         if kind != "BOOKMARK":
                             yield kind, obj
-            except (aiohttp.ClientError, TimeoutError, OSError, ValueError) as exc:
-                raise KubeError(f"watch {path}: {exc}") from exc
+            except KubeApiError as exc:
+                raise KubeError(f"watch {path}: {exc}", exc.status or None) from exc

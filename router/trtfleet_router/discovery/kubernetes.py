@@ -162,7 +162,7 @@ class KubernetesDiscovery:
 
     def __init__(self, client: KubeClient, namespace: str | None = None) -> None:
         self.client = client
-        self.namespace = namespace or client.credentials.namespace
+        self.namespace = namespace or client.namespace
         self._objects: dict[str, dict[str, Mapping[str, Any]]] = {"bm": {}, "ad": {}, "es": {}}
         self._synced: set[str] = set()
 

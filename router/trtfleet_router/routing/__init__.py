@@ -3,9 +3,10 @@
 Entry points: :class:`Fleet` (one per base model), :func:`build_policy`, :class:`RoutingConfig`.
 """
 
-from trtfleet_router.routing.config import RoutingConfig, load_routing_config, parse_routing_config
+from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.framework import Policy, build_policy, policy_names
+from trtfleet_router.routing.framework import Policy
+from trtfleet_router.routing.policies import build_policy, load_routing_config, parse_routing_config, policy_names
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,

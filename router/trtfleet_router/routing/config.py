@@ -5,6 +5,7 @@ Example (camelCase or snake_case keys; every key optional)::
     policy: trtfleet            # round-robin | least-load | gie-lora-affinity | chwbl | trtfleet
     metricsStaleAfterS: 5
     capacityWaitS: 10           # wait for LoRA cache capacity before answering 503
+    demandHalfLifeS: 60         # recent-request counts per adapter (every policy's fleet keeps them)
     outlierDetection: {consecutiveFailures: 3, baseEjectionTimeS: 5, maxEjectionPercent: 50}
     streamTimeouts: {firstTokenS: 60, interTokenS: 20}
     streamTimeoutsByModel: {llama-70b: {firstTokenS: 180}}
@@ -14,94 +15,28 @@ Example (camelCase or snake_case keys; every key optional)::
     chwbl: {loadFactor: 1.25, virtualNodes: 256}
     gieLoraAffinity: {queueWeight: 2, kvCacheWeight: 2, loraAffinityWeight: 1}
 
+This module holds the settings every policy shares; each policy's block is its own model, in its module
+under ``policies/``, and the registry (``policies/__init__.py``) validates the blocks and the policy name.
 An unknown key or policy name fails when the file is loaded, i.e. at start-up.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+import pydantic
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import Field, model_validator
+from pydantic.alias_generators import to_snake
 
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
 from trtfleet_router.routing.types import RoutingConfigError
 
 DEFAULT_POLICY = "trtfleet"
-
-
-class TrtfleetPolicyConfig(ApiModel):
-    """Parameters of the default ``trtfleet`` policy (see ``policies/trtfleet.py``)."""
-
-    load_bound_inflight: int = Field(
-        default=12,
-        ge=0,
-        description="A warm pod is preferred while its load exceeds the least-loaded "
-        "candidate's by at most this many requests (in-flight + scraped waiting). Keep it well below the engine's "
-        "max batch size: beyond it requests queue behind a full batch for a whole service time (12 suits batches "
-        "of 64 and more; the real-run benchmark with max batch 8 uses 4).",
-    )
-    link_bandwidth_bytes_per_s: float = Field(
-        default=1.25e9,
-        gt=0,
-        description="Assumed bandwidth of a cold load. Weights travel router -> pod "
-        "inside the gRPC request over the pod network (10 GbE = 1.25 GB/s, and about what Python protobuf "
-        "serialisation sustains); the pod's pinned-host -> GPU copy over PCIe (~25 GB/s) is never the "
-        "narrow link, so the network is what a cold load costs.",
-    )
-    queue_delay_per_inflight_s: float = Field(
-        default=0.05,
-        gt=0,
-        description="Delay one more request ahead on a pod adds to a new one: about a "
-        "request's service time (~6 s) over the batch it shares (~128) in in-flight batching.",
-    )
-    hot_spread_inflight_per_pod: int = Field(
-        default=4,
-        ge=1,
-        description="When an adapter's own in-flight requests per warm pod reach this, "
-        "the next pod in its rendezvous ranking may take it (cold) if that is cheaper.",
-    )
-    home_pods: int = Field(
-        default=2,
-        ge=1,
-        description="Pods at the head of an adapter's rendezvous ranking (among those "
-        "that can take it now) where a cold load may go if it evicts nothing more popular.",
-    )
-    rare_recent_requests: float = Field(
-        default=2.0,
-        ge=0,
-        description="An adapter with fewer decayed recent requests than this is rare: any cold load may evict it.",
-    )
-    demand_half_life_s: float = Field(default=60.0, gt=0, description="Half-life of the recent-request count.")
-    churn_pod_fraction: float = Field(
-        default=0.25,
-        gt=0,
-        le=1,
-        description="Share of pods (at least one) that take rare adapters' cold "
-        "loads, chosen by rendezvous hashing so every replica picks the same ones.",
-    )
-    hrw_cache_entries: int = Field(
-        default=16384,
-        ge=16,
-        description="Per-adapter rendezvous rankings kept (LRU) until the pod set changes.",
-    )
-
-
-class ChwblConfig(ApiModel):
-    """KubeAI-style consistent hashing with bounded loads."""
-
-    load_factor: float = Field(default=1.25, ge=1.0, description="Bound: in-flight <= factor x mean.")
-    virtual_nodes: int = Field(default=256, ge=1, le=4096, description="Ring points per pod.")
-
-
-class GieLoraAffinityConfig(ApiModel):
-    """Gateway API Inference Extension scorer weights."""
-
-    queue_weight: float = Field(default=2.0, ge=0, description="Weight of the queue-depth scorer.")
-    kv_cache_weight: float = Field(default=2.0, ge=0, description="Weight of the KV-cache-use scorer.")
-    lora_affinity_weight: float = Field(default=1.0, ge=0, description="Weight of the LoRA affinity scorer.")
+SectionT = TypeVar("SectionT", bound=pydantic.BaseModel)
 
 
 class StreamTimeouts(ApiModel):
@@ -158,35 +93,43 @@ class RoutingConfig(ApiModel):
     stream_timeouts_by_model: dict[str, StreamTimeouts] = Field(
         default_factory=dict, description="Per base model (by name): timeouts that replace ``streamTimeouts``."
     )
-    trtfleet: TrtfleetPolicyConfig = Field(default_factory=TrtfleetPolicyConfig)
-    chwbl: ChwblConfig = Field(default_factory=ChwblConfig)
-    gie_lora_affinity: GieLoraAffinityConfig = Field(default_factory=GieLoraAffinityConfig)
+    demand_half_life_s: float = Field(
+        default=60.0, gt=0, description="Half-life of the recent-request count (per adapter, every policy)."
+    )
+    hrw_cache_entries: int = Field(
+        default=16384,
+        ge=16,
+        description="Per-adapter rendezvous rankings kept (LRU) until the pod set changes.",
+    )
+    sections: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Each policy's own block (``trtfleet:``, ``chwbl:``, ...), keyed by its snake_case name; "
+        "validated by the policy registry (routing/policies/__init__.py) against the policy's model.",
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _collect_sections(cls, data: Any) -> Any:
+        """Top-level keys that are not common settings are policy blocks: gather them in ``sections``."""
+        if not isinstance(data, Mapping):
+            return data
+        common_keys = set(cls.model_fields) | {f.alias for f in cls.model_fields.values() if f.alias}
+        common = {key: value for key, value in data.items() if key in common_keys}
+        blocks = {to_snake(str(key)): value for key, value in data.items() if key not in common_keys}
+        return {**common, "sections": {**dict(common.pop("sections", None) or {}), **blocks}}
 
     def timeouts_for(self, base_model: str) -> StreamTimeouts:
         return self.stream_timeouts_by_model.get(base_model, self.stream_timeouts)
 
-    @field_validator("policy")
-    @classmethod
-    def _known_policy(cls, name: str) -> str:
-        from trtfleet_router.routing.framework import policy_names  # the registry imports this module
-
-        if name not in policy_names():
-            raise ValueError(f"unknown routing policy {name!r}; known: {', '.join(policy_names())}")
-        return name
+    def section(self, name: str, model: type[SectionT]) -> SectionT:
+        """The ``name:`` block as ``model`` (its defaults when the file has none)."""
+        block = self.sections.get(name)
+        return block if isinstance(block, model) else model.model_validate(block or {})
 
 
-def parse_routing_config(data: Any) -> RoutingConfig:
-    """A config from parsed YAML/JSON (None or empty: all defaults)."""
+def read_routing_file(path: Path) -> Any:
+    """The parsed YAML at ``path`` (validated by :func:`trtfleet_router.routing.policies.parse_routing_config`)."""
     try:
-        return RoutingConfig.model_validate(data or {})
-    except ValidationError as exc:
-        raise RoutingConfigError(f"invalid routing configuration: {exc}") from exc
-
-
-def load_routing_config(path: Path) -> RoutingConfig:
-    """Read and validate the YAML file at ``path``."""
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        return yaml.safe_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError) as exc:
         raise RoutingConfigError(f"cannot read routing configuration {path}: {exc}") from exc
-    return parse_routing_config(data)

@@ -107,8 +107,8 @@ class Fleet:
         self._ready: list[PodState] = []
         self._largest_host_pages = 0
         self._residency = Residency()
-        self._demand = AdapterDemand(config.trtfleet.demand_half_life_s)
-        self._rankings = RendezvousRankings(config.trtfleet.hrw_cache_entries)
+        self._demand = AdapterDemand(config.demand_half_life_s)
+        self._rankings = RendezvousRankings(config.hrw_cache_entries)
         self._tickets = itertools.count(1)
         self._epochs = itertools.count(1)
         self._open: dict[int, Ticket] = {}

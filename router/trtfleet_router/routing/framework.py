@@ -1,4 +1,4 @@
-"""The policy framework: filters -> weighted scorers -> a picker, and the policy registry.
+"""The policy framework: filters -> weighted scorers -> a picker (the registry is ``policies/__init__.py``).
 
 Modelled on the Gateway API Inference Extension's endpoint picker: a :class:`Filter` narrows the
 candidate pods, each :class:`Scorer` gives every remaining pod a score in [0, 1], a
@@ -17,17 +17,14 @@ stable order); ``ctx.loads[i]`` is pod ``i``'s load (see :mod:`~trtfleet_router.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.load import AdapterDemand, PodLoad
 from trtfleet_router.routing.residency import PodResidency, Residency
-from trtfleet_router.routing.types import NoCapacity, RouteRequest, RoutingConfigError
-
-if TYPE_CHECKING:
-    from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.types import NoCapacity, RouteRequest
 
 
 class PodView(Protocol):
@@ -213,34 +210,3 @@ def least_loaded(ctx: RoutingContext) -> PodView:
     low = min(loads)
     tied = [i for i, load in enumerate(loads) if load == low]
     return ctx.pods[tied[0] if len(tied) == 1 else tied[ctx.rng.randrange(len(tied))]]
-
-
-# -- registry ----------------------------------------------------------------------------------------
-
-PolicyFactory = Callable[["RoutingConfig"], Policy]
-
-
-def registry() -> dict[str, PolicyFactory]:
-    """Every policy, by name. The one place a policy is registered."""
-    from trtfleet_router.routing.policies import chwbl, gie_lora_affinity, least_load, round_robin, trtfleet
-
-    return {
-        round_robin.NAME: round_robin.build,
-        least_load.NAME: least_load.build,
-        gie_lora_affinity.NAME: gie_lora_affinity.build,
-        chwbl.NAME: chwbl.build,
-        trtfleet.NAME: trtfleet.build,
-    }
-
-
-def policy_names() -> tuple[str, ...]:
-    return tuple(registry())
-
-
-def build_policy(config: RoutingConfig) -> Policy:
-    """The configured policy; an unknown name fails here, at start-up, listing the known ones."""
-    factories = registry()
-    factory = factories.get(config.policy)
-    if factory is None:
-        raise RoutingConfigError(f"unknown routing policy {config.policy!r}; known: {', '.join(factories)}")
-    return factory(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -17,9 +18,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from trtfleet_operator.kube import KubeClient, collection_path, credentials_from_kubeconfig, object_path
+from trtfleet_operator.kube import KubeClient, collection_path, object_path
 
 from tests.support.controlplane import ControlPlane, eventually, free_port
+from trtfleet.kube import KubeApi, KubeSource
 
 ROOT = Path(__file__).resolve().parents[3]
 CRD_DIR = ROOT / "crds"
@@ -42,11 +44,15 @@ class OperatorProcess:
     namespace: str
     log_dir: Path
     extra: Sequence[str] = ()
+    env: dict[str, str] = field(default_factory=dict)
+    """Overrides of the control plane's environment (``KUBECONFIG`` of another user, say)."""
     proc: subprocess.Popen[bytes] | None = None
     health_port: int = 0
     metrics_port: int = 0
     starts: int = 0
     logs: list[Path] = field(default_factory=list)
+    stopped_cpu_s: float = 0.0
+    """CPU seconds of the processes already stopped (a performance figure to print, never to assert)."""
 
     def start(self) -> OperatorProcess:
         self.health_port, self.metrics_port = free_port(), free_port()
@@ -73,7 +79,8 @@ class OperatorProcess:
             *self.extra,
         ]
         with log.open("wb") as out:
-            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env={**self.cp.env, **IMAGES})
+            env = {**self.cp.env, **IMAGES, **self.env}
+            self.proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
         eventually(self._healthy, timeout=60, what="the operator's /healthz")
         return self
 
@@ -87,9 +94,23 @@ class OperatorProcess:
         except OSError:
             return False
 
+    def _running_cpu_s(self) -> float:
+        if self.proc is None or self.proc.poll() is not None:
+            return 0.0
+        try:  # utime and stime, fields 14 and 15 of /proc/PID/stat (after the parenthesised name)
+            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return 0.0
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+    def cpu_s(self) -> float:
+        """CPU seconds the operator processes used so far (Linux; 0 elsewhere)."""
+        return self.stopped_cpu_s + self._running_cpu_s()
+
     def stop(self, *, kill: bool = False) -> None:
         if self.proc is None or self.proc.poll() is not None:
             return
+        self.stopped_cpu_s += self._running_cpu_s()
         self.proc.send_signal(signal.SIGKILL if kill else signal.SIGTERM)
         try:
             self.proc.wait(timeout=20)
@@ -215,14 +236,14 @@ class AsyncKube:
     """The operator's own client, for bulk work in tests (200 adapters); one session per call."""
 
     def __init__(self, cp: ControlPlane) -> None:
-        self.credentials = credentials_from_kubeconfig(cp.kubeconfig)
+        self.source = KubeSource(kubeconfig=str(cp.kubeconfig))
 
-    def _client(self) -> KubeClient:
-        return KubeClient(self.credentials, field_manager="trtfleet-tests")
+    async def _client(self) -> KubeClient:
+        return KubeClient(await KubeApi.connect(self.source), field_manager="trtfleet-tests")
 
     def list(self, ns: str, api_version: str, kind: str, selector: str | None = None) -> list[Obj]:
         async def run() -> list[Obj]:
-            async with self._client() as client:
+            async with await self._client() as client:
                 return await client.list(collection_path(api_version, kind, ns), label_selector=selector)
 
         return asyncio.run(run())
@@ -234,7 +255,7 @@ class AsyncKube:
 
         async def run() -> None:
             gate = asyncio.Semaphore(concurrency)
-            async with self._client() as client:
+            async with await self._client() as client:
 
                 async def one(pod: Obj) -> None:
                     job = pod["metadata"]["labels"]["batch.kubernetes.io/job-name"]

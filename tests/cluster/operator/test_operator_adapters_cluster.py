@@ -118,6 +118,7 @@ def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorP
 
     wait_until(all_ready, 300, f"{ADAPTERS} Adapters Ready")
     ready_s = time.monotonic() - started
+    operator_cpu_s = operator.cpu_s()
     ids = task_ids()
     assert len(ids) == ADAPTERS and len(set(ids.values())) == ADAPTERS, "task ids are unique"
     counter = get(cp, ns, "basemodel", "tiny")["status"]["nextTaskId"]
@@ -129,7 +130,7 @@ def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorP
     print(
         f"\n{ADAPTERS} adapters: created in {created_s:.1f}s, all convert Jobs after {jobs_s:.1f}s, all Ready "
         f"after {ready_s:.1f}s (operator killed and restarted with {restarted_with} ids allocated; "
-        f"ids 1..{max(ids.values())}, next {counter})"
+        f"ids 1..{max(ids.values())}, next {counter}); operator CPU {operator_cpu_s:.1f}s"
     )
 
 

@@ -6,15 +6,18 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from trtfleet_router.discovery.kubeclient import KubeClient, kubeconfig_credentials
+from trtfleet_router.discovery.kubeclient import KubeClient
 from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 from trtfleet_router.fleets import DiscoverySnapshot
 
 from tests.support.controlplane import ControlPlane, eventually
+from tests.support.kubecreds import CredentialKit
+from trtfleet.kube import KubeSource, load_connection
 
 pytestmark = pytest.mark.cluster
 
@@ -60,8 +63,8 @@ def _slice(uid: str, ip: str) -> str:
     )
 
 
-def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: str) -> None:
-    cp, ns = crds, kube_namespace
+def _fleet(cp: ControlPlane, ns: str) -> None:
+    """The tiny BaseModel and its adapter, both Ready, and one EndpointSlice."""
     cp.kubectl("apply", "-n", ns, "-f", str(ROOT / "examples" / "basemodel-reference-tiny.yaml"))
     cp.kubectl(
         "patch",
@@ -103,10 +106,16 @@ def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: st
     )
     cp.kubectl("apply", "-n", ns, "-f", "-", input=_slice("uid-1", "10.0.0.5"))
 
+
+def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: str) -> None:
+    cp, ns = crds, kube_namespace
+    _fleet(cp, ns)
+
     snapshots: list[DiscoverySnapshot] = []
 
     async def scenario() -> None:
-        client = KubeClient(kubeconfig_credentials(cp.kubeconfig))
+        source = KubeSource(kubeconfig=str(cp.kubeconfig))
+        client = KubeClient(source, await load_connection(source))
         discovery = KubernetesDiscovery(client, ns)
         assert not discovery.initial().registry.bases
         task = asyncio.create_task(discovery.run(snapshots.append))
@@ -136,3 +145,81 @@ def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: st
             await client.close()
 
     asyncio.run(scenario())
+
+
+async def _until(snapshots: list[DiscoverySnapshot], check: Any, what: str) -> DiscoverySnapshot:
+    for _ in range(300):
+        if snapshots and check(snapshots[-1]):
+            return snapshots[-1]
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"discovery never showed {what}")
+
+
+def _exec_plugin(kit: CredentialKit) -> tuple[KubeSource, Callable[[], None]]:
+    token_file = kit.root / "plugin-token"
+    token_file.write_text(kit.token(1))
+
+    def rotate() -> None:
+        old = token_file.read_text()
+        token_file.write_text(kit.token(2))
+        kit.revoke(1, old)
+
+    return KubeSource(kubeconfig=str(kit.exec_kubeconfig(token_file)), environ={}), rotate
+
+
+def _client_certificate(kit: CredentialKit) -> tuple[KubeSource, None]:
+    return KubeSource(kubeconfig=str(kit.client_cert_kubeconfig()), environ={}), None
+
+
+def _in_cluster(kit: CredentialKit) -> tuple[KubeSource, Callable[[], None]]:
+    account, environ = kit.service_account_dir(kit.token(1))
+
+    def rotate() -> None:
+        old = (account / "token").read_text()
+        kit.rotate(account, kit.token(2))
+        kit.revoke(1, old)
+
+    return KubeSource(service_account_dir=account, environ=environ), rotate
+
+
+@pytest.mark.parametrize(
+    "credentials",
+    [
+        pytest.param(_exec_plugin, id="exec-plugin"),
+        pytest.param(_client_certificate, id="client-certificate-data"),
+        pytest.param(_in_cluster, id="in-cluster-rotating-token"),
+    ],
+)
+def test_discovery_with_each_credential_kind(
+    crds: ControlPlane,
+    kube_namespace: str,
+    tmp_path: Path,
+    credentials: Callable[[CredentialKit], tuple[KubeSource, Callable[[], None] | None]],
+) -> None:
+    """Discovery lists and watches with the credential kind; where the token rotates (the old one revoked),
+    the next request takes the new one and discovery keeps following the API server."""
+    cp, ns = crds, kube_namespace
+    _fleet(cp, ns)
+    with CredentialKit(cp, ns, tmp_path) as kit:
+        source, rotate = credentials(kit)
+        snapshots: list[DiscoverySnapshot] = []
+
+        async def scenario() -> None:
+            client = KubeClient(source, await load_connection(source))
+            discovery = KubernetesDiscovery(client)
+            assert discovery.namespace == ns, "the namespace comes from the context or the service account"
+            task = asyncio.create_task(discovery.run(snapshots.append))
+            try:
+                await _until(snapshots, lambda s: "tiny-upper" in s.registry.adapters, "the adapter")
+                if rotate is not None:
+                    await asyncio.to_thread(rotate)
+                    listed = await client.list(f"/apis/trtfleet.io/v1alpha1/namespaces/{ns}/adapters")
+                    assert [a["metadata"]["name"] for a in listed["items"]] == ["tiny-upper"]
+                    assert client.api().reloads == 1, "the revoked token's 401 made the client load the new one"
+                await asyncio.to_thread(cp.kubectl, "delete", "adapter", "tiny-upper", "-n", ns)
+                await _until(snapshots, lambda s: "tiny-upper" not in s.registry.adapters, "the adapter removed")
+            finally:
+                task.cancel()
+                await client.close()
+
+        asyncio.run(scenario())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import subprocess
 import sys
@@ -17,11 +18,13 @@ from trtfleet_operator.config import BuildPolicy, Images
 from trtfleet_operator.errors import ConflictError, InvalidError, KubeError, KubeUnavailableError, kube_error
 from trtfleet_operator.handlers import kopf_error
 from trtfleet_operator.jobs import convert as convert_job
-from trtfleet_operator.kube import credentials_from_kubeconfig, object_path
+from trtfleet_operator.kube import object_path
+from trtfleet_operator.main import connection_info
 from trtfleet_operator.names import dns_label, engine_hash_label, hash16, label_value
 from trtfleet_operator.reconcile.types import failure_message, job_snapshot, status_patch, success_message
 
 from tests.unit.operator.helpers import job_pod, job_status
+from trtfleet.kube import KubeSource, load_connection
 
 
 @pytest.mark.parametrize(
@@ -159,24 +162,27 @@ def test_errors_map_to_kopf_retries_in_one_place(error: KubeError, kind: type, d
         assert isinstance(mapped, kopf.TemporaryError) and mapped.delay == delay
 
 
-def test_kubeconfig_with_token_and_paths(tmp_path: Path) -> None:
+def test_kopf_logs_in_with_what_the_shared_layer_loaded(tmp_path: Path) -> None:
+    server = "https://10.0.0.1:6443"
     kubeconfig = tmp_path / "config"
     kubeconfig.write_text(
         json.dumps(
             {
-                "apiVersion": "v1",
-                "kind": "Config",
                 "current-context": "c",
-                "clusters": [
-                    {"name": "k", "cluster": {"server": "https://10.0.0.1:6443/", "insecure-skip-tls-verify": True}}
-                ],
+                "clusters": [{"name": "k", "cluster": {"server": server, "insecure-skip-tls-verify": True}}],
                 "users": [{"name": "u", "user": {"token": "t0k"}}],
                 "contexts": [{"name": "c", "context": {"cluster": "k", "user": "u", "namespace": "ns"}}],
             }
         )
     )
-    credentials = credentials_from_kubeconfig(kubeconfig)
-    assert (credentials.server, credentials.token, credentials.namespace) == ("https://10.0.0.1:6443", "t0k", "ns")
+    connection = asyncio.run(load_connection(KubeSource(kubeconfig=str(kubeconfig), environ={})))
+    info = asyncio.run(connection_info(connection))
+    assert (info.server, info.scheme, info.token, info.insecure, info.default_namespace) == (
+        "https://10.0.0.1:6443", "Bearer", "t0k", True, "ns"
+    )
+
+
+def test_object_paths() -> None:
     assert object_path("batch/v1", "Job", "ns", "j") == "/apis/batch/v1/namespaces/ns/jobs/j"
     assert object_path("v1", "Pod", "ns", "p") == "/api/v1/namespaces/ns/pods/p"
 

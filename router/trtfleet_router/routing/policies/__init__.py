@@ -1,1 +1,82 @@
-"""Routing policies, one module each; the registry is ``routing.framework.registry``."""
+"""Routing policies, one module each, and their registry: the one place a policy is named.
+
+Each policy module has ``NAME``, ``build(config) -> Policy`` and, when it has parameters, ``SECTION`` (its
+block in the routing YAML) with its own pydantic model. A new policy is one module plus one line in
+:data:`REGISTRY`. The CLI validates the file once at start-up (:func:`parse_routing_config`); an unknown
+policy name, an unknown block or a bad value fails there. The framework never imports a policy (the
+import-linter contract ``routing-layers`` keeps it so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from trtfleet_router.routing.config import RoutingConfig, read_routing_file
+from trtfleet_router.routing.framework import Policy
+from trtfleet_router.routing.policies import chwbl, gie_lora_affinity, least_load, round_robin, trtfleet
+from trtfleet_router.routing.types import RoutingConfigError
+
+
+@dataclass(frozen=True)
+class PolicyEntry:
+    build: Callable[[RoutingConfig], Policy]
+    section: tuple[str, type[pydantic.BaseModel]] | None = None
+    """The policy's YAML block and its model, when it has parameters."""
+
+
+REGISTRY: dict[str, PolicyEntry] = {
+    round_robin.NAME: PolicyEntry(round_robin.build),
+    least_load.NAME: PolicyEntry(least_load.build),
+    gie_lora_affinity.NAME: PolicyEntry(
+        gie_lora_affinity.build, (gie_lora_affinity.SECTION, gie_lora_affinity.GieLoraAffinityConfig)
+    ),
+    chwbl.NAME: PolicyEntry(chwbl.build, (chwbl.SECTION, chwbl.ChwblConfig)),
+    trtfleet.NAME: PolicyEntry(trtfleet.build, (trtfleet.SECTION, trtfleet.TrtfleetPolicyConfig)),
+}
+
+
+def policy_names() -> tuple[str, ...]:
+    return tuple(REGISTRY)
+
+
+def build_policy(config: RoutingConfig) -> Policy:
+    """The configured policy; an unknown name fails here too, listing the known ones."""
+    entry = REGISTRY.get(config.policy)
+    if entry is None:
+        raise RoutingConfigError(f"unknown routing policy {config.policy!r}; known: {', '.join(REGISTRY)}")
+    return entry.build(config)
+
+
+def parse_routing_config(data: Any) -> RoutingConfig:
+    """A validated config from parsed YAML/JSON (None or empty: all defaults): the common settings, the
+    policy name and every policy block (each against its policy's model, so a typo in a block of a
+    policy not chosen still fails)."""
+    try:
+        config = RoutingConfig.model_validate(data or {})
+    except pydantic.ValidationError as exc:
+        raise RoutingConfigError(f"invalid routing configuration: {exc}") from exc
+    if config.policy not in REGISTRY:
+        raise RoutingConfigError(f"unknown routing policy {config.policy!r}; known: {', '.join(REGISTRY)}")
+    models = dict(entry.section for entry in REGISTRY.values() if entry.section is not None)
+    unknown = sorted(set(config.sections) - set(models))
+    if unknown:
+        raise RoutingConfigError(
+            f"invalid routing configuration: unknown keys {unknown}; policy blocks: {', '.join(models)}"
+        )
+    sections: dict[str, pydantic.BaseModel] = {}
+    for name, model in models.items():
+        try:
+            sections[name] = config.section(name, model)
+        except pydantic.ValidationError as exc:
+            raise RoutingConfigError(f"invalid routing configuration, block {name!r}: {exc}") from exc
+    return config.model_copy(update={"sections": sections})
+
+
+def load_routing_config(path: Path) -> RoutingConfig:
+    """Read and validate the YAML file at ``path``."""
+    return parse_routing_config(read_routing_file(path))

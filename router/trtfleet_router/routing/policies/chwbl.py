@@ -16,10 +16,14 @@ from __future__ import annotations
 import bisect
 from collections.abc import Sequence
 
+from pydantic import Field
+
+from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Profile, RoutingContext
 from trtfleet_router.routing.hashing import stable_hash64
 
+SECTION = "chwbl"
 NAME = "chwbl"
 
 
@@ -71,9 +75,17 @@ class BoundedLoadRingPicker:
         return default if default is not None else 0
 
 
+class ChwblConfig(ApiModel):
+    """KubeAI-style consistent hashing with bounded loads."""
+
+    load_factor: float = Field(default=1.25, ge=1.0, description="Bound: in-flight <= factor x mean.")
+    virtual_nodes: int = Field(default=256, ge=1, le=4096, description="Ring points per pod.")
+
+
 def build(config: RoutingConfig) -> Profile:
+    ring = config.section(SECTION, ChwblConfig)
     return Profile(
         NAME,
-        picker=BoundedLoadRingPicker(config.chwbl.load_factor, config.chwbl.virtual_nodes),
+        picker=BoundedLoadRingPicker(ring.load_factor, ring.virtual_nodes),
         retry_after_s=config.no_capacity_retry_after_s,
     )

@@ -17,6 +17,9 @@ ties uniformly at random):
 
 from __future__ import annotations
 
+from pydantic import Field
+
+from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import (
     MaxScorePicker,
@@ -26,6 +29,7 @@ from trtfleet_router.routing.framework import (
     min_max_inverse,
 )
 
+SECTION = "gie_lora_affinity"
 NAME = "gie-lora-affinity"
 
 ACTIVE_SCORE = 1.0
@@ -80,8 +84,16 @@ class LoraAffinityScorer:
         return scores
 
 
+class GieLoraAffinityConfig(ApiModel):
+    """Gateway API Inference Extension scorer weights."""
+
+    queue_weight: float = Field(default=2.0, ge=0, description="Weight of the queue-depth scorer.")
+    kv_cache_weight: float = Field(default=2.0, ge=0, description="Weight of the KV-cache-use scorer.")
+    lora_affinity_weight: float = Field(default=1.0, ge=0, description="Weight of the LoRA affinity scorer.")
+
+
 def build(config: RoutingConfig) -> Profile:
-    weights = config.gie_lora_affinity
+    weights = config.section(SECTION, GieLoraAffinityConfig)
     return Profile(
         NAME,
         scorers=[

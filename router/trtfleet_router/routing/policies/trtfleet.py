@@ -41,13 +41,68 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from trtfleet_router.routing.config import RoutingConfig, TrtfleetPolicyConfig
+from pydantic import Field
+
+from trtfleet.api.common import ApiModel
+from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Choice, PodView, RoutingContext, least_loaded
 from trtfleet_router.routing.hashing import rendezvous_rank, rendezvous_score
 from trtfleet_router.routing.types import AdapterRef, CachesBusy
 
 NAME = "trtfleet"
+SECTION = "trtfleet"
 CHURN_KEY = "trtfleet/churn-pods"  # HRW key that picks the churn pods
+
+
+class TrtfleetPolicyConfig(ApiModel):
+    """Parameters of the default ``trtfleet`` policy (see ``policies/trtfleet.py``)."""
+
+    load_bound_inflight: int = Field(
+        default=12,
+        ge=0,
+        description="A warm pod is preferred while its load exceeds the least-loaded "
+        "candidate's by at most this many requests (in-flight + scraped waiting). Keep it well below the engine's "
+        "max batch size: beyond it requests queue behind a full batch for a whole service time (12 suits batches "
+        "of 64 and more; the real-run benchmark with max batch 8 uses 4).",
+    )
+    link_bandwidth_bytes_per_s: float = Field(
+        default=1.25e9,
+        gt=0,
+        description="Assumed bandwidth of a cold load. Weights travel router -> pod "
+        "inside the gRPC request over the pod network (10 GbE = 1.25 GB/s, and about what Python protobuf "
+        "serialisation sustains); the pod's pinned-host -> GPU copy over PCIe (~25 GB/s) is never the "
+        "narrow link, so the network is what a cold load costs.",
+    )
+    queue_delay_per_inflight_s: float = Field(
+        default=0.05,
+        gt=0,
+        description="Delay one more request ahead on a pod adds to a new one: about a "
+        "request's service time (~6 s) over the batch it shares (~128) in in-flight batching.",
+    )
+    hot_spread_inflight_per_pod: int = Field(
+        default=4,
+        ge=1,
+        description="When an adapter's own in-flight requests per warm pod reach this, "
+        "the next pod in its rendezvous ranking may take it (cold) if that is cheaper.",
+    )
+    home_pods: int = Field(
+        default=2,
+        ge=1,
+        description="Pods at the head of an adapter's rendezvous ranking (among those "
+        "that can take it now) where a cold load may go if it evicts nothing more popular.",
+    )
+    rare_recent_requests: float = Field(
+        default=2.0,
+        ge=0,
+        description="An adapter with fewer decayed recent requests than this is rare: any cold load may evict it.",
+    )
+    churn_pod_fraction: float = Field(
+        default=0.25,
+        gt=0,
+        le=1,
+        description="Share of pods (at least one) that take rare adapters' cold "
+        "loads, chosen by rendezvous hashing so every replica picks the same ones.",
+    )
 
 
 class TrtfleetPolicy:
@@ -227,4 +282,4 @@ class TrtfleetPolicy:
 
 
 def build(config: RoutingConfig) -> TrtfleetPolicy:
-    return TrtfleetPolicy(config.trtfleet, config.no_capacity_retry_after_s)
+    return TrtfleetPolicy(config.section(SECTION, TrtfleetPolicyConfig), config.no_capacity_retry_after_s)

@@ -13,15 +13,19 @@ from trtfleet_router.routing import (
     parse_routing_config,
     policy_names,
 )
+from trtfleet_router.routing.policies.chwbl import ChwblConfig
+from trtfleet_router.routing.policies.gie_lora_affinity import GieLoraAffinityConfig
+from trtfleet_router.routing.policies.trtfleet import TrtfleetPolicyConfig
 
 
 def test_defaults() -> None:
     config = parse_routing_config(None)
     assert config.policy == "trtfleet"
-    assert (config.chwbl.load_factor, config.chwbl.virtual_nodes) == (1.25, 256)
-    weights = config.gie_lora_affinity
+    ring = config.section("chwbl", ChwblConfig)
+    assert (ring.load_factor, ring.virtual_nodes) == (1.25, 256)
+    weights = config.section("gie_lora_affinity", GieLoraAffinityConfig)
     assert (weights.queue_weight, weights.kv_cache_weight, weights.lora_affinity_weight) == (2, 2, 1)
-    assert 8 <= config.trtfleet.load_bound_inflight <= 16
+    assert 8 <= config.section("trtfleet", TrtfleetPolicyConfig).load_bound_inflight <= 16
 
 
 def test_yaml_file_camel_and_snake_case(tmp_path: Path) -> None:
@@ -31,7 +35,9 @@ def test_yaml_file_camel_and_snake_case(tmp_path: Path) -> None:
     )
     config = load_routing_config(path)
     assert (config.policy, config.metrics_stale_after_s) == ("chwbl", 2)
-    assert (config.chwbl.load_factor, config.trtfleet.load_bound_inflight) == (1.5, 8)
+    ring, trtfleet = config.section("chwbl", ChwblConfig), config.section("trtfleet", TrtfleetPolicyConfig)
+    assert (ring.load_factor, trtfleet.load_bound_inflight) == (1.5, 8)
+    assert isinstance(config.sections["chwbl"], ChwblConfig), "every block is validated once, at load"
     assert build_policy(config).name == "chwbl"
 
 
@@ -41,6 +47,7 @@ def test_yaml_file_camel_and_snake_case(tmp_path: Path) -> None:
         ({"policy": "fastest"}, "unknown routing policy 'fastest'; known: round-robin, least-load"),
         ({"polcy": "trtfleet"}, "polcy"),
         ({"chwbl": {"loadFactor": 0.5}}, "loadFactor"),
+        ({"policy": "chwbl", "trtfleet": {"homePods": 0}}, "homePods"),
     ],
 )
 def test_invalid_config_fails_at_load(data: dict[str, object], message: str) -> None:
