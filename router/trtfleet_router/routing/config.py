@@ -51,6 +51,13 @@ class TrtfleetPolicyConfig(ApiModel):
         "serialisation sustains); the pod's pinned-host -> GPU copy over PCIe (~25 GB/s) is never the "
         "narrow link, so the network is what a cold load costs.",
     )
+    pod_read_bytes_per_s: float = Field(
+        default=5e8,
+        gt=0,
+        description="Assumed speed of a cold load on runtime pytorch, where the pod reads the adapter's PEFT "
+        "directory from its volume (nothing travels with the request): a shared volume (NFS, a PVC) read plus "
+        "the PEFT-to-TRT-LLM conversion on the pod, about 0.5 GB/s.",
+    )
     queue_delay_per_inflight_s: float = Field(
         default=0.05,
         gt=0,

@@ -118,7 +118,9 @@ def test_endpointslices_to_pods() -> None:
             {"metadata": {"name": "unlabelled"}, "endpoints": [_endpoint("10.9.9.9", "x", "y")]},
         ]
     )
-    assert set(pods) == {"tiny"}
+    assert set(pods) == {"tiny", "other"}
+    other = pods["other"]["o-0"]  # runtime pytorch: trtllm-serve's port named http is the only one
+    assert other.address == other.http_address == "10.2.0.1:8000" and other.metrics_url is None
     tiny = pods["tiny"]
     assert tiny["tiny-0"].address == "10.1.0.5:8001" and tiny["tiny-0"].ready
     assert tiny["tiny-0"].metrics_url == "http://10.1.0.5:8002/metrics"

@@ -22,7 +22,8 @@ fresh scraped waiting; ``bound`` = least candidate load + ``load_bound_inflight`
    sets elsewhere alone. Then any pod of the ranking (``cold-evict``).
 4. **Pricing.** Leaving a warm pod (over ``bound``, or ``a`` hot) for the cold pod of step 2-3
    happens only when the cold pod is cheaper, in seconds: cold = ``weights_bytes /
-   link_bandwidth_bytes_per_s + load x queue_delay_per_inflight_s`` (+ the transfer again when it
+   link_bandwidth_bytes_per_s`` (runtime pytorch: ``/ pod_read_bytes_per_s``, the pod reads the adapter)
+   ``+ load x queue_delay_per_inflight_s`` (+ the transfer again when it
    evicts an adapter: that adapter's later reload); warm = ``load x queue_delay_per_inflight_s``.
 5. **Hot spread.** ``a`` is hot when its own in-flight requests per warm candidate reach
    ``hot_spread_inflight_per_pod`` and none of its loads is in transit; the next pod of its ranking
@@ -219,7 +220,8 @@ class TrtfleetPolicy:
 
     def _cold_cost_s(self, pod: PodView, load: int, adapter: AdapterRef) -> float:
         config = self._config
-        transfer_s = adapter.weights_bytes / config.link_bandwidth_bytes_per_s
+        bytes_per_s = config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
+        transfer_s = adapter.weights_bytes / bytes_per_s
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
         eviction_s = transfer_s if evicts else 0.0
