@@ -74,7 +74,7 @@ class ModelInfoCache:
         if base.serves_openai:
             raise OpenAIOnly(
                 f"base model '{base.name}' runs trtllm-serve (runtime pytorch), which has no Triton model: "
-                "use the OpenAI API (/v1/completions, /v1/chat/completions) or Triton's generate extension",
+                "use the OpenAI API (/v1/completions, /v1/chat/completions)",
                 param="model",
                 code="openai_api_only",
             )

@@ -37,7 +37,7 @@ WORKER_ARGS = ["--served_model_name", "tiny", "--max-loras", "1", "--max-cpu-lor
 
 def fleet(workers: list[ServeProcess]) -> dict[str, Any]:
     cache = workers[0].lora_cache()
-    adapter_pages = cache["devicePages"] // cache["maxLoras"]  # the sample adapters are of the max rank
+    adapter_pages = cache["devicePages"] // cache["deviceAdapters"]  # the sample adapters are of the max rank
     return {
         "baseModels": [
             {
