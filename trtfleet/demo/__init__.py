@@ -2,7 +2,7 @@
 
     trtfleet demo [--workers 2] [--adapters upper,reverse,json] [--http-port 8080] [--grpc-port 8081]
                   [--metrics-port 9090] [--host 127.0.0.1] [--once] [--prompt TEXT] [--workdir DIR]
-                  [--runtime tensorrtllm|pytorch]
+                  [--runtime pytorch|tensorrtllm]
 
 Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no component):
 
@@ -19,8 +19,8 @@ Everything the demo writes lives in a temporary directory (or ``--workdir``, kep
 stopped on exit. Exit codes: 0 success or a clean stop, 1 a step failed (the log tail is printed), 2 bad
 arguments or missing reference assets.
 
-``--runtime pytorch`` runs reference trtllm-serve workers instead (no conversion, OpenAI API only; see
-:mod:`trtfleet.demo.pytorch`).
+That is ``--runtime tensorrtllm``. The default, ``--runtime pytorch``, runs reference trtllm-serve workers
+instead (no conversion, OpenAI API only; see :mod:`trtfleet.demo.pytorch`).
 """
 
 from __future__ import annotations
@@ -88,8 +88,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt of the --once requests")
     parser.add_argument("--refresh-s", type=float, default=3.0, help="seconds between summary refreshes")
     parser.add_argument("--workdir", type=Path, help="keep converted adapters, configs and logs here")
-    parser.add_argument("--runtime", choices=("tensorrtllm", "pytorch"), default="tensorrtllm",
-                        help="tensorrtllm: Triton workers (default); pytorch: trtllm-serve workers")
+    parser.add_argument("--runtime", choices=("tensorrtllm", "pytorch"), default="pytorch",
+                        help="pytorch: reference trtllm-serve workers (default, what a new BaseModel gets); "
+                        "tensorrtllm: reference tritonserver workers (the engine flow's Triton contract)")
     parser.add_argument("--max-loras", type=int, default=pytorch.MAX_LORAS_DEFAULT,
                         help="pytorch: adapters each worker's device tier holds (default 1)")
     parser.set_defaults(func=run)
