@@ -155,3 +155,33 @@ def test_a_killed_workers_requests_are_retried(tmp_path: Path) -> None:
                                                    temperature=0)
                 assert answer.choices[0].text == OUTPUTS[name][index]
         assert fleet_.metric('trtfleet_router_upstream_retries_total{reason="pod_failed"}') >= 1
+
+
+def _cancelled(worker: ServeProcess) -> float:
+    """Requests the worker ended as ``cancelled`` (its client, the router, went away)."""
+    for line in worker.get("/prometheus/metrics").text.splitlines():
+        if line.startswith("trtllm_request_success_total{") and 'finished_reason="cancelled"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_a_client_that_goes_away_cancels_the_request_on_the_pod(tmp_path: Path) -> None:
+    """The router closes its connection to the pod when its client hangs up, streaming or not; the pod
+    then ends the request as cancelled (a finished one would say stop or length). 50 ms steps and 128
+    tokens (this prompt runs to the length limit): each request has about 6 s of steps left when its
+    client leaves."""
+    prompt = "the quick brown fox jumps over the lazy dog " * 2
+    with ExitStack() as stack:
+        workers = [stack.enter_context(serving(tmp_path, [*WORKER_ARGS, "--min-step-ms", "50"]))]
+        fleet_ = Fleet(workers, _router(stack, workers))
+        worker = workers[0]
+        before = _cancelled(worker)
+        stream = fleet_.client().completions.create(model="tiny-upper", prompt=prompt, max_tokens=128,
+                                                     temperature=0, stream=True)
+        assert next(iter(stream)).choices[0].text  # a first piece: the request runs on the pod
+        stream.close()
+        wait_until(lambda: _cancelled(worker) == before + 1, timeout_s=30)
+        with pytest.raises(httpx.ReadTimeout):
+            httpx.post(fleet_.router.http_url + "/v1/completions", timeout=1.0,
+                       json={"model": "tiny-upper", "prompt": prompt, "max_tokens": 128, "temperature": 0})
+        wait_until(lambda: _cancelled(worker) == before + 2, timeout_s=30)
