@@ -185,3 +185,9 @@ def test_a_client_that_goes_away_cancels_the_request_on_the_pod(tmp_path: Path) 
             httpx.post(fleet_.router.http_url + "/v1/completions", timeout=1.0,
                        json={"model": "tiny-upper", "prompt": prompt, "max_tokens": 128, "temperature": 0})
         wait_until(lambda: _cancelled(worker) == before + 2, timeout_s=30)
+
+
+def test_triton_endpoints_say_to_use_the_openai_api(pytorch_fleet: Fleet) -> None:
+    answer = httpx.post(pytorch_fleet.router.http_url + "/v2/models/tiny-upper/generate", timeout=30,
+                        json={"text_input": "hello", "max_tokens": 4})
+    assert answer.status_code == 400 and "use the OpenAI API" in answer.json()["error"]
