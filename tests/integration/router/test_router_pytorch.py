@@ -191,3 +191,16 @@ def test_triton_endpoints_say_to_use_the_openai_api(pytorch_fleet: Fleet) -> Non
     answer = httpx.post(pytorch_fleet.router.http_url + "/v2/models/tiny-upper/generate", timeout=30,
                         json={"text_input": "hello", "max_tokens": 4})
     assert answer.status_code == 400 and "use the OpenAI API" in answer.json()["error"]
+
+
+def test_min_pods_prewarm_makes_the_pod_read_the_adapter(tmp_path: Path) -> None:
+    """``warm.minPods``: the router sends a one-token request with the adapter's lora_request, unasked."""
+    with ExitStack() as stack:
+        workers = _started(stack, tmp_path, 1)
+        config = fleet(workers)
+        config["baseModels"][0]["adapters"][1]["minPods"] = 1  # tiny-reverse
+        loop = LoopThread()
+        stack.callback(loop.close)
+        router = RouterThread(loop, config, prewarm_interval_s=0.2)
+        stack.callback(router.stop)
+        wait_until(lambda: workers[0].lora_cache()["loads"] == [TASK_IDS["reverse"]], timeout_s=30)
