@@ -25,6 +25,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--only", default=",".join(ALL_SECTIONS),
                         help=f"comma-separated sections of {', '.join(ALL_SECTIONS)}")
     parser.add_argument("--no-loadgen", action="store_true", help="skip the external load generator")
+    parser.add_argument("--runtime", choices=("tensorrtllm", "pytorch"), default="tensorrtllm",
+                        help="routing real runs on Triton workers (default) or reference trtllm-serve workers "
+                        "(section routing-pytorch)")
     args = parser.parse_args(argv)
     wanted = [name.strip() for name in args.only.split(",") if name.strip()]
     unknown = sorted(set(wanted) - set(ALL_SECTIONS))
@@ -34,7 +37,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, lambda _signum, _frame: sys.exit(143))
     started = time.monotonic()
     calibration = None
-    if "routing" in wanted:
+    if "routing" in wanted and args.runtime == "pytorch":
+        from bench import routing_pytorch
+
+        print("== routing quality (real runs, runtime pytorch)", flush=True)
+        report.write_section("routing-pytorch", routing_pytorch.pytorch_routing_section(args.quick))
+    elif "routing" in wanted:
         from bench import routing
 
         print("== routing quality (real runs)", flush=True)

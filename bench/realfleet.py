@@ -111,6 +111,21 @@ def synthetic_adapters(count: int, seed: int = 0, root: Path = ADAPTER_CACHE) ->
     return paths
 
 
+def synthetic_peft_adapters(count: int, seed: int = 0, root: Path = ADAPTER_CACHE) -> list[Path]:
+    """``count`` PEFT directories (the same random adapters as :func:`synthetic_adapters`, unconverted):
+    what a ``pytorch`` pod reads from ``lora_path``. Generated once and reused."""
+    config = tiny_config()
+    base = root / f"peft-n{count}-seed{seed}"
+    paths = [base / f"s{index:04d}" for index in range(count)]
+    if all((path / "adapter_config.json").is_file() for path in paths):
+        return paths
+    rng = np.random.default_rng(seed)
+    for path in paths:
+        shutil.rmtree(path, ignore_errors=True)
+        write_peft_adapter(path, config, rng)
+    return paths
+
+
 def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:

@@ -25,6 +25,7 @@ RESULTS = ROOT / "bench" / "results"
 
 SECTIONS: tuple[tuple[str, str], ...] = (
     ("routing", "## Routing quality (real runs)"),
+    ("routing-pytorch", "## Routing quality (real runs, runtime pytorch)"),
     ("bound", "## Offline bound"),
     ("sim", "## Fleet simulation"),
     ("overhead", "## Router overhead"),

@@ -37,7 +37,7 @@ from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import SamplingParams, build_text_request
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT, MetricsScraper
-from trtfleet_router.upstream.text import TextGenerator
+from trtfleet_router.upstream.text import TextGenerator, TextRequest, openai_call
 from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
 from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES, SchemeReader, WeightStore
 
@@ -259,6 +259,8 @@ class Router:
         base = self.fleets.registry.bases.get(base_name)
         if base is None:
             return True
+        if base.serves_openai:
+            return await self.dispatcher.attempts.openai.healthy(endpoint.http_address or endpoint.address)
         request = service_pb2.ModelReadyRequest(name=base.upstream_model)
         try:
             answer = await self.pool.stub(endpoint.address).ModelReady(request, timeout=timeout_s)
@@ -279,25 +281,30 @@ class Router:
 
     async def _prewarm(self, base_model: str, pod: str, served_name: str) -> None:
         target = self.fleets.registry.resolve(served_name)
-        info = await self.model_info.info(target.base)
         assert target.adapter is not None
-        request = build_text_request(
-            info,
-            " ",
-            SamplingParams(max_tokens=1),
-            stream=False,
-            task_id=target.adapter.task_id,
-            request_id=f"prewarm-{served_name}",
-        )
-        call = UpstreamCall(
-            request_id=f"prewarm-{served_name}",
-            target=target,
-            request=request,
-            prompt_tokens=3,
-            max_tokens=1,
-            deadline_s=time.monotonic() + PREWARM_TIMEOUT_S,
-            pinned_decision=Fleet.prewarm_decision(pod),
-        )
+        request_id = f"prewarm-{served_name}"
+        if target.base.serves_openai:  # one token: the pod reads the adapter from lora_path
+            text = TextRequest(request_id, target, " ", SamplingParams(max_tokens=1), False, 3, PREWARM_TIMEOUT_S)
+            call = dataclasses.replace(openai_call(text), pinned_decision=Fleet.prewarm_decision(pod))
+        else:
+            info = await self.model_info.info(target.base)
+            request = build_text_request(
+                info,
+                " ",
+                SamplingParams(max_tokens=1),
+                stream=False,
+                task_id=target.adapter.task_id,
+                request_id=request_id,
+            )
+            call = UpstreamCall(
+                request_id=request_id,
+                target=target,
+                request=request,
+                prompt_tokens=3,
+                max_tokens=1,
+                deadline_s=time.monotonic() + PREWARM_TIMEOUT_S,
+                pinned_decision=Fleet.prewarm_decision(pod),
+            )
         try:
             async for _ in self.dispatcher.stream(call):
                 pass

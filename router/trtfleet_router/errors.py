@@ -62,6 +62,10 @@ class UnsupportedParameter(RequestError):
     """A parameter the router (or the engine) does not support."""
 
 
+class OpenAIOnly(RequestError):
+    """A Triton tensor call for a base model whose pods run trtllm-serve (runtime ``pytorch``)."""
+
+
 class LimitExceeded(RequestError):
     """The prompt or ``max_tokens`` exceed the engine's build limits."""
 

@@ -284,7 +284,7 @@ class RouterMetrics:
         )
         self.upstream_attempts = counter(
             "upstream_attempts",
-            "Attempts sent to pods, by transport (grpc_call, grpc_shared, http).",
+            "Attempts sent to pods, by transport (grpc_call, grpc_shared, http, openai).",
             "transport",
         )
         self.weight_store_loads = thread_counter(

@@ -61,6 +61,14 @@ class BaseModelEntry:
     default_max_tokens: int = DEFAULT_MAX_TOKENS
     batched: bool = True
     """The upstream model has ``max_batch_size > 0``: tensors carry a leading batch dim of 1."""
+    runtime: Runtime = Runtime.TENSORRTLLM
+    """``pytorch``: the pods run trtllm-serve (OpenAI API, adapters read from ``lora_path`` by the pod);
+    else Triton (``tensorrtllm``, ``reference``)."""
+
+    @property
+    def serves_openai(self) -> bool:
+        """The pods speak trtllm-serve's OpenAI API, not Triton's."""
+        return self.runtime is Runtime.PYTORCH
 
     def estimate_tokens(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token) + PROMPT_SPECIAL_TOKENS
@@ -103,6 +111,9 @@ class AdapterEntry:
     weights_bytes: int = 0
     pages: int = 1
     min_pods: int = 0
+    lora_path: str = ""
+    """runtime pytorch: the PEFT directory as the pods see it (``lora_request.lora_path``); the pod reads
+    the adapter from there on a miss. Empty: the adapter's weights travel with the request (Triton)."""
     ref: AdapterRef = field(init=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -112,6 +123,7 @@ class AdapterEntry:
             weights_bytes=self.weights_bytes,
             pages=self.pages,
             min_pods=self.min_pods,
+            read_by_pod=bool(self.lora_path),
         )
         object.__setattr__(self, "ref", ref)
 
@@ -218,6 +230,7 @@ def base_entry_from_spec(
         bytes_per_token=BYTES_PER_TOKEN_REFERENCE if reference else BYTES_PER_TOKEN_DEFAULT,
         host_pages=host_pages or DEFAULT_CACHE_PAGES,
         device_pages=device_pages or host_pages or DEFAULT_CACHE_PAGES,
+        runtime=spec.runtime,
     )
 
 

@@ -78,10 +78,11 @@ def mark() -> Iterator[str]:
         os.kill(int(line.split()[0]), signal.SIGKILL)
 
 
-def test_demo_once_answers_with_every_adapter_and_cleans_up(mark: str) -> None:
+@pytest.mark.parametrize("runtime", ["tensorrtllm", "pytorch"])
+def test_demo_once_answers_with_every_adapter_and_cleans_up(mark: str, runtime: str) -> None:
     env = {**os.environ, MARK_ENV: mark}
-    done = subprocess.run(demo_argv("--once", "--workers", "2"), env=env, capture_output=True, text=True,
-                          timeout=DEMO_TIMEOUT_S)
+    done = subprocess.run(demo_argv("--once", "--workers", "2", "--runtime", runtime), env=env,
+                          capture_output=True, text=True, timeout=DEMO_TIMEOUT_S)
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
     answers = {model: json.loads(text) for model, text in ANSWER.findall(done.stdout)}

@@ -62,8 +62,8 @@ def test_every_runtime_rule_is_a_cel_rule_of_the_crd() -> None:
         assert rule.to_cel()["rule"].startswith(f"!(self.runtime == '{rule.runtime.value}'")
 
 
-def test_default_runtime_is_still_the_engine_flow() -> None:
-    assert BaseModelSpec.model_validate(BASE).runtime.value == "tensorrtllm"
+def test_default_runtime_is_the_pytorch_backend() -> None:
+    assert BaseModelSpec.model_validate(BASE).runtime.value == "pytorch"
 
 
 def test_the_pytorch_example_is_valid_and_fits() -> None:

@@ -267,12 +267,12 @@ class BaseModelSpec(ApiModel):
     lora: LoraSpec = Field(default_factory=LoraSpec, description="Multi-LoRA settings.")
     serving: ServingSpec = Field(default_factory=ServingSpec, description="Triton serving settings.")
     runtime: Runtime = Field(
-        default=Runtime.TENSORRTLLM,
+        default=Runtime.PYTORCH,
         description="tensorrtllm: TRT-LLM's TensorRT-engine backend (trtllm-build, served by Triton), for "
         "TRT-LLM releases up to 1.3.0rc20, the last with that backend. pytorch: TRT-LLM's PyTorch backend "
         "(the HF checkpoint is staged once, optionally quantized with ModelOpt, and served by trtllm-serve), "
         "for every release. reference: trtfleet's CPU reference engine (same Triton tensors and LoRA cache "
-        "behaviour, no GPU). The default stays tensorrtllm in this API version.",
+        "behaviour, no GPU). The default is pytorch, the backend every current TRT-LLM release ships.",
     )
     dimensions: ModelDimensions | None = Field(
         default=None,

@@ -2,6 +2,7 @@
 
     trtfleet demo [--workers 2] [--adapters upper,reverse,json] [--http-port 8080] [--grpc-port 8081]
                   [--metrics-port 9090] [--host 127.0.0.1] [--once] [--prompt TEXT] [--workdir DIR]
+                  [--runtime pytorch|tensorrtllm]
 
 Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no component):
 
@@ -17,6 +18,9 @@ Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no compon
 Everything the demo writes lives in a temporary directory (or ``--workdir``, kept) and every child is
 stopped on exit. Exit codes: 0 success or a clean stop, 1 a step failed (the log tail is printed), 2 bad
 arguments or missing reference assets.
+
+That is ``--runtime tensorrtllm``. The default, ``--runtime pytorch``, runs reference trtllm-serve workers
+instead (no conversion, OpenAI API only; see :mod:`trtfleet.demo.pytorch`).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from typing import Any, Final
 
 import yaml
 
+from trtfleet.demo import pytorch
 from trtfleet.demo.errors import DemoError, DemoInterrupted, RequestError, StartupError
 from trtfleet.demo.fleet import (
     ADAPTERS_PER_WORKER_DEFAULT,
@@ -83,6 +88,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt of the --once requests")
     parser.add_argument("--refresh-s", type=float, default=3.0, help="seconds between summary refreshes")
     parser.add_argument("--workdir", type=Path, help="keep converted adapters, configs and logs here")
+    parser.add_argument("--runtime", choices=("tensorrtllm", "pytorch"), default="pytorch",
+                        help="pytorch: reference trtllm-serve workers (default, what a new BaseModel gets); "
+                        "tensorrtllm: reference tritonserver workers (the engine flow's Triton contract)")
+    parser.add_argument("--max-loras", type=int, default=pytorch.MAX_LORAS_DEFAULT,
+                        help="pytorch: adapters each worker's device tier holds (default 1)")
     parser.set_defaults(func=run)
 
 
@@ -154,6 +164,10 @@ def start_fleet(
             f"grpc {w.grpc_port}, metrics {w.metrics_port})")
     fleet = workdir / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(build_fleet_config(spec, workers, adapters), sort_keys=False))
+    return started, start_router(sup, args, fleet)
+
+
+def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Child:
     router = sup.spawn("router", [
         *trtfleet_command(), "router", "--fleet-config", str(fleet), "--host", args.host,
         "--http-port", str(args.http_port), "--grpc-port", str(args.grpc_port),
@@ -162,27 +176,38 @@ def start_fleet(
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
         f"metrics {args.metrics_port} (fleet file {fleet})")
-    return started, router
+    return router
 
 
 def local_url(host: str, port: int) -> str:
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
 
 
-def wait_ready(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
-               router: Child, served: list[str]) -> None:
-    children = [c for _, c in workers]
+def health_url(args: argparse.Namespace, w: WorkerEndpoint) -> str:
+    path = pytorch.HEALTH_PATH if args.runtime == "pytorch" else "/v2/health/ready"
+    return f"http://{w.host}:{w.http_port}{path}"
+
+
+def wait_workers(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
+                 watch: list[Child]) -> None:
     pending = dict(workers)
 
     def workers_ready() -> bool:
-        for w in [w for w in pending if http_ok(f"http://{w.host}:{w.http_port}/v2/health/ready")]:
+        for w in [w for w in pending if http_ok(health_url(args, w))]:
             say(f"  {w.name} ready")
             del pending[w]
         return not pending
 
-    took = sup.wait_until(workers_ready, what="loading the model into the workers' tritonserver",
-                          timeout_s=WORKER_READY_TIMEOUT_S, watch=[*children, router], progress=say)
+    took = sup.wait_until(workers_ready, what="loading the model into the workers",
+                          timeout_s=WORKER_READY_TIMEOUT_S, watch=watch, progress=say)
     say(f"workers ready in {took:.1f} s")
+
+
+def wait_ready(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
+               router: Child, served: list[str]) -> None:
+    children = [c for _, c in workers]
+    if args.runtime != "pytorch":  # pytorch workers were ready before the router started
+        wait_workers(sup, args, workers, [*children, router])
     base = local_url(args.host, args.http_port)
 
     def router_ready() -> bool:
@@ -210,7 +235,10 @@ def print_instructions(args: argparse.Namespace, served: list[str]) -> None:
     for name in served:
         say(f'  client.chat.completions.create(model="{name}", messages=[{{"role": "user", '
             f'"content": {json.dumps(args.prompt)}}}]).choices[0].message.content')
-    say(f"\nTriton: HTTP {base}/v2, gRPC {args.host}:{args.grpc_port} (model tensorrt_llm_bls)")
+    if args.runtime == "pytorch":
+        say("\nTriton endpoints: none for this runtime (trtllm-serve pods speak the OpenAI API only)")
+    else:
+        say(f"\nTriton: HTTP {base}/v2, gRPC {args.host}:{args.grpc_port} (model tensorrt_llm_bls)")
     say(f"Metrics: {local_url(args.host, args.metrics_port)}/metrics "
         f"(routing state: {local_url(args.host, args.metrics_port)}/debug/fleets)\n")
 
@@ -243,7 +271,7 @@ def run_live(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[Work
     last = ""
     while not sup.stop_requested.is_set():
         sup.check_alive([router, *(c for _, c in workers)])
-        ready = sum(http_ok(f"http://{w.host}:{w.http_port}/v2/health/ready") for w, _ in workers)
+        ready = sum(http_ok(health_url(args, w)) for w, _ in workers)
         try:
             text = format_summary(fetch_summary(local_url(args.host, args.metrics_port), names, ready, len(workers)))
         except (OSError, ValueError) as exc:
@@ -265,8 +293,8 @@ def parse_adapters(text: str) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     try:
         names = parse_adapters(args.adapters)
-        if args.workers < 1 or args.adapters_per_worker < 1:
-            raise ValueError("--workers and --adapters-per-worker must be at least 1")
+        if args.workers < 1 or args.adapters_per_worker < 1 or args.max_loras < 1:
+            raise ValueError("--workers, --adapters-per-worker and --max-loras must be at least 1")
         assets = reference_assets()
         check_ports_free(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
                                      "--metrics-port": args.metrics_port})
@@ -281,8 +309,18 @@ def run(args: argparse.Namespace) -> int:
     started = time.monotonic()
     with stop_on_signals(stop):  # also while stopping: a second Ctrl-C must not cut the cleanup short
         try:
-            adapters = convert_adapters(sup, assets, names, workdir / "adapters")
-            workers, router = start_fleet(sup, args, adapters, assets, workdir)
+            if args.runtime == "pytorch":
+                adapters = pytorch.peft_adapters(assets, names)
+                workers = pytorch.start_workers(sup, args, assets)
+                say(f"starting {len(workers)} reference trtllm-serve workers (device tier {args.max_loras}, "
+                    f"host tier {args.adapters_per_worker} adapters)")
+                wait_workers(sup, args, workers, [c for _, c in workers])
+                fleet, note = pytorch.write_fleet(workdir, [w for w, _ in workers], adapters)
+                say(note)
+                router = start_router(sup, args, fleet)
+            else:
+                adapters = convert_adapters(sup, assets, names, workdir / "adapters")
+                workers, router = start_fleet(sup, args, adapters, assets, workdir)
             served = [a.served_name for a in adapters]
             wait_ready(sup, args, workers, router, served)
             say(f"trtfleet demo ready in {time.monotonic() - started:.1f} s "

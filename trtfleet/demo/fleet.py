@@ -137,3 +137,40 @@ def build_fleet_config(
         "adapters": [{"servedName": a.served_name, "taskId": a.task_id, "artifact": str(a.path)}
                      for a in adapters],
     }]}
+
+
+# -- runtime pytorch: reference trtllm-serve workers ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ServeTiers:
+    """A pytorch worker's LoRA tiers as it reports them (``/reference/lora_cache``; on a cluster the
+    operator puts the same numbers in ``status.capacity``)."""
+
+    host_pages: int
+    device_pages: int
+    pages_per_adapter: int  # one adapter of the maximum rank
+
+    @classmethod
+    def from_report(cls, report: Mapping[str, Any]) -> ServeTiers:
+        device_pages, device_adapters = int(report["devicePages"]), int(report["deviceAdapters"])
+        return cls(int(report["hostPages"]), device_pages, max(1, device_pages // max(device_adapters, 1)))
+
+
+def build_pytorch_fleet_config(
+    workers: Sequence[WorkerEndpoint], adapters: Sequence[ConvertedAdapter], tiers: ServeTiers
+) -> dict[str, Any]:
+    """``trtfleet router --fleet-config`` for reference trtllm-serve workers (OpenAI API on their HTTP
+    port, adapters sent as ``lora_request`` with their PEFT directory as ``lora_path``)."""
+    return {"baseModels": [{
+        "name": BASE_MODEL,
+        "runtime": "pytorch",
+        "architecture": "reference",
+        "maxInputLen": 256,
+        "maxSeqLen": 512,
+        "hostPages": tiers.host_pages,
+        "devicePages": tiers.device_pages,
+        "backends": [{"address": f"{w.host}:{w.http_port}", "podId": w.name} for w in workers],
+        "adapters": [{"servedName": a.served_name, "taskId": a.task_id, "artifact": str(a.path),
+                      "pages": tiers.pages_per_adapter} for a in adapters],
+    }]}

@@ -5,6 +5,12 @@ stdout/stderr), forwards SIGTERM / SIGINT to it as SIGTERM, and removes every fi
 Exit code: tritonserver's, or 0 when it stopped because we were asked to stop; 1 when it could not start.
 
     trtfleet worker --http-port 8000 --grpc-port 8001 --metrics-port 8002 --lora-host-bytes 138240
+
+``--runtime pytorch`` serves the same engine with trtllm-serve's HTTP contract instead
+(``python -m trtfleet_engines.reference.serve``, in this process): OpenAI API on ``--http-port``, the
+LLM-API options rendered from ``--spec`` (or the reference one), adapters by ``lora_request`` path:
+
+    trtfleet worker --runtime pytorch --http-port 8000 --served-model-name tiny --max-loras 1 --max-cpu-loras 2
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import yaml
 from pydantic import ValidationError
 
 from trtfleet.api.basemodel import BaseModel, BaseModelSpec
+from trtfleet_engines.errors import EnginesError
 from trtfleet_engines.reference.errors import ReferenceEngineError, WorkerError
 from trtfleet_engines.reference.server import READY_TIMEOUT_S, start_worker
 
@@ -59,6 +66,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--min-step-ms", type=float, default=None, help="pretend GPU step time (ms per step)")
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for ready")
     parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
+    parser.add_argument("--runtime", choices=("triton", "pytorch"), default="triton",
+                        help="triton: tritonserver (default); pytorch: trtllm-serve's OpenAI API on --http-port")
+    parser.add_argument("--served-model-name", default=None, help="pytorch: the model's name in the API")
+    parser.add_argument("--max-loras", type=int, default=None, help="pytorch: lora_config.max_loras override")
+    parser.add_argument("--max-cpu-loras", type=int, default=None, help="pytorch: lora_config.max_cpu_loras override")
     parser.set_defaults(func=run)
 
 
@@ -72,7 +84,48 @@ def _load_spec(path: Path | None) -> BaseModelSpec | None:
     return BaseModelSpec.model_validate(data)
 
 
+def serve_argv(args: argparse.Namespace, options_file: Path | None) -> list[str]:
+    """The reference trtllm-serve's command line for the worker's flags (pure)."""
+    argv = [str(args.model)] if args.model is not None else []
+    argv += ["--host", args.host, "--port", str(args.http_port)]
+    flags = {
+        "--config": options_file,
+        "--served_model_name": args.served_model_name,
+        "--max_batch_size": args.max_batch_size,
+        "--max_num_tokens": args.max_num_tokens,
+        "--max-queue-size": args.max_queue_size,
+        "--min-step-ms": args.min_step_ms,
+        "--max-loras": args.max_loras,
+        "--max-cpu-loras": args.max_cpu_loras,
+    }
+    for flag, value in flags.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """``--runtime pytorch``: the reference trtllm-serve in this process, its options from ``--spec``."""
+    from trtfleet_engines.pytorch.options import render_llm_api_options
+    from trtfleet_engines.reference.repository import default_reference_spec
+    from trtfleet_engines.reference.serve.__main__ import main as serve_main
+
+    root = Path(tempfile.mkdtemp(prefix="trtfleet-worker-serve-"))
+    try:
+        spec = _load_spec(args.spec) or default_reference_spec()
+        options = root / "llm-api-options.yaml"
+        options.write_text(render_llm_api_options(spec), encoding="utf-8")
+        return serve_main(serve_argv(args, options))
+    except (EnginesError, ReferenceEngineError, ValidationError, OSError, yaml.YAMLError, ValueError) as exc:
+        print(f"trtfleet worker: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.runtime == "pytorch":
+        return run_serve(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from trtfleet_engines.reference.repository import build_reference_repository
 

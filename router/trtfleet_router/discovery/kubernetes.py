@@ -8,9 +8,11 @@ context's):
   dtype. Annotation ``trtfleet.io/upstream-model`` overrides the upstream model name.
 * ``Adapter``: served when ``status.phase`` is Ready and ``status.taskId``/``status.artifact.uri`` are
   set; served name ``status.servedName`` (else ``spec.servedName``, else the object name); base model
-  ``spec.baseModel``; weights size, rank and modules from ``status.artifact``.
+  ``spec.baseModel``; weights size, rank and modules from ``status.artifact``; on a ``pytorch`` base
+  model ``status.artifact.path`` (the staged PEFT directory) is sent as ``lora_request.lora_path``.
 * ``EndpointSlice`` labelled ``trtfleet.io/basemodel=<name>`` (the label is copied from the Service):
-  one pod per endpoint, address ``<ip>:<port named grpc>``, metrics ``<ip>:<port named metrics>``,
+  one pod per endpoint, address ``<ip>:<port named grpc>`` (``pytorch``: trtllm-serve's port named
+  ``http``), metrics ``<ip>:<port named metrics>``,
   Triton HTTP ``<ip>:<port named http>`` (used for warm requests when present), pod
   id ``targetRef.name``, uid ``targetRef.uid`` (a new uid or IP resets that pod's shadow cache), ready
   from ``conditions.ready`` (absent = ready, as the API defines; not ready -> ready also resets the
@@ -32,6 +34,7 @@ from pydantic import ValidationError
 from trtfleet.api.adapter import Adapter as AdapterObject
 from trtfleet.api.adapter import AdapterPhase
 from trtfleet.api.basemodel import BaseModel as BaseModelObject
+from trtfleet.api.basemodel import Runtime
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
 from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
@@ -68,6 +71,8 @@ def pods_from_endpointslices(slices: Iterable[Mapping[str, Any]]) -> dict[str, d
         ports = {p.get("name"): p.get("port") for p in slice_.get("ports") or []}
         grpc_port, metrics_port = ports.get(GRPC_PORT_NAME), ports.get(METRICS_PORT_NAME)
         http_port = ports.get(HTTP_PORT_NAME)
+        if not isinstance(grpc_port, int):
+            grpc_port = http_port  # runtime pytorch: trtllm-serve's HTTP port is the only one
         if not isinstance(grpc_port, int):
             continue
         target = pods.setdefault(base, {})
@@ -134,6 +139,7 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
         weights_bytes=weights_bytes,
         pages=pages_for_adapter(geometry, artifact.rank, artifact.modules, weights_bytes),
         min_pods=parsed.spec.warm.min_pods,
+        lora_path=(artifact.path or "") if base is not None and base.spec.runtime is Runtime.PYTORCH else "",
     )
 
 

@@ -12,15 +12,23 @@ Fleet file (camelCase or snake_case keys)::
         devicePages: 2
         upstreamModel: tensorrt_llm_bls
         chatTemplate: null          # override, see trtfleet_router.chat
+        runtime: tensorrtllm        # or pytorch (trtllm-serve pods); default: the spec's, else tensorrtllm
         backends:
           - 127.0.0.1:8001/8002/8000                        # Triton gRPC host:port[/metrics[/http]]
           - {address: 127.0.0.1:9001, metrics: 127.0.0.1:9002, http: 127.0.0.1:9000, podId: w2}
         adapters:
           - {servedName: tiny-upper, taskId: 1, artifact: /data/upper, minPods: 0}
 
-Adapter sizes (``weightsBytes``, rank, modules) come from the artifact's ``manifest.json`` when it is
-a local directory, else from the entry (``weightsBytes``, ``pages``). Relative paths are relative to
-the fleet file. :class:`StaticDiscovery` re-reads the file when its modification time changes.
+Runtime ``pytorch``: a backend's ``address`` is the trtllm-serve HTTP ``host:port``; an adapter's
+``artifact`` is its PEFT directory, sent as ``lora_request.lora_path`` (``loraPath`` overrides it
+when the pods mount it elsewhere); ``hostPages`` / ``devicePages`` are the tiers of ``max_cpu_loras`` /
+``max_loras`` in pages (``trtfleet_engines.pytorch.capacity.lora_tier``, ``status.capacity`` of a
+BaseModel).
+
+Adapter sizes (``weightsBytes``, rank, modules) come from the artifact's ``manifest.json`` (a PEFT
+directory: ``adapter_config.json``'s ``r`` and the weights file's size) when it is a local directory,
+else from the entry (``weightsBytes``, ``pages``). Relative paths are relative to the fleet file.
+:class:`StaticDiscovery` re-reads the file when its modification time changes.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet.api.basemodel import BaseModelSpec, Runtime
 from trtfleet_router.chat import chat_renderer
 from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
@@ -59,6 +67,7 @@ from trtfleet_router.models_registry import (
 log = logging.getLogger(__name__)
 
 POLL_INTERVAL_S: Final = 2.0
+PEFT_WEIGHT_FILES: Final = ("adapter_model.safetensors", "adapter_model.bin")
 
 
 class _Model(BaseModel):
@@ -81,6 +90,9 @@ class AdapterConfig(_Model):
     weights_bytes: int | None = Field(default=None, ge=0)
     pages: int | None = Field(default=None, ge=1)
     min_pods: int = Field(default=0, ge=0)
+    lora_path: str | None = Field(
+        default=None, description="runtime pytorch: the PEFT directory as the pods see it (default: artifact)."
+    )
 
 
 class BaseModelConfig(_Model):
@@ -99,6 +111,7 @@ class BaseModelConfig(_Model):
     weights_dtype: str = Field(default="FP16", pattern="^(FP16|BF16)$")
     bytes_per_token: float | None = Field(default=None, gt=0)
     default_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
+    runtime: Runtime | None = Field(default=None, description="Default: the spec's runtime, else tensorrtllm.")
     backends: list[BackendConfig] = Field(default_factory=list)
     adapters: list[AdapterConfig] = Field(default_factory=list)
 
@@ -141,9 +154,24 @@ def _artifact_dir(uri: str, base_dir: Path | None) -> Path | None:
     return path if path.is_absolute() or base_dir is None else base_dir / path
 
 
+def _peft_manifest(directory: Path) -> dict[str, Any]:
+    """``rank`` and ``weights_bytes`` of a PEFT directory (``adapter_config.json`` + weights file)."""
+    try:
+        config = json.loads((directory / "adapter_config.json").read_text(encoding="utf-8"))
+        weights = next((directory / n for n in PEFT_WEIGHT_FILES if (directory / n).is_file()), None)
+        size = weights.stat().st_size if weights is not None else 0
+    except (OSError, ValueError) as exc:
+        log.warning("PEFT adapter unreadable", extra={"ctx": {"dir": str(directory), "error": str(exc)}})
+        return {}
+    rank = config.get("r") if isinstance(config, dict) else None
+    return {"rank": rank, "weights_bytes": size}
+
+
 def _local_manifest(directory: Path | None) -> dict[str, Any]:
     if directory is None:
         return {}
+    if not (directory / "manifest.json").exists() and (directory / "adapter_config.json").exists():
+        return _peft_manifest(directory)
     try:
         data = json.loads((directory / "manifest.json").read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -152,7 +180,17 @@ def _local_manifest(directory: Path | None) -> dict[str, Any]:
     return data if isinstance(data, dict) else {}
 
 
+def runtime_of(config: BaseModelConfig) -> Runtime:
+    if config.runtime is not None:
+        return config.runtime
+    return config.spec.runtime if config.spec is not None else Runtime.TENSORRTLLM
+
+
 def base_entry(config: BaseModelConfig) -> BaseModelEntry:
+    return replace(_base_entry(config), runtime=runtime_of(config))
+
+
+def _base_entry(config: BaseModelConfig) -> BaseModelEntry:
     if config.spec is not None:
         entry = base_entry_from_spec(
             config.name,
@@ -202,6 +240,9 @@ def adapter_entry(config: AdapterConfig, base: BaseModelConfig, base_dir: Path |
             weights_bytes,
         )
     uri = str(directory) if directory is not None else config.artifact
+    lora_path = ""
+    if runtime_of(base) is Runtime.PYTORCH:
+        lora_path = config.lora_path or uri
     return AdapterEntry(
         served_name=config.served_name,
         base_model=base.name,
@@ -211,6 +252,7 @@ def adapter_entry(config: AdapterConfig, base: BaseModelConfig, base_dir: Path |
         weights_bytes=weights_bytes,
         pages=pages,
         min_pods=config.min_pods,
+        lora_path=lora_path,
     )
 
 

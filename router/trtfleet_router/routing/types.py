@@ -76,6 +76,7 @@ class AdapterRef:
     weights_bytes: int  # size of lora_weights as sent on the wire
     pages: int  # host-tier cache pages the adapter takes (trtfleet.loracache geometry)
     min_pods: int = 0  # warm.minPods: pods kept warm by prewarming
+    read_by_pod: bool = False  # runtime pytorch: a cold pod reads the adapter from its volume (nothing sent)
 
 
 @dataclass(frozen=True, slots=True)

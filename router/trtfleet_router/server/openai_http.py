@@ -114,6 +114,7 @@ class OpenAIFrontend:
             stream=parsed.stream,
             prompt_tokens=prompt_tokens,
             timeout_s=services.settings.request_timeout_s,
+            messages=tuple(parsed.messages) if parsed.messages is not None else None,
         )
         usage = Usage(prompt_tokens)
         response_id = ("chatcmpl-" if chat else "cmpl-") + record.request_id

@@ -32,6 +32,7 @@ from trtfleet_router.routing.config import StreamTimeouts
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.http_transport import HttpTransport
+from trtfleet_router.upstream.openai_upstream import OpenAITransport
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
     FailureKind,
@@ -118,6 +119,7 @@ class Attempts:
         self.per_call = PerCallTransport(pool)
         self.multiplexed = MultiplexedTransport(pool, streams_per_pod)
         self.http = HttpTransport()
+        self.openai = OpenAITransport()
         self.warm_over_http = warm_over_http
         self.watch = StallWatch()
 
@@ -130,7 +132,13 @@ class Attempts:
     ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
         """The transport for this attempt: HTTP for a warm text request (``request`` is None: the call's
         own, no weights) when the pod has an HTTP port, else gRPC (per call or multiplexed, see
-        :class:`UpstreamCalls`)."""
+        :class:`UpstreamCalls`); trtllm-serve's OpenAI API for a ``pytorch`` base model."""
+        if call.openai_body is not None:
+            self.metrics.upstream_attempts.labels("openai").inc()
+            address = endpoint.http_address or endpoint.address
+            return self.openai.exchange(
+                address, call.openai_path, call.openai_body, call.deadline_s, stream=call.client_streaming
+            )
         body = call.http_body
         if body is not None and request is None and endpoint.http_address and self.warm_over_http:
             self.metrics.upstream_attempts.labels("http").inc()
@@ -205,3 +213,4 @@ class Attempts:
         self.watch.close()
         await self.multiplexed.close()
         await self.http.close()
+        await self.openai.close()

@@ -32,6 +32,8 @@ class UpstreamCall:
     upstream_model: str = ""  # the model the request is for (taken from ``request`` when empty)
     http_stream: bool = False  # http_body goes to generate_stream (SSE) instead of generate
     http_answer: AnswerReader | None = None  # reads the pod's generate JSON (default: text_output only)
+    openai_body: Mapping[str, Any] | None = None  # runtime pytorch: the request for trtllm-serve (see openai_upstream)
+    openai_path: str = ""  # /v1/completions or /v1/chat/completions
 
     def grpc_request(self) -> service_pb2.ModelInferRequest:
         """The gRPC request, built on first use."""

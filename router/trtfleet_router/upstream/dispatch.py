@@ -220,7 +220,9 @@ class Dispatcher:
     ) -> service_pb2.ModelInferRequest | None:
         """The request with the adapter's weights when the decision says so; None: the call's own."""
         adapter = call.target.adapter
-        if not (decision.send_weights or decision.loading) or adapter is None:
+        if adapter is not None and adapter.lora_path and decision.send_weights:
+            self.metrics.adapter_loads.labels(adapter_label).inc()  # the pod reads it from lora_path
+        if not (decision.send_weights or decision.loading) or adapter is None or call.openai_body is not None:
             return None
         weights = await self.weights.get(ArtifactRef(adapter.artifact_uri, adapter.sha256))
         info = await self.model_info.info(call.target.base)

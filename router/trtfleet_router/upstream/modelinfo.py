@@ -18,7 +18,7 @@ from typing import Final, TypeVar
 import grpc
 from tritonclient.grpc import model_config_pb2, service_pb2
 
-from trtfleet_router.errors import NoCapacityAvailable
+from trtfleet_router.errors import NoCapacityAvailable, OpenAIOnly
 from trtfleet_router.fleets import FleetSet
 from trtfleet_router.models_registry import BaseModelEntry
 from trtfleet_router.upstream.pool import ChannelPool
@@ -71,6 +71,13 @@ class ModelInfoCache:
         return (await self._fetch(base)).metadata
 
     async def _fetch(self, base: BaseModelEntry) -> _Fetched:
+        if base.serves_openai:
+            raise OpenAIOnly(
+                f"base model '{base.name}' runs trtllm-serve (runtime pytorch), which has no Triton model: "
+                "use the OpenAI API (/v1/completions, /v1/chat/completions)",
+                param="model",
+                code="openai_api_only",
+            )
         key = (base.name, base.upstream_model)
         fetched = self._fetched.get(key)
         if fetched is not None:

@@ -2,8 +2,10 @@
 
 Used by the OpenAI front end and Triton's generate extension. Upstream, ``stream: true`` makes the
 text-level model answer with one response per new piece of text (a delta); ``stream: false`` with one
-response holding the whole completion. Token counts come from the engine when it returns
-``num_input_tokens``/``num_output_tokens``, else from the registry's byte estimate.
+response holding the whole completion. A ``pytorch`` base model's request travels as trtllm-serve's
+OpenAI request instead (:mod:`.openai_upstream`; chat as chat when ``messages`` are given). Token
+counts come from the engine when it returns ``num_input_tokens``/``num_output_tokens`` (trtllm-serve:
+its ``usage``), else from the registry's byte estimate.
 """
 
 from __future__ import annotations
@@ -15,8 +17,10 @@ from collections.abc import AsyncGenerator
 from contextlib import aclosing
 from dataclasses import dataclass
 
+from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
 from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall
+from trtfleet_router.upstream.openai_upstream import build_openai_body
 from trtfleet_router.upstream.protocol import (
     SamplingParams,
     TextPiece,
@@ -36,6 +40,7 @@ class TextRequest:
     stream: bool
     prompt_tokens: int  # estimated (see models_registry)
     timeout_s: float
+    messages: tuple[ChatMessage, ...] | None = None  # a chat request's messages (``prompt`` is them rendered)
 
 
 @dataclass(slots=True)
@@ -56,11 +61,33 @@ class TextGenerator:
     async def generate(self, request: TextRequest, usage: Usage) -> AsyncGenerator[TextPiece, None]:
         """Text pieces (deltas when streaming); fills ``usage`` as they arrive."""
         target = request.target
+        if target.base.serves_openai:
+            call = openai_call(request)
+        else:
+            call = await self._triton_call(request)
+        bytes_per_token = target.base.bytes_per_token
+        estimated_bytes = 0
+        async with aclosing(self.dispatcher.stream(call)) as responses:
+            async for response in responses:
+                piece = read_text(response)
+                if piece.input_tokens is not None:
+                    usage.prompt_tokens = piece.input_tokens
+                if piece.output_tokens is not None:
+                    counted = usage.completion_tokens if request.stream and usage.engine_counted else 0
+                    usage.engine_counted = True
+                    usage.completion_tokens = counted + piece.output_tokens
+                elif not usage.engine_counted:
+                    estimated_bytes += len(piece.text.encode("utf-8"))
+                    usage.completion_tokens = math.ceil(estimated_bytes / bytes_per_token)
+                yield piece
+
+    async def _triton_call(self, request: TextRequest) -> UpstreamCall:
+        target = request.target
         info = await self.dispatcher.model_info.info(target.base)
         task_id = target.adapter.task_id if target.adapter is not None else None
         check_text_params(info, request.params)  # now, not when (if) the gRPC request is built
         body = build_generate_body(info, request.prompt, request.params, stream=request.stream, task_id=task_id)
-        call = UpstreamCall(
+        return UpstreamCall(
             request_id=request.request_id,
             target=target,
             request=None,  # built by the dispatcher only if this request travels over gRPC
@@ -81,22 +108,24 @@ class TextGenerator:
             upstream_model=info.name,
             http_stream=bool(body.get("stream")),
         )
-        bytes_per_token = target.base.bytes_per_token
-        estimated_bytes = 0
-        async with aclosing(self.dispatcher.stream(call)) as responses:
-            async for response in responses:
-                piece = read_text(response)
-                if piece.input_tokens is not None:
-                    usage.prompt_tokens = piece.input_tokens
-                if piece.output_tokens is not None:
-                    usage.engine_counted = True
-                    usage.completion_tokens = (
-                        usage.completion_tokens + piece.output_tokens if request.stream else piece.output_tokens
-                    )
-                elif not usage.engine_counted:
-                    estimated_bytes += len(piece.text.encode("utf-8"))
-                    usage.completion_tokens = math.ceil(estimated_bytes / bytes_per_token)
-                yield piece
+
+
+def openai_call(request: TextRequest) -> UpstreamCall:
+    """The call for a ``pytorch`` base model: trtllm-serve's OpenAI request, no Triton request at all."""
+    path, body = build_openai_body(
+        request.target, request.prompt, request.messages, request.params, stream=request.stream
+    )
+    return UpstreamCall(
+        request_id=request.request_id,
+        target=request.target,
+        request=None,
+        prompt_tokens=request.prompt_tokens,
+        max_tokens=request.params.max_tokens,
+        deadline_s=time.monotonic() + request.timeout_s,
+        client_streaming=request.stream,
+        openai_body=body,
+        openai_path=path,
+    )
 
 
 def finish_reason(usage: Usage, max_tokens: int) -> str:

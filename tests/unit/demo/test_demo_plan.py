@@ -11,9 +11,11 @@ from trtfleet.demo import parse_adapters
 from trtfleet.demo.fleet import (
     DTYPE_BYTES,
     ConvertedAdapter,
+    ServeTiers,
     WorkerEndpoint,
     build_basemodel,
     build_fleet_config,
+    build_pytorch_fleet_config,
     plan_spec,
 )
 from trtfleet.demo.summary import FleetSummary, counter_totals, format_summary, summarize, warm_adapters
@@ -41,6 +43,24 @@ def test_host_cache_holds_exactly_the_planned_adapters(per_worker: int, ranks: t
         LoraCacheConfig(spec.lora.cache.optimal_adapter_size, spec.lora.cache.max_adapter_size,
                         spec.lora.max_rank, DTYPE_BYTES, spec.dimensions.num_layers))
     assert tier_pages(geometry, cache.host_bytes) == cache.host_pages  # what worker and router both compute
+
+
+@pytest.mark.parametrize(
+    ("report", "tiers"),
+    [
+        ({"hostPages": 3, "devicePages": 2, "deviceAdapters": 2}, ServeTiers(3, 2, 1)),
+        ({"hostPages": 8, "devicePages": 4, "deviceAdapters": 1}, ServeTiers(8, 4, 4)),
+    ],
+)
+def test_pytorch_fleet_carries_the_tiers_the_worker_reports(report: dict[str, int], tiers: ServeTiers) -> None:
+    assert ServeTiers.from_report(report) == tiers
+    workers = [WorkerEndpoint("worker-1", 1, 0, 0)]
+    fleet = build_pytorch_fleet_config(workers, [adapter("reverse")], tiers)["baseModels"][0]
+    assert (fleet["runtime"], fleet["hostPages"], fleet["devicePages"]) == ("pytorch", tiers.host_pages,
+                                                                            tiers.device_pages)
+    assert fleet["backends"] == [{"address": "127.0.0.1:1", "podId": "worker-1"}]  # trtllm-serve's HTTP port
+    assert fleet["adapters"] == [{"servedName": "tiny-reverse", "taskId": 2, "artifact": "/demo/adapters/reverse",
+                                  "pages": tiers.pages_per_adapter}]
 
 
 def test_worker_spec_and_fleet_config_share_one_spec() -> None:

@@ -15,6 +15,7 @@ BASE_SPEC: dict[str, Any] = {
     "architecture": "llama",
     "dtype": "float16",
     "engine": {"gpu": {"product": "H100-80GB", "count": 1}},
+    "runtime": "tensorrtllm",  # the engine flow; the API default is pytorch
 }
 
 

@@ -63,3 +63,17 @@ def test_an_unusable_model_dir_exits_1_and_leaves_nothing(tmp_path: Path, capsys
     assert code == 1
     assert "not a reference model directory" in capsys.readouterr().err
     assert set(Path(tempfile.gettempdir()).glob("trtfleet-worker-repo-*")) == before
+
+
+def test_pytorch_runtime_becomes_the_reference_trtllm_serve_command_line() -> None:
+    from trtfleet_engines.reference.cli import serve_argv
+    from trtfleet_engines.reference.serve.settings import settings_from_args
+
+    args = _parse("--runtime", "pytorch", "--host", "127.0.0.1", "--http-port", "8123", "--served-model-name",
+                  "tiny", "--max-loras", "1", "--max-cpu-loras", "3", "--min-step-ms", "5")
+    argv = serve_argv(args, Path("/tmp/options.yaml"))
+    assert argv == ["--host", "127.0.0.1", "--port", "8123", "--config", "/tmp/options.yaml",
+                    "--served_model_name", "tiny", "--min-step-ms", "5.0", "--max-loras", "1", "--max-cpu-loras", "3"]
+    settings = settings_from_args([a for a in argv if a not in ("--config", "/tmp/options.yaml")])
+    assert settings.lora is not None and (settings.lora.max_loras, settings.lora.max_cpu_loras) == (1, 3)
+    assert (settings.port, settings.served_model_name, settings.min_step_s) == (8123, "tiny", 0.005)

@@ -118,7 +118,9 @@ def test_endpointslices_to_pods() -> None:
             {"metadata": {"name": "unlabelled"}, "endpoints": [_endpoint("10.9.9.9", "x", "y")]},
         ]
     )
-    assert set(pods) == {"tiny"}
+    assert set(pods) == {"tiny", "other"}
+    other = pods["other"]["o-0"]  # runtime pytorch: trtllm-serve's port named http is the only one
+    assert other.address == other.http_address == "10.2.0.1:8000" and other.metrics_url is None
     tiny = pods["tiny"]
     assert tiny["tiny-0"].address == "10.1.0.5:8001" and tiny["tiny-0"].ready
     assert tiny["tiny-0"].metrics_url == "http://10.1.0.5:8002/metrics"
@@ -186,3 +188,19 @@ def test_build_snapshot() -> None:
     assert (base.upstream_model, base.host_pages, base.device_pages) == ("ensemble", 5, 2)
     assert snapshot.registry.served_names() == ["tiny", "up"]
     assert set(snapshot.pods) == {"tiny"} and set(snapshot.pods["tiny"]) == {"tiny-0"}
+
+
+def test_pytorch_base_model_and_adapter_carry_runtime_and_lora_path() -> None:
+    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-pytorch.yaml").read_text())
+    doc["metadata"] = {"name": "tiny"}
+    doc["status"] = {"phase": "Ready", "capacity": {"loraHostPages": 12, "loraDevicePages": 4, "maxLoras": 2}}
+    adapter = _adapter("up")
+    adapter["status"]["artifact"]["path"] = "/models/adapters/up-3"
+    slice_ = _slice("tiny", [_endpoint("10.1.0.5", "tiny-0", "u0")], ports=[{"name": "http", "port": 8000}])
+    snapshot = build_snapshot([doc], [adapter], [slice_])
+    base, entry = snapshot.registry.bases["tiny"], snapshot.registry.adapters["up"]
+    assert base.serves_openai and (base.host_pages, base.device_pages) == (12, 4)
+    assert entry.lora_path == "/models/adapters/up-3" and entry.ref.read_by_pod
+    assert snapshot.pods["tiny"]["tiny-0"].address == "10.1.0.5:8000"
+    triton = build_snapshot([_basemodel()], [adapter], [])
+    assert triton.registry.adapters["up"].lora_path == ""  # a Triton base model gets the weights sent

@@ -17,6 +17,7 @@ CASES = [
     (e.MalformedRequest("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.UnsupportedParameter("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.LimitExceeded("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
+    (e.OpenAIOnly("x"), 400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.BodyTooLarge("x"), 413, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error"),
     (e.RequestTimeout("x"), 408, grpc.StatusCode.DEADLINE_EXCEEDED, "invalid_request_error"),
     (e.Unauthenticated("x"), 401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error"),

@@ -22,7 +22,8 @@ fresh scraped waiting; ``bound`` = least candidate load + ``load_bound_inflight`
    sets elsewhere alone. Then any pod of the ranking (``cold-evict``).
 4. **Pricing.** Leaving a warm pod (over ``bound``, or ``a`` hot) for the cold pod of step 2-3
    happens only when the cold pod is cheaper, in seconds: cold = ``weights_bytes /
-   link_bandwidth_bytes_per_s + load x queue_delay_per_inflight_s`` (+ the transfer again when it
+   link_bandwidth_bytes_per_s`` (runtime pytorch: ``/ pod_read_bytes_per_s``, the pod reads the adapter)
+   ``+ load x queue_delay_per_inflight_s`` (+ the transfer again when it
    evicts an adapter: that adapter's later reload); warm = ``load x queue_delay_per_inflight_s``.
 5. **Hot spread.** ``a`` is hot when its own in-flight requests per warm candidate reach
    ``hot_spread_inflight_per_pod`` and none of its loads is in transit; the next pod of its ranking
@@ -72,6 +73,13 @@ class TrtfleetPolicyConfig(ApiModel):
         "inside the gRPC request over the pod network (10 GbE = 1.25 GB/s, and about what Python protobuf "
         "serialisation sustains); the pod's pinned-host -> GPU copy over PCIe (~25 GB/s) is never the "
         "narrow link, so the network is what a cold load costs.",
+    )
+    pod_read_bytes_per_s: float = Field(
+        default=5e8,
+        gt=0,
+        description="Assumed speed of a cold load on runtime pytorch, where the pod reads the adapter's PEFT "
+        "directory from its volume (nothing travels with the request): a shared volume (NFS, a PVC) read plus "
+        "the PEFT-to-TRT-LLM conversion on the pod, about 0.5 GB/s.",
     )
     queue_delay_per_inflight_s: float = Field(
         default=0.05,
@@ -274,7 +282,8 @@ class TrtfleetPolicy:
 
     def _cold_cost_s(self, pod: PodView, load: int, adapter: AdapterRef) -> float:
         config = self._config
-        transfer_s = adapter.weights_bytes / config.link_bandwidth_bytes_per_s
+        bytes_per_s = config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
+        transfer_s = adapter.weights_bytes / bytes_per_s
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
         eviction_s = transfer_s if evicts else 0.0
