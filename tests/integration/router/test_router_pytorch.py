@@ -204,3 +204,4 @@ def test_min_pods_prewarm_makes_the_pod_read_the_adapter(tmp_path: Path) -> None
         router = RouterThread(loop, config, prewarm_interval_s=0.2)
         stack.callback(router.stop)
         wait_until(lambda: workers[0].lora_cache()["loads"] == [TASK_IDS["reverse"]], timeout_s=30)
+        assert workers[0].lora_cache()["loads"] == [TASK_IDS["reverse"]]  # read once, by the prewarm alone

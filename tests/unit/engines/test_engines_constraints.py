@@ -11,7 +11,7 @@ import pytest
 from google.protobuf import text_format
 from pydantic import ValidationError
 from tritonclient.grpc import model_config_pb2
-from trtfleet_engines.constraints import BUILD_RULES, RUNTIME_RULES, engine_features
+from trtfleet_engines.constraints import BUILD_RULES, RUNTIME_RULES, engine_features, release_violations
 from trtfleet_engines.errors import ReleaseConstraintError
 from trtfleet_engines.plan import CommandStep, plan_engine_build
 from trtfleet_engines.triton import render_configs
@@ -82,7 +82,9 @@ def test_the_release_refuses_before_a_job_starts(make_spec: MakeSpec, case: Refu
     ],
 )
 def test_the_release_accepts(make_spec: MakeSpec, patch: dict[str, Any]) -> None:
-    plan_engine_build(make_spec(patch))
+    spec = make_spec(patch)
+    assert release_violations(spec) == ()
+    assert plan_engine_build(spec).steps  # planning does not raise and plans a build
 
 
 @dataclass(frozen=True)

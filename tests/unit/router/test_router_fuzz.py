@@ -183,7 +183,7 @@ def _check_triton_error(doc: Any) -> None:
     assert isinstance(doc, dict) and set(doc) == {"error"} and isinstance(doc["error"], str) and doc["error"]
 
 
-def _check(status: int, content_type: str, payload: bytes, check_error: Any) -> None:
+def check_answer(status: int, content_type: str, payload: bytes, check_error: Any) -> None:
     assert status < 500, payload[:500]
     if content_type.startswith("text/event-stream"):
         events = [line[len(b"data:") :].strip() for line in payload.splitlines() if line.startswith(b"data:")]
@@ -201,13 +201,13 @@ def _check(status: int, content_type: str, payload: bytes, check_error: Any) -> 
 @FUZZ
 @given(body=completions)
 def test_openai_completions(echo: EchoFleet, body: Any) -> None:
-    _check(*_post(echo, "/v1/completions", body), _check_openai_error)
+    check_answer(*_post(echo, "/v1/completions", body), _check_openai_error)
 
 
 @FUZZ
 @given(body=chat)
 def test_openai_chat(echo: EchoFleet, body: Any) -> None:
-    _check(*_post(echo, "/v1/chat/completions", body), _check_openai_error)
+    check_answer(*_post(echo, "/v1/chat/completions", body), _check_openai_error)
 
 
 @FUZZ
@@ -217,10 +217,10 @@ def test_openai_chat(echo: EchoFleet, body: Any) -> None:
     body=generate,
 )
 def test_triton_generate(echo: EchoFleet, model: str, action: str, body: Any) -> None:
-    _check(*_post(echo, f"/v2/models/{model}/{action}", body), _check_triton_error)
+    check_answer(*_post(echo, f"/v2/models/{model}/{action}", body), _check_triton_error)
 
 
 @FUZZ
 @given(model=st.sampled_from(["tiny", "a2", "nope"]), body=infer)
 def test_triton_infer(echo: EchoFleet, model: str, body: Any) -> None:
-    _check(*_post(echo, f"/v2/models/{model}/infer", body), _check_triton_error)
+    check_answer(*_post(echo, f"/v2/models/{model}/infer", body), _check_triton_error)
