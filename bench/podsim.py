@@ -10,6 +10,12 @@ engine implements), used the way TRT-LLM's executor uses its PEFT cache:
   tier (a host -> device copy added to that step's time); a full device tier makes it wait;
 * the queue of admitted-but-not-running requests is bounded (``max_queue_size``: "queue full").
 
+A ``pytorch`` pod (``PodSpec.read_bytes_per_s`` set: trtllm-serve, TensorRT-LLM's PyTorch backend) gets no
+weights with a request: a cold adapter is read by the pod itself from its PEFT directory, one read at a time
+at ``read_bytes_per_s``, and the request joins the batch only once its adapter is read. It never answers a
+miss, and a full host tier is not an error: the request waits in the pod (``blocked``) until adapters are
+released (:meth:`SimPod.unblock`); a full device tier makes it wait at scheduling as on TRT-LLM.
+
 Steps follow ``guaranteed_no_evict`` in FIFO order: a waiting request joins when a batch slot, its
 whole KV reservation (prompt + max_tokens), its prefill within ``max_num_tokens`` and its device pages
 are available. Each running sequence gains one token per step (the prefill step yields the first one).
@@ -19,6 +25,7 @@ Step time is :class:`StepTimeModel`. Everything is pure: the simulator owns the 
 from __future__ import annotations
 
 import heapq
+import math
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -102,6 +109,7 @@ class PodSpec:
     kv_capacity_tokens: int = 400_000
     max_queue_size: int = 256
     host_to_device_bytes_per_s: float = 25e9  # PCIe Gen5 x16, effective
+    read_bytes_per_s: float | None = None  # runtime pytorch: the pod reads cold adapters (None: sent to it)
 
 
 @dataclass(slots=True)
@@ -120,6 +128,8 @@ class SimRequest:
     finished_s: float | None = None
     finish_step: int = 0
     ticket: object = None  # the router's ticket, carried for the simulator
+    weights_bytes: int = 0  # runtime pytorch: what the pod reads when the adapter is cold
+    ready_s: float = 0.0  # runtime pytorch: when its adapter has been read (it may join a batch)
 
 
 class ArrivalError(Exception):
@@ -147,17 +157,29 @@ class SimPod:
     busy_s: float = 0.0
     _seq: int = 0
     _new: list[SimRequest] = field(default_factory=list)
+    read_free_s: float = 0.0  # runtime pytorch: the pod's reader is busy until then
+    reads_done_s: dict[int, float] = field(default_factory=dict)  # task id -> its latest read ends
+    blocked: deque[SimRequest] = field(default_factory=deque)  # runtime pytorch: waiting for host pages
 
     def __post_init__(self) -> None:
         self.cache = LoraPageCache(self.spec.host_pages, self.spec.device_pages)
 
     # -- arrival ---------------------------------------------------------------------------------------
-    def arrive(self, request: SimRequest) -> None:
-        """The executor takes ``request``: store weights, pin the adapter, queue it. Raises ArrivalError."""
-        if len(self.waiting) >= self.spec.max_queue_size:
+    def arrive(self, request: SimRequest, now_s: float = 0.0) -> float:
+        """The executor takes ``request``: store weights, pin the adapter, queue it. Raises ArrivalError.
+
+        Returns when it may join a batch: ``now_s``, later on a ``pytorch`` pod that reads the adapter first,
+        ``math.inf`` while it waits for host pages there.
+        """
+        if len(self.waiting) + len(self.blocked) >= self.spec.max_queue_size:
             raise ArrivalError("queue_full")
         resident = request.task_id in self.cache
-        request.hit = resident
+        request.hit = resident and self.reads_done_s.get(request.task_id, 0.0) <= now_s
+        if self.spec.read_bytes_per_s is not None:
+            if not resident and not self._try_read(request, now_s):
+                self.blocked.append(request)
+                return math.inf
+            return self._pin(request, now_s)
         if not resident:
             if not request.with_weights:
                 raise ArrivalError("miss")
@@ -172,10 +194,42 @@ class SimPod:
         except LoraTaskNotFound:  # cannot happen after put; kept for the contract
             raise ArrivalError("miss") from None
         self.waiting.append(request)
+        return now_s
+
+    def _try_read(self, request: SimRequest, now_s: float) -> bool:
+        """runtime pytorch: take host pages and read the adapter after the reads before it; False: tier full."""
+        assert self.spec.read_bytes_per_s is not None
+        try:
+            self.cache.put(request.task_id, request.pages)
+        except LoraCacheFull:
+            return False
+        self.read_free_s = max(now_s, self.read_free_s) + request.weights_bytes / self.spec.read_bytes_per_s
+        self.reads_done_s[request.task_id] = self.read_free_s
+        request.loaded = True
+        self.loads_total += 1
+        self.load_bytes_total += request.weights_bytes
+        return True
+
+    def _pin(self, request: SimRequest, now_s: float) -> float:
+        self.cache.acquire(request.task_id)
+        request.ready_s = max(now_s, self.reads_done_s.get(request.task_id, 0.0))
+        self.waiting.append(request)
+        return request.ready_s
+
+    def unblock(self, now_s: float) -> list[float]:
+        """runtime pytorch: requests waiting for host pages take them in FIFO order; their ready times."""
+        ready: list[float] = []
+        while self.blocked:
+            head = self.blocked[0]
+            if head.task_id not in self.cache and not self._try_read(head, now_s):
+                break
+            self.blocked.popleft()
+            ready.append(self._pin(head, now_s))
+        return ready
 
     # -- steps -----------------------------------------------------------------------------------------
-    def start_step(self) -> float:
-        """Admit what fits, return the step's duration (0.0: nothing to run, the pod idles)."""
+    def start_step(self, now_s: float = math.inf) -> float:
+        """Admit what fits (and, on a ``pytorch`` pod, is read by ``now_s``); the step's duration (0.0: idle)."""
         spec = self.spec
         prefill = 0
         copy_bytes = 0
@@ -184,6 +238,8 @@ class SimPod:
         while self.waiting and len(self.running) + len(admitted) < spec.max_batch_size:
             head = self.waiting[0]
             need = head.prompt_tokens + head.max_tokens
+            if head.ready_s > now_s:
+                break
             if self.reserved_tokens + need > spec.kv_capacity_tokens or head.prompt_tokens > budget - prefill:
                 break
             on_device = self.cache.on_device(head.task_id)
@@ -231,7 +287,7 @@ class SimPod:
 
     @property
     def queue_depth(self) -> int:
-        return len(self.waiting)
+        return len(self.waiting) + len(self.blocked)
 
     @property
     def active(self) -> int:

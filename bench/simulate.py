@@ -21,12 +21,18 @@ What a request goes through (times in simulated seconds; the clock is the event 
    pod's admission confirms the ticket (``Fleet.confirm``); a *loading* decision sends weights too;
 4. steps until its last token; first and last tokens reach the client one latency later.
 
+``runtime="pytorch"`` (trtllm-serve pods): adapters are ``read_by_pod`` for the router's cost model; nothing
+travels with a request (no artifact fetch, no link transfer), the pod reads a cold adapter at
+``pod_read_bytes_per_s`` (:class:`bench.podsim.SimPod`), never answers a miss, and holds a request whose
+adapter finds no host pages in its own queue.
+
 The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
 it caused, weight bytes sent, TTFT, end-to-end latency, output tokens, errors by kind.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 import random
@@ -53,7 +59,8 @@ from trtfleet_router.routing.types import (
 from bench.podsim import ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel
 from bench.traces import TraceRequest
 
-_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT = range(7)
+_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE = range(8)
+RUNTIMES = ("tensorrtllm", "pytorch")
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
@@ -72,6 +79,12 @@ class FleetSpec:
     scrape_interval_s: float = 1.0
     max_attempts: int = 3
     add_decision_time: bool = True
+    runtime: str = "tensorrtllm"  # or "pytorch": trtllm-serve pods read cold adapters themselves
+    pod_read_bytes_per_s: float = 5e8  # runtime pytorch (the trtfleet policy's podReadBytesPerS default)
+
+    def __post_init__(self) -> None:
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
 
 
 @dataclass(slots=True)
@@ -105,10 +118,13 @@ class SimResult:
     admitted_adapters: list[str]  # in the order pods admitted them (for the per-run bound)
 
 
-def adapter_refs(names: Sequence[str], pages: int, weights_bytes: int) -> dict[str, AdapterRef]:
+def adapter_refs(
+    names: Sequence[str], pages: int, weights_bytes: int, read_by_pod: bool = False
+) -> dict[str, AdapterRef]:
     """One AdapterRef per adapter, task ids 1.. in name order (as the operator would allocate them)."""
     return {
-        name: AdapterRef(name=name, task_id=index + 1, weights_bytes=weights_bytes, pages=pages)
+        name: AdapterRef(name=name, task_id=index + 1, weights_bytes=weights_bytes, pages=pages,
+                         read_by_pod=read_by_pod)
         for index, name in enumerate(sorted(names))
     }
 
@@ -160,7 +176,9 @@ class FleetSimulation:
             build_policy(routing), now=lambda: self.now_s, rng=random.Random(seed), config=routing,
             model=model_name,
         )
-        self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", spec.pod, spec.model) for i in range(spec.pods)}
+        self.reads = spec.runtime == "pytorch"
+        pod_spec = dataclasses.replace(spec.pod, read_bytes_per_s=spec.pod_read_bytes_per_s) if self.reads else spec.pod
+        self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", pod_spec, spec.model) for i in range(spec.pods)}
         self.fleet.set_pods(
             {
                 pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages,
@@ -169,7 +187,7 @@ class FleetSimulation:
             }
         )
         names = sorted({r.adapter for r in trace})
-        self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes)
+        self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes, self.reads)
         self.store = _WeightStore(
             spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s
         )
@@ -211,6 +229,8 @@ class FleetSimulation:
                 self._finish(*payload)  # type: ignore[misc]
             elif kind == _REPLY_ERROR:
                 self._reply_error(*payload)  # type: ignore[misc]
+            elif kind == _READ_DONE:
+                self._kick(payload)  # type: ignore[arg-type]
             elif kind == _WAIT_TIMEOUT:
                 self._wait_timeout(payload)  # type: ignore[arg-type]
             elif kind == _SCRAPE:
@@ -305,7 +325,7 @@ class FleetSimulation:
         adapter = route_request.adapter
         assert adapter is not None
         with_weights = decision.send_weights or decision.loading
-        if with_weights:
+        if with_weights and not self.reads:
             ready_s = self.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
             link_start = max(ready_s, self.link_free_s[decision.pod])
             self.link_free_s[decision.pod] = link_start + adapter.weights_bytes / self.spec.link_bytes_per_s
@@ -338,6 +358,7 @@ class FleetSimulation:
         record.ttft_s = request.first_token_s + latency - record.arrival_s
         record.e2e_s = self.now_s - record.arrival_s
         record.output_tokens = request.max_tokens
+        record.loads += int(request.loaded)  # counted once served: a pytorch pod may load it after admission
         self._open -= 1
 
     def _scrape(self) -> None:
@@ -351,23 +372,34 @@ class FleetSimulation:
         trace_request = self.trace[key]
         adapter = self.refs[trace_request.adapter]
         request = SimRequest(
-            key, adapter.task_id, trace_request.prompt_tokens, trace_request.max_tokens, with_weights,
-            adapter.pages,
+            key, adapter.task_id, trace_request.prompt_tokens, trace_request.max_tokens,
+            with_weights or self.reads,  # a pytorch pod always has the adapter's path
+            adapter.pages, weights_bytes=adapter.weights_bytes,
         )
         pod = self.pods[pod_id]
         record = self.records[key]
         try:
-            pod.arrive(request)
+            ready_s = pod.arrive(request, self.now_s)
         except ArrivalError as exc:
             self._push(self.now_s + self.spec.one_way_latency_s, _REPLY_ERROR, (key, ticket, exc.kind))
             return
         self.fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
         self.admitted.append(trace_request.adapter)
         record.hit = request.hit and record.misses == 0
-        record.loads += int(request.loaded)
         request.ticket = ticket
+        self._wake_at(pod_id, [ready_s])
+        self._kick(pod_id)
+
+    def _wake_at(self, pod_id: str, ready_s: Sequence[float]) -> None:
+        """runtime pytorch: start the idle pod again when an adapter it is reading is ready."""
+        for at_s in ready_s:
+            if self.now_s < at_s < math.inf:
+                self._push(at_s, _READ_DONE, pod_id)
+
+    def _kick(self, pod_id: str) -> None:
+        pod = self.pods[pod_id]
         if not pod.stepping:
-            duration = pod.start_step()
+            duration = pod.start_step(self.now_s)
             if duration > 0:
                 self._push(self.now_s + duration, _STEP_END, pod_id)
 
@@ -376,7 +408,8 @@ class FleetSimulation:
         for request in pod.end_step(self.now_s):
             reply_s = self.now_s + self.spec.one_way_latency_s
             self._push(reply_s, _FINISH, (request.key, request.ticket, request))
-        duration = pod.start_step()
+        self._wake_at(pod_id, pod.unblock(self.now_s))
+        duration = pod.start_step(self.now_s)
         if duration > 0:
             self._push(self.now_s + duration, _STEP_END, pod_id)
 

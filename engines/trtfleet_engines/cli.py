@@ -8,6 +8,11 @@ Subcommands (``-f`` takes a BaseModel YAML file, the whole object, or ``-`` for 
     trtfleet engines render-repo -f basemodel.yaml --engine-dir DIR --out OUT
     trtfleet engines build --plan plan.json --out URI             run a plan, publish atomically
 
+``plan``, ``hash`` and ``capacity`` follow ``spec.runtime`` as the operator does
+(``operator/trtfleet_operator/planning.py``): for ``runtime: pytorch`` there is no engine, so ``plan``
+prints the prepare plan (staged under ``--cache-root``) and the LLM-API options as JSON, ``hash`` the
+prepare hash, and ``capacity`` the PyTorch backend's memory plan (``max_loras`` / ``max_cpu_loras``).
+
 Exit codes, mapped here and nowhere else: 0 success; 1 the engine does not fit or the build failed
 (the reason also goes to the termination log); 2 invalid input (YAML, spec validation, unsupported
 combination, unreadable plan), reported one line per problem without a traceback.
@@ -19,13 +24,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pydantic
 import yaml
 
-from trtfleet.api.basemodel import BaseModel
+from trtfleet.api.basemodel import BaseModel, BaseModelSpec, Runtime
 from trtfleet_engines.capacity import CapacityPlan, plan_capacity
 from trtfleet_engines.errors import EnginesError, PlanFileError, SpecError
 from trtfleet_engines.gpus import GIB, lookup_gpu
@@ -39,10 +45,15 @@ from trtfleet_engines.plan import (
     plan_engine_build,
     plan_merged_engine_build,
 )
+from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
+from trtfleet_engines.pytorch.options import build_llm_api_options
+from trtfleet_engines.pytorch.serving import plan_prepare, prepare_hash
 
 EXIT_OK = 0
 EXIT_FAILED = 1
 EXIT_INVALID = 2
+DEFAULT_CACHE_ROOT = "/model-cache"
+"""Where the operator mounts the model cache in prepare Jobs and ``trtllm-serve`` pods (``runtime: pytorch``)."""
 
 
 class InputError(Exception):
@@ -84,8 +95,26 @@ def _print_json(value: Any) -> None:
     print(json.dumps(value, indent=2, sort_keys=True))
 
 
+def pytorch_plan_json(spec: BaseModelSpec, cache_root: str) -> dict[str, Any]:
+    """What ``engines plan`` prints for ``runtime: pytorch``: the prepare plan and the LLM-API options."""
+    prepare = plan_prepare(spec, cache_root=cache_root)
+    return {
+        "runtime": Runtime.PYTORCH.value,
+        "prepareHash": prepare.content_hash,
+        "prepare": asdict(prepare),
+        "serveCheckpointDir": prepare.serve_checkpoint_dir,
+        "llmApiOptions": build_llm_api_options(spec),
+    }
+
+
 def _cmd_plan(args: argparse.Namespace) -> int:
     spec = load_basemodel(args.file).spec
+    if spec.runtime is Runtime.PYTORCH:
+        if args.merged_adapter:
+            raise InputError(["--merged-adapter plans a merged TensorRT engine; runtime pytorch has no engine "
+                              "to merge into (serve the adapter with lora_request, or use runtime tensorrtllm)"])
+        _print_json(pytorch_plan_json(spec, args.cache_root))
+        return EXIT_OK
     options = {"workdir": args.workdir, "trtllm_dir": args.trtllm_dir, "serve_dir": args.serve_dir}
     if args.merged_adapter:
         plan = plan_merged_engine_build(spec, args.merged_adapter, args.adapter_revision, **options)
@@ -96,7 +125,8 @@ def _cmd_plan(args: argparse.Namespace) -> int:
 
 
 def _cmd_hash(args: argparse.Namespace) -> int:
-    value = engine_hash(load_basemodel(args.file).spec)
+    spec = load_basemodel(args.file).spec
+    value = prepare_hash(spec) if spec.runtime is Runtime.PYTORCH else engine_hash(spec)
     print(value[:16] if args.short else value)
     return EXIT_OK
 
@@ -123,17 +153,32 @@ def _count(value: int) -> str:
     return f"{value / 1e9:.2f} B" if value >= 10**9 else f"{value / 1e6:.2f} M"
 
 
-def format_capacity(name: str, plan: CapacityPlan, spec_summary: str) -> str:
-    """The human-readable capacity table of ``trtfleet engines capacity``."""
-    rows = [
+Row = tuple[str, str, str]
+
+
+def _head_rows(plan: CapacityPlan | PytorchCapacityPlan, reserve_note: str) -> list[Row]:
+    return [
         ("GPU memory", _size(plan.gpu_memory_bytes), ""),
-        ("weights per GPU", _size(plan.weights_bytes), f"{_count(plan.params)} params"),
-        ("runtime reserve", _size(plan.runtime_reserve_bytes), "CUDA/TensorRT workspaces + activations"),
+        ("weights per GPU", _size(plan.weights_bytes),
+         f"{_count(plan.params)} params" if isinstance(plan, CapacityPlan) else ""),
+        ("runtime reserve", _size(plan.runtime_reserve_bytes), reserve_note),
         ("free after both", _size(plan.free_bytes), ""),
         ("KV cache", _size(plan.kv_cache_bytes),
          f"{plan.kv_cache_tokens:,} tokens in {plan.kv_cache_blocks:,} blocks, "
          f"{plan.kv_bytes_per_token:,} bytes per token"),
     ]
+
+
+def _table(name: str, plan: CapacityPlan | PytorchCapacityPlan, summary: str, rows: list[Row]) -> str:
+    lines = [f"BaseModel {name} on {plan.gpu} ({summary}); dimensions from {plan.dimensions_source}"]
+    lines += [f"  {label:<17} {value:>14}   {note}".rstrip() for label, value, note in rows]
+    lines.append(f"verdict: {plan.verdict}")
+    return "\n".join(lines)
+
+
+def format_capacity(name: str, plan: CapacityPlan, spec_summary: str) -> str:
+    """The human-readable capacity table of ``trtfleet engines capacity``."""
+    rows = _head_rows(plan, "CUDA/TensorRT workspaces + activations")
     lora = plan.lora
     if lora is None:
         rows.append(("LoRA", "disabled", ""))
@@ -146,10 +191,25 @@ def format_capacity(name: str, plan: CapacityPlan, spec_summary: str) -> str:
             rows.append((label, _size(tier.bytes), f"{tier.pages:,} pages: {tier.max_rank_adapters:,} "
                          f"rank-{lora.max_adapter_rank} or {tier.optimal_rank_adapters:,} "
                          f"rank-{lora.optimal_adapter_rank} adapters"))
-    lines = [f"BaseModel {name} on {plan.gpu} ({spec_summary}); dimensions from {plan.dimensions_source}"]
-    lines += [f"  {label:<17} {value:>14}   {note}".rstrip() for label, value, note in rows]
-    lines.append(f"verdict: {plan.verdict}")
-    return "\n".join(lines)
+    return _table(name, plan, spec_summary, rows)
+
+
+def format_pytorch_capacity(name: str, plan: PytorchCapacityPlan, spec_summary: str) -> str:
+    """The capacity table of a ``runtime: pytorch`` spec: LoRA tiers in adapters (max_loras / max_cpu_loras)."""
+    rows = _head_rows(plan, "CUDA workspaces + activations")
+    lora = plan.lora
+    if lora is None:
+        rows.append(("LoRA", "disabled", ""))
+    else:
+        rows.append(("LoRA page", f"{lora.page_width:,} x {lora.slots_per_page:,}",
+                     f"elements x slots; a rank-{lora.max_lora_rank} adapter takes {lora.max_adapter_pages} "
+                     f"page(s), {lora.slots_per_module_layer} slot(s) per module-layer, "
+                     f"{lora.num_modules} modules"))
+        for label, key, tier in (("LoRA host tier", "max_cpu_loras", lora.host),
+                                 ("LoRA device tier", "max_loras", lora.device)):
+            rows.append((label, _size(tier.bytes), f"{key} {tier.adapters:,}: {tier.pages:,} pages, "
+                         f"{tier.max_rank_adapters_fit:,} rank-{lora.max_lora_rank} adapters fit"))
+    return _table(name, plan, spec_summary, rows)
 
 
 def _cmd_capacity(args: argparse.Namespace) -> int:
@@ -157,13 +217,20 @@ def _cmd_capacity(args: argparse.Namespace) -> int:
     spec = basemodel.spec
     gpu = lookup_gpu(args.gpu) if args.gpu else None
     dims = load_config_json(Path(args.config_json)) if args.config_json else resolve_dimensions(spec)
-    plan = plan_capacity(spec, gpu, dims)
+    name = str(basemodel.metadata.get("name", "?"))
+    summary = (f"{spec.dtype}, quantization {spec.quantization.mode}, TP {spec.parallelism.tensor} x "
+               f"PP {spec.parallelism.pipeline}")
+    plan: CapacityPlan | PytorchCapacityPlan
+    if spec.runtime is Runtime.PYTORCH:
+        plan = plan_pytorch_capacity(spec, gpu, dims)
+        text = format_pytorch_capacity(name, plan, f"{summary}, runtime pytorch")
+    else:
+        plan = plan_capacity(spec, gpu, dims)
+        text = format_capacity(name, plan, summary)
     if args.json:
         _print_json(plan.to_json_dict())
     else:
-        summary = (f"{spec.dtype}, quantization {spec.quantization.mode}, TP {spec.parallelism.tensor} x "
-                   f"PP {spec.parallelism.pipeline}")
-        print(format_capacity(str(basemodel.metadata.get("name", "?")), plan, summary))
+        print(text)
     for problem in plan.problems:
         print(f"error: {problem}", file=sys.stderr)
     return EXIT_OK if plan.verdict == "ok" else EXIT_FAILED
@@ -233,6 +300,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     plan.add_argument("--workdir", default=DEFAULT_WORKDIR, help="scratch directory of the build")
     plan.add_argument("--trtllm-dir", default=DEFAULT_TRTLLM_DIR, help="TensorRT-LLM sources in the image")
     plan.add_argument("--serve-dir", default=SERVE_ARTIFACT_DIR, help="where serving pods mount the artifact")
+    plan.add_argument("--cache-root", default=DEFAULT_CACHE_ROOT,
+                      help="runtime pytorch: where the model cache is mounted (the staged checkpoint's root)")
     plan.add_argument("--merged-adapter", metavar="URI", help="plan a merged-adapter engine for this adapter")
     plan.add_argument("--adapter-revision", help="revision of --merged-adapter")
 
