@@ -21,7 +21,8 @@ from trtfleet_router.routing import parse_routing_config
 
 from bench import report
 from bench.podsim import PodSpec, StepTimeModel
-from bench.simulate import FleetSpec, simulate, summarize
+from bench.simstats import summarize
+from bench.simulate import FleetSpec, simulate
 from bench.traces import TraceRequest
 
 CALIBRATION_POLICY = "least-load"

@@ -31,7 +31,7 @@ from typing import Any
 
 from bench import optimal, report
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
-from bench.simulate import percentile
+from bench.simstats import percentile
 from bench.traces import (
     FleetLimits,
     LengthSpec,

@@ -27,7 +27,8 @@ from trtfleet_router.routing import parse_routing_config, policy_names
 from bench import optimal, report
 from bench.podsim import fit_report
 from bench.profiles import GIB, h100_llama3_8b_fleet, pod_capacity_requests_per_s
-from bench.simulate import FleetSpec, simulate, summarize
+from bench.simstats import summarize
+from bench.simulate import FleetSpec, simulate
 from bench.traces import TraceRequest, TraceSpec, generate, offered_load, standard_specs
 
 COMMAND = ".venv/bin/python -m bench{quick} --only bound,sim"

@@ -37,7 +37,7 @@ import heapq
 import math
 import random
 import time
-from collections import Counter, OrderedDict, deque
+from collections import OrderedDict, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -419,46 +419,3 @@ def simulate(
     config: RoutingConfig | None = None,
 ) -> SimResult:
     return FleetSimulation(trace, policy, spec, seed=seed, config=config).run()
-
-
-def percentile(values: Sequence[float], q: float) -> float:
-    if not values:
-        return math.nan
-    ordered = sorted(values)
-    position = (len(ordered) - 1) * q / 100.0
-    low = math.floor(position)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
-
-
-def summarize(result: SimResult) -> dict[str, float | int | str]:
-    """The per-policy row: hit rate, loads, weight bytes, TTFT/e2e p50/p99, tokens/s, errors."""
-    records = result.records
-    served = [r for r in records if r.error is None and r.e2e_s is not None]
-    errors = Counter(r.error for r in records if r.error is not None)
-    ttft = [r.ttft_s for r in served if r.ttft_s is not None]
-    e2e = [r.e2e_s for r in served if r.e2e_s is not None]
-    first = min((r.arrival_s for r in records), default=0.0)
-    last = max((r.arrival_s + (r.e2e_s or 0.0) for r in records), default=0.0)
-    tokens = sum(r.output_tokens for r in served)
-    loads = sum(r.loads for r in records)
-    requests = len(records)
-    return {
-        "policy": result.policy,
-        "requests": requests,
-        "hit_rate": sum(r.hit for r in records) / requests if requests else 0.0,
-        "effective_hit_rate": 1.0 - (loads + sum(errors.values())) / requests if requests else 0.0,
-        "loads": loads,
-        "misses": sum(r.misses for r in records),
-        "weights_bytes": sum(r.weights_bytes for r in records),
-        "ttft_p50_s": percentile(ttft, 50),
-        "ttft_p99_s": percentile(ttft, 99),
-        "e2e_p50_s": percentile(e2e, 50),
-        "e2e_p99_s": percentile(e2e, 99),
-        "output_tokens_per_s": tokens / (last - first) if last > first else 0.0,
-        "errors": sum(errors.values()),
-        "error_kinds": ",".join(f"{k}:{v}" for k, v in sorted(errors.items())) or "-",
-        "decision_p50_us": percentile(result.decision_times_s, 50) * 1e6,
-        "decision_p99_us": percentile(result.decision_times_s, 99) * 1e6,
-        "wall_s": result.wall_s,
-    }

@@ -10,7 +10,8 @@ from trtfleet_router.routing import policy_names
 from bench import optimal
 from bench.podsim import H100_LLAMA3_8B, ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel, fit_report
 from bench.profiles import h100_llama3_8b_fleet, pod_capacity_requests_per_s
-from bench.simulate import FleetSpec, simulate, summarize
+from bench.simstats import summarize
+from bench.simulate import FleetSpec, simulate
 from bench.traces import LengthSpec, TraceRequest, TraceSpec, generate
 
 FLAT = StepTimeModel(

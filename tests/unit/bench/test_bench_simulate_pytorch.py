@@ -12,7 +12,8 @@ import pytest
 from trtfleet_router.routing import policy_names
 
 from bench.podsim import PodSpec, SimPod, SimRequest, StepTimeModel
-from bench.simulate import FleetSpec, simulate, summarize
+from bench.simstats import summarize
+from bench.simulate import FleetSpec, simulate
 from bench.traces import TraceRequest
 from tests.unit.bench.test_bench_simulate import small_fleet, small_trace
 
