@@ -211,6 +211,7 @@ class Attempts:
 
     async def close(self) -> None:
         self.watch.close()
+        await self.per_call.close()
         await self.multiplexed.close()
         await self.http.close()
         await self.openai.close()

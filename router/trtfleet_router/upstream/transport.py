@@ -7,6 +7,10 @@ Both yield the pod's ``ModelStreamInferResponse`` messages for one request until
 * :class:`PerCallTransport`: one ``ModelStreamInfer`` call per request. Cancelling the consumer
   cancels the call, and Triton cancels the request in the engine. About 3x the client-side CPU of
   multiplexing under grpc.aio (each call is a new HTTP/2 stream plus several completion-queue hops).
+  A call whose final response arrived is left to end with the server's status (``SETTLE_S`` at most,
+  in the background) rather than cancelled: on Triton 2.51 a cancellation that meets the end of a
+  stream can leave the server holding the model, which then never unloads (``stop`` of a worker
+  waits out its exit timeout); the race is fixed in triton-inference-server/server@42811e0.
 * :class:`MultiplexedTransport`: ``streams_per_pod`` long-lived ``ModelStreamInfer`` calls per pod,
   requests tagged with router-unique ids and answers routed back by ``id`` (Triton puts the request id
   on every response, errors included). A consumer that goes away stops listening but cannot cancel
@@ -38,6 +42,9 @@ from trtfleet_router.upstream.protocol import FailureKind, UpstreamFailure, is_f
 log = logging.getLogger(__name__)
 
 STREAMS_PER_POD_DEFAULT: Final = 4
+SETTLE_S: Final = 2.0
+"""How long a finished call (or a shared stream closed at shutdown) may take to end with the server's own
+status before it is cancelled."""
 
 
 def _timeout_s(deadline_s: float) -> float:
@@ -47,14 +54,25 @@ def _timeout_s(deadline_s: float) -> float:
     return timeout_s
 
 
+async def _settle(call: grpc.aio.Call, cancel_after_s: float) -> None:
+    """Let ``call`` end with the server's status; cancel it if that takes longer than ``cancel_after_s``."""
+    try:
+        async with asyncio.timeout(cancel_after_s):
+            await call.code()
+    except TimeoutError:
+        call.cancel()
+
+
 class PerCallTransport:
     def __init__(self, pool: ChannelPool) -> None:
         self.pool = pool
+        self._settling: set[asyncio.Task[None]] = set()
 
     async def exchange(
         self, address: str, request: service_pb2.ModelInferRequest, deadline_s: float
     ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
         call = self.pool.stub(address).ModelStreamInfer(timeout=_timeout_s(deadline_s))
+        finished = False  # the request's final response (or its error) arrived
         try:
             with translated(address):
                 await call.write(request)
@@ -63,13 +81,23 @@ class PerCallTransport:
                     message = await call.read()
                     if message is grpc.aio.EOF:
                         return
-                    done = bool(message.error_message) or is_final(message.infer_response)  # before consumers see it
+                    finished = bool(message.error_message) or is_final(message.infer_response)  # before consumers
                     yield message
-                    if done:
+                    if finished:
                         return
         finally:
             if not call.done():
-                call.cancel()
+                if finished:  # nothing left to stop: let the server end the call (see the module docstring)
+                    task = asyncio.get_running_loop().create_task(_settle(call, SETTLE_S))
+                    self._settling.add(task)
+                    task.add_done_callback(self._settling.discard)
+                else:  # the consumer went away mid-request: cancelling makes Triton cancel it in the engine
+                    call.cancel()
+
+    async def close(self) -> None:
+        """Wait for the calls that are still settling (each at most ``SETTLE_S``)."""
+        if self._settling:
+            await asyncio.gather(*self._settling, return_exceptions=True)
 
 
 _BROKEN: Final = object()
@@ -112,11 +140,24 @@ class _SharedStream:
         for queue in self.waiting.values():
             queue.put_nowait(_BROKEN)
 
-    def close(self) -> asyncio.Task[None]:
+    def close(self, *, settle_s: float = 0.0) -> asyncio.Task[None]:
+        """End the stream: the request iterator ends (a half-close), then the call is cancelled at once, or
+        after ``settle_s`` if the server has not ended it by then (a clean end avoids Triton 2.51's
+        cancellation race, see the module docstring)."""
         self.outgoing.put_nowait(None)  # ends the request iterator grpc consumes
-        self.call.cancel()
-        self.reader.cancel()
-        return self.reader
+        if settle_s <= 0:
+            self.call.cancel()
+            self.reader.cancel()
+            return self.reader
+        return asyncio.get_running_loop().create_task(self._settle(settle_s))
+
+    async def _settle(self, settle_s: float) -> None:
+        try:
+            async with asyncio.timeout(settle_s):
+                await asyncio.shield(self.reader)
+        except TimeoutError:
+            self.call.cancel()
+            self.reader.cancel()
 
 
 class MultiplexedTransport:
@@ -168,14 +209,15 @@ class MultiplexedTransport:
         finally:
             stream.waiting.pop(request_id, None)
 
-    def retain(self, addresses: set[str]) -> list[asyncio.Task[None]]:
-        """Close the streams to pods not in ``addresses``; returns their reader tasks."""
+    def retain(self, addresses: set[str], *, settle_s: float = 0.0) -> list[asyncio.Task[None]]:
+        """Close the streams to pods not in ``addresses``; returns the tasks that end them."""
         closing = []
         for address in [a for a in self._streams if a not in addresses]:
             for stream in self._streams.pop(address):
                 if stream is not None:
-                    closing.append(stream.close())
+                    closing.append(stream.close(settle_s=settle_s))
         return closing
 
     async def close(self) -> None:
-        await asyncio.gather(*self.retain(set()), return_exceptions=True)
+        """Half-close every stream (the router drained its requests first) and let the pods end them."""
+        await asyncio.gather(*self.retain(set(), settle_s=SETTLE_S), return_exceptions=True)
