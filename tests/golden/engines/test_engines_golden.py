@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 import pytest
+
+from tests.support.golden import check_golden_dir
 import yaml
 from google.protobuf import text_format
 from tritonclient.grpc import model_config_pb2
@@ -58,18 +60,4 @@ def test_golden(case: str, update_golden: bool) -> None:
         if name.endswith(".pbtxt"):
             text_format.Parse(text, model_config_pb2.ModelConfig())
             assert "${" not in text, name
-    expected_dir = HERE / case / "expected"
-    if update_golden:
-        expected_dir.mkdir(exist_ok=True)
-        for stale in expected_dir.iterdir():
-            if stale.name not in files:
-                stale.unlink()
-        for name, text in files.items():
-            (expected_dir / name).write_text(text)
-        return
-    assert expected_dir.is_dir(), f"no golden files for {case}: run pytest --update-golden"
-    assert sorted(p.name for p in expected_dir.iterdir()) == sorted(files)
-    for name, text in files.items():
-        assert (expected_dir / name).read_text() == text, (
-            f"{case}/expected/{name} differs: review, then --update-golden"
-        )
+    check_golden_dir(HERE / case / "expected", files, update=update_golden, case=case)

@@ -11,6 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.support.golden import check_golden_dir
 import yaml
 from trtfleet_engines.pytorch.capacity import plan_pytorch_capacity
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME, render_llm_api_options
@@ -63,18 +65,4 @@ def test_golden(case: str, update_golden: bool) -> None:
     files = render_case(case)
     options = yaml.safe_load(files[OPTIONS_FILE_NAME])
     assert options["return_perf_metrics"] is True
-    expected_dir = HERE / case / "expected"
-    if update_golden:
-        expected_dir.mkdir(exist_ok=True)
-        for stale in expected_dir.iterdir():
-            if stale.name not in files:
-                stale.unlink()
-        for name, text in files.items():
-            (expected_dir / name).write_text(text)
-        return
-    assert expected_dir.is_dir(), f"no golden files for {case}: run pytest --update-golden"
-    assert sorted(p.name for p in expected_dir.iterdir()) == sorted(files)
-    for name, text in files.items():
-        assert (expected_dir / name).read_text() == text, (
-            f"{case}/expected/{name} differs: review, then --update-golden"
-        )
+    check_golden_dir(HERE / case / "expected", files, update=update_golden, case=case)
