@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from trtfleet_router.errors import NoCapacityAvailable
-from trtfleet_router.models_registry import ModelRegistry
+from trtfleet_router.models_registry import ModelRegistry, Target
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.outlier import Ejection, OutlierDetector
@@ -161,6 +161,15 @@ class FleetSet:
     def ready_endpoints(self, base_model: str) -> list[PodEndpoint]:
         ejected = self.ejected(base_model)
         return [ep for ep in self.pods.get(base_model, {}).values() if ep.ready and ep.pod_id not in ejected]
+
+    def serving(self, target: Target) -> Target:
+        """``target``, or its fallback (the same name on the BaseModel it replaces) while the target's base
+        model has no ready pod and the fallback's has one: a migration moves each request the moment the
+        new pods can take it, and back while they cannot."""
+        fallback = target.fallback
+        if fallback is None or self.ready_endpoints(target.base.name) or not self.ready_endpoints(fallback.base.name):
+            return target
+        return fallback
 
     def all_endpoints(self) -> Iterator[tuple[str, PodEndpoint]]:
         for base, pods in self.pods.items():

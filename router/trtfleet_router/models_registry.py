@@ -64,6 +64,8 @@ class BaseModelEntry:
     runtime: Runtime = Runtime.TENSORRTLLM
     """``pytorch``: the pods run trtllm-serve (OpenAI API, adapters read from ``lora_path`` by the pod);
     else Triton (``tensorrtllm``, ``reference``)."""
+    replaces: str | None = None
+    """``spec.serving.replaces``: the BaseModel whose served names this one takes over (a migration)."""
 
     @property
     def serves_openai(self) -> bool:
@@ -130,10 +132,15 @@ class AdapterEntry:
 
 @dataclass(frozen=True, slots=True)
 class Target:
-    """What a request's ``model`` resolved to."""
+    """What a request's ``model`` resolved to.
+
+    ``fallback``: during a migration (``spec.serving.replaces``) the same name on the BaseModel being
+    replaced; the front ends use it while this target's base model has no pod to take the request.
+    """
 
     base: BaseModelEntry
     adapter: AdapterEntry | None
+    fallback: Target | None = None
 
     @property
     def model_kind(self) -> str:
@@ -145,19 +152,38 @@ class Target:
 
 
 class ModelRegistry:
-    """Immutable lookup of served names. Base model names win over adapters with the same name."""
+    """Immutable lookup of served names. Base model names win over adapters with the same name.
+
+    Migration: a base model whose ``replaces`` names another takes over that one's name and the served
+    names of adapters both carry (the replaced one's entries become the targets' ``fallback``); once
+    the replaced base model is gone, its name stays an alias of its successor.
+    """
 
     def __init__(self, bases: Iterable[BaseModelEntry] = (), adapters: Iterable[AdapterEntry] = ()) -> None:
         self.bases: Mapping[str, BaseModelEntry] = {b.name: b for b in bases}
-        self.adapters: Mapping[str, AdapterEntry] = {
-            a.served_name: a for a in adapters if a.base_model in self.bases and a.served_name not in self.bases
-        }
-        self._by_task: Mapping[tuple[str, int], AdapterEntry] = {
-            (a.base_model, a.task_id): a for a in self.adapters.values()
-        }
+        kept = [a for a in adapters if a.base_model in self.bases and a.served_name not in self.bases]
+        self._by_task: Mapping[tuple[str, int], AdapterEntry] = {(a.base_model, a.task_id): a for a in kept}
+        successors = _successors(self.bases.values())
+        self.aliases: Mapping[str, str] = {old: new for old, new in successors.items() if old not in self.bases}
+        """Names of replaced base models that are gone -> the base model now serving them."""
         self._targets: dict[str, Target] = {name: Target(b, None) for name, b in self.bases.items()}
-        for name, a in self.adapters.items():
-            self._targets[name] = Target(self.bases[a.base_model], a)
+        for old, new in successors.items():
+            replaced = self._targets.get(old)
+            self._targets[old] = Target(self.bases[new], None, fallback=replaced)
+        primary: dict[str, AdapterEntry] = {}
+        for a in kept:
+            if a.served_name in self._targets and self._targets[a.served_name].adapter is None:
+                continue  # a base model's alias keeps its name
+            held = primary.get(a.served_name)
+            if held is None or successors.get(a.base_model) != held.base_model:
+                primary[a.served_name] = a  # later entries win, except over their own successor's
+        self.adapters: Mapping[str, AdapterEntry] = primary
+        predecessors = {new: old for old, new in successors.items()}
+        by_base_and_name = {(a.base_model, a.served_name): a for a in kept}
+        for name, a in primary.items():
+            twin = by_base_and_name.get((predecessors.get(a.base_model, ""), name))
+            fallback = Target(self.bases[twin.base_model], twin) if twin is not None else None
+            self._targets[name] = Target(self.bases[a.base_model], a, fallback=fallback)
 
     def resolve(self, name: str) -> Target:
         target = self._targets.get(name)
@@ -176,10 +202,21 @@ class ModelRegistry:
         return adapter
 
     def adapters_of(self, base_model: str) -> list[AdapterEntry]:
-        return [a for a in self.adapters.values() if a.base_model == base_model]
+        """Every adapter served on ``base_model`` (also those whose name routes elsewhere first)."""
+        return [a for (base, _), a in self._by_task.items() if base == base_model]
 
     def served_names(self) -> list[str]:
         return sorted(self._targets)
+
+
+def _successors(bases: Iterable[BaseModelEntry]) -> dict[str, str]:
+    """Replaced base model name -> the base model replacing it (the first by name when several claim it;
+    a base model cannot replace itself nor one that replaces something in turn)."""
+    claims = sorted((b.replaces, b.name) for b in bases if b.replaces and b.replaces != b.name)
+    successors: dict[str, str] = {}
+    for old, new in claims:
+        successors.setdefault(old, new)
+    return {old: new for old, new in successors.items() if old not in successors.values()}
 
 
 # -- builders from the API types ----------------------------------------------------------------------
@@ -231,6 +268,7 @@ def base_entry_from_spec(
         host_pages=host_pages or DEFAULT_CACHE_PAGES,
         device_pages=device_pages or host_pages or DEFAULT_CACHE_PAGES,
         runtime=spec.runtime,
+        replaces=spec.serving.replaces,
     )
 
 

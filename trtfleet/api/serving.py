@@ -80,6 +80,15 @@ class ServingSpec(ApiModel):
         description="Chat template overriding the architecture's built-in one. Placeholders: {system}, "
         "{messages} rendered per message with {role} and {content}, see docs/concepts.md.",
     )
+    replaces: str | None = Field(
+        default=None,
+        max_length=253,
+        pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$",
+        description="Name of a BaseModel in this namespace that this one replaces (a migration, e.g. from "
+        "runtime tensorrtllm to pytorch): the router answers that BaseModel's name, and the servedNames of "
+        "Adapters on both, with this one whenever it has a ready pod, else with the old one; once the old "
+        "BaseModel is deleted its name stays an alias of this one. See docs/operations.md.",
+    )
     resources: Resources | None = Field(default=None, description="Resources of the serving container.")
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")

@@ -13,6 +13,7 @@ Fleet file (camelCase or snake_case keys)::
         upstreamModel: tensorrt_llm_bls
         chatTemplate: null          # override, see trtfleet_router.chat
         runtime: tensorrtllm        # or pytorch (trtllm-serve pods); default: the spec's, else tensorrtllm
+        replaces: null              # a base model this one takes over (a migration; default: the spec's)
         backends:
           - 127.0.0.1:8001/8002/8000                        # Triton gRPC host:port[/metrics[/http]]
           - {address: 127.0.0.1:9001, metrics: 127.0.0.1:9002, http: 127.0.0.1:9000, podId: w2}
@@ -112,6 +113,7 @@ class BaseModelConfig(_Model):
     bytes_per_token: float | None = Field(default=None, gt=0)
     default_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     runtime: Runtime | None = Field(default=None, description="Default: the spec's runtime, else tensorrtllm.")
+    replaces: str | None = Field(default=None, description="Default: the spec's serving.replaces (a migration).")
     backends: list[BackendConfig] = Field(default_factory=list)
     adapters: list[AdapterConfig] = Field(default_factory=list)
 
@@ -187,7 +189,8 @@ def runtime_of(config: BaseModelConfig) -> Runtime:
 
 
 def base_entry(config: BaseModelConfig) -> BaseModelEntry:
-    return replace(_base_entry(config), runtime=runtime_of(config))
+    entry = replace(_base_entry(config), runtime=runtime_of(config))
+    return entry if config.replaces is None else replace(entry, replaces=config.replaces)
 
 
 def _base_entry(config: BaseModelConfig) -> BaseModelEntry:

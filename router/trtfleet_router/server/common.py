@@ -141,13 +141,14 @@ class Services:
         self.request_ids = RequestIds()
 
     def resolve(self, model: str, presented_key: str | None) -> Target:
-        """The target of ``model``, after the API-key check (when keys are configured)."""
+        """The target of ``model``, after the API-key check (when keys are configured; keys name the
+        names clients send, aliases of a migration included). During a migration, the side with pods."""
         if self.api_keys is not None:
             self.api_keys.authenticate(presented_key)
         target = self.fleets.registry.resolve(model)
         if self.api_keys is not None:
-            self.api_keys.authorize(presented_key, target.served_name)
-        return target
+            self.api_keys.authorize(presented_key, model)
+        return self.fleets.serving(target)
 
     def visible(self, served_name: str, presented_key: str | None) -> bool:
         if self.api_keys is None:

@@ -68,7 +68,9 @@ class OpenAIFrontend:
         try:
             registry = self.services.fleets.registry
             cards = [
-                model_card(name, self.created, None) for name in registry.bases if self.services.visible(name, key)
+                model_card(name, self.created, None)
+                for name in [*registry.bases, *registry.aliases]
+                if self.services.visible(name, key)
             ]
             cards += [
                 model_card(name, self.created, a.base_model)
