@@ -277,7 +277,7 @@ def test_metrics_have_the_trtllm_names_and_labels(worker: WorkerProcess, http: h
         "nv_trt_llm_request_metrics": ("request_type", ("active", "max", "scheduled", "context", "waiting")),
         "nv_trt_llm_kv_cache_block_metrics": (
             "kv_cache_block_type",
-            ("max", "free", "used", "tokens_per", "fraction"),
+            ("max", "free", "used", "tokens_per", "reused", "fraction"),
         ),
         "nv_trt_llm_inflight_batcher_metrics": (
             "inflight_batcher_specific_metric",
