@@ -55,6 +55,8 @@ class EngineResponse(Generic[H]):
     output_ids: tuple[int, ...]
     final: bool
     error: str | None = None
+    cached_tokens: int = 0
+    """On the final response: prompt tokens whose K/V came from reused blocks (``cached_tokens`` in usage)."""
 
 
 @dataclass(frozen=True)

@@ -372,7 +372,7 @@ class InflightBatcher(Generic[H]):
         else:
             output = request.prompt + tuple(seq.generated)
         logger.debug("request %s done: %d tokens", seq.request_id, len(seq.generated))
-        return EngineResponse(seq.handle, seq.request_id, output, final=True)
+        return EngineResponse(seq.handle, seq.request_id, output, final=True, cached_tokens=seq.cached_tokens)
 
 
 def _uses_lora(lora: LoraInputs) -> bool:

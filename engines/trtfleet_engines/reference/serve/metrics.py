@@ -38,10 +38,20 @@ class _EngineCollector(Collector):
             ("trtllm_num_requests_waiting", "Requests queued for the batch.", stats.waiting_requests),
             ("trtllm_kv_cache_utilization", "Used share of the KV-cache blocks.",
              stats.kv_used_blocks / stats.kv_max_blocks if stats.kv_max_blocks else 0.0),
+            ("trtllm_kv_cache_hit_rate", "Reused / (reused + missed) KV-cache blocks since start.",
+             stats.kv_cache_hit_rate),
         ):
             gauge = GaugeMetricFamily(name, text, labels=names)
             gauge.add_metric(values, value)
             yield gauge
+        computed = CounterMetricFamily("trtfleet_reference_prefill_tokens_computed",
+                                       "Prompt positions the model computed (reused KV-cache blocks are not).")
+        computed.add_metric([], stats.prefill_tokens_computed)
+        yield computed
+        prompts = CounterMetricFamily("trtfleet_reference_prefill_prompt_tokens",
+                                      "Prompt positions of the requests that started prefill.")
+        prompts.add_metric([], stats.prompt_tokens)
+        yield prompts
         lora = self._lora()
         if lora is None:
             return
