@@ -98,6 +98,13 @@ def test_kv_cache_parameters(params: dict[str, str], expected: KvCacheSettings) 
     assert settings_from_model_config(config).kv_cache == expected
 
 
+def test_kv_cache_overrides_reach_the_engine(tmp_path: Path) -> None:
+    repo = build_reference_repository(tmp_path / "repo", model_dir=_model_dir(tmp_path), kv_tokens_per_block=16,
+                                      kv_max_tokens=512, enable_kv_cache_reuse=False)
+    settings = settings_from_model_config(triton_model_config(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert settings.kv_cache == KvCacheSettings(max_blocks=32, tokens_per_block=16, enable_block_reuse=False)
+
+
 def test_overrides_for_small_caches_and_queues(tmp_path: Path) -> None:
     repo = build_reference_repository(
         tmp_path / "repo",
