@@ -10,12 +10,15 @@ One :meth:`~InflightBatcher.step`:
 1. **fetch**: move waiting requests to the active set while fewer than ``max_batch_size`` are active;
    each fetched LoRA request loads (weights + id) and pins (acquire) its adapter in the host tier, or
    fails with the executor's error (cache miss, cache full, validation);
-2. **schedule**: decode rows first (one token each), then context rows (their whole prompt) while the
-   step has ``max_num_tokens`` left; a LoRA row runs only once its adapter is on the device tier
-   (otherwise it waits for a later step);
+2. **schedule**: decode rows first (one token each), then context rows while the step has
+   ``max_num_tokens`` left; a context row takes its longest chain of cached KV-cache blocks for its task id
+   from the :class:`~trtfleet_engines.reference.kv_blocks.BlockPool` and computes only the rest of its
+   prompt, and waits while the pool cannot reserve its blocks; a LoRA row runs only once its adapter is on
+   the device tier (otherwise it waits for a later step);
 3. **run** one ``model.step`` over the mixed batch (rows with different adapters share it);
-4. **sample** each row (greedy or seeded), stream the token, and retire finished requests at once
-   (``end_id``, ``request_output_len``, stop words, ``max_seq_len``, cancellation), releasing their adapter.
+4. **store** the full prompt blocks of the rows that just prefilled in the pool (reuse on), then **sample**
+   each row (greedy or seeded), stream the token, and retire finished requests at once (``end_id``,
+   ``request_output_len``, stop words, ``max_seq_len``, cancellation), releasing their adapter and blocks.
 
 Output semantics follow the TRT-LLM backend: a streaming response carries only the new tokens; the one
 non-streaming response carries the prompt plus the output unless ``exclude_input_in_output``; ``end_id``

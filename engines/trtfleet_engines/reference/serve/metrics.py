@@ -1,6 +1,8 @@
 """``/prometheus/metrics`` of the reference ``pytorch`` mode: trtllm-serve's ``trtllm_`` names, plus LoRA cache
 counters under ``trtfleet_reference_`` (upstream exposes no adapter residency; these exist so tests and
-benchmarks can see the tiers).
+benchmarks can see the tiers) and the prefill positions computed vs. started
+(``trtfleet_reference_prefill_tokens_computed_total`` / ``..._prefill_prompt_tokens_total``: their difference is
+the work KV-cache block reuse skipped).
 
 Upstream (``tensorrt_llm/metrics/collector.py``, created in ``openai_server.py`` with the labels
 ``{"model_name": "undefined", "engine_type": "undefined"}``) mounts this only when ``return_perf_metrics`` is
