@@ -41,6 +41,23 @@ def test_hashes_chain_over_full_blocks_only() -> None:
 
 
 @pytest.mark.parametrize(
+    ("lora_task_id", "expected"),
+    [
+        pytest.param(None, [5211028798807628312, 11552810948680195536], id="no-adapter"),
+        pytest.param(1, [3794393884925871676, 13006123991889035104], id="task-1"),
+        pytest.param(2**64 - 1, [10621217465564662178, 17241977215487654632], id="largest-task-id"),
+    ],
+)
+def test_hashes_equal_the_upstream_formula_in_native_unsigned_arithmetic(
+    lora_task_id: int | None, expected: list[int]
+) -> None:
+    """Values printed by a C++ transliteration of ``BlockKeyHasher::hash`` (blockKey.cpp @ 0bd2980d) with
+    native uint32/uint64 wraparound, g++ 17: they check the Python masks, not TRT-LLM itself."""
+    prompt = [(i * 7919 + 257) % 260 for i in range(70)]
+    assert chained_block_hashes(prompt, 32, lora_task_id) == expected
+
+
+@pytest.mark.parametrize(
     ("first_task", "second_task", "reused"),
     [
         pytest.param(None, None, 3, id="base-base"),
