@@ -71,6 +71,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--served-model-name", default=None, help="pytorch: the model's name in the API")
     parser.add_argument("--max-loras", type=int, default=None, help="pytorch: lora_config.max_loras override")
     parser.add_argument("--max-cpu-loras", type=int, default=None, help="pytorch: lora_config.max_cpu_loras override")
+    parser.add_argument("--kv-tokens-per-block", type=int, default=None, help="KV-cache block size (default 32)")
+    parser.add_argument("--kv-max-tokens", type=int, default=None,
+                        help="KV-cache size in tokens (default max_batch_size x max_seq_len)")
+    parser.add_argument("--kv-block-reuse", choices=("true", "false"), default=None,
+                        help="KV-cache block reuse (default: the spec's serving.enableKvCacheReuse, else on)")
+    parser.add_argument("--kv-event-buffer-max-size", type=int, default=None,
+                        help="pytorch: kv_cache_config.event_buffer_max_size (POST /kv_cache_events; 0: none)")
     parser.set_defaults(func=run)
 
 
@@ -97,6 +104,10 @@ def serve_argv(args: argparse.Namespace, options_file: Path | None) -> list[str]
         "--min-step-ms": args.min_step_ms,
         "--max-loras": args.max_loras,
         "--max-cpu-loras": args.max_cpu_loras,
+        "--kv-tokens-per-block": args.kv_tokens_per_block,
+        "--kv-max-tokens": args.kv_max_tokens,
+        "--kv-block-reuse": args.kv_block_reuse,
+        "--kv-event-buffer-max-size": args.kv_event_buffer_max_size,
     }
     for flag, value in flags.items():
         if value is not None:
@@ -153,6 +164,9 @@ def run(args: argparse.Namespace) -> int:
             max_num_tokens=args.max_num_tokens,
             max_queue_size=args.max_queue_size,
             min_step_ms=args.min_step_ms,
+            kv_tokens_per_block=args.kv_tokens_per_block,
+            kv_max_tokens=args.kv_max_tokens,
+            enable_kv_cache_reuse=None if args.kv_block_reuse is None else args.kv_block_reuse == "true",
         )
         worker = start_worker(
             repo,

@@ -14,6 +14,8 @@ from numpy.typing import NDArray
 
 from trtfleet.api.basemodel import ModelDimensions
 from trtfleet_engines.reference.adapters import AdapterStore
+from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK, BlockPool, KvCacheSettings
+from trtfleet_engines.reference.kv_events import KvEventBuffer
 from trtfleet_engines.reference.numpy_llama import AdapterWeights, LlamaConfig, LlamaWeights, TinyLlama
 from trtfleet_engines.reference.scheduler import BatchLimits, InflightBatcher
 from trtfleet_engines.reference.settings import EngineSettings
@@ -60,9 +62,21 @@ def fit_limits(limits: BatchLimits, config: LlamaConfig) -> BatchLimits:
     return replace(limits, max_seq_len=positions, max_input_len=min(limits.max_input_len, positions - 1))
 
 
+def build_block_pool(settings: KvCacheSettings | None, limits: BatchLimits) -> BlockPool:
+    """The KV-cache pool (``settings`` None: ``max_batch_size x max_seq_len`` tokens, reuse on, no events)."""
+    if settings is None:
+        tokens = limits.max_batch_size * limits.max_seq_len
+        settings = KvCacheSettings(max_blocks=-(-tokens // DEFAULT_TOKENS_PER_BLOCK))
+    events = None
+    if settings.event_buffer_max_size > 0:
+        events = KvEventBuffer(settings.event_buffer_max_size, window_size=limits.max_seq_len)
+    return BlockPool(settings, events)
+
+
 def build_batcher(settings: EngineSettings, handle_type: type[H] | None = None) -> InflightBatcher[H]:
     """Load the weights from ``settings.model_dir`` and assemble the batcher (``handle_type`` types it)."""
     weights = LlamaWeights.load(settings.model_dir)
     model = TinyLlama(weights)
     limits = fit_limits(settings.limits, weights.config)
-    return InflightBatcher(model, limits, build_adapter_store(settings, weights.config))
+    pool = build_block_pool(settings.kv_cache, limits)
+    return InflightBatcher(model, limits, build_adapter_store(settings, weights.config), pool)

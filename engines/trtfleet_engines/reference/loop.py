@@ -20,7 +20,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 from trtfleet_engines.reference.scheduler import (
     BatcherStats,
@@ -107,6 +107,12 @@ class EngineLoop(Generic[H]):
     def stats(self) -> BatcherStats:
         with self._cond:
             return self._batcher.stats()
+
+    def drain_kv_cache_events(self) -> list[dict[str, Any]]:
+        """The KV-cache events since the last call (none when the pool keeps no event buffer)."""
+        with self._cond:
+            events = self._batcher.kv_cache.events
+            return events.drain() if events is not None else []
 
     def _run(self) -> None:
         while True:

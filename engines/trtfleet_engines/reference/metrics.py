@@ -5,14 +5,16 @@ Served on Triton's metrics port through the Python backend's custom metrics API
 ``version`` on every series plus one category label:
 
 * ``nv_trt_llm_request_metrics{request_type=active|max|scheduled|context|waiting}``
-* ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|free|used|tokens_per|fraction}``
+* ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type=max|free|used|tokens_per|reused|fraction}``
 * ``nv_trt_llm_inflight_batcher_metrics{inflight_batcher_specific_metric=total_context_tokens|
   generation_requests|micro_batch_id|paused_requests}``
 * ``nv_trt_llm_general_metrics{general_type=timestamp|iteration_counter}``
 
-The reference engine has no paged KV cache; the KV figures describe a pretend one of
-``max_batch_size x max_seq_len`` tokens in blocks of 32, each active sequence holding
-``ceil(tokens / 32)`` blocks. Like the real backend, nothing here says which LoRA adapters are cached.
+The KV figures come from the engine's block pool (:mod:`~trtfleet_engines.reference.kv_blocks`): ``reused``
+is ``KvCacheStats.reusedBlocks``, cumulative since start, one per matched block per request, as the C++
+backend reports it ("Reused KV cache blocks" in ``custom_metrics_reporter.cc`` @ 89fd9b74). ``free`` counts
+cached blocks no request holds (they are evicted on demand). Like the real backend, nothing here says which
+LoRA adapters are cached.
 
 :func:`metric_values` is pure (stats -> label values); :class:`TritonMetrics` is the thin pb_utils shell.
 """
@@ -50,6 +52,7 @@ def metric_values(stats: BatcherStats, now_us: int) -> dict[tuple[str, str], flo
         (KV_CACHE_FAMILY, "free"): free,
         (KV_CACHE_FAMILY, "used"): stats.kv_used_blocks,
         (KV_CACHE_FAMILY, "tokens_per"): stats.kv_tokens_per_block,
+        (KV_CACHE_FAMILY, "reused"): stats.kv_reused_blocks,
         (KV_CACHE_FAMILY, "fraction"): fraction,
         (INFLIGHT_FAMILY, "total_context_tokens"): stats.context_tokens,
         (INFLIGHT_FAMILY, "generation_requests"): stats.generation_requests,

@@ -51,6 +51,7 @@ __all__ = [
     "SAMPLE_ADAPTER_NAMES",
     "TINY_LLAMA_DIR",
     "AdapterWeights",
+    "KvSlice",
     "LayerWeights",
     "LlamaConfig",
     "LlamaWeights",
@@ -105,6 +106,18 @@ class SequenceState:
                 cache[i] = grown
 
 
+@dataclass(frozen=True, eq=False)
+class KvSlice:
+    """K and V of consecutive positions, per layer [kv_heads, tokens, head_dim]."""
+
+    keys: tuple[FloatArray, ...]
+    values: tuple[FloatArray, ...]
+
+    @property
+    def tokens(self) -> int:
+        return int(self.keys[0].shape[1])
+
+
 @dataclass(frozen=True)
 class StepRow:
     """One row of a step: ``tokens`` int32 1-D (a whole prompt on prefill, one token on decode)."""
@@ -148,6 +161,29 @@ class TinyLlama:
 
     def new_sequence(self) -> SequenceState:
         return SequenceState(self.config)
+
+    def export_kv(self, state: SequenceState, start: int, stop: int) -> KvSlice:
+        """A copy of positions [start, stop) of ``state``'s cache (what a KV-cache block stores)."""
+        if not 0 <= start < stop <= state.length:
+            raise ValueError(f"positions [{start}, {stop}) are not all in a cache of {state.length} tokens")
+        return KvSlice(
+            tuple(k[:, start:stop].copy() for k in state.keys), tuple(v[:, start:stop].copy() for v in state.values)
+        )
+
+    def sequence_from(self, prefix: Sequence[KvSlice]) -> SequenceState:
+        """A sequence whose cache already holds ``prefix`` (consecutive slices from position 0): its
+        prefill computes only the tokens after them."""
+        total = sum(piece.tokens for piece in prefix)
+        state = SequenceState(self.config, max(total + 1, _INITIAL_CACHE_TOKENS))
+        position = 0
+        for piece in prefix:
+            end = position + piece.tokens
+            for layer in range(self.config.num_layers):
+                state.keys[layer][:, position:end] = piece.keys[layer]
+                state.values[layer][:, position:end] = piece.values[layer]
+            position = end
+        state.length = total
+        return state
 
     def _rope(self, x: FloatArray, cos: FloatArray, sin: FloatArray) -> FloatArray:
         """Rotate-half RoPE on [T, heads, head_dim] with cos/sin [T, 1, head_dim / 2]."""

@@ -120,6 +120,7 @@ def apply_overrides(
     max_batch_size: int | None = None,
     max_num_tokens: int | None = None,
     max_queue_size: int | None = None,
+    enable_kv_cache_reuse: bool | None = None,
 ) -> BaseModelSpec:
     """``spec`` with the given fields replaced (validated again)."""
     data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
@@ -131,6 +132,8 @@ def apply_overrides(
         data["engine"]["maxNumTokens"] = int(max_num_tokens)
     if max_queue_size is not None:
         data["serving"]["maxQueueSize"] = int(max_queue_size)
+    if enable_kv_cache_reuse is not None:
+        data["serving"]["enableKvCacheReuse"] = bool(enable_kv_cache_reuse)
     return BaseModelSpec.model_validate(data)
 
 
@@ -140,8 +143,11 @@ def reference_parameters(
     gpu_memory_bytes: int | None = None,
     lora_cache_device_bytes: int | None = None,
     min_step_ms: float | None = None,
+    kv_tokens_per_block: int | None = None,
+    kv_max_tokens: int | None = None,
 ) -> list[tuple[str, str]]:
-    """The ``reference_*`` parameters of the ``tensorrt_llm`` model for ``spec``."""
+    """The ``reference_*`` parameters of the ``tensorrt_llm`` model for ``spec`` (and the KV-cache size,
+    TRT-LLM's own ``max_tokens_in_paged_kv_cache``, which the engines renderer does not write)."""
     params = [
         ("reference_dtype", spec.dtype.value),
         ("reference_max_input_len", str(spec.engine.max_input_len)),
@@ -150,6 +156,10 @@ def reference_parameters(
     ]
     if min_step_ms is not None:
         params.append(("reference_min_step_ms", repr(float(min_step_ms))))
+    if kv_tokens_per_block is not None:
+        params.append(("reference_tokens_per_block", str(int(kv_tokens_per_block))))
+    if kv_max_tokens is not None:
+        params.append(("max_tokens_in_paged_kv_cache", str(int(kv_max_tokens))))
     if spec.lora.enabled:
         params += [
             ("reference_max_lora_rank", str(spec.lora.max_rank)),
@@ -191,6 +201,9 @@ def build_reference_repository(
     max_num_tokens: int | None = None,
     max_queue_size: int | None = None,
     min_step_ms: float | None = None,
+    kv_tokens_per_block: int | None = None,
+    kv_max_tokens: int | None = None,
+    enable_kv_cache_reuse: bool | None = None,
     renderer: ConfigRenderer | None = None,
 ) -> Path:
     """Write a reference model repository to ``out_dir`` (created; existing models replaced); returns it.
@@ -207,6 +220,7 @@ def build_reference_repository(
         max_batch_size=max_batch_size,
         max_num_tokens=max_num_tokens,
         max_queue_size=max_queue_size,
+        enable_kv_cache_reuse=enable_kv_cache_reuse,
     )
     configs = (renderer or render_with_engines_renderer)(spec, str(model_path.resolve()))
     extra = reference_parameters(
@@ -214,6 +228,8 @@ def build_reference_repository(
         gpu_memory_bytes=gpu_memory_bytes,
         lora_cache_device_bytes=lora_cache_device_bytes,
         min_step_ms=min_step_ms,
+        kv_tokens_per_block=kv_tokens_per_block,
+        kv_max_tokens=kv_max_tokens,
     )
     configs["tensorrt_llm"] = append_parameters(configs["tensorrt_llm"], extra)
     out = Path(out_dir)

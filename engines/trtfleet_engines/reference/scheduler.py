@@ -10,12 +10,15 @@ One :meth:`~InflightBatcher.step`:
 1. **fetch**: move waiting requests to the active set while fewer than ``max_batch_size`` are active;
    each fetched LoRA request loads (weights + id) and pins (acquire) its adapter in the host tier, or
    fails with the executor's error (cache miss, cache full, validation);
-2. **schedule**: decode rows first (one token each), then context rows (their whole prompt) while the
-   step has ``max_num_tokens`` left; a LoRA row runs only once its adapter is on the device tier
-   (otherwise it waits for a later step);
+2. **schedule**: decode rows first (one token each), then context rows while the step has
+   ``max_num_tokens`` left; a context row takes its longest chain of cached KV-cache blocks for its task id
+   from the :class:`~trtfleet_engines.reference.kv_blocks.BlockPool` and computes only the rest of its
+   prompt, and waits while the pool cannot reserve its blocks; a LoRA row runs only once its adapter is on
+   the device tier (otherwise it waits for a later step);
 3. **run** one ``model.step`` over the mixed batch (rows with different adapters share it);
-4. **sample** each row (greedy or seeded), stream the token, and retire finished requests at once
-   (``end_id``, ``request_output_len``, stop words, ``max_seq_len``, cancellation), releasing their adapter.
+4. **store** the full prompt blocks of the rows that just prefilled in the pool (reuse on), then **sample**
+   each row (greedy or seeded), stream the token, and retire finished requests at once (``end_id``,
+   ``request_output_len``, stop words, ``max_seq_len``, cancellation), releasing their adapter and blocks.
 
 Output semantics follow the TRT-LLM backend: a streaming response carries only the new tokens; the one
 non-streaming response carries the prompt plus the output unless ``exclude_input_in_output``; ``end_id``
@@ -30,26 +33,45 @@ import math
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar, cast
 
 import numpy as np
 from numpy.typing import NDArray
 
+from trtfleet_engines.reference.batch_types import (
+    KV_TOKENS_PER_BLOCK,
+    BatcherStats,
+    BatchLimits,
+    EngineResponse,
+    GenerationRequest,
+    LoraInputs,
+)
 from trtfleet_engines.reference.errors import (
     PROMPT_TOO_LONG_TEXT,
     EnqueueRejected,
     ExecutorRequestFailed,
     QueueFullError,
 )
+from trtfleet_engines.reference.kv_blocks import Allocation, BlockPool, KvCacheSettings
 from trtfleet_engines.reference.numpy_llama import StepRow
-from trtfleet_engines.reference.sampling import SamplingParams, sample_token
+from trtfleet_engines.reference.sampling import sample_token
 
 logger = logging.getLogger(__name__)
 
 H = TypeVar("H")
 
-KV_TOKENS_PER_BLOCK = 32
-"""Pretend paged-KV block size (TRT-LLM's default tokens_per_block) for the KV-cache metrics."""
+__all__ = [
+    "KV_TOKENS_PER_BLOCK",
+    "AdapterCache",
+    "BatchLimits",
+    "BatcherStats",
+    "EngineResponse",
+    "GenerationRequest",
+    "InflightBatcher",
+    "LoraInputs",
+    "PrefixModel",
+    "StepModel",
+]
 
 
 class StepModel(Protocol):
@@ -58,6 +80,14 @@ class StepModel(Protocol):
     def new_sequence(self) -> Any: ...
 
     def step(self, rows: Sequence[StepRow]) -> NDArray[Any]: ...
+
+
+class PrefixModel(StepModel, Protocol):
+    """A model whose prefill can start from cached K/V (needed for block reuse)."""
+
+    def export_kv(self, state: Any, start: int, stop: int) -> Any: ...
+
+    def sequence_from(self, prefix: Sequence[Any]) -> Any: ...
 
 
 class AdapterCache(Protocol):
@@ -74,71 +104,6 @@ class AdapterCache(Protocol):
     def release(self, task_id: int) -> None: ...
 
 
-@dataclass(frozen=True, eq=False)
-class LoraInputs:
-    """``lora_task_id``, ``lora_weights`` [1, N, W], ``lora_config`` [1, N, 3] as received (each optional)."""
-
-    task_id: int | None
-    weights: NDArray[Any] | None = None
-    config: NDArray[Any] | None = None
-
-
-@dataclass(frozen=True)
-class GenerationRequest:
-    """One request to the ``tensorrt_llm`` model, already decoded from its tensors."""
-
-    prompt: tuple[int, ...]
-    max_new_tokens: int
-    end_id: int | None = None
-    pad_id: int | None = None
-    streaming: bool = False
-    exclude_input_in_output: bool = False
-    sampling: SamplingParams = field(default_factory=SamplingParams)
-    stop_words: tuple[tuple[int, ...], ...] = ()
-    lora: LoraInputs | None = None
-    user_id: str = ""
-    """Triton's request id (what a ``stop`` request names)."""
-
-
-@dataclass(frozen=True)
-class EngineResponse(Generic[H]):
-    """One response to send: tokens, or an error; ``final`` closes the request's stream."""
-
-    handle: H
-    request_id: int
-    output_ids: tuple[int, ...]
-    final: bool
-    error: str | None = None
-
-
-@dataclass(frozen=True)
-class BatchLimits:
-    max_batch_size: int
-    max_num_tokens: int
-    max_input_len: int
-    max_seq_len: int
-    max_queue_size: int = 0
-    """Waiting requests beyond which ``submit`` refuses (0: no limit)."""
-
-
-@dataclass(frozen=True)
-class BatcherStats:
-    """A snapshot for the ``nv_trt_llm_*`` metrics."""
-
-    active_requests: int
-    max_active_requests: int
-    scheduled_requests: int
-    context_requests: int
-    generation_requests: int
-    waiting_requests: int
-    paused_requests: int
-    context_tokens: int
-    iterations: int
-    kv_max_blocks: int
-    kv_used_blocks: int
-    kv_tokens_per_block: int = KV_TOKENS_PER_BLOCK
-
-
 @dataclass(eq=False)
 class _Active(Generic[H]):
     request_id: int
@@ -148,6 +113,8 @@ class _Active(Generic[H]):
     task_id: int | None = None
     adapter: Any = None
     state: Any = None
+    allocation: Allocation | None = None
+    cached_tokens: int = 0
     generated: list[int] = field(default_factory=list)
 
     @property
@@ -158,10 +125,26 @@ class _Active(Generic[H]):
 class InflightBatcher(Generic[H]):
     """The executor: a waiting queue, an active set and one model step at a time. Not thread-safe."""
 
-    def __init__(self, model: StepModel, limits: BatchLimits, adapters: AdapterCache | None = None) -> None:
+    def __init__(
+        self,
+        model: StepModel,
+        limits: BatchLimits,
+        adapters: AdapterCache | None = None,
+        kv_cache: BlockPool | None = None,
+    ) -> None:
+        """``kv_cache`` None: a pool of ``max_batch_size x max_seq_len`` tokens without reuse (accounting
+        only). A pool with reuse needs a :class:`PrefixModel`."""
         self.model = model
         self.limits = limits
         self.adapters = adapters
+        self.kv_cache = kv_cache or BlockPool(
+            KvCacheSettings(
+                max_blocks=math.ceil(limits.max_batch_size * limits.max_seq_len / KV_TOKENS_PER_BLOCK),
+                enable_block_reuse=False,
+            )
+        )
+        self._prompt_tokens = 0
+        self._computed_tokens = 0
         self._next_request_id = 1
         self._waiting: deque[_Active[H]] = deque()
         self._active: list[_Active[H]] = []
@@ -190,6 +173,13 @@ class InflightBatcher(Generic[H]):
             )
         if request.max_new_tokens < 1:
             raise EnqueueRejected("request_output_len must be at least 1")
+        pool = self.kv_cache
+        needed = pool.blocks_for(len(request.prompt) + self._max_new_tokens(request))
+        if needed > pool.settings.max_blocks:
+            raise EnqueueRejected(
+                f"the request needs {needed} KV-cache blocks of {pool.settings.tokens_per_block} tokens "
+                f"(prompt + output) and the cache has {pool.settings.max_blocks}"
+            )
         request_id = self._next_request_id
         self._next_request_id += 1
         self._waiting.append(_Active(request_id, request, handle, request.sampling.new_generator()))
@@ -216,11 +206,13 @@ class InflightBatcher(Generic[H]):
 
     def stats(self) -> BatcherStats:
         limits = self.limits
-        used = sum(
-            math.ceil((len(s.request.prompt) + len(s.generated)) / KV_TOKENS_PER_BLOCK)
+        pool = self.kv_cache
+        private = sum(
+            pool.blocks_for(len(s.request.prompt) + len(s.generated)) - len(s.allocation.shared)
             for s in self._active
-            if s.state is not None
+            if s.allocation is not None
         )
+        counters = pool.counters
         return BatcherStats(
             active_requests=len(self._active),
             max_active_requests=limits.max_batch_size,
@@ -231,8 +223,16 @@ class InflightBatcher(Generic[H]):
             paused_requests=0,
             context_tokens=self._last_context_tokens,
             iterations=self._iterations,
-            kv_max_blocks=math.ceil(limits.max_batch_size * limits.max_seq_len / KV_TOKENS_PER_BLOCK),
-            kv_used_blocks=used,
+            kv_max_blocks=pool.settings.max_blocks,
+            kv_used_blocks=private + pool.held_cached_blocks,
+            kv_tokens_per_block=pool.settings.tokens_per_block,
+            kv_reused_blocks=counters.reused_blocks,
+            kv_missed_blocks=counters.missed_blocks,
+            kv_alloc_total_blocks=counters.alloc_total_blocks,
+            kv_alloc_new_blocks=counters.alloc_new_blocks,
+            kv_cache_hit_rate=counters.cache_hit_rate,
+            prefill_tokens_computed=self._computed_tokens,
+            prompt_tokens=self._prompt_tokens,
         )
 
     # -- the scheduler loop ----------------------------------------------------------------
@@ -245,10 +245,23 @@ class InflightBatcher(Generic[H]):
         if not rows:
             return out
         self._iterations += 1
+        prefilling = [seq for seq in scheduled if not seq.generated]
         logits = self.model.step(rows)
+        for seq in prefilling:
+            self._store_prompt_blocks(seq)
         for seq, row_logits in zip(scheduled, logits, strict=True):
             self._advance(seq, row_logits, out)
         return out
+
+    def _max_new_tokens(self, request: GenerationRequest) -> int:
+        return max(min(request.max_new_tokens, self.limits.max_seq_len - len(request.prompt)), 0)
+
+    def _store_prompt_blocks(self, seq: _Active[H]) -> None:
+        if seq.allocation is None or not self.kv_cache.settings.enable_block_reuse:
+            return
+        model = cast(PrefixModel, self.model)  # reuse requires one (see __init__)
+        state = seq.state
+        self.kv_cache.store(seq.allocation, lambda start, stop: model.export_kv(state, start, stop))
 
     def abort_all(self, text: str) -> list[EngineResponse[H]]:
         """Fail every waiting and active request with ``text`` (the model is being unloaded)."""
@@ -292,16 +305,31 @@ class InflightBatcher(Generic[H]):
         scheduled: list[_Active[H]] = []
         self._last_context = self._last_context_tokens = 0
         ordered = [s for s in self._active if not s.in_context] + [s for s in self._active if s.in_context]
+        pool = self.kv_cache
         for seq in ordered:
-            tokens = seq.request.prompt if seq.in_context else (seq.generated[-1],)
+            prompt = seq.request.prompt
+            if seq.in_context:
+                cached = len(pool.match(prompt, seq.task_id)) * pool.settings.tokens_per_block
+                tokens = prompt[cached:]
+            else:
+                tokens = (seq.generated[-1],)
             if len(tokens) > budget:
                 continue
             if seq.task_id is not None and self.adapters is not None and not self.adapters.ensure_device(seq.task_id):
                 continue  # every device page is pinned: wait for a later step
             if seq.in_context:
-                seq.state = self.model.new_sequence()
+                allocation = pool.allocate(prompt, seq.task_id, self._max_new_tokens(seq.request))
+                if allocation is None:
+                    continue  # the KV cache cannot hold it yet: wait for requests to finish
+                seq.allocation = allocation
+                seq.cached_tokens = allocation.reused_tokens
+                tokens = prompt[seq.cached_tokens :]
+                shared = [block.payload for block in allocation.shared]
+                seq.state = cast(PrefixModel, self.model).sequence_from(shared) if shared else self.model.new_sequence()
                 self._last_context += 1
                 self._last_context_tokens += len(tokens)
+                self._prompt_tokens += len(prompt)
+                self._computed_tokens += len(tokens)
             budget -= len(tokens)
             rows.append(StepRow(seq.state, np.asarray(tokens, dtype=np.int32), seq.adapter))
             scheduled.append(seq)
@@ -333,6 +361,9 @@ class InflightBatcher(Generic[H]):
             self._active.remove(seq)
             if seq.task_id is not None and self.adapters is not None:
                 self.adapters.release(seq.task_id)
+        if seq.allocation is not None:
+            self.kv_cache.release(seq.allocation)
+            seq.allocation = None
         seq.state = None
 
     def _final(self, seq: _Active[H], *, new_tokens: tuple[int, ...]) -> EngineResponse[H]:
@@ -344,7 +375,7 @@ class InflightBatcher(Generic[H]):
         else:
             output = request.prompt + tuple(seq.generated)
         logger.debug("request %s done: %d tokens", seq.request_id, len(seq.generated))
-        return EngineResponse(seq.handle, seq.request_id, output, final=True)
+        return EngineResponse(seq.handle, seq.request_id, output, final=True, cached_tokens=seq.cached_tokens)
 
 
 def _uses_lora(lora: LoraInputs) -> bool:

@@ -19,6 +19,10 @@ parameter                              meaning
 ``reference_gpu_memory_bytes``         pretend free GPU memory (``lora_cache_gpu_memory_fraction`` x it)
 ``reference_lora_cache_device_bytes``  device tier bytes, overriding fraction x pretend GPU memory
 ``reference_min_step_ms``              pretend GPU step time: a step lasts at least this long (default 0)
+``enable_kv_cache_reuse``              KV-cache block reuse (TRT-LLM's parameter; true when unset, as in C++)
+``max_tokens_in_paged_kv_cache``       KV-cache size in tokens (TRT-LLM's parameter; default
+                                       ``max_batch_size x max_seq_len``)
+``reference_tokens_per_block``         trtllm-build ``--tokens_per_block`` (default 32)
 =====================================  ==========================================================
 
 ``max_batch_size`` is the config's own; the executor's queue limit is
@@ -35,6 +39,7 @@ from typing import Any
 from trtfleet.api.basemodel import LoraModule
 from trtfleet_engines.reference.adapters import LoraCacheSettings
 from trtfleet_engines.reference.errors import RepositoryError
+from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK, KvCacheSettings
 from trtfleet_engines.reference.scheduler import BatchLimits
 
 DEFAULT_GPU_MEMORY_BYTES = 4 * 1024 * 1024
@@ -56,6 +61,8 @@ class EngineSettings:
     dtype: str
     lora: LoraCacheSettings | None
     min_step_s: float = 0.0
+    kv_cache: KvCacheSettings | None = None
+    """None: a pool of ``max_batch_size x max_seq_len`` tokens with reuse on."""
 
 
 def parameters_of(model_config: Mapping[str, Any]) -> dict[str, str]:
@@ -124,6 +131,16 @@ def settings_from_model_config(model_config: Mapping[str, Any]) -> EngineSetting
             device_bytes=_int(params, "reference_lora_cache_device_bytes", int(fraction * gpu_bytes)),
             dtype=dtype,
         )
+    tokens_per_block = _int(params, "reference_tokens_per_block", DEFAULT_TOKENS_PER_BLOCK)
+    max_tokens = _int(params, "max_tokens_in_paged_kv_cache", limits.max_batch_size * limits.max_seq_len)
+    try:
+        kv_cache = KvCacheSettings(
+            max_blocks=-(-max_tokens // max(tokens_per_block, 1)),
+            tokens_per_block=tokens_per_block,
+            enable_block_reuse=_bool(params, "enable_kv_cache_reuse", True),
+        )
+    except ValueError as exc:
+        raise RepositoryError(f"KV cache parameters: {exc}") from exc
     return EngineSettings(
         model_dir=Path(model_dir),
         limits=limits,
@@ -131,4 +148,5 @@ def settings_from_model_config(model_config: Mapping[str, Any]) -> EngineSetting
         dtype=dtype,
         lora=lora,
         min_step_s=_float(params, "reference_min_step_ms", 0.0) / 1000.0,
+        kv_cache=kv_cache,
     )

@@ -277,7 +277,7 @@ def test_metrics_have_the_trtllm_names_and_labels(worker: WorkerProcess, http: h
         "nv_trt_llm_request_metrics": ("request_type", ("active", "max", "scheduled", "context", "waiting")),
         "nv_trt_llm_kv_cache_block_metrics": (
             "kv_cache_block_type",
-            ("max", "free", "used", "tokens_per", "fraction"),
+            ("max", "free", "used", "tokens_per", "reused", "fraction"),
         ),
         "nv_trt_llm_inflight_batcher_metrics": (
             "inflight_batcher_specific_metric",
@@ -291,3 +291,22 @@ def test_metrics_have_the_trtllm_names_and_labels(worker: WorkerProcess, http: h
             series = family + "{" + ",".join(f'{k}="{v}"' for k, v in labels) + "}"
             assert re.search(rf"^{re.escape(series)} [0-9.e+-]+$", text, re.MULTILINE), series
     assert 'nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 8' in text
+
+
+def _reused_blocks(worker: WorkerProcess, http: httpx.Client) -> float:
+    text = http.get(worker.metrics_url).text
+    series = 'nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused",model="tensorrt_llm",version="1"}'
+    found = re.search(rf"^{re.escape(series)} ([0-9.e+]+)$", text, re.MULTILINE)
+    assert found, series
+    return float(found.group(1))
+
+
+def test_a_shared_prefix_shows_as_reused_blocks(worker: WorkerProcess, http: httpx.Client) -> None:
+    first = prompt_ids("A system prompt that every turn of this chat starts with, long enough for two blocks.")
+    second = first[:-1] + TOKENIZER.encode(" And the user's next question?")
+    assert len(first) > 64
+    before = _reused_blocks(worker, http)
+    assert generate(worker.grpc_url, first, 4).error is None
+    assert generate(worker.grpc_url, second, 4).error is None
+    wait_until(lambda: _reused_blocks(worker, http) >= before + 2)  # two full blocks of 32 tokens
+    assert _reused_blocks(worker, http) == before + 2

@@ -135,6 +135,7 @@ def test_metric_names_and_labels_match_the_trtllm_backend() -> None:
         "free",
         "used",
         "tokens_per",
+        "reused",
         "fraction",
     }
     assert values[("nv_trt_llm_request_metrics", "waiting")] == 4

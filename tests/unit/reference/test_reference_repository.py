@@ -10,6 +10,7 @@ import yaml
 from trtfleet_engines.reference.adapters import plan_cache
 from trtfleet_engines.reference.engine import fit_limits, model_dimensions
 from trtfleet_engines.reference.errors import RepositoryError
+from trtfleet_engines.reference.kv_blocks import KvCacheSettings
 from trtfleet_engines.reference.numpy_llama import LlamaConfig
 from trtfleet_engines.reference.repository import (
     build_reference_repository,
@@ -78,6 +79,30 @@ def test_settings_from_the_rendered_config(tmp_path: Path) -> None:
     assert (lora.max_lora_rank, lora.optimal_adapter_size, lora.max_adapter_size) == (8, 8, 8)
     assert lora.host_bytes == 2 * 1024 * 1024
     assert lora.device_bytes == int(0.05 * DEFAULT_GPU_MEMORY_BYTES)
+    assert settings.kv_cache == KvCacheSettings(max_blocks=8 * 256 // 32, tokens_per_block=32, enable_block_reuse=True)
+
+
+@pytest.mark.parametrize(
+    ("params", "expected"),
+    [
+        pytest.param({"enable_kv_cache_reuse": "false"}, KvCacheSettings(64, 32, False), id="reuse-off"),
+        pytest.param({"max_tokens_in_paged_kv_cache": "100", "reference_tokens_per_block": "16"},
+                     KvCacheSettings(7, 16, True), id="size-and-block"),
+        pytest.param({}, KvCacheSettings(64, 32, True), id="defaults"),
+    ],
+)
+def test_kv_cache_parameters(params: dict[str, str], expected: KvCacheSettings) -> None:
+    parameters = {"reference_model_dir": "/m", **params}
+    config = {"max_batch_size": 8, "parameters": {k: {"string_value": v} for k, v in parameters.items()}}
+    config["parameters"]["reference_max_seq_len"] = {"string_value": "256"}
+    assert settings_from_model_config(config).kv_cache == expected
+
+
+def test_kv_cache_overrides_reach_the_engine(tmp_path: Path) -> None:
+    repo = build_reference_repository(tmp_path / "repo", model_dir=_model_dir(tmp_path), kv_tokens_per_block=16,
+                                      kv_max_tokens=512, enable_kv_cache_reuse=False)
+    settings = settings_from_model_config(triton_model_config(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert settings.kv_cache == KvCacheSettings(max_blocks=32, tokens_per_block=16, enable_block_reuse=False)
 
 
 def test_overrides_for_small_caches_and_queues(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from trtfleet_engines.reference.errors import EnqueueRejected, QueueFullError
+from trtfleet_engines.reference.kv_blocks import BlockPool, KvCacheSettings
 from trtfleet_engines.reference.sampling import SamplingParams
 from trtfleet_engines.reference.scheduler import InflightBatcher
 
@@ -169,3 +170,26 @@ def test_abort_all_fails_everything_and_releases_adapters() -> None:
     responses = batcher.abort_all("bye")
     assert [(r.handle, r.error, r.final) for r in responses] == [("b", "bye", True), ("a", "bye", True)]
     assert not batcher.has_work() and not store.cache.in_use(1)
+
+
+def small_pool(max_blocks: int) -> BlockPool:
+    return BlockPool(KvCacheSettings(max_blocks=max_blocks, tokens_per_block=4, enable_block_reuse=False))
+
+
+def test_a_request_waits_until_the_kv_cache_can_hold_it() -> None:
+    model = FakeModel()
+    batcher: InflightBatcher[str] = InflightBatcher(model, limits(), kv_cache=small_pool(3))
+    batcher.submit(request(range(6), max_new_tokens=2), "a")  # 8 tokens: 2 blocks of 4
+    batcher.submit(request(range(6), max_new_tokens=2), "b")  # 2 more: only 1 is left while "a" runs
+    batcher.step()
+    stats = batcher.stats()
+    assert (stats.context_requests, stats.kv_used_blocks, stats.kv_max_blocks) == (1, 2, 3)
+    finished = [r.handle for r in run_until_idle(batcher) if r.final]
+    assert finished == ["a", "b"]
+    assert [n for _, n, _ in model.steps[0]] == [6] and [n for _, n, _ in model.steps[2]] == [6]
+
+
+def test_a_request_the_kv_cache_can_never_hold_is_refused() -> None:
+    batcher: InflightBatcher[str] = InflightBatcher(FakeModel(), limits(), kv_cache=small_pool(3))
+    with pytest.raises(EnqueueRejected, match=r"needs 4 KV-cache blocks of 4 tokens .* the cache has 3"):
+        batcher.submit(request(range(10), max_new_tokens=6), "a")

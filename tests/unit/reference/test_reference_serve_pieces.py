@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 from trtfleet_engines.reference.errors import ExecutorRequestFailed
+from trtfleet_engines.reference.kv_blocks import KvCacheSettings
 from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR, TINY_LLAMA_DIR, LlamaConfig
 from trtfleet_engines.reference.serve.adapters import (
     AdapterGate,
@@ -71,6 +72,41 @@ def test_settings_from_options_file_with_flag_overrides(tmp_path: Path) -> None:
     ],
 )
 def test_bad_options_files_are_refused(tmp_path: Path, text: str, needle: str) -> None:
+    options = tmp_path / "options.yaml"
+    options.write_text(text)
+    with pytest.raises(SettingsError, match=needle):
+        settings_from_args(["--config", str(options)])
+
+
+@pytest.mark.parametrize(
+    ("text", "flags", "expected"),
+    [
+        pytest.param("", [], KvCacheSettings(8, 32, True, 0), id="upstream-defaults"),
+        pytest.param("kv_cache_config: {enable_block_reuse: false, free_gpu_memory_fraction: 0.9, dtype: auto}\n",
+                     [], KvCacheSettings(8, 32, False, 0), id="rendered-keys"),
+        pytest.param("kv_cache_config: {tokens_per_block: 16, max_tokens: 100, event_buffer_max_size: 50}\n",
+                     [], KvCacheSettings(7, 16, True, 50), id="reference-keys"),
+        pytest.param("kv_cache_config: {tokens_per_block: 16}\n",
+                     ["--kv-tokens-per-block", "8", "--kv-max-tokens", "64", "--kv-block-reuse", "false",
+                      "--kv-event-buffer-max-size", "3"], KvCacheSettings(8, 8, False, 3), id="flags-win"),
+    ],
+)
+def test_kv_cache_config(tmp_path: Path, text: str, flags: list[str], expected: KvCacheSettings) -> None:
+    options = tmp_path / "options.yaml"
+    options.write_text("max_batch_size: 1\nmax_seq_len: 256\n" + text)
+    assert settings_from_args(["--config", str(options), *flags]).kv_cache == expected
+
+
+@pytest.mark.parametrize(
+    ("text", "needle"),
+    [
+        pytest.param("kv_cache_config: {tokens_per_block: 0}\n", "tokens_per_block", id="zero-block"),
+        pytest.param("kv_cache_config: {enable_block_reuse: maybe}\n", "enable_block_reuse", id="not-bool"),
+        pytest.param("kv_cache_config: {event_buffer_max_size: -1}\n", "event_buffer_max_size", id="negative"),
+        pytest.param("kv_cache_config: [1]\n", "kv_cache_config", id="not-a-mapping"),
+    ],
+)
+def test_bad_kv_cache_config_is_refused(tmp_path: Path, text: str, needle: str) -> None:
     options = tmp_path / "options.yaml"
     options.write_text(text)
     with pytest.raises(SettingsError, match=needle):

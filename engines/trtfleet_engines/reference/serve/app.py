@@ -4,7 +4,9 @@ Routes (``tensorrt_llm/serve/openai_server.py``): ``GET /health`` (200 empty, 50
 ``GET /health_generate`` (one-token chat, "Generation health check OK"); ``GET /version``; ``GET /v1/models``
 (only the served name: adapters are not models); ``POST /v1/completions`` and ``/v1/chat/completions``
 (streaming and not); ``GET /metrics`` (JSON iteration stats, drained per call); ``GET /prometheus/metrics``
-(only with ``return_perf_metrics``). Reference-only: ``GET /reference/lora_cache`` (residency and eviction
+(only with ``return_perf_metrics``); ``POST /kv_cache_events`` (the KV-cache events since the last call, in
+``KVCacheEventSerializer``'s JSON; ``[]`` unless ``kv_cache_config.event_buffer_max_size`` > 0).
+Reference-only: ``GET /reference/lora_cache`` (residency and eviction
 history of the two LoRA tiers, which upstream does not expose).
 
 Status codes are mapped here only: body validation -> 400 ``{"error": ...}``; :class:`RequestError` ->
@@ -23,7 +25,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from trtfleet.version import __version__
-from trtfleet_engines.reference.engine import fit_limits
+from trtfleet_engines.reference.engine import build_block_pool, fit_limits
 from trtfleet_engines.reference.numpy_llama import LlamaWeights, TinyLlama
 from trtfleet_engines.reference.scheduler import BatchLimits, InflightBatcher
 from trtfleet_engines.reference.serve.adapters import AdapterGate, PeftAdapterStore, TierSizes
@@ -81,7 +83,8 @@ class ServeApp:
                               lora.optimal_adapter_size, lora.max_adapter_size)
             self.store = PeftAdapterStore(weights.config, sizes)
             self.gate = AdapterGate(max(self.store.host_adapters, 1))
-        batcher: InflightBatcher[TokenStream] = InflightBatcher(TinyLlama(weights), limits, self.store)
+        pool = build_block_pool(settings.kv_cache, limits)
+        batcher: InflightBatcher[TokenStream] = InflightBatcher(TinyLlama(weights), limits, self.store, pool)
         self.bridge = EngineBridge(batcher, min_step_s=settings.min_step_s)
         store = self.store
         self.metrics = ServeMetrics(self.bridge.stats, store.snapshot if store is not None else lambda: None)
@@ -93,6 +96,7 @@ class ServeApp:
         app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
         app.router.add_get("/metrics", self.iteration_stats)
+        app.router.add_post("/kv_cache_events", self.kv_cache_events)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/reference/lora_cache", self.lora_cache)
@@ -136,6 +140,9 @@ class ServeApp:
 
     async def iteration_stats(self, _request: web.Request) -> web.Response:
         return web.json_response(self.bridge.drain_iteration_stats())
+
+    async def kv_cache_events(self, _request: web.Request) -> web.Response:
+        return web.json_response(self.bridge.drain_kv_cache_events())
 
     async def prometheus(self, _request: web.Request) -> web.Response:
         return web.Response(body=self.metrics.render(), content_type="text/plain", charset="utf-8")
@@ -193,7 +200,7 @@ class ServeApp:
         return web.json_response(build(
             request_id=f"{prefix}{uuid.uuid4().hex}", model=body.model, text=text,
             finish_reason=outcome.finish_reason or "stop", prompt_tokens=outcome.prompt_tokens,
-            completion_tokens=outcome.completion_tokens,
+            completion_tokens=outcome.completion_tokens, cached_tokens=outcome.cached_tokens,
         ))
 
     async def _stream(self, request: web.Request, generation: Generation, deltas: AsyncGenerator[str, None],
@@ -222,7 +229,8 @@ class ServeApp:
             if options is not None and options.include_usage:
                 await response.write(_sse(usage_chunk(request_id=request_id, model=body.model, chat=chat,
                                                       prompt_tokens=outcome.prompt_tokens,
-                                                      completion_tokens=outcome.completion_tokens)))
+                                                      completion_tokens=outcome.completion_tokens,
+                                                      cached_tokens=outcome.cached_tokens)))
             await response.write(_sse("[DONE]"))
         finally:
             await deltas.aclose()  # a client that went away cancels the engine request here

@@ -87,6 +87,9 @@ class EngineBridge:
     def stats(self) -> BatcherStats:
         return self._engine.stats()
 
+    def drain_kv_cache_events(self) -> list[dict[str, Any]]:
+        return self._engine.drain_kv_cache_events()
+
     def drain_iteration_stats(self) -> list[dict[str, Any]]:
         out = list(self._stats)
         self._stats.clear()
@@ -124,11 +127,11 @@ def iteration_stats(stats: BatcherStats, completed: int) -> dict[str, Any]:
             "freeNumBlocks": free,
             "usedNumBlocks": stats.kv_used_blocks,
             "tokensPerBlock": stats.kv_tokens_per_block,
-            "allocTotalBlocks": stats.kv_used_blocks,
-            "allocNewBlocks": 0,
-            "reusedBlocks": 0,
-            "missedBlocks": 0,
-            "cacheHitRate": 0.0,
+            "allocTotalBlocks": stats.kv_alloc_total_blocks,
+            "allocNewBlocks": stats.kv_alloc_new_blocks,
+            "reusedBlocks": stats.kv_reused_blocks,
+            "missedBlocks": stats.kv_missed_blocks,
+            "cacheHitRate": stats.kv_cache_hit_rate,
         },
         "inflightBatchingStats": {
             "numScheduledRequests": stats.scheduled_requests,

@@ -49,6 +49,7 @@ class Outcome:
 
     prompt_tokens: int
     completion_tokens: int = 0
+    cached_tokens: int = 0
     finish_reason: str | None = None
     error: str | None = None
     first_token_s: float | None = None
@@ -151,6 +152,7 @@ class Generation:
             outcome.completion_tokens += len(response.output_ids)
             text = decoder.feed(response.output_ids)
             if response.final:
+                outcome.cached_tokens = response.cached_tokens
                 text += decoder.flush()
                 outcome.finish_reason = self._finish_reason(bool(response.output_ids))
             yield text

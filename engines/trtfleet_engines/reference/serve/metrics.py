@@ -1,6 +1,8 @@
 """``/prometheus/metrics`` of the reference ``pytorch`` mode: trtllm-serve's ``trtllm_`` names, plus LoRA cache
 counters under ``trtfleet_reference_`` (upstream exposes no adapter residency; these exist so tests and
-benchmarks can see the tiers).
+benchmarks can see the tiers) and the prefill positions computed vs. started
+(``trtfleet_reference_prefill_tokens_computed_total`` / ``..._prefill_prompt_tokens_total``: their difference is
+the work KV-cache block reuse skipped).
 
 Upstream (``tensorrt_llm/metrics/collector.py``, created in ``openai_server.py`` with the labels
 ``{"model_name": "undefined", "engine_type": "undefined"}``) mounts this only when ``return_perf_metrics`` is
@@ -38,10 +40,20 @@ class _EngineCollector(Collector):
             ("trtllm_num_requests_waiting", "Requests queued for the batch.", stats.waiting_requests),
             ("trtllm_kv_cache_utilization", "Used share of the KV-cache blocks.",
              stats.kv_used_blocks / stats.kv_max_blocks if stats.kv_max_blocks else 0.0),
+            ("trtllm_kv_cache_hit_rate", "Reused / (reused + missed) KV-cache blocks since start.",
+             stats.kv_cache_hit_rate),
         ):
             gauge = GaugeMetricFamily(name, text, labels=names)
             gauge.add_metric(values, value)
             yield gauge
+        computed = CounterMetricFamily("trtfleet_reference_prefill_tokens_computed",
+                                       "Prompt positions the model computed (reused KV-cache blocks are not).")
+        computed.add_metric([], stats.prefill_tokens_computed)
+        yield computed
+        prompts = CounterMetricFamily("trtfleet_reference_prefill_prompt_tokens",
+                                      "Prompt positions of the requests that started prefill.")
+        prompts.add_metric([], stats.prompt_tokens)
+        yield prompts
         lora = self._lora()
         if lora is None:
             return

@@ -138,12 +138,12 @@ def error_response(message: str, *, status: int = 400, err_type: str = BAD_REQUE
     return {"object": "error", "message": message, "type": err_type, "param": None, "code": status}
 
 
-def usage(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+def usage(prompt_tokens: int, completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     return {
         "prompt_tokens": prompt_tokens,
         "completion_tokens": completion_tokens,
         "total_tokens": prompt_tokens + completion_tokens,
-        "prompt_tokens_details": {"cached_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
     }
 
 
@@ -152,11 +152,11 @@ def now_s() -> int:
 
 
 def completion_body(*, request_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int,
-                    completion_tokens: int) -> dict[str, Any]:
+                    completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     choice = {"index": 0, "text": text, "token_ids": None, "logprobs": None, "finish_reason": finish_reason,
               "stop_reason": None}
     return {"id": request_id, "object": "text_completion", "created": now_s(), "model": model,
-            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
+            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
 
 def completion_chunk(*, request_id: str, model: str, text: str, finish_reason: str | None) -> dict[str, Any]:
@@ -168,11 +168,11 @@ def completion_chunk(*, request_id: str, model: str, text: str, finish_reason: s
 
 
 def chat_body(*, request_id: str, model: str, text: str, finish_reason: str, prompt_tokens: int,
-              completion_tokens: int) -> dict[str, Any]:
+              completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     choice = {"index": 0, "message": {"role": "assistant", "content": text}, "logprobs": None,
               "finish_reason": finish_reason, "stop_reason": None}
     return {"id": request_id, "object": "chat.completion", "created": now_s(), "model": model,
-            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens)}
+            "choices": [choice], "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}
 
 
 def chat_chunk(*, request_id: str, model: str, delta: dict[str, str], finish_reason: str | None) -> dict[str, Any]:
@@ -185,7 +185,7 @@ def chat_chunk(*, request_id: str, model: str, delta: dict[str, str], finish_rea
 
 
 def usage_chunk(*, request_id: str, model: str, chat: bool, prompt_tokens: int,
-                completion_tokens: int) -> dict[str, Any]:
+                completion_tokens: int, cached_tokens: int = 0) -> dict[str, Any]:
     kind = "chat.completion.chunk" if chat else "text_completion"
     return {"id": request_id, "object": kind, "created": now_s(), "model": model, "choices": [],
-            "usage": usage(prompt_tokens, completion_tokens)}
+            "usage": usage(prompt_tokens, completion_tokens, cached_tokens)}

@@ -5,6 +5,11 @@ the reference server through ``--config``; keys that only matter on a GPU (paral
 are accepted and ignored. Flags given explicitly override the file, as upstream's do. Without a
 ``lora_config`` block the server ignores ``lora_request`` and answers from the base model, as upstream does.
 
+``kv_cache_config`` keys read (``KvCacheConfig`` in ``tensorrt_llm/llmapi/llm_args.py`` @ fcd3f316, same
+defaults): ``enable_block_reuse`` (true), ``tokens_per_block`` (32), ``max_tokens`` (the pool's size; upstream
+sizes it from GPU memory when unset, the reference engine uses ``max_batch_size x max_seq_len``),
+``event_buffer_max_size`` (0: ``POST /kv_cache_events`` answers ``[]``). The ``--kv-*`` flags override them.
+
 Pure apart from :func:`read_options_file`. Errors: :class:`SettingsError` (a file or value that cannot be used).
 """
 
@@ -19,6 +24,7 @@ from typing import Any
 import yaml
 
 from trtfleet.api.basemodel import LoraModule
+from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK, KvCacheSettings
 from trtfleet_engines.reference.repository import default_model_dir
 
 
@@ -50,6 +56,8 @@ class ServeSettings:
     return_perf_metrics: bool
     lora: LoraSettings | None
     min_step_s: float = 0.0
+    kv_cache: KvCacheSettings | None = None
+    """None: ``max_batch_size x max_seq_len`` tokens in blocks of 32, reuse on, no events."""
 
 
 DEFAULTS: Mapping[str, Any] = {
@@ -81,6 +89,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cpu-loras", type=int, default=None, help="lora_config.max_cpu_loras (host tier)")
     p.add_argument("--max-lora-rank", type=int, default=None, help="lora_config.max_lora_rank")
     p.add_argument("--min-step-ms", type=float, default=0.0, help="pretend GPU step time (ms)")
+    p.add_argument("--kv-tokens-per-block", type=int, default=None, help="kv_cache_config.tokens_per_block")
+    p.add_argument("--kv-max-tokens", type=int, default=None, help="kv_cache_config.max_tokens (pool size)")
+    p.add_argument("--kv-block-reuse", choices=("true", "false"), default=None,
+                   help="kv_cache_config.enable_block_reuse (default true)")
+    p.add_argument("--kv-event-buffer-max-size", type=int, default=None,
+                   help="kv_cache_config.event_buffer_max_size (0: no KV events)")
     return p
 
 
@@ -129,6 +143,30 @@ def _lora(args: argparse.Namespace, options: Mapping[str, Any]) -> LoraSettings 
     )
 
 
+def _kv_cache(args: argparse.Namespace, options: Mapping[str, Any], max_batch_size: int,
+              max_seq_len: int) -> KvCacheSettings:
+    block = options.get("kv_cache_config") or {}
+    if not isinstance(block, dict):
+        raise SettingsError("kv_cache_config must be a mapping")
+
+    def pick(flag: Any, key: str, default: Any) -> Any:
+        return flag if flag is not None else block.get(key, default)
+
+    tokens_per_block = _int(pick(args.kv_tokens_per_block, "tokens_per_block", DEFAULT_TOKENS_PER_BLOCK),
+                            "kv_cache_config.tokens_per_block")
+    max_tokens = _int(pick(args.kv_max_tokens, "max_tokens", None) or max_batch_size * max_seq_len,
+                      "kv_cache_config.max_tokens")
+    reuse_flag = None if args.kv_block_reuse is None else args.kv_block_reuse == "true"
+    reuse = pick(reuse_flag, "enable_block_reuse", True)
+    if not isinstance(reuse, bool):
+        raise SettingsError(f"kv_cache_config.enable_block_reuse must be true or false, got {reuse!r}")
+    events = pick(args.kv_event_buffer_max_size, "event_buffer_max_size", 0)
+    if isinstance(events, bool) or not isinstance(events, int) or events < 0:
+        raise SettingsError(f"kv_cache_config.event_buffer_max_size must be an integer >= 0, got {events!r}")
+    return KvCacheSettings(max_blocks=-(-max_tokens // tokens_per_block), tokens_per_block=tokens_per_block,
+                           enable_block_reuse=reuse, event_buffer_max_size=events)
+
+
 def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
     args = parser().parse_args(argv)
     options = read_options_file(args.config)
@@ -138,17 +176,20 @@ def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
         flag = getattr(args, name, None)
         return flag if flag is not None else options.get(name, DEFAULTS[name])
 
+    max_batch_size = _int(pick("max_batch_size"), "max_batch_size")
+    max_seq_len = _int(pick("max_seq_len"), "max_seq_len")
     return ServeSettings(
         model_dir=model_dir,
         served_model_name=args.served_model_name or model_dir.name,
         host=args.host,
         port=args.port,
-        max_batch_size=_int(pick("max_batch_size"), "max_batch_size"),
+        max_batch_size=max_batch_size,
         max_num_tokens=_int(pick("max_num_tokens"), "max_num_tokens"),
-        max_seq_len=_int(pick("max_seq_len"), "max_seq_len"),
+        max_seq_len=max_seq_len,
         max_queue_size=max(args.max_queue_size, 0),
         enable_chunked_prefill=bool(pick("enable_chunked_prefill")),
         return_perf_metrics=bool(pick("return_perf_metrics")),
         lora=_lora(args, options),
         min_step_s=max(args.min_step_ms, 0.0) / 1000.0,
+        kv_cache=_kv_cache(args, options, max_batch_size, max_seq_len),
     )

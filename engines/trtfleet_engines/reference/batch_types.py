@@ -1,0 +1,99 @@
+"""The values the in-flight batcher takes and gives: requests, responses, limits and its stats snapshot.
+
+Kept apart from :mod:`~trtfleet_engines.reference.scheduler` (which re-exports them) so the batcher module
+holds only the executor's logic.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+from numpy.typing import NDArray
+
+from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK
+from trtfleet_engines.reference.sampling import SamplingParams
+
+H = TypeVar("H")
+
+KV_TOKENS_PER_BLOCK = DEFAULT_TOKENS_PER_BLOCK
+"""TRT-LLM's default ``tokens_per_block``."""
+
+
+@dataclass(frozen=True, eq=False)
+class LoraInputs:
+    """``lora_task_id``, ``lora_weights`` [1, N, W], ``lora_config`` [1, N, 3] as received (each optional)."""
+
+    task_id: int | None
+    weights: NDArray[Any] | None = None
+    config: NDArray[Any] | None = None
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    """One request to the ``tensorrt_llm`` model, already decoded from its tensors."""
+
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+    end_id: int | None = None
+    pad_id: int | None = None
+    streaming: bool = False
+    exclude_input_in_output: bool = False
+    sampling: SamplingParams = field(default_factory=SamplingParams)
+    stop_words: tuple[tuple[int, ...], ...] = ()
+    lora: LoraInputs | None = None
+    user_id: str = ""
+    """Triton's request id (what a ``stop`` request names)."""
+
+
+@dataclass(frozen=True)
+class EngineResponse(Generic[H]):
+    """One response to send: tokens, or an error; ``final`` closes the request's stream."""
+
+    handle: H
+    request_id: int
+    output_ids: tuple[int, ...]
+    final: bool
+    error: str | None = None
+    cached_tokens: int = 0
+    """On the final response: prompt tokens whose K/V came from reused blocks (``cached_tokens`` in usage)."""
+
+
+@dataclass(frozen=True)
+class BatchLimits:
+    max_batch_size: int
+    max_num_tokens: int
+    max_input_len: int
+    max_seq_len: int
+    max_queue_size: int = 0
+    """Waiting requests beyond which ``submit`` refuses (0: no limit)."""
+
+
+@dataclass(frozen=True)
+class BatcherStats:
+    """A snapshot for the ``nv_trt_llm_*`` metrics."""
+
+    active_requests: int
+    max_active_requests: int
+    scheduled_requests: int
+    context_requests: int
+    generation_requests: int
+    waiting_requests: int
+    paused_requests: int
+    context_tokens: int
+    iterations: int
+    kv_max_blocks: int
+    kv_used_blocks: int
+    kv_tokens_per_block: int = KV_TOKENS_PER_BLOCK
+    kv_reused_blocks: int = 0
+    """Cumulative, like ``KvCacheStats.reusedBlocks`` (one per matched block per request)."""
+    kv_missed_blocks: int = 0
+    kv_alloc_total_blocks: int = 0
+    kv_alloc_new_blocks: int = 0
+    kv_cache_hit_rate: float = 0.0
+    prefill_tokens_computed: int = 0
+    """Cumulative prompt positions the model computed (reused positions are not)."""
+    prompt_tokens: int = 0
+    """Cumulative prompt positions of the requests that started prefill."""
+
+
