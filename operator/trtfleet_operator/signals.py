@@ -16,31 +16,18 @@ Sources, and what each one says (see docs/operations.md, "Autoscaling"):
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from trtfleet.autoscaling import DemandSignals
+from trtfleet.demand import MetricsParseError as MetricsParseError
+from trtfleet.demand import RouterReading as RouterReading
+from trtfleet.demand import parse_router_metrics as parse_router_metrics
+from trtfleet.demand import prometheus_samples
 
-ROUTER_REQUESTS: Final = "trtfleet_router_base_model_requests"
-ROUTER_HELD: Final = "trtfleet_router_held_requests"
-ROUTER_ADAPTER_PAGES: Final = "trtfleet_router_active_adapter_pages"
 TRITON_REQUESTS: Final = "nv_trt_llm_request_metrics"
 TRITON_KV: Final = "nv_trt_llm_kv_cache_block_metrics"
-
-
-class MetricsParseError(ValueError):
-    """A scraped body is not the format its source speaks."""
-
-
-@dataclass(frozen=True, slots=True)
-class RouterReading:
-    requests: float = 0.0
-    held: float = 0.0
-    active_adapter_pages: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,31 +37,11 @@ class PodReading:
     kv_fraction: float | None = None
 
 
-def _samples(text: str) -> list[tuple[str, dict[str, str], float]]:
-    try:
-        return [
-            (sample.name, dict(sample.labels), float(sample.value))
-            for family in text_string_to_metric_families(text)
-            for sample in family.samples
-        ]
-    except ValueError as exc:  # prometheus_client's parser raises ValueError on malformed text
-        raise MetricsParseError(f"not Prometheus text: {exc}") from exc
-
-
-def parse_router_metrics(text: str, base_model: str) -> RouterReading:
-    """One router replica's demand for ``base_model`` (zeros when it has seen none)."""
-    values = {ROUTER_REQUESTS: 0.0, ROUTER_HELD: 0.0, ROUTER_ADAPTER_PAGES: 0.0}
-    for name, labels, value in _samples(text):
-        if name in values and labels.get("base_model") == base_model and math.isfinite(value):
-            values[name] += value
-    return RouterReading(values[ROUTER_REQUESTS], values[ROUTER_HELD], int(values[ROUTER_ADAPTER_PAGES]))
-
-
 def parse_triton_metrics(text: str) -> PodReading:
     """A Triton pod's running + waiting requests and KV-cache fraction (summed / largest over models)."""
     requests: float | None = None
     kv: float | None = None
-    for name, labels, value in _samples(text):
+    for name, labels, value in prometheus_samples(text):
         if name == TRITON_REQUESTS and labels.get("request_type") in ("active", "waiting"):
             requests = (requests or 0.0) + value
         elif name == TRITON_KV and labels.get("kv_cache_block_type") == "fraction":
