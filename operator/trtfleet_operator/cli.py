@@ -5,6 +5,8 @@
                       [--engine-pvc trtfleet-engines] [--artifact-pvc trtfleet-adapters]
                       [--resync-interval 30] [--build-backoff-limit 1] [--build-max-attempts 5]
                       [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--log-level INFO]
+                      [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
+                      [--router-metrics-port 9090] [--router-metrics-url URL ...]
 
 Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_RUNTIME_IMAGE (see
 :mod:`trtfleet_operator.config`). Exit codes: 0 after a clean stop, 2 for bad flags or environment.
@@ -17,7 +19,7 @@ import os
 import sys
 
 from trtfleet_operator import logs
-from trtfleet_operator.config import BuildPolicy, OperatorConfig, Storage, images_from_environment
+from trtfleet_operator.config import AutoscaleConfig, BuildPolicy, OperatorConfig, Storage, images_from_environment
 from trtfleet_operator.errors import ConfigError
 
 EXIT_CONFIG = 2
@@ -77,6 +79,27 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="node label adapter-convert Jobs must match (repeatable)",
     )
+    scaling = defaults.autoscale
+    parser.add_argument(
+        "--autoscale-interval",
+        type=float,
+        default=scaling.interval_s,
+        help="seconds between autoscaling decisions of BaseModels with spec.autoscaling",
+    )
+    parser.add_argument(
+        "--router-selector", default=scaling.router_selector, help="label selector of the router pods to scrape"
+    )
+    parser.add_argument("--router-namespace", help="namespace of the router pods (default: each BaseModel's)")
+    parser.add_argument(
+        "--router-metrics-port", type=int, default=scaling.router_metrics_port, help="the routers' /metrics port"
+    )
+    parser.add_argument(
+        "--router-metrics-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a router's /metrics URL, instead of looking router pods up (repeatable; the local path)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("TRTFLEET_LOG_LEVEL", "INFO"))
     parser.set_defaults(func=run)
 
@@ -94,6 +117,13 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         ),
         storage=Storage(engine_pvc=args.engine_pvc, artifact_pvc=args.artifact_pvc),
         resync_interval_s=args.resync_interval,
+        autoscale=AutoscaleConfig(
+            interval_s=args.autoscale_interval,
+            router_selector=args.router_selector,
+            router_namespace=args.router_namespace,
+            router_metrics_port=args.router_metrics_port,
+            router_metrics_urls=tuple(args.router_metrics_url),
+        ),
         convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
     )
 

@@ -1,8 +1,9 @@
 """Kubernetes-style conditions (metav1.Condition) on the wire: types, reasons and a pure merge.
 
-BaseModel conditions: ``CapacityPlanned``, ``EngineBuilt``, ``Ready`` and, while a deletion waits for
-Adapters, ``DeletionBlocked``. Adapter conditions: ``Validated``, ``Converted``, ``Ready``. Every reason
-is CamelCase and every message says what to do about it.
+BaseModel conditions: ``CapacityPlanned``, ``EngineBuilt``, ``Ready``, with ``spec.autoscaling`` the
+autoscaler's ``ScalingActive`` and, while a deletion waits for Adapters, ``DeletionBlocked``. Adapter
+conditions: ``Validated``, ``Converted``, ``Ready``. Every reason is CamelCase and every message says
+what to do about it.
 """
 
 from __future__ import annotations
@@ -14,10 +15,11 @@ CAPACITY_PLANNED = "CapacityPlanned"
 ENGINE_BUILT = "EngineBuilt"
 READY = "Ready"
 DELETION_BLOCKED = "DeletionBlocked"
+SCALING_ACTIVE = "ScalingActive"
 VALIDATED = "Validated"
 CONVERTED = "Converted"
 
-_ORDER = (VALIDATED, CAPACITY_PLANNED, ENGINE_BUILT, CONVERTED, READY, DELETION_BLOCKED)
+_ORDER = (VALIDATED, CAPACITY_PLANNED, ENGINE_BUILT, CONVERTED, READY, SCALING_ACTIVE, DELETION_BLOCKED)
 
 TRUE = "True"
 FALSE = "False"

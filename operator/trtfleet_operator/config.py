@@ -79,6 +79,24 @@ class Storage:
         return f"pvc://{self.engine_pvc}/{engine_hash}"
 
 
+ROUTER_SELECTOR_DEFAULT = "app.kubernetes.io/name=trtfleet,app.kubernetes.io/component=router"
+"""The chart's router pods (``trtfleet.selector`` with component router)."""
+
+
+@dataclass(frozen=True)
+class AutoscaleConfig:
+    """Where demand signals come from and how often BaseModels with ``spec.autoscaling`` are decided."""
+
+    interval_s: float = 15.0
+    router_selector: str = ROUTER_SELECTOR_DEFAULT
+    router_namespace: str | None = None
+    """Namespace of the router pods; None: each BaseModel's own namespace."""
+    router_metrics_port: int = 9090
+    router_metrics_urls: tuple[str, ...] = ()
+    """Fixed router ``/metrics`` URLs (the local/demo path); when given, no router pods are looked up."""
+    scrape_timeout_s: float = 2.0
+
+
 @dataclass(frozen=True)
 class OperatorConfig:
     images: Images = field(default_factory=Images)
@@ -89,6 +107,7 @@ class OperatorConfig:
     convert_node_selector: tuple[tuple[str, str], ...] = ()
     """Where adapter-convert Jobs run (CPU nodes, say); empty: anywhere."""
     resync_interval_s: float = 30.0
+    autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     trtllm_models_dir: str = "/app/all_models/inflight_batcher_llm"
     """Where NVIDIA's Triton TRT-LLM image keeps the python models (model.py) of the model repository."""
 
@@ -99,6 +118,8 @@ class OperatorConfig:
             raise ConfigError("backoff limits cannot be negative")
         if self.resync_interval_s <= 0:
             raise ConfigError("--resync-interval must be positive")
+        if self.autoscale.interval_s <= 0 or self.autoscale.scrape_timeout_s <= 0:
+            raise ConfigError("--autoscale-interval and the scrape timeout must be positive")
 
 
 def images_from_environment() -> Images:

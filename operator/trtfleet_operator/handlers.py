@@ -1,6 +1,7 @@
 """kopf registration: thin handlers that call the runtime, and the one place errors become kopf's.
 
-Per kind, one reconcile registered for create, update, resume and a resync timer. Child events (the
+Per kind, one reconcile registered for create, update, resume and a resync timer; BaseModels with
+``spec.autoscaling`` also get the autoscaler's timer (``--autoscale-interval``), under the same lock. Child events (the
 operator's Jobs and Deployments) trigger their owners' reconciles; a BaseModel's create or update
 triggers its Adapters (so ``BaseModelNotFound`` or ``RankTooHigh`` heal at once). Deleting a BaseModel
 runs :func:`delete_basemodel` behind kopf's finalizer, named ``trtfleet.io/adapters``: it holds the
@@ -19,6 +20,7 @@ import kopf
 
 from trtfleet.api import GROUP, VERSION
 from trtfleet_operator import metrics
+from trtfleet_operator.autoscaler import Autoscaler
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import (
     ConflictError,
@@ -74,7 +76,9 @@ async def _run(kind: str, reconcile: Callable[[str, str], Awaitable[object]], na
         )
 
 
-def register(registry: kopf.OperatorRegistry, runtime: OperatorRuntime, config: OperatorConfig) -> None:
+def register(
+    registry: kopf.OperatorRegistry, runtime: OperatorRuntime, config: OperatorConfig, autoscaler: Autoscaler
+) -> None:
     basemodels = (GROUP, VERSION, "basemodels")
     adapters = (GROUP, VERSION, "adapters")
     managed = {LABEL_MANAGED_BY: MANAGED_BY}
@@ -120,6 +124,19 @@ def register(registry: kopf.OperatorRegistry, runtime: OperatorRuntime, config: 
         initial_delay=config.resync_interval_s,
     )(reconcile_basemodel)
     kopf.on.delete(*basemodels, registry=registry, id="adapters")(delete_basemodel)
+
+    async def autoscale(**kwargs: Any) -> None:
+        namespace, name = kwargs["namespace"], kwargs["name"]
+        async with runtime.lock(("BaseModel", namespace, name)):
+            await _run("Autoscale", autoscaler.tick, namespace, name)
+
+    kopf.timer(
+        *basemodels,
+        registry=registry,
+        id="autoscale",
+        interval=config.autoscale.interval_s,
+        when=lambda spec, **_: bool(spec.get("autoscaling")),
+    )(autoscale)
 
     kopf.on.create(*adapters, registry=registry, id="reconcile")(reconcile_adapter)
     kopf.on.update(*adapters, registry=registry, id="reconcile")(reconcile_adapter)

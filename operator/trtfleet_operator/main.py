@@ -23,6 +23,7 @@ import kopf
 from trtfleet.kube import KubeApi, KubeConfigError, KubeConnection, KubeSource, load_connection
 from trtfleet.kube.config import bearer_token
 from trtfleet_operator import metrics
+from trtfleet_operator.autoscaler import Autoscaler, ScrapeSignals
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConfigError
 from trtfleet_operator.handlers import FINALIZER, register
@@ -113,7 +114,8 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
         raise ConfigError(str(exc)) from exc
     runtime = OperatorRuntime(config, client)
     kopf.on.login(registry=registry)(login)
-    register(registry, runtime, config)
+    autoscaler = Autoscaler(client, ScrapeSignals(client, config.autoscale), runtime.clock)
+    register(registry, runtime, config, autoscaler)
     if options.metrics_port:
         metrics.serve(options.metrics_port)
     logger.info(

@@ -1,6 +1,7 @@
 """Every metric of the operator, in one place (prefix ``trtfleet_operator_``, base units in names).
 
-No unbounded labels: ``kind`` is BaseModel or Adapter, ``result`` one of a fixed set.
+No unbounded labels: ``kind`` is BaseModel, Adapter or Autoscale (the autoscaler's timer), ``result`` and
+``reason`` one of a fixed set.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ TASKID_CONFLICTS = Counter(
 )
 APPLIES = Counter(
     f"{PREFIX}_applies_total", "Server-side applies sent, by object kind.", ["object_kind"], registry=REGISTRY
+)
+SCALINGS = Counter(
+    f"{PREFIX}_scalings_total",
+    "Replica changes the autoscaler wrote, by reason (ScaledUp, ScaledDown, ScaledToZero, ScaledFromZero).",
+    ["reason"],
+    registry=REGISTRY,
 )
 
 BUILD_COUNTER_RESULTS = {"build_started": "started", "build_succeeded": "succeeded", "build_failed": "failed"}

@@ -65,6 +65,8 @@ class FleetSet:
         self.pods: dict[str, dict[str, PodEndpoint]] = {}
         self.outliers: dict[str, OutlierDetector] = {}  # base -> failure counts and ejections of its pods
         self.generation = 0
+        self.pod_listeners: list[Callable[[set[str]], None]] = []
+        """Called with the base models whose pods were handed to their fleets anew (the dispatcher's holds)."""
 
     def apply(self, snapshot: DiscoverySnapshot) -> None:
         registry = snapshot.registry
@@ -88,6 +90,11 @@ class FleetSet:
             self.outliers[name].retain(self.pods[name])
             self._hand_pods(name)
         self.generation += 1
+        self._pods_changed(set(self.fleets))
+
+    def _pods_changed(self, base_models: set[str]) -> None:
+        for listener in self.pod_listeners:
+            listener(base_models)
 
     def _hand_pods(self, name: str) -> None:
         base = self.registry.bases[name]
@@ -137,6 +144,7 @@ class FleetSet:
         outliers = self.outliers.get(base_model)
         if outliers is not None and outliers.readmit(pod_id, self._now()) and base_model in self.fleets:
             self._hand_pods(base_model)
+            self._pods_changed({base_model})
             log.info("pod readmitted", extra={"ctx": {"base_model": base_model, "pod": pod_id}})
 
     def due_for_probe(self) -> list[tuple[str, PodEndpoint]]:

@@ -4,7 +4,8 @@ Labels are bounded: ``frontend`` (openai, triton_http, triton_grpc), ``model_kin
 ``code`` (``ok`` or an :class:`~trtfleet_router.errors.ErrorMapping` ``code_label``), ``pod`` (the
 fleet's pods), ``reason`` (a fixed set). ``adapter`` appears only through :class:`AdapterLabels`, which
 gives the first ``adapter_label_cap`` adapters their own label value and folds the rest into
-``other``. A :class:`RouterMetrics` owns its own registry, so tests can build as many as they like.
+``other``. ``base_model`` is bounded by the registry. A :class:`RouterMetrics` owns its own registry,
+so tests can build as many as they like.
 
 The metrics updated on every request are :class:`LoopCounter`, :class:`LoopGauge` and
 :class:`LoopHistogram`: plain numbers without ``prometheus_client``'s per-update lock and checks
@@ -20,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Final, Generic, TypeVar
 
 from prometheus_client import (
@@ -34,8 +35,11 @@ from prometheus_client import (
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from trtfleet_router.activity import AdapterActivity
+
 PREFIX: Final = "trtfleet_router_"
 ADAPTER_LABEL_CAP_DEFAULT: Final = 50
+ACTIVE_ADAPTER_WINDOW_S_DEFAULT: Final = 60.0
 OTHER_ADAPTERS: Final = "other"
 NO_ADAPTER: Final = ""
 
@@ -173,10 +177,14 @@ def _bound_text(bound: float) -> str:
 class _LoopCollector(Collector):
     def __init__(self) -> None:
         self.metrics: list[LoopCounter | LoopGauge | LoopHistogram] = []
+        self.extra: list[Callable[[], Iterator[Metric]]] = []
+        """Families computed at scrape time (the adapter activity window)."""
 
     def collect(self) -> Iterator[Metric]:
         for metric in self.metrics:
             yield metric.family()
+        for families in self.extra:
+            yield from families()
 
 
 M = TypeVar("M", Counter, Gauge, Histogram)
@@ -221,7 +229,11 @@ class AdapterLabels:
 class RouterMetrics:
     """The router's metrics, registered in ``self.registry``."""
 
-    def __init__(self, adapter_label_cap: int = ADAPTER_LABEL_CAP_DEFAULT) -> None:
+    def __init__(
+        self,
+        adapter_label_cap: int = ADAPTER_LABEL_CAP_DEFAULT,
+        active_adapter_window_s: float = ACTIVE_ADAPTER_WINDOW_S_DEFAULT,
+    ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series (process-wide)
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.adapter_label = AdapterLabels(adapter_label_cap)
@@ -316,7 +328,47 @@ class RouterMetrics:
         )
         self.pod_ejections = counter("pod_ejections", "Pods ejected by outlier detection.", "pod")
         self.pods_ejected = gauge("pods_ejected", "Pods ejected now, per base model.", "base_model")
+        # demand per base model, what the operator's autoscaler sums over router replicas
+        self.base_model_requests = gauge(
+            "base_model_requests",
+            "Client requests of a base model in this router now: at a pod, waiting for LoRA cache capacity or "
+            "held for want of a ready pod.",
+            "base_model",
+        )
+        self.held_requests = gauge(
+            "held_requests", "Requests held while the base model has no ready pod (scale from zero).", "base_model"
+        )
+        self.holds = counter(
+            "holds",
+            "Ends of a hold for want of a ready pod: released (a pod became ready), timed_out, queue_full.",
+            "base_model",
+            "result",
+        )
+        self.adapter_requests = counter(
+            "adapter_requests", "Client requests per adapter (capped label, see the module docstring).", "base_model",
+            "adapter",
+        )
+        self.activity = AdapterActivity(active_adapter_window_s)
+        loop_metrics.extra.append(self._active_adapter_families)
         r.register(loop_metrics)
+
+    def _active_adapter_families(self) -> Iterator[Metric]:
+        count = GaugeMetricFamily(
+            PREFIX + "active_adapters",
+            "Distinct adapters with requests in the activity window, per base model.",
+            labels=("base_model",),
+        )
+        pages = GaugeMetricFamily(
+            PREFIX + "active_adapter_pages",
+            "LoRA cache pages (host-tier geometry) of the adapters active in the window, per base model.",
+            labels=("base_model",),
+        )
+        for base in self.activity.base_models():
+            active = self.activity.active(base)
+            count.add_metric((base,), active.count)
+            pages.add_metric((base,), active.pages)
+        yield count
+        yield pages
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

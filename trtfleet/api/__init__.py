@@ -16,6 +16,8 @@ from trtfleet.api.basemodel import (
     DEFAULT_TARGET_MODULES,
     LORA_MODULE_IDS,
     Architecture,
+    AutoscalingSpec,
+    AutoscalingStatus,
     BaseModel,
     BaseModelSpec,
     BaseModelStatus,
@@ -45,6 +47,7 @@ from trtfleet.api.common import (
 __all__ = [
     "API_VERSION", "DEFAULT_TARGET_MODULES", "GROUP", "LORA_MODULE_IDS", "VERSION",
     "Adapter", "AdapterMode", "AdapterPhase", "AdapterSpec", "AdapterStatus", "Architecture", "ArtifactStatus",
+    "AutoscalingSpec", "AutoscalingStatus",
     "BaseModel", "BaseModelSpec", "BaseModelStatus", "BatchSchedulerPolicy", "CapacityStatus", "Condition",
     "ConditionStatus", "Dtype", "EngineSpec", "EngineStatus", "KvCacheDtype", "LoraModule", "LoraSpec",
     "ModelDimensions", "Phase", "QuantizationMode", "Runtime", "Source", "parse_quantity",

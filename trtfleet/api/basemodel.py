@@ -19,6 +19,9 @@ from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
+from trtfleet.api.autoscaling import REPLICAS_RANGE_MESSAGE, REPLICAS_RANGE_RULE
+from trtfleet.api.autoscaling import AutoscalingSpec as AutoscalingSpec
+from trtfleet.api.autoscaling import AutoscalingStatus as AutoscalingStatus
 from trtfleet.api.common import ApiModel, Condition, Source
 from trtfleet.api.lora import DEFAULT_TARGET_MODULES as DEFAULT_TARGET_MODULES
 from trtfleet.api.lora import LORA_MODULE_IDS as LORA_MODULE_IDS
@@ -254,6 +257,7 @@ _SPEC_CEL_RULES: list[Any] = [
         "message": "parallelism.tensor * parallelism.pipeline must equal engine.gpu.count",
     },
     *(rule.to_cel() for rule in RUNTIME_RULES),
+    {"rule": REPLICAS_RANGE_RULE, "message": REPLICAS_RANGE_MESSAGE, "fieldPath": ".serving.replicas"},
 ]
 
 
@@ -278,6 +282,12 @@ class BaseModelSpec(ApiModel):
         default=None,
         description="Model dimensions for capacity planning when the operator cannot read config.json.",
     )
+    autoscaling: AutoscalingSpec | None = Field(
+        default=None,
+        description="Demand-driven sizing; when set, serving.replicas is the operator's to set. Unset: "
+        "serving.replicas is fixed by hand or by whatever drives the scale subresource (kubectl scale, an HPA, "
+        "a KEDA ScaledObject).",
+    )
 
     model_config = ApiModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": _SPEC_CEL_RULES}}
 
@@ -288,6 +298,9 @@ class BaseModelSpec(ApiModel):
         for rule in RUNTIME_RULES:
             if not rule.holds(self):
                 raise ValueError(rule.message)
+        scaling = self.autoscaling
+        if scaling is not None and not scaling.min_replicas <= self.serving.replicas <= scaling.max_replicas:
+            raise ValueError(REPLICAS_RANGE_MESSAGE)
         return self
 
 
@@ -347,6 +360,12 @@ class BaseModelStatus(ApiModel):
         description="Next LoRA task id to hand out; only grows (compare-and-swap on resourceVersion).",
     )
     service: str | None = Field(default=None, description="Headless Service of the serving pods.")
+    selector: str | None = Field(
+        default=None, description="Label selector of the serving pods (the scale subresource's labelSelectorPath)."
+    )
+    autoscaling: AutoscalingStatus | None = Field(
+        default=None, description="The autoscaler's last decision and the history it needs; see spec.autoscaling."
+    )
 
 
 class BaseModel(ApiModel):

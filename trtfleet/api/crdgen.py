@@ -124,6 +124,7 @@ def _crd(
     status_model: type[ApiModel],
     columns: list[dict[str, Any]],
     description: str,
+    scale: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     spec_schema = structural_schema(spec_model)
     spec_schema["description"] = f"Desired state of the {kind}."
@@ -152,7 +153,7 @@ def _crd(
                     "name": VERSION,
                     "served": True,
                     "storage": True,
-                    "subresources": {"status": {}},
+                    "subresources": {"status": {}, **({"scale": scale} if scale else {})},
                     "additionalPrinterColumns": columns,
                     "schema": {
                         "openAPIV3Schema": {
@@ -183,6 +184,11 @@ def build_crds() -> dict[str, dict[str, Any]]:
         spec_model=BaseModelSpec,
         status_model=BaseModelStatus,
         description="A base LLM served by a fleet of Triton pods running one TensorRT-LLM engine with multi-LoRA.",
+        scale={
+            "specReplicasPath": ".spec.serving.replicas",
+            "statusReplicasPath": ".status.readyReplicas",
+            "labelSelectorPath": ".status.selector",
+        },
         columns=[
             {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
             {"name": "Runtime", "type": "string", "jsonPath": ".spec.runtime"},

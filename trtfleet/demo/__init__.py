@@ -2,7 +2,7 @@
 
     trtfleet demo [--workers 2] [--adapters upper,reverse,json] [--http-port 8080] [--grpc-port 8081]
                   [--metrics-port 9090] [--host 127.0.0.1] [--once] [--prompt TEXT] [--workdir DIR]
-                  [--runtime pytorch|tensorrtllm]
+                  [--runtime pytorch|tensorrtllm] [--autoscale N]
 
 Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no component):
 
@@ -18,6 +18,9 @@ Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no compon
 Everything the demo writes lives in a temporary directory (or ``--workdir``, kept) and every child is
 stopped on exit. Exit codes: 0 success or a clean stop, 1 a step failed (the log tail is printed), 2 bad
 arguments or missing reference assets.
+
+``--autoscale N`` replaces the live summary by an autoscaler: workers start and stop (0..N) with the
+operator's own decision function (:mod:`trtfleet.demo.autoscale`).
 
 That is ``--runtime tensorrtllm``. The default, ``--runtime pytorch``, runs reference trtllm-serve workers
 instead (no conversion, OpenAI API only; see :mod:`trtfleet.demo.pytorch`).
@@ -44,7 +47,18 @@ from typing import Any, Final
 
 import yaml
 
-from trtfleet.demo import pytorch
+from trtfleet.api import BaseModelSpec
+from trtfleet.demo import pytorch, triton
+from trtfleet.demo.autoscale import (
+    TARGET_REQUESTS_PER_WORKER,
+    TICK_S,
+    ZERO_AFTER_S,
+    DemoAutoscaler,
+    WorkerPool,
+    demo_spec,
+    router_drained,
+    write_routing_file,
+)
 from trtfleet.demo.errors import DemoError, DemoInterrupted, RequestError, StartupError
 from trtfleet.demo.fleet import (
     ADAPTERS_PER_WORKER_DEFAULT,
@@ -53,10 +67,9 @@ from trtfleet.demo.fleet import (
     ConvertedAdapter,
     WorkerEndpoint,
     build_basemodel,
-    build_fleet_config,
     plan_spec,
 )
-from trtfleet.demo.processes import Child, Supervisor, check_ports_free, free_port, http_ok, trtfleet_command
+from trtfleet.demo.processes import Child, Supervisor, check_ports_free, http_ok, trtfleet_command
 from trtfleet.demo.summary import fetch_summary, format_summary
 
 EXIT_OK: Final = 0
@@ -91,6 +104,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--runtime", choices=("tensorrtllm", "pytorch"), default="pytorch",
                         help="pytorch: reference trtllm-serve workers (default, what a new BaseModel gets); "
                         "tensorrtllm: reference tritonserver workers (the engine flow's Triton contract)")
+    parser.add_argument("--autoscale", type=int, default=0, metavar="N",
+                        help="start and stop workers (0 to N) by demand, with the operator's decision function; "
+                        "the router holds requests while none is ready (default 0: off)")
+    parser.add_argument("--autoscale-zero-after-s", type=int, default=ZERO_AFTER_S,
+                        help=f"with --autoscale: idle seconds before 0 workers (default {ZERO_AFTER_S})")
     parser.add_argument("--max-loras", type=int, default=pytorch.MAX_LORAS_DEFAULT,
                         help="pytorch: adapters each worker's device tier holds (default 1)")
     parser.set_defaults(func=run)
@@ -153,17 +171,9 @@ def start_fleet(
     basemodel.write_text(yaml.safe_dump(build_basemodel(spec), sort_keys=False))
     say(f"LoRA host cache per worker: {cache.host_bytes} bytes = {cache.host_pages} pages "
         f"({args.adapters_per_worker} adapters of {cache.pages_per_adapter} pages; the demo serves {len(adapters)})")
-    workers = [WorkerEndpoint(f"worker-{i + 1}", free_port(), free_port(), free_port()) for i in range(args.workers)]
-    started = []
-    for w in workers:
-        argv = [*trtfleet_command(), "worker", "--host", w.host, "--http-port", str(w.http_port),
-                "--grpc-port", str(w.grpc_port), "--metrics-port", str(w.metrics_port), "--spec", str(basemodel),
-                "--model", str(assets / "tiny-llama")]
-        started.append((w, sup.spawn(w.name, argv)))
-        say(f"starting {w.name}: tritonserver with the tiny reference Llama (http {w.http_port}, "
-            f"grpc {w.grpc_port}, metrics {w.metrics_port})")
+    started = [triton.spawn_worker(sup, basemodel, assets, i + 1, say) for i in range(args.workers)]
     fleet = workdir / "fleet.yaml"
-    fleet.write_text(yaml.safe_dump(build_fleet_config(spec, workers, adapters), sort_keys=False))
+    triton.write_fleet(fleet, spec, [w for w, _ in started], adapters)
     return started, start_router(sup, args, fleet)
 
 
@@ -173,6 +183,7 @@ def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Chil
         "--http-port", str(args.http_port), "--grpc-port", str(args.grpc_port),
         "--metrics-port", str(args.metrics_port), "--policy", args.policy,
         "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S),
+        *(["--policy-config", str(write_routing_file(fleet.parent / "routing.yaml"))] if args.autoscale else []),
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
         f"metrics {args.metrics_port} (fleet file {fleet})")
@@ -282,6 +293,38 @@ def run_live(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[Work
         sup.stop_requested.wait(args.refresh_s)
 
 
+def run_autoscaled(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
+                   router: Child, adapters: list[ConvertedAdapter], assets: Path, workdir: Path) -> None:
+    """Workers from ``len(workers)`` to 0..``--autoscale`` by demand (see :mod:`trtfleet.demo.autoscale`)."""
+    metrics_url = f"{local_url(args.host, args.metrics_port)}/metrics"
+    if args.runtime == "pytorch":
+        def spawn(index: int) -> tuple[WorkerEndpoint, Child]:
+            return pytorch.spawn_worker(sup, args, assets, index)
+
+        def write(ws: list[WorkerEndpoint]) -> None:
+            pytorch.rewrite_fleet(workdir, ws, adapters)
+    else:
+        base = BaseModelSpec.model_validate(yaml.safe_load((workdir / "basemodel.yaml").read_text())["spec"])
+
+        def spawn(index: int) -> tuple[WorkerEndpoint, Child]:
+            return triton.spawn_worker(sup, workdir / "basemodel.yaml", assets, index, say)
+
+        def write(ws: list[WorkerEndpoint]) -> None:
+            triton.write_fleet(workdir / "fleet.yaml", base, ws, adapters)
+
+    pool = WorkerPool(spawn, lambda w: http_ok(health_url(args, w)), write,
+                      lambda w: router_drained(metrics_url, w), serving=list(workers), next_index=len(workers) + 1)
+    spec = demo_spec(args.autoscale, args.autoscale_zero_after_s)
+    scaler = DemoAutoscaler(spec, pool, metrics_url, say)
+    say(f"autoscaling 0..{args.autoscale} workers ({TARGET_REQUESTS_PER_WORKER:g} requests each; down after "
+        f"{spec.scale_down_stabilization_seconds} s, to zero after {spec.scale_to_zero_after_seconds} s idle); "
+        "Ctrl-C stops everything")
+    while not sup.stop_requested.is_set():
+        sup.check_alive([router, *pool.children()])
+        scaler.tick()
+        sup.stop_requested.wait(TICK_S)
+
+
 def parse_adapters(text: str) -> list[str]:
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in SAMPLE_ADAPTERS]
@@ -295,6 +338,8 @@ def run(args: argparse.Namespace) -> int:
         names = parse_adapters(args.adapters)
         if args.workers < 1 or args.adapters_per_worker < 1 or args.max_loras < 1:
             raise ValueError("--workers, --adapters-per-worker and --max-loras must be at least 1")
+        if args.autoscale < 0 or (args.autoscale and (args.once or args.workers > args.autoscale)):
+            raise ValueError("--autoscale N: N >= --workers (the workers it starts with), and not with --once")
         assets = reference_assets()
         check_ports_free(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
                                      "--metrics-port": args.metrics_port})
@@ -329,6 +374,8 @@ def run(args: argparse.Namespace) -> int:
             task_names = {a.task_id: a.served_name for a in adapters}
             if args.once:
                 run_once(args, served, task_names, len(workers))
+            elif args.autoscale:
+                run_autoscaled(sup, args, workers, router, adapters, assets, workdir)
             else:
                 run_live(sup, args, workers, router, task_names)
             return EXIT_OK

@@ -42,16 +42,18 @@ def peft_adapters(assets: Path, names: list[str]) -> list[ConvertedAdapter]:
     return adapters
 
 
+def spawn_worker(sup: Supervisor, args: argparse.Namespace, assets: Path, index: int) -> tuple[WorkerEndpoint, Child]:
+    """Worker ``worker-<index>`` (a reference trtllm-serve) on a free port."""
+    w = WorkerEndpoint(f"worker-{index}", free_port(), 0, 0)
+    argv = [*trtfleet_command(), "worker", "--runtime", "pytorch", "--host", w.host,
+            "--http-port", str(w.http_port), "--served-model-name", BASE_MODEL,
+            "--model", str(assets / "tiny-llama"), "--max-loras", str(args.max_loras),
+            "--max-cpu-loras", str(args.adapters_per_worker)]
+    return w, sup.spawn(w.name, argv)
+
+
 def start_workers(sup: Supervisor, args: argparse.Namespace, assets: Path) -> list[tuple[WorkerEndpoint, Child]]:
-    workers = [WorkerEndpoint(f"worker-{i + 1}", free_port(), 0, 0) for i in range(args.workers)]
-    started = []
-    for w in workers:
-        argv = [*trtfleet_command(), "worker", "--runtime", "pytorch", "--host", w.host,
-                "--http-port", str(w.http_port), "--served-model-name", BASE_MODEL,
-                "--model", str(assets / "tiny-llama"), "--max-loras", str(args.max_loras),
-                "--max-cpu-loras", str(args.adapters_per_worker)]
-        started.append((w, sup.spawn(w.name, argv)))
-    return started
+    return [spawn_worker(sup, args, assets, i + 1) for i in range(args.workers)]
 
 
 def read_tiers(worker: WorkerEndpoint) -> ServeTiers:
@@ -63,10 +65,20 @@ def read_tiers(worker: WorkerEndpoint) -> ServeTiers:
 
 
 def write_fleet(workdir: Path, workers: list[WorkerEndpoint], adapters: list[ConvertedAdapter]) -> tuple[Path, str]:
-    """The router's fleet file, and a line describing the tiers."""
+    """The router's fleet file, and a line describing the tiers (read from the first worker, and kept for
+    rewrites of the file by the demo's autoscaler: :func:`rewrite_fleet`)."""
     tiers = read_tiers(workers[0])
     fleet = workdir / "fleet.yaml"
     fleet.write_text(yaml.safe_dump(build_pytorch_fleet_config(workers, adapters, tiers), sort_keys=False))
+    (workdir / "tiers.json").write_text(json.dumps(tiers.__dict__))
     note = (f"LoRA tiers per worker: device {tiers.device_pages} pages, host {tiers.host_pages} pages "
             f"({tiers.pages_per_adapter} pages per adapter; the demo serves {len(adapters)})")
     return fleet, note
+
+
+def rewrite_fleet(workdir: Path, workers: list[WorkerEndpoint], adapters: list[ConvertedAdapter]) -> None:
+    """The fleet file for ``workers`` with the tiers :func:`write_fleet` read (atomic: the router polls it)."""
+    tiers = ServeTiers(**json.loads((workdir / "tiers.json").read_text()))
+    tmp = workdir / "fleet.yaml.tmp"
+    tmp.write_text(yaml.safe_dump(build_pytorch_fleet_config(workers, adapters, tiers), sort_keys=False))
+    tmp.replace(workdir / "fleet.yaml")

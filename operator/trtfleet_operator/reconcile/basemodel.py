@@ -38,6 +38,7 @@ from trtfleet_operator.builders.serving import (
     build_pdb,
     build_service,
     reference_model_dir,
+    selector_labels,
 )
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import PlanningError
@@ -77,8 +78,10 @@ STATUS_KEYS = (
     "replicas",
     "readyReplicas",
     "service",
+    "selector",
 )
-"""Status fields this reconciler owns; ``nextTaskId`` belongs to the task-id allocator alone."""
+"""Status fields this reconciler owns; ``nextTaskId`` belongs to the task-id allocator alone, ``autoscaling``
+(and the ``ScalingActive`` condition, which this reconciler keeps as it finds it) to the autoscaler."""
 
 
 @dataclass(frozen=True)
@@ -231,7 +234,11 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
     meta = obj["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     generation = int(meta.get("generation") or 0)
-    status: Obj = {"observedGeneration": generation, "service": serving_name(name)}
+    status: Obj = {
+        "observedGeneration": generation,
+        "service": serving_name(name),
+        "selector": ",".join(f"{key}={value}" for key, value in sorted(selector_labels(name).items())),
+    }
     try:
         spec = BaseModelSpec.model_validate(obj["spec"])
     except ValidationError as exc:
@@ -266,10 +273,12 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
     status["engine"] = engine.engine_status
     status["readyReplicas"] = int(((observed.deployment or {}).get("status") or {}).get("readyReplicas") or 0)
     status["phase"] = _phase(engine, serving.state).value
+    scaling = cond.find((obj.get("status") or {}).get("conditions"), cond.SCALING_ACTIVE)
     status["conditions"] = [
         capacity_condition,
         {**engine.condition, "observedGeneration": generation},
         {**serving.condition, "observedGeneration": generation},
+        *([scaling] if scaling is not None and spec.autoscaling is not None else []),
     ]
     return finish(
         obj,

@@ -84,6 +84,20 @@ class RoutingConfig(ApiModel):
         description="Requests per base model that may wait for LoRA cache capacity at once; "
         "beyond it the router answers 503 at once.",
     )
+    hold_wait_s: float = Field(
+        default=0.0,
+        ge=0,
+        description="How long a request may be held when its base model has no ready pod (scaled to zero, or "
+        "its first pods starting), released as soon as one is ready, before the router answers 503. Its held "
+        "requests are the demand that scales the base model from zero. 0: answer 503 at once. Capped by the "
+        "request deadline.",
+    )
+    hold_queue_max: int = Field(
+        default=1024,
+        ge=0,
+        description="Requests per base model that may be held for a pod at once; beyond it the router answers "
+        "503 at once.",
+    )
     outlier_detection: OutlierDetectionConfig = Field(
         default_factory=OutlierDetectionConfig, description="When a failing pod is ejected, and for how long."
     )

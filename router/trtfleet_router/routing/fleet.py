@@ -31,6 +31,7 @@ from trtfleet_router.routing.types import (
     Decision,
     FleetSnapshot,
     NoCapacity,
+    NoReadyPod,
     Outcome,
     PodInfo,
     PodMetrics,
@@ -173,8 +174,9 @@ class Fleet:
         excluded = request.exclude_pods
         pods = self._ready if not excluded else [pod for pod in self._ready if pod.pod_id not in excluded]
         if not pods:
-            reason = "no ready pod" if not self._ready else "every ready pod already tried"
-            raise NoCapacity(reason, self._config.no_capacity_retry_after_s)
+            if not self._ready:
+                raise NoReadyPod("no ready pod", self._config.no_capacity_retry_after_s)
+            raise NoCapacity("every ready pod already tried", self._config.no_capacity_retry_after_s)
         adapter = request.adapter
         if adapter is not None and adapter.pages > self._largest_host_pages:
             raise AdapterTooLarge(adapter.name, adapter.pages, self._largest_host_pages)

@@ -12,6 +12,8 @@ Errors (one tree, all raised by the routing core; the server maps them to HTTP/g
   * :class:`CachesBusy` - the subclass for "every candidate's LoRA cache is full of adapters that
     requests still use": a slot frees when one of them ends, so the shell holds the request (bounded
     FIFO, bounded wait) and routes it again when a request of the fleet finishes, then answers 503.
+  * :class:`NoReadyPod` - the subclass for "the base model has no ready pod at all": the shell holds
+    the request (bounded, see ``holdWaitS``) until discovery reports a ready pod, then 503.
 * :class:`AdapterTooLarge` - the adapter needs more cache pages than any pod's host tier has:
   a configuration error, retrying never helps (answer 500/400, not 503).
 * :class:`UnknownPod` - ``start`` for a pod that is no longer in the fleet (removed between
@@ -37,6 +39,11 @@ class NoCapacity(RoutingError):
         super().__init__(f"no pod can take the request: {reason}")
         self.reason = reason
         self.retry_after_s = retry_after_s
+
+
+class NoReadyPod(NoCapacity):
+    """The base model has no ready pod at all (scaled to zero, or its pods starting): the shell may hold
+    the request until one is ready."""
 
 
 class CachesBusy(NoCapacity):

@@ -16,6 +16,11 @@ generate JSON). :meth:`Dispatcher.stream` yields the pod's responses:
   engine would say "Cache is full"), the request waits in a bounded FIFO per base model
   (:mod:`.capacity`, ``capacityWaitS`` / ``capacityQueueMax``, capped by its deadline) and routes again
   each time a request of that base model ends; 503 only after that;
+* **holding for a pod**: when the base model has no ready pod at all (``NoReadyPod``: scaled to zero, or
+  its first pods starting), the request is held (:mod:`.hold`, ``holdWaitS`` / ``holdQueueMax``, capped by
+  its deadline) and routes again whenever discovery hands the fleet new pods; 503 with ``Retry-After``
+  only after that. Held requests count as demand (``trtfleet_router_held_requests``), which scales the
+  base model from zero;
 * **transport** per attempt: a warm text request goes over Triton HTTP when the pod's HTTP port is
   known (:mod:`.http_transport`), everything else over gRPC ``ModelStreamInfer``, as its own call
   for client streams and multiplexed on shared streams for unary requests (:mod:`.transport`);
@@ -60,6 +65,7 @@ from trtfleet_router.routing.types import (
     CachesBusy,
     Decision,
     NoCapacity,
+    NoReadyPod,
     Outcome,
     RouteRequest,
     UnknownPod,
@@ -68,6 +74,7 @@ from trtfleet_router.upstream.attempt import Attempts
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.failures import UpstreamCallFailed
+from trtfleet_router.upstream.hold import RETRY_AFTER_S_HELD, HoldsFull, PodHolds
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
@@ -118,8 +125,30 @@ class Dispatcher:
             pool, metrics, calls=calls, streams_per_pod=streams_per_pod, warm_over_http=warm_over_http
         )
         self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
+        self.holds = PodHolds(fleets.routing_config.hold_queue_max)
+        fleets.pod_listeners.append(self.holds.pods_changed)
 
     async def stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
+        """:meth:`_stream`, counted as demand of its base model (and its adapter) while it lasts; prewarming
+        (a pinned decision) is not demand."""
+        if call.pinned_decision is not None:
+            async for response in self._stream(call):
+                yield response
+            return
+        base_name = call.target.base.name
+        adapter = call.target.adapter
+        if adapter is not None:
+            self.metrics.adapter_requests.labels(base_name, self.metrics.adapter_label(adapter.served_name)).inc()
+            self.metrics.activity.record(base_name, adapter.served_name, adapter.ref.pages)
+        demand = self.metrics.base_model_requests.labels(base_name)
+        demand.inc()
+        try:
+            async for response in self._stream(call):
+                yield response
+        finally:
+            demand.dec()
+
+    async def _stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         """Responses of the pod that serves ``call``: decide (route), prepare (weights), attempt (one pod,
         with the stream timeouts), then :func:`~.recovery.next_step` on failure (see the module docstring)."""
         target = call.target
@@ -253,7 +282,10 @@ class Dispatcher:
         waits = self.capacity_waits
         base = route.model
         woken = False
-        wait_until_s = min(time.monotonic() + self.fleets.routing_config.capacity_wait_s, deadline_s)
+        config = self.fleets.routing_config
+        wait_until_s = min(time.monotonic() + config.capacity_wait_s, deadline_s)
+        hold_until_s = min(time.monotonic() + config.hold_wait_s, deadline_s)
+        held = False
         while True:
             try:
                 decision = self._route_once(fleet, route)
@@ -274,12 +306,41 @@ class Dispatcher:
                     continue
                 self.metrics.capacity_waits.labels(base, "timed_out").inc()
                 raise self._busy_error(exc, base, last) from exc
+            except NoReadyPod as exc:
+                if last is None and config.hold_wait_s > 0:
+                    held = await self._hold(base, exc, hold_until_s)
+                    continue
+                raise _no_capacity_error(exc, last) from exc
             except NoCapacity as exc:
                 raise _no_capacity_error(exc, last) from exc
+            if held:
+                self.metrics.holds.labels(base, "released").inc()
             if woken:
                 self.metrics.capacity_waits.labels(base, "routed").inc()
                 waits.wake(base)  # the freed capacity may hold the next waiter too
             return decision
+
+    async def _hold(self, base: str, exc: NoReadyPod, until_s: float) -> bool:
+        """Hold a request of ``base`` until discovery hands its fleet new pods (True: route again); 503 with
+        ``Retry-After`` when the holds are full or the hold's time runs out (see :mod:`.hold`)."""
+        gauge = self.metrics.held_requests.labels(base)
+        gauge.inc()
+        try:
+            if await self.holds.wait(base, until_s - time.monotonic()):
+                return True
+        except HoldsFull as full:
+            self.metrics.holds.labels(base, "queue_full").inc()
+            raise NoCapacityAvailable(
+                f"base model {base!r} has no ready pod and {full}; retry later", retry_after_s=RETRY_AFTER_S_HELD
+            ) from exc
+        finally:
+            gauge.dec()
+        self.metrics.holds.labels(base, "timed_out").inc()
+        raise NoCapacityAvailable(
+            f"base model {base!r} has no ready pod: the request was held until its limit (holdWaitS or its "
+            "deadline) while pods start (the base model may be scaled to zero); retry later",
+            retry_after_s=RETRY_AFTER_S_HELD,
+        ) from exc
 
     def _busy_error(self, exc: CachesBusy, base: str, last: UpstreamFailure | None) -> RouterError:
         """503 for a request that found every LoRA cache busy, ``Retry-After`` from the drain estimate."""

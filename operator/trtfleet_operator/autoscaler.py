@@ -1,0 +1,168 @@
+"""The I/O shell of autoscaling: scrape the signals, decide (:mod:`.reconcile.autoscale`), write the result.
+
+:class:`ScrapeSignals` is the real :class:`SignalSource`: it reads every router replica's ``/metrics``
+(the pods matching ``--router-selector``, or the fixed ``--router-metrics-url`` list) and each ready
+serving pod's own metrics (Triton's Prometheus text on port ``metrics``; trtllm-serve's JSON ``/metrics``
+on its serving port), all at once with one timeout; a source that does not answer is left out of this
+round. With no source answering at all, there are no signals and the decision keeps the size.
+
+:meth:`Autoscaler.tick` runs on a kopf timer under the BaseModel's reconcile lock: it reads the object
+fresh, decides, writes ``spec.serving.replicas`` (a merge patch guarded by the resourceVersion it read, so
+a concurrent edit wins and the next tick decides again), then the status, then the events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import aiohttp
+from trtfleet_engines.pytorch.serving import SERVE_PORT
+
+from trtfleet.api import API_VERSION, Runtime
+from trtfleet.autoscaling import DemandSignals
+from trtfleet_operator import metrics
+from trtfleet_operator.builders.serving import METRICS_PORT, selector_labels
+from trtfleet_operator.config import AutoscaleConfig
+from trtfleet_operator.errors import ConflictError
+from trtfleet_operator.kube import KubeClient, collection_path, object_path
+from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
+from trtfleet_operator.reconcile.engine import rfc3339
+from trtfleet_operator.reconcile.types import Obj
+from trtfleet_operator.signals import (
+    MetricsParseError,
+    PodReading,
+    RouterReading,
+    combine,
+    parse_router_metrics,
+    parse_triton_metrics,
+    parse_trtllm_serve_stats,
+)
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Reading:
+    signals: DemandSignals | None
+    sources: int
+
+
+class SignalSource(Protocol):
+    async def read(self, basemodel: Obj) -> Reading: ...
+
+
+def _ready(pod: Obj) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+class ScrapeSignals:
+    def __init__(self, client: KubeClient, config: AutoscaleConfig) -> None:
+        self.client = client
+        self.config = config
+
+    async def _router_urls(self, namespace: str) -> list[str]:
+        if self.config.router_metrics_urls:
+            return list(self.config.router_metrics_urls)
+        pods = await self.client.list(
+            collection_path("v1", "Pod", self.config.router_namespace or namespace),
+            label_selector=self.config.router_selector,
+        )
+        port = self.config.router_metrics_port
+        return [f"http://{p['status']['podIP']}:{port}/metrics" for p in pods if _ready(p) and p["status"].get("podIP")]
+
+    async def read(self, basemodel: Obj) -> Reading:
+        meta = basemodel["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        selector = ",".join(f"{k}={v}" for k, v in sorted(selector_labels(name).items()))
+        router_urls, pods = await asyncio.gather(
+            self._router_urls(namespace),
+            self.client.list(collection_path("v1", "Pod", namespace), label_selector=selector),
+        )
+        ready = [p for p in pods if _ready(p) and (p.get("status") or {}).get("podIP")]
+        pytorch = (basemodel.get("spec") or {}).get("runtime", Runtime.PYTORCH.value) == Runtime.PYTORCH.value
+        port = SERVE_PORT if pytorch else METRICS_PORT
+        pod_urls = [f"http://{p['status']['podIP']}:{port}/metrics" for p in ready]
+        timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            bodies = await asyncio.gather(*(self._get(session, url) for url in [*router_urls, *pod_urls]))
+        routers: list[RouterReading] = []
+        readings: list[PodReading] = []
+        for index, body in enumerate(bodies):
+            if body is None:
+                continue
+            try:
+                if index < len(router_urls):
+                    routers.append(parse_router_metrics(body, name))
+                else:
+                    reading = parse_trtllm_serve_stats(json.loads(body)) if pytorch else parse_triton_metrics(body)
+                    readings.append(reading)
+            except (MetricsParseError, ValueError) as exc:
+                logger.info("unreadable metrics", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
+        sources = len(routers) + len(readings)
+        if sources == 0:
+            return Reading(None, 0)
+        return Reading(combine(routers, readings, len(ready)), sources)
+
+    @staticmethod
+    async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
+        try:
+            async with session.get(url) as response:
+                response.raise_for_status()
+                return await response.text()
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            logger.debug("scrape failed", extra={"url": url, "error": str(exc)})
+            return None
+
+
+class Autoscaler:
+    def __init__(self, client: KubeClient, source: SignalSource, clock: Callable[[], datetime]) -> None:
+        self.client = client
+        self.source = source
+        self.clock = clock
+
+    async def tick(self, namespace: str, name: str) -> int | None:
+        """One decision for BaseModel ``namespace/name``; the replicas written (None: none)."""
+        path = object_path(API_VERSION, "BaseModel", namespace, name)
+        obj = await self.client.get(path)
+        if obj is None or obj["metadata"].get("deletionTimestamp") or not (obj.get("spec") or {}).get("autoscaling"):
+            return None
+        reading = await self.source.read(obj)
+        result = autoscale_basemodel(obj, reading.signals, self.clock(), sources=reading.sources)
+        if result is None:
+            return None
+        if result.replicas is not None:
+            patch = {
+                "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
+                "spec": {"serving": {"replicas": result.replicas}},
+            }
+            try:
+                obj = await self.client.patch_merge(path, patch)
+            except ConflictError:
+                logger.info("scale skipped: the BaseModel changed", extra={"basemodel": f"{namespace}/{name}"})
+                return None
+            for event in result.events:
+                metrics.SCALINGS.labels(event.reason).inc()
+            logger.info(
+                "scaled",
+                extra={
+                    "basemodel": f"{namespace}/{name}",
+                    "replicas": result.replicas,
+                    "why": [event.message for event in result.events],
+                },
+            )
+        old = obj.get("status") or {}
+        changed = {k: v for k, v in result.status.items() if old.get(k) != v}
+        if changed:
+            await self.client.patch_merge(path, {"status": changed}, status=True)
+        now = rfc3339(self.clock())
+        for event in result.events:
+            await self.client.event(obj, type_=event.type, reason=event.reason, message=event.message, now=now)
+        return result.replicas
+

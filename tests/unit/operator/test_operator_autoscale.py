@@ -1,0 +1,131 @@
+"""Autoscaling in the operator: the signal parsers (against the router's real exposition), and the pure
+decision on a BaseModel object (what it writes, the condition, the events, restart safety)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
+from trtfleet_operator.signals import (
+    MetricsParseError,
+    PodReading,
+    RouterReading,
+    combine,
+    parse_router_metrics,
+    parse_triton_metrics,
+    parse_trtllm_serve_stats,
+)
+from trtfleet_router.metrics import RouterMetrics
+
+from trtfleet.autoscaling import DemandSignals
+
+NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
+
+
+def test_router_exposition_is_read_per_base_model() -> None:
+    metrics = RouterMetrics()
+    metrics.base_model_requests.labels("tiny").set(5)
+    metrics.held_requests.labels("tiny").set(2)
+    metrics.base_model_requests.labels("other").set(7)
+    metrics.activity.record("tiny", "a1", 3)
+    metrics.activity.record("tiny", "a2", 4)
+    text = metrics.exposition().decode()
+    assert parse_router_metrics(text, "tiny") == RouterReading(5, 2, 7)
+    assert parse_router_metrics(text, "absent") == RouterReading(0, 0, 0)
+
+
+TRITON = """# TYPE nv_trt_llm_request_metrics gauge
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 3
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting",version="1"} 4
+nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 64
+# TYPE nv_trt_llm_kv_cache_block_metrics gauge
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="tensorrt_llm",version="1"} 0.5
+"""
+
+
+@pytest.mark.parametrize(
+    ("body", "want"),
+    [
+        pytest.param([], PodReading(), id="no-iterations-yet"),
+        pytest.param(
+            [{"numActiveRequests": 1}, {"numActiveRequests": 2, "numQueuedRequests": 3,
+                                        "kvCacheStats": {"maxNumBlocks": 10, "usedNumBlocks": 4}}],
+            PodReading(5.0, 0.4),
+            id="newest-entry",
+        ),
+        pytest.param([{"kvCacheStats": {"maxNumBlocks": 0}}], PodReading(), id="no-blocks"),
+    ],
+)
+def test_trtllm_serve_stats(body: Any, want: PodReading) -> None:
+    assert parse_trtllm_serve_stats(body) == want
+
+
+def test_pod_parsers() -> None:
+    assert parse_triton_metrics(TRITON) == PodReading(7.0, 0.5)
+    with pytest.raises(MetricsParseError):
+        parse_trtllm_serve_stats({"not": "a list"})
+
+
+def test_combine_sums_routers_and_averages_kv() -> None:
+    signals = combine(
+        [RouterReading(3, 1, 5), RouterReading(2, 0, 4)], [PodReading(4, 0.2), PodReading(None, 0.6)], ready_pods=2
+    )
+    assert signals == DemandSignals(5, 1, 4, pytest.approx(0.4), 9, 2)
+
+
+def _basemodel(replicas: int, *, status: dict[str, Any] | None = None, **scaling: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "trtfleet.io/v1alpha1",
+        "kind": "BaseModel",
+        "metadata": {"name": "tiny", "namespace": "ns", "generation": 3},
+        "spec": {
+            "source": {"uri": "hf://org/model"},
+            "architecture": "llama",
+            "serving": {"replicas": replicas},
+            "autoscaling": {"minReplicas": 0, "maxReplicas": 8, "targetRequestsPerPod": 4, **scaling},
+        },
+        "status": status or {},
+    }
+
+
+def test_scale_from_zero_writes_replicas_status_condition_and_event() -> None:
+    result = autoscale_basemodel(_basemodel(0), DemandSignals(router_requests=9, held_requests=9), NOW, sources=1)
+    assert result is not None and result.replicas == 3
+    scaling = result.status["autoscaling"]
+    assert scaling["desiredReplicas"] == 3 and scaling["lastScaleTime"] == "2026-01-01T12:00:00Z"
+    assert scaling["lastDemand"] == {"requests": 9, "heldRequests": 9, "sources": 1}
+    condition = next(c for c in result.status["conditions"] if c["type"] == "ScalingActive")
+    assert (condition["status"], condition["reason"]) == ("True", "ScaledFromZero")
+    assert [(e.type, e.reason) for e in result.events] == [("Normal", "ScaledFromZero")]
+
+
+def test_the_history_in_status_survives_a_restart() -> None:
+    """Decide, keep only the object (as a new operator process would), decide again: the down window holds."""
+    first = autoscale_basemodel(_basemodel(2), DemandSignals(router_requests=8), NOW)
+    assert first is not None and first.replicas is None  # steady at 2
+    later = NOW + timedelta(seconds=30)
+    second = autoscale_basemodel(_basemodel(2, status=first.status), DemandSignals(router_requests=1), later)
+    assert second is not None and second.replicas is None  # 1 recommended, but 2 was recommended 30 s ago
+    reason = next(c["reason"] for c in second.status["conditions"] if c["type"] == "ScalingActive")
+    assert reason == "ScaleDownStabilized"
+    done = NOW + timedelta(seconds=331)  # 300 s after 2 was last recommended
+    third = autoscale_basemodel(_basemodel(2, status=second.status), DemandSignals(router_requests=1), done)
+    assert third is not None and third.replicas == 1
+
+
+def test_no_signals_keeps_the_size_and_warns_once() -> None:
+    first = autoscale_basemodel(_basemodel(2), None, NOW)
+    assert first is not None and first.replicas is None
+    assert [(e.type, e.reason) for e in first.events] == [("Warning", "SignalsUnavailable")]
+    again = autoscale_basemodel(_basemodel(2, status=first.status), None, NOW + timedelta(seconds=15))
+    assert again is not None and again.events == ()
+    condition = next(c for c in again.status["conditions"] if c["type"] == "ScalingActive")
+    assert condition["status"] == "False"
+
+
+def test_without_autoscaling_nothing_is_decided() -> None:
+    obj = _basemodel(2)
+    del obj["spec"]["autoscaling"]
+    assert autoscale_basemodel(obj, DemandSignals(router_requests=100), NOW) is None

@@ -1,0 +1,140 @@
+"""Holding requests while a base model has no ready pod: the hold unit alone, then the dispatcher against
+echo upstreams whose only pod leaves and comes back (a scale from zero)."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import openai
+import pytest
+from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
+from trtfleet_router.routing import RoutingConfig
+from trtfleet_router.upstream.hold import HoldsFull, PodHolds
+
+from tests.unit.router.harness import EchoFleet
+
+
+def test_holders_are_released_together_when_pods_change() -> None:
+    async def scenario() -> tuple[list[bool], int]:
+        holds = PodHolds(max_held=4)
+        waiters = [asyncio.create_task(holds.wait("tiny", 30)) for _ in range(3)]
+        while holds.held("tiny") < 3:
+            await asyncio.sleep(0)
+        holds.pods_changed({"other"})  # another base model's pods: nobody wakes
+        await asyncio.sleep(0)
+        assert holds.held("tiny") == 3
+        holds.pods_changed({"tiny"})
+        return list(await asyncio.gather(*waiters)), holds.held("tiny")
+
+    released, left = asyncio.run(scenario())
+    assert released == [True, True, True] and left == 0
+
+
+def test_a_hold_ends_at_its_limit_and_a_full_queue_refuses_at_once() -> None:
+    async def scenario() -> bool:
+        holds = PodHolds(max_held=1)
+        first = asyncio.create_task(holds.wait("tiny", 0.05))
+        while holds.held("tiny") < 1:
+            await asyncio.sleep(0)
+        with pytest.raises(HoldsFull):
+            await holds.wait("tiny", 30)
+        return await first
+
+    assert asyncio.run(scenario()) is False
+
+
+def _eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, "condition not reached"
+        time.sleep(0.01)
+
+
+def _set_backends(echo: EchoFleet, present: bool) -> None:
+    fleet = {"baseModels": [{**echo.fleet["baseModels"][0]} | ({} if present else {"backends": []})]}
+    snapshot = snapshot_from_config(FleetConfig.model_validate(fleet))
+
+    async def apply() -> None:
+        echo.router.router.fleets.apply(snapshot)
+
+    echo.loop.run(apply())
+
+
+def _ask(echo: EchoFleet, results: list[str], errors: list[BaseException]) -> threading.Thread:
+    client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="unused", max_retries=0)
+
+    def run() -> None:
+        try:
+            results.append(client.completions.create(model="a1", prompt="p", max_tokens=8).choices[0].text)
+        except openai.APIError as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    return thread
+
+
+def test_a_request_held_at_zero_pods_is_answered_when_a_pod_is_ready(tmp_path: Path) -> None:
+    echo = EchoFleet(tmp_path, count=1, routing=RoutingConfig(hold_wait_s=30))
+    try:
+        _set_backends(echo, present=False)
+        results: list[str] = []
+        errors: list[BaseException] = []
+        threads = [_ask(echo, results, errors) for _ in range(3)]
+        metrics = echo.router.router.metrics
+        _eventually(lambda: metrics.held_requests.labels("tiny").value == 3)
+        assert metrics.base_model_requests.labels("tiny").value == 3  # held requests are demand
+        _set_backends(echo, present=True)  # a pod became ready
+        for thread in threads:
+            thread.join(timeout=20)
+        assert errors == [] and results == ["[101] p"] * 3
+        assert metrics.holds.labels("tiny", "released").value == 3
+        assert metrics.held_requests.labels("tiny").value == 0
+        _eventually(lambda: metrics.base_model_requests.labels("tiny").value == 0)
+        assert metrics.adapter_requests.labels("tiny", "a1").value == 3
+        assert metrics.activity.active("tiny").count == 1
+        echo.router.check_books()
+    finally:
+        echo.close()
+
+
+@pytest.mark.parametrize(
+    ("routing", "counter"),
+    [
+        pytest.param(RoutingConfig(hold_wait_s=0.2), "timed_out", id="hold-times-out"),
+        pytest.param(RoutingConfig(hold_wait_s=30, hold_queue_max=0), "queue_full", id="holds-full"),
+    ],
+)
+def test_a_hold_that_runs_out_answers_503_with_retry_after(
+    tmp_path: Path, routing: RoutingConfig, counter: str
+) -> None:
+    echo = EchoFleet(tmp_path, count=1, routing=routing)
+    try:
+        _set_backends(echo, present=False)
+        results: list[str] = []
+        errors: list[BaseException] = []
+        _ask(echo, results, errors).join(timeout=20)
+        assert results == [] and len(errors) == 1
+        error = errors[0]
+        assert isinstance(error, openai.APIStatusError) and error.status_code == 503
+        assert error.response.headers["Retry-After"] == "5" and "no ready pod" in str(error)
+        assert echo.router.router.metrics.holds.labels("tiny", counter).value == 1
+    finally:
+        echo.close()
+
+
+def test_without_a_hold_no_pod_is_503_at_once(tmp_path: Path) -> None:
+    echo = EchoFleet(tmp_path, count=1)
+    try:
+        _set_backends(echo, present=False)
+        results: list[str] = []
+        errors: list[BaseException] = []
+        _ask(echo, results, errors).join(timeout=20)
+        assert isinstance(errors[0], openai.APIStatusError) and errors[0].status_code == 503
+        assert echo.router.router.metrics.held_requests.labels("tiny").value == 0
+    finally:
+        echo.close()

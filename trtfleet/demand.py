@@ -1,0 +1,51 @@
+"""The router's demand metrics as both autoscalers read them (the operator's and ``trtfleet demo``'s).
+
+Pure: Prometheus text in, one base model's numbers out. The names are the router's
+(``router/trtfleet_router/metrics.py``): requests in the router (at a pod, waiting for LoRA capacity, or
+held), held requests (no ready pod), and the LoRA pages of the adapters active in the router's window,
+each a gauge labelled ``base_model``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client.parser import text_string_to_metric_families
+
+ROUTER_REQUESTS: Final = "trtfleet_router_base_model_requests"
+ROUTER_HELD: Final = "trtfleet_router_held_requests"
+ROUTER_ADAPTER_PAGES: Final = "trtfleet_router_active_adapter_pages"
+
+
+class MetricsParseError(ValueError):
+    """A scraped body is not the format its source speaks."""
+
+
+@dataclass(frozen=True, slots=True)
+class RouterReading:
+    requests: float = 0.0
+    held: float = 0.0
+    active_adapter_pages: int = 0
+
+
+def prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """(name, labels, value) of every sample in Prometheus' text format."""
+    try:
+        return [
+            (sample.name, dict(sample.labels), float(sample.value))
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+        ]
+    except ValueError as exc:  # prometheus_client's parser raises ValueError on malformed text
+        raise MetricsParseError(f"not Prometheus text: {exc}") from exc
+
+
+def parse_router_metrics(text: str, base_model: str) -> RouterReading:
+    """One router replica's demand for ``base_model`` (zeros when it has seen none)."""
+    values = {ROUTER_REQUESTS: 0.0, ROUTER_HELD: 0.0, ROUTER_ADAPTER_PAGES: 0.0}
+    for name, labels, value in prometheus_samples(text):
+        if name in values and labels.get("base_model") == base_model and math.isfinite(value):
+            values[name] += value
+    return RouterReading(values[ROUTER_REQUESTS], values[ROUTER_HELD], int(values[ROUTER_ADAPTER_PAGES]))
