@@ -123,3 +123,13 @@ def test_api_server_refuses_values_the_pytorch_runtime_cannot_serve(
     allowed = torch_llama(kube_namespace, **spec)
     allowed["spec"]["runtime"] = "tensorrtllm"
     crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(allowed))
+
+
+def test_api_server_takes_the_triton_llmapi_server_only_for_pytorch(crds: ControlPlane, kube_namespace: str) -> None:
+    triton = torch_llama(kube_namespace, serving={"server": "triton"})
+    crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton))
+    triton["spec"]["runtime"] = "tensorrtllm"
+    refused = crds.kubectl("apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton), check=False)
+    assert refused.returncode != 0 and "serving.server triton is for runtime pytorch only" in refused.stderr
+    del triton["spec"]["serving"]["server"]
+    crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton))
