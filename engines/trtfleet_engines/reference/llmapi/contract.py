@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
+import numpy as np
+
 from trtfleet_engines.reference.errors import RepositoryError
 from trtfleet_engines.triton import pbtxt
 
@@ -135,7 +137,8 @@ def _scalar(get: Getter, name: str) -> Any:
         return None
     if array.size != 1:
         raise LlmapiRequestError(f"Expected a scalar tensor for tensor {name}")
-    return array.reshape(-1)[0].item()
+    value = array.reshape(-1)[0]
+    return value.item() if isinstance(value, np.generic) else value  # STRING tensors hold bytes objects
 
 
 def is_stop_request(get: Getter) -> bool:
