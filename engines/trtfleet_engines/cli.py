@@ -31,7 +31,7 @@ from typing import Any
 import pydantic
 import yaml
 
-from trtfleet.api.basemodel import BaseModel, BaseModelSpec, Runtime
+from trtfleet.api.basemodel import BaseModel, BaseModelSpec, Runtime, ServingServer
 from trtfleet_engines.capacity import CapacityPlan, plan_capacity
 from trtfleet_engines.errors import EnginesError, PlanFileError, SpecError
 from trtfleet_engines.gpus import GIB, lookup_gpu
@@ -46,6 +46,7 @@ from trtfleet_engines.plan import (
     plan_merged_engine_build,
 )
 from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
+from trtfleet_engines.pytorch.llmapi import build_llmapi_model_config
 from trtfleet_engines.pytorch.options import build_llm_api_options
 from trtfleet_engines.pytorch.serving import plan_prepare, prepare_hash
 
@@ -96,15 +97,19 @@ def _print_json(value: Any) -> None:
 
 
 def pytorch_plan_json(spec: BaseModelSpec, cache_root: str) -> dict[str, Any]:
-    """What ``engines plan`` prints for ``runtime: pytorch``: the prepare plan and the LLM-API options."""
+    """What ``engines plan`` prints for ``runtime: pytorch``: the prepare plan and the LLM-API options (and with
+    ``serving.server: triton`` the llmapi model's ``model.yaml``)."""
     prepare = plan_prepare(spec, cache_root=cache_root)
-    return {
+    plan: dict[str, Any] = {
         "runtime": Runtime.PYTORCH.value,
         "prepareHash": prepare.content_hash,
         "prepare": asdict(prepare),
         "serveCheckpointDir": prepare.serve_checkpoint_dir,
         "llmApiOptions": build_llm_api_options(spec),
     }
+    if spec.serving.server_or_default is ServingServer.TRITON:
+        plan["llmapiModelYaml"] = build_llmapi_model_config(spec, checkpoint_dir=prepare.serve_checkpoint_dir)
+    return plan
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

@@ -26,10 +26,11 @@ from trtfleet_engines.errors import (
     UnsupportedError,
 )
 from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
-from trtfleet_engines.pytorch.options import render_llm_api_options
+from trtfleet_engines.pytorch.llmapi import MODEL_YAML_NAME, render_llmapi_model_yaml
+from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME, render_llm_api_options
 from trtfleet_engines.pytorch.serving import PreparePlan, plan_prepare
 
-from trtfleet.api.basemodel import BaseModelSpec, Runtime
+from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
 from trtfleet_operator.errors import PlanningError
 
 UNSUPPORTED_BY_RELEASE = "UnsupportedByRelease"
@@ -53,7 +54,11 @@ class EnginePlan:
     prepare: PreparePlan | None = None
     """runtime pytorch: what the prepare Job stages (``engine_hash`` is its ``prepare_hash``)."""
     options_yaml: str | None = None
-    """runtime pytorch: the LLM-API options file ``trtllm-serve --config`` reads."""
+    """runtime pytorch: the LLM-API options file ``trtllm-serve --config`` reads, or with
+    ``serving.server: triton`` the llmapi model's ``model.yaml`` (the same options plus model and
+    ``triton_config``)."""
+    options_file: str = OPTIONS_FILE_NAME
+    """The name of that file in the options ConfigMap."""
 
 
 @dataclass(frozen=True)
@@ -95,14 +100,22 @@ def plan_merged(spec: BaseModelSpec, adapter_uri: str, adapter_revision: str | N
 
 
 def plan_pytorch(spec: BaseModelSpec) -> EnginePlan:
-    """The prepare plan (under :data:`MODEL_CACHE_MOUNT`) and the options file of a ``pytorch`` spec."""
+    """The prepare plan (under :data:`MODEL_CACHE_MOUNT`) and the options file of a ``pytorch`` spec
+    (``model.yaml`` on the staged checkpoint when ``serving.server`` is triton)."""
+    triton = spec.serving.server_or_default is ServingServer.TRITON
     try:
         prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT)
-        options = render_llm_api_options(spec)
+        if triton:
+            options = render_llmapi_model_yaml(spec, checkpoint_dir=prepare.serve_checkpoint_dir)
+        else:
+            options = render_llm_api_options(spec)
     except SpecError as exc:
         raise PlanningError(_reason(exc), str(exc)) from exc
     plan_json = json.dumps(asdict(prepare), sort_keys=True, indent=2) + "\n"
-    return EnginePlan(prepare.content_hash, plan_json, spec, prepare=prepare, options_yaml=options)
+    return EnginePlan(
+        prepare.content_hash, plan_json, spec, prepare=prepare, options_yaml=options,
+        options_file=MODEL_YAML_NAME if triton else OPTIONS_FILE_NAME,
+    )
 
 
 def pytorch_capacity_status(plan: PytorchCapacityPlan) -> dict[str, int | None]:

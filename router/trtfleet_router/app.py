@@ -22,6 +22,7 @@ import grpc
 from aiohttp import web
 from tritonclient.grpc import service_pb2
 
+from trtfleet.api.basemodel import Runtime
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
@@ -37,7 +38,7 @@ from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import SamplingParams, build_text_request
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT, MetricsScraper
-from trtfleet_router.upstream.text import TextGenerator, TextRequest, openai_call
+from trtfleet_router.upstream.text import TextGenerator, TextRequest, llmapi_call, openai_call
 from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
 from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES, SchemeReader, WeightStore
 
@@ -283,9 +284,10 @@ class Router:
         target = self.fleets.registry.resolve(served_name)
         assert target.adapter is not None
         request_id = f"prewarm-{served_name}"
-        if target.base.serves_openai:  # one token: the pod reads the adapter from lora_path
+        if target.base.runtime is Runtime.PYTORCH:  # one token: the pod reads the adapter from lora_path
             text = TextRequest(request_id, target, " ", SamplingParams(max_tokens=1), False, 3, PREWARM_TIMEOUT_S)
-            call = dataclasses.replace(openai_call(text), pinned_decision=Fleet.prewarm_decision(pod))
+            made = llmapi_call(text) if target.base.serves_llmapi else openai_call(text)
+            call = dataclasses.replace(made, pinned_decision=Fleet.prewarm_decision(pod))
         else:
             info = await self.model_info.info(target.base)
             request = build_text_request(

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime
+from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime, ServingServer
 from trtfleet.loracache import (
     LoraCacheConfig,
     LoraGeometry,
@@ -31,6 +31,8 @@ from trtfleet_router.errors import LimitExceeded, ModelNotFound
 from trtfleet_router.routing.types import AdapterRef
 
 DEFAULT_UPSTREAM_MODEL: Final = "tensorrt_llm_bls"
+LLMAPI_UPSTREAM_MODEL: Final = "tensorrt_llm"
+"""TRT-LLM's llmapi model (``runtime: pytorch``, ``serving.server: triton``): one prompt a request, no batch dim."""
 BYTES_PER_TOKEN_REFERENCE: Final = 1.0
 BYTES_PER_TOKEN_DEFAULT: Final = 4.0
 PROMPT_SPECIAL_TOKENS: Final = 2
@@ -64,13 +66,20 @@ class BaseModelEntry:
     runtime: Runtime = Runtime.TENSORRTLLM
     """``pytorch``: the pods run trtllm-serve (OpenAI API, adapters read from ``lora_path`` by the pod);
     else Triton (``tensorrtllm``, ``reference``)."""
+    server: ServingServer | None = None
+    """``spec.serving.server``: with ``pytorch``, ``triton`` pods run TRT-LLM's llmapi model instead."""
     replaces: str | None = None
     """``spec.serving.replaces``: the BaseModel whose served names this one takes over (a migration)."""
 
     @property
     def serves_openai(self) -> bool:
         """The pods speak trtllm-serve's OpenAI API, not Triton's."""
-        return self.runtime is Runtime.PYTORCH
+        return self.runtime is Runtime.PYTORCH and not self.serves_llmapi
+
+    @property
+    def serves_llmapi(self) -> bool:
+        """The pods run Triton with TRT-LLM's llmapi model (``runtime: pytorch``, ``serving.server: triton``)."""
+        return self.runtime is Runtime.PYTORCH and self.server is ServingServer.TRITON
 
     def estimate_tokens(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token) + PROMPT_SPECIAL_TOKENS
@@ -249,6 +258,9 @@ def base_entry_from_spec(
     """A registry entry from a BaseModel: limits from ``spec.engine``, pages from ``status.capacity``
     (else planned from ``spec.dimensions``), chat template from ``spec.serving.chatTemplate``."""
     reference = spec.runtime is Runtime.REFERENCE
+    llmapi = spec.runtime is Runtime.PYTORCH and spec.serving.server is ServingServer.TRITON
+    if llmapi and upstream_model == DEFAULT_UPSTREAM_MODEL:
+        upstream_model = LLMAPI_UPSTREAM_MODEL
     capacity = status.capacity if status is not None else None
     geometry = lora_geometry(spec)
     if host_pages is None:
@@ -267,7 +279,9 @@ def base_entry_from_spec(
         bytes_per_token=BYTES_PER_TOKEN_REFERENCE if reference else BYTES_PER_TOKEN_DEFAULT,
         host_pages=host_pages or DEFAULT_CACHE_PAGES,
         device_pages=device_pages or host_pages or DEFAULT_CACHE_PAGES,
+        batched=not llmapi,
         runtime=spec.runtime,
+        server=spec.serving.server,
         replaces=spec.serving.replaces,
     )
 

@@ -55,6 +55,20 @@ def test_values_the_runtime_serves_are_accepted(runtime: str, quantization: dict
     assert spec.runtime.value == runtime
 
 
+@pytest.mark.parametrize("runtime", ["tensorrtllm", "reference"])
+def test_the_triton_llmapi_server_is_refused_outside_pytorch(runtime: str) -> None:
+    with pytest.raises(ValidationError, match=f"serving.server triton is for runtime pytorch only.*runtime {runtime}"):
+        BaseModelSpec.model_validate({**BASE, "runtime": runtime, "serving": {"server": "triton"}})
+
+
+@pytest.mark.parametrize(("server", "expected"), [(None, "trtllm-serve"), ("trtllm-serve", "trtllm-serve"),
+                                                  ("triton", "triton")])
+def test_a_pytorch_base_model_picks_its_server(server: str | None, expected: str) -> None:
+    serving = {} if server is None else {"server": server}
+    spec = BaseModelSpec.model_validate({**BASE, "runtime": "pytorch", "serving": serving})
+    assert spec.serving.server_or_default.value == expected
+
+
 def test_every_runtime_rule_is_a_cel_rule_of_the_crd() -> None:
     rules = structural_schema(BaseModelSpec)["x-kubernetes-validations"]
     for rule in RUNTIME_RULES:

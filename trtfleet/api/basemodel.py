@@ -31,6 +31,7 @@ from trtfleet.api.lora import LoraSpec as LoraSpec
 from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
 from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
 from trtfleet.api.serving import Resources as Resources
+from trtfleet.api.serving import ServingServer as ServingServer
 from trtfleet.api.serving import ServingSpec as ServingSpec
 from trtfleet.api.serving import Toleration as Toleration
 
@@ -212,14 +213,17 @@ class RuntimeFieldRule:
     field: str
     value: str
     message: str
+    optional: bool = False
+    """The field has no default, so the CEL rule tests ``has()`` before reading it."""
 
     @property
     def field_path(self) -> str:
         return f"{self.group}.{self.field}"
 
     def to_cel(self) -> dict[str, str]:
+        present = f"has(self.{self.field_path}) && " if self.optional else ""
         return {
-            "rule": f"!(self.runtime == '{self.runtime.value}' && self.{self.field_path} == '{self.value}')",
+            "rule": f"!(self.runtime == '{self.runtime.value}' && {present}self.{self.field_path} == '{self.value}')",
             "message": self.message,
             "fieldPath": f".{self.field_path}",
         }
@@ -247,6 +251,18 @@ RUNTIME_RULES: tuple[RuntimeFieldRule, ...] = (
         QuantizationMode.INT4_WEIGHT_ONLY.value,
         "quantization.mode int4_weight_only is for runtime tensorrtllm only: ModelOpt exports no HF checkpoint "
         "of it for the PyTorch backend (use int4_awq, int8_weight_only or fp8)",
+    ),
+    *(
+        RuntimeFieldRule(
+            runtime,
+            "serving",
+            "server",
+            ServingServer.TRITON.value,
+            f"serving.server triton is for runtime pytorch only (TRT-LLM's llmapi model in Triton): runtime "
+            f"{runtime.value} pods always run Triton with their own model repository (leave serving.server unset)",
+            optional=True,
+        )
+        for runtime in (Runtime.TENSORRTLLM, Runtime.REFERENCE)
     ),
 )
 """Field values refused for one runtime; the checks in ``trtfleet_engines.pytorch`` refuse the same."""

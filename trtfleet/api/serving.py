@@ -16,6 +16,15 @@ class BatchSchedulerPolicy(StrEnum):
     MAX_UTILIZATION = "maxUtilization"
 
 
+class ServingServer(StrEnum):
+    """The server a ``pytorch`` BaseModel's pods run (other runtimes always run Triton)."""
+
+    TRTLLM_SERVE = "trtllm-serve"
+    """TRT-LLM's OpenAI-compatible HTTP server."""
+    TRITON = "triton"
+    """Triton with TRT-LLM's Python-backend ``llmapi`` model (``tensorrt_llm``): KServe v2 HTTP/gRPC, metrics."""
+
+
 class Toleration(ApiModel):
     key: str | None = Field(default=None, description="Taint key.")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
@@ -37,6 +46,12 @@ KV_FRACTION_MESSAGE = (
 
 class ServingSpec(ApiModel):
     replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
+    server: ServingServer | None = Field(
+        default=None,
+        description="runtime pytorch only: trtllm-serve (the default when unset: OpenAI HTTP on 8000) or triton "
+        "(tritonserver with TRT-LLM's llmapi model tensorrt_llm: HTTP 8000, gRPC 8001, metrics 8002). runtime "
+        "tensorrtllm and reference always serve with Triton and refuse triton here.",
+    )
     kv_cache_free_gpu_mem_fraction: float = Field(
         default=0.9,
         gt=0,
@@ -92,6 +107,11 @@ class ServingSpec(ApiModel):
     resources: Resources | None = Field(default=None, description="Resources of the serving container.")
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
+
+    @property
+    def server_or_default(self) -> ServingServer:
+        """The server a ``pytorch`` pod runs: ``server``, else trtllm-serve (unset stays out of the spec hash)."""
+        return self.server or ServingServer.TRTLLM_SERVE
 
     @field_validator("kv_cache_free_gpu_mem_fraction", mode="before")
     @classmethod

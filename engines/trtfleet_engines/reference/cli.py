@@ -11,6 +11,10 @@ Exit code: tritonserver's, or 0 when it stopped because we were asked to stop; 1
 LLM-API options rendered from ``--spec`` (or the reference one), adapters by ``lora_request`` path:
 
     trtfleet worker --runtime pytorch --http-port 8000 --served-model-name tiny --max-loras 1 --max-cpu-loras 2
+
+``--runtime pytorch --server triton`` serves it as Triton with TRT-LLM's ``llmapi`` model (``tensorrt_llm``,
+:mod:`trtfleet_engines.reference.llmapi`): tritonserver on the three ports, ``model.yaml`` rendered from
+``--spec``, adapters by the ``lora_path`` input, the same tiers (``--max-loras``, ``--max-cpu-loras``).
 """
 
 from __future__ import annotations
@@ -68,6 +72,8 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     parser.add_argument("--runtime", choices=("triton", "pytorch"), default="triton",
                         help="triton: tritonserver (default); pytorch: trtllm-serve's OpenAI API on --http-port")
+    parser.add_argument("--server", choices=("trtllm-serve", "triton"), default="trtllm-serve",
+                        help="pytorch: trtllm-serve's OpenAI API (default) or Triton with the llmapi model")
     parser.add_argument("--served-model-name", default=None, help="pytorch: the model's name in the API")
     parser.add_argument("--max-loras", type=int, default=None, help="pytorch: lora_config.max_loras override")
     parser.add_argument("--max-cpu-loras", type=int, default=None, help="pytorch: lora_config.max_cpu_loras override")
@@ -95,9 +101,17 @@ def serve_argv(args: argparse.Namespace, options_file: Path | None) -> list[str]
     """The reference trtllm-serve's command line for the worker's flags (pure)."""
     argv = [str(args.model)] if args.model is not None else []
     argv += ["--host", args.host, "--port", str(args.http_port)]
+    named = {"--config": options_file, "--served_model_name": args.served_model_name}
+    for flag, value in named.items():
+        if value is not None:
+            argv += [flag, str(value)]
+    return argv + engine_flags(args)
+
+
+def engine_flags(args: argparse.Namespace) -> list[str]:
+    """The ``pytorch`` mode's engine flags of the worker's options (pure; also the llmapi model's)."""
+    argv: list[str] = []
     flags = {
-        "--config": options_file,
-        "--served_model_name": args.served_model_name,
         "--max_batch_size": args.max_batch_size,
         "--max_num_tokens": args.max_num_tokens,
         "--max-queue-size": args.max_queue_size,
@@ -134,11 +148,37 @@ def run_serve(args: argparse.Namespace) -> int:
         shutil.rmtree(root, ignore_errors=True)
 
 
-def run(args: argparse.Namespace) -> int:
+def build_repository(args: argparse.Namespace, out_dir: Path) -> Path:
+    """The worker's model repository: the reference Triton models, or with ``--runtime pytorch --server
+    triton`` the llmapi ``tensorrt_llm`` model."""
+    from trtfleet_engines.reference.repository import build_reference_repository, default_reference_spec
+
     if args.runtime == "pytorch":
+        from trtfleet_engines.reference.llmapi.repository import build_llmapi_repository
+
+        spec = _load_spec(args.spec) or default_reference_spec()
+        return build_llmapi_repository(out_dir, spec, model_dir=args.model, serve_args=engine_flags(args))
+    return build_reference_repository(
+        out_dir,
+        _load_spec(args.spec),
+        model_dir=args.model,
+        lora_cache_host_bytes=args.lora_host_bytes,
+        lora_cache_device_bytes=args.lora_device_bytes,
+        gpu_memory_bytes=args.gpu_memory_bytes,
+        max_batch_size=args.max_batch_size,
+        max_num_tokens=args.max_num_tokens,
+        max_queue_size=args.max_queue_size,
+        min_step_ms=args.min_step_ms,
+        kv_tokens_per_block=args.kv_tokens_per_block,
+        kv_max_tokens=args.kv_max_tokens,
+        enable_kv_cache_reuse=None if args.kv_block_reuse is None else args.kv_block_reuse == "true",
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.runtime == "pytorch" and args.server != "triton":
         return run_serve(args)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from trtfleet_engines.reference.repository import build_reference_repository
 
     root = Path(tempfile.mkdtemp(prefix="trtfleet-worker-repo-"))
     stopping = False
@@ -153,21 +193,7 @@ def run(args: argparse.Namespace) -> int:
     worker = None
     previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        repo = build_reference_repository(
-            root / "models",
-            _load_spec(args.spec),
-            model_dir=args.model,
-            lora_cache_host_bytes=args.lora_host_bytes,
-            lora_cache_device_bytes=args.lora_device_bytes,
-            gpu_memory_bytes=args.gpu_memory_bytes,
-            max_batch_size=args.max_batch_size,
-            max_num_tokens=args.max_num_tokens,
-            max_queue_size=args.max_queue_size,
-            min_step_ms=args.min_step_ms,
-            kv_tokens_per_block=args.kv_tokens_per_block,
-            kv_max_tokens=args.kv_max_tokens,
-            enable_kv_cache_reuse=None if args.kv_block_reuse is None else args.kv_block_reuse == "true",
-        )
+        repo = build_repository(args, root / "models")
         worker = start_worker(
             repo,
             http_port=args.http_port,
@@ -199,7 +225,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"trtfleet worker: {worker.watchdog.deaths[0].describe()}", file=sys.stderr)
             return EXIT_FAILED
         return 0 if stopping else code
-    except (ReferenceEngineError, ValidationError, OSError, yaml.YAMLError) as exc:
+    except (EnginesError, ReferenceEngineError, ValidationError, OSError, yaml.YAMLError) as exc:
         print(f"trtfleet worker: {exc}", file=sys.stderr)
         return EXIT_FAILED
     finally:

@@ -27,7 +27,7 @@ from trtfleet_engines.plan import PVC_MOUNT_ROOT
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME
 from trtfleet_engines.pytorch.serving import SERVE_PORT, PreparePlan, probes, serve_argv
 
-from trtfleet.api.basemodel import BaseModelSpec, QuantizationMode
+from trtfleet.api.basemodel import BaseModelSpec, QuantizationMode, ServingServer
 from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
@@ -43,6 +43,8 @@ from trtfleet_operator.builders.common import (
 )
 from trtfleet_operator.builders.convert import ARTIFACTS_VOLUME
 from trtfleet_operator.builders.engine import PLAN_KEY, PLAN_MOUNT, TERMINATION_LOG, hash_keyed_job, source_claims
+from trtfleet_operator.builders.llmapi import APP_NAME as LLMAPI_APP_NAME
+from trtfleet_operator.builders.llmapi import llmapi_containers, repository_volume
 from trtfleet_operator.builders.serving import PRESTOP_SLEEP_S, STARTUP_BUDGET_S, TERMINATION_GRACE_S, selector_labels
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.names import (
@@ -135,7 +137,8 @@ def build_prepare_job(
 
 
 def build_options_configmap(plan: EnginePlan, *, name: str, namespace: str, owner: Mapping[str, Any]) -> Obj:
-    """The LLM-API options file of ``plan``, labelled with the digest of its text."""
+    """The LLM-API options file of ``plan`` (``model.yaml`` for Triton's llmapi model), labelled with the digest
+    of its text."""
     _prepare_plan(plan)
     text = str(plan.options_yaml)
     return {
@@ -149,7 +152,7 @@ def build_options_configmap(plan: EnginePlan, *, name: str, namespace: str, owne
             annotations={ANNOTATION_ENGINE_HASH: plan.engine_hash},
             owners=[owner],
         ),
-        "data": {OPTIONS_FILE_NAME: text},
+        "data": {plan.options_file: text},
     }
 
 
@@ -196,12 +199,14 @@ def build_pytorch_deployment(
     options: Obj,
     config: OperatorConfig,
 ) -> Obj:
-    """The ``trtllm-serve`` Deployment of a ``pytorch`` BaseModel (served under the BaseModel's name)."""
+    """The ``trtllm-serve`` Deployment of a ``pytorch`` BaseModel (served under the BaseModel's name), or with
+    ``serving.server: triton`` the Triton one (:mod:`.llmapi`)."""
     selector = selector_labels(basemodel)
+    triton = spec.serving.server_or_default is ServingServer.TRITON
     pod_labels = {
         **metadata("x", namespace, component=COMPONENT_SERVING)["labels"],
         **selector,
-        LABEL_NAME: "trtfleet-trtllm-serve",
+        LABEL_NAME: LLMAPI_APP_NAME if triton else "trtfleet-trtllm-serve",
         LABEL_INSTANCE: name,
         LABEL_ENGINE_HASH: engine_hash_label(plan.engine_hash),
         LABEL_RUNTIME: RUNTIME,
@@ -217,9 +222,18 @@ def build_pytorch_deployment(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": pod_security(non_root=False),
         **scheduling(spec),
-        "containers": [_serve_container(spec, plan, served_name=basemodel, config=config)],
-        "volumes": sorted(volumes, key=lambda v: str(v["name"])),
     }
+    if triton:
+        init, container = llmapi_containers(
+            spec, options_volume="llm-api-options", options_mount=OPTIONS_MOUNT, prestop_sleep_s=PRESTOP_SLEEP_S,
+            config=config,
+        )
+        pod_spec["initContainers"] = [init]
+        pod_spec["containers"] = [container]
+        volumes.append(repository_volume())
+    else:
+        pod_spec["containers"] = [_serve_container(spec, plan, served_name=basemodel, config=config)]
+    pod_spec["volumes"] = sorted(volumes, key=lambda v: str(v["name"]))
     template: Obj = {"metadata": {"labels": pod_labels}, "spec": pod_spec}
     spec_hash = digest({"template": template, "options": options["data"]}, 16)
     template["metadata"]["annotations"] = {ANNOTATION_SPEC_HASH: spec_hash, ANNOTATION_ENGINE_HASH: plan.engine_hash}

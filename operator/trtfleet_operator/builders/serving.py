@@ -26,7 +26,7 @@ from typing import Any
 from trtfleet_engines.plan import ENGINE_SUBDIR, SERVE_ARTIFACT_DIR
 from trtfleet_engines.triton import render_configs
 
-from trtfleet.api.basemodel import BaseModelSpec, Runtime
+from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
 from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
@@ -330,7 +330,8 @@ _SERVICE_PORTS: tuple[Obj, ...] = (
     {"name": "metrics", "port": METRICS_PORT, "targetPort": "metrics", "protocol": "TCP", "appProtocol": "http"},
 )
 HTTP_ONLY_RUNTIMES = frozenset({Runtime.PYTORCH})
-"""trtllm-serve has one port: the OpenAI API, /health and /prometheus/metrics all answer on ``http``."""
+"""trtllm-serve has one port: the OpenAI API, /health and /prometheus/metrics all answer on ``http``
+(``serving.server: triton`` pods of the same runtime have Triton's three)."""
 
 
 def build_service(
@@ -341,10 +342,12 @@ def build_service(
     basemodel: str,
     adapter: str | None = None,
     runtime: Runtime = Runtime.TENSORRTLLM,
+    server: ServingServer | None = None,
 ) -> Obj:
     """The headless Service the router resolves to pod addresses (port ``http`` on every runtime)."""
     selector = selector_labels(basemodel, adapter)
-    ports = [dict(port) for port in _SERVICE_PORTS if runtime not in HTTP_ONLY_RUNTIMES or port["name"] == "http"]
+    http_only = runtime in HTTP_ONLY_RUNTIMES and server is not ServingServer.TRITON
+    ports = [dict(port) for port in _SERVICE_PORTS if not http_only or port["name"] == "http"]
     return {
         "apiVersion": "v1",
         "kind": "Service",

@@ -286,7 +286,8 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
         now,
         apply=(
             build_service(
-                name=serving_name(name), namespace=namespace, owner=owner, basemodel=name, runtime=spec.runtime
+                name=serving_name(name), namespace=namespace, owner=owner, basemodel=name, runtime=spec.runtime,
+                server=spec.serving.server,
             ),
             build_pdb(name=serving_name(name), namespace=namespace, owner=owner, basemodel=name),
             *engine.apply,

@@ -13,6 +13,7 @@ Fleet file (camelCase or snake_case keys)::
         upstreamModel: tensorrt_llm_bls
         chatTemplate: null          # override, see trtfleet_router.chat
         runtime: tensorrtllm        # or pytorch (trtllm-serve pods); default: the spec's, else tensorrtllm
+        server: null                # pytorch: triton for Triton's llmapi model (default: the spec's serving.server)
         replaces: null              # a base model this one takes over (a migration; default: the spec's)
         backends:
           - 127.0.0.1:8001/8002/8000                        # Triton gRPC host:port[/metrics[/http]]
@@ -24,7 +25,9 @@ Runtime ``pytorch``: a backend's ``address`` is the trtllm-serve HTTP ``host:por
 ``artifact`` is its PEFT directory, sent as ``lora_request.lora_path`` (``loraPath`` overrides it
 when the pods mount it elsewhere); ``hostPages`` / ``devicePages`` are the tiers of ``max_cpu_loras`` /
 ``max_loras`` in pages (``trtfleet_engines.pytorch.capacity.lora_tier``, ``status.capacity`` of a
-BaseModel).
+BaseModel). With ``server: triton`` the backends are Triton pods (``address`` the gRPC port) running
+TRT-LLM's llmapi model (``upstreamModel`` defaults to ``tensorrt_llm``); adapters travel as ``lora_path``
+the same way.
 
 Adapter sizes (``weightsBytes``, rank, modules) come from the artifact's ``manifest.json`` (a PEFT
 directory: ``adapter_config.json``'s ``r`` and the weights file's size) when it is a local directory,
@@ -47,7 +50,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pydantic.alias_generators import to_camel
 
-from trtfleet.api.basemodel import BaseModelSpec, Runtime
+from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
 from trtfleet_router.chat import chat_renderer
 from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
@@ -56,6 +59,7 @@ from trtfleet_router.models_registry import (
     DEFAULT_CACHE_PAGES,
     DEFAULT_MAX_TOKENS,
     DEFAULT_UPSTREAM_MODEL,
+    LLMAPI_UPSTREAM_MODEL,
     AdapterEntry,
     BaseModelEntry,
     EngineLimits,
@@ -113,6 +117,7 @@ class BaseModelConfig(_Model):
     bytes_per_token: float | None = Field(default=None, gt=0)
     default_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     runtime: Runtime | None = Field(default=None, description="Default: the spec's runtime, else tensorrtllm.")
+    server: ServingServer | None = Field(default=None, description="Default: the spec's serving.server.")
     replaces: str | None = Field(default=None, description="Default: the spec's serving.replaces (a migration).")
     backends: list[BackendConfig] = Field(default_factory=list)
     adapters: list[AdapterConfig] = Field(default_factory=list)
@@ -189,7 +194,11 @@ def runtime_of(config: BaseModelConfig) -> Runtime:
 
 
 def base_entry(config: BaseModelConfig) -> BaseModelEntry:
-    entry = replace(_base_entry(config), runtime=runtime_of(config))
+    server = config.server or (config.spec.serving.server if config.spec is not None else None)
+    entry = replace(_base_entry(config), runtime=runtime_of(config), server=server)
+    if entry.serves_llmapi:
+        upstream = LLMAPI_UPSTREAM_MODEL if entry.upstream_model == DEFAULT_UPSTREAM_MODEL else entry.upstream_model
+        entry = replace(entry, upstream_model=upstream, batched=False)
     return entry if config.replaces is None else replace(entry, replaces=config.replaces)
 
 

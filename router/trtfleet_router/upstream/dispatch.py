@@ -251,8 +251,8 @@ class Dispatcher:
         adapter = call.target.adapter
         if adapter is not None and adapter.lora_path and decision.send_weights:
             self.metrics.adapter_loads.labels(adapter_label).inc()  # the pod reads it from lora_path
-        if not (decision.send_weights or decision.loading) or adapter is None or call.openai_body is not None:
-            return None
+        if not (decision.send_weights or decision.loading) or adapter is None or adapter.lora_path:
+            return None  # runtime pytorch (trtllm-serve or the llmapi model): no weights travel
         weights = await self.weights.get(ArtifactRef(adapter.artifact_uri, adapter.sha256))
         info = await self.model_info.info(call.target.base)
         request = with_weights(call.grpc_request(), info, weights)

@@ -78,6 +78,14 @@ class ModelInfoCache:
                 param="model",
                 code="openai_api_only",
             )
+        if base.serves_llmapi:  # its tensors (text_input, sampling_param_*, lora_id/name/path) are not the BLS's
+            raise OpenAIOnly(
+                f"base model '{base.name}' runs Triton with TRT-LLM's llmapi model (runtime pytorch), whose "
+                "tensors the router does not pass through: use the OpenAI API (/v1/completions, "
+                "/v1/chat/completions)",
+                param="model",
+                code="openai_api_only",
+            )
         key = (base.name, base.upstream_model)
         fetched = self._fetched.get(key)
         if fetched is not None:

@@ -53,7 +53,10 @@ INVALID_RE: Final = re.compile(
     r"lora_task_id must be set|Expected lora weights to be the same data type|not enabled for this model"
     r"|has to few values|unexpected inference input|unexpected shape|expected \d+ inputs"
     r"|expected number of inputs|missing required input|input byte size mismatch|unexpected datatype"
-    r"|invalid value type for '.*' parameter",
+    r"|invalid value type for '.*' parameter"
+    # TRT-LLM's llmapi model (runtime pytorch with Triton): helpers.py / model.py refusals
+    r"|must all be provided together|lora_path does not exist|lora_ckpt_source must be one of"
+    r"|text_input is missing|Streaming is only supported in decoupled mode",
     re.IGNORECASE,
 )
 

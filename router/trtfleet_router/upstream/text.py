@@ -3,7 +3,8 @@
 Used by the OpenAI front end and Triton's generate extension. Upstream, ``stream: true`` makes the
 text-level model answer with one response per new piece of text (a delta); ``stream: false`` with one
 response holding the whole completion. A ``pytorch`` base model's request travels as trtllm-serve's
-OpenAI request instead (:mod:`.openai_upstream`; chat as chat when ``messages`` are given). Token
+OpenAI request instead (:mod:`.openai_upstream`; chat as chat when ``messages`` are given), or, served by
+Triton, as the llmapi model's tensors (:mod:`.llmapi_upstream`, whose cumulative answers become deltas). Token
 counts come from the engine when it returns ``num_input_tokens``/``num_output_tokens`` (trtllm-serve:
 its ``usage``), else from the registry's byte estimate.
 """
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
 from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall
+from trtfleet_router.upstream.llmapi_upstream import CumulativeText, build_llmapi_request
 from trtfleet_router.upstream.openai_upstream import build_openai_body
 from trtfleet_router.upstream.protocol import (
     SamplingParams,
@@ -61,15 +63,18 @@ class TextGenerator:
     async def generate(self, request: TextRequest, usage: Usage) -> AsyncGenerator[TextPiece, None]:
         """Text pieces (deltas when streaming); fills ``usage`` as they arrive."""
         target = request.target
+        read = read_text
         if target.base.serves_openai:
             call = openai_call(request)
+        elif target.base.serves_llmapi:
+            call, read = llmapi_call(request), CumulativeText().read
         else:
             call = await self._triton_call(request)
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0
         async with aclosing(self.dispatcher.stream(call)) as responses:
             async for response in responses:
-                piece = read_text(response)
+                piece = read(response)
                 if piece.input_tokens is not None:
                     usage.prompt_tokens = piece.input_tokens
                 if piece.output_tokens is not None:
@@ -125,6 +130,31 @@ def openai_call(request: TextRequest) -> UpstreamCall:
         client_streaming=request.stream,
         openai_body=body,
         openai_path=path,
+    )
+
+
+def llmapi_call(request: TextRequest) -> UpstreamCall:
+    """The call for a ``pytorch`` base model served by Triton: the llmapi model's tensors over gRPC (its
+    prompt the rendered one: the model applies no chat template)."""
+    target = request.target
+    return UpstreamCall(
+        request_id=request.request_id,
+        target=target,
+        request=None,
+        prompt_tokens=request.prompt_tokens,
+        max_tokens=request.params.max_tokens,
+        deadline_s=time.monotonic() + request.timeout_s,
+        client_streaming=request.stream,
+        build_request=functools.partial(
+            build_llmapi_request,
+            request.prompt,
+            request.params,
+            stream=request.stream,
+            adapter=target.adapter,
+            request_id=request.request_id,
+            model=target.base.upstream_model,
+        ),
+        upstream_model=target.base.upstream_model,
     )
 
 

@@ -1,6 +1,7 @@
 """``runtime: pytorch`` against a real kube-apiserver + kube-controller-manager: ``kubectl apply`` of a
 BaseModel and an Adapter gives the prepare Job, the LLM-API options ConfigMap, the trtllm-serve Deployment
-and the Service; the API server itself refuses values the runtime cannot serve, with the CEL message.
+and the Service (or with serving.server triton the llmapi repository, tritonserver and Triton's ports); the API
+server itself refuses values the runtime cannot serve, with the CEL message.
 The test plays the kubelet for Job pods (their termination messages), as the other operator cluster tests do.
 """
 
@@ -123,3 +124,37 @@ def test_api_server_refuses_values_the_pytorch_runtime_cannot_serve(
     allowed = torch_llama(kube_namespace, **spec)
     allowed["spec"]["runtime"] = "tensorrtllm"
     crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(allowed))
+
+
+def test_api_server_takes_the_triton_llmapi_server_only_for_pytorch(crds: ControlPlane, kube_namespace: str) -> None:
+    triton = torch_llama(kube_namespace, serving={"server": "triton"})
+    crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton))
+    triton["spec"]["runtime"] = "tensorrtllm"
+    refused = crds.kubectl("apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton), check=False)
+    assert refused.returncode != 0 and "serving.server triton is for runtime pytorch only" in refused.stderr
+    del triton["spec"]["serving"]["server"]
+    crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton))
+
+
+def test_a_triton_served_pytorch_basemodel_gets_the_llmapi_repository_and_triton_ports(
+    operator: OperatorProcess,
+) -> None:
+    cp, ns = operator.cp, operator.namespace
+    apply(cp, ns, yaml.safe_dump(torch_llama(ns, serving={"server": "triton"})))
+    job = wait_until(lambda: (live(cp, ns, PREPARES) or [None])[0], 30, "the prepare Job")
+    content_hash = wait_phase(cp, ns, "basemodel", "llama3-8b", "Building")["status"]["engine"]["hash"]
+    finish_job_pod(cp, ns, job["metadata"]["name"], "prepare", exit_code=0, message='{"staged": true}')
+    deployment = wait_until(lambda: get(cp, ns, "deployment", "llama3-8b"), 30, "the Triton Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    assert [c["name"] for c in pod["initContainers"]] == ["llmapi-repository"]
+    (triton,) = pod["containers"]
+    assert triton["command"] == ["tritonserver"] and "--model-repository=/triton-repository" in triton["args"]
+    assert triton["readinessProbe"]["httpGet"]["path"] == "/v2/health/ready"
+    options = get(cp, ns, "configmap", "llama3-8b-llm-api-options")
+    assert options is not None
+    model_yaml = yaml.safe_load(options["data"]["model.yaml"])
+    assert model_yaml["model"] == f"/model-cache/checkpoints/{content_hash}/original"
+    assert model_yaml["triton_config"] == {"max_batch_size": 0, "decoupled": True}
+    service = get(cp, ns, "service", "llama3-8b")
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("http", 8000), ("grpc", 8001),
+                                                                          ("metrics", 8002)]

@@ -186,7 +186,8 @@ def render_pytorch(
             config=CONFIG,
         ),
         "service": build_service(
-            name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, runtime=base.spec.runtime
+            name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, runtime=base.spec.runtime,
+            server=base.spec.serving.server,
         ),
         "pdb": build_pdb(name=serving, namespace=NAMESPACE, owner=owner, basemodel=name),
     }
@@ -207,6 +208,7 @@ def test_cases_exist() -> None:
         "pytorch-llama3-8b",
         "pytorch-llama70b-fp8-tp2",
         "adapter-pytorch-sql",
+        "pytorch-llama3-8b-triton",
     } <= set(CASES)
 
 

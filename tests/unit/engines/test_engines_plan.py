@@ -372,6 +372,7 @@ KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("cache max size", ("lora.cache.maxAdapterSize",), {"lora": {"cache": {"maxAdapterSize": 128}}}),
     ("replicas", ("serving.replicas",), {"serving": {"replicas": 9}}),
     ("replaces", ("serving.replaces",), {"serving": {"replaces": "older-model"}}),
+    ("server", ("serving.server",), {"serving": {"server": "trtllm-serve"}}),
     ("autoscaling", ("autoscaling",), {"autoscaling": {"minReplicas": 0, "maxReplicas": 4}}),
     ("kv fraction", ("serving.kvCacheFreeGpuMemFraction",), {"serving": {"kvCacheFreeGpuMemFraction": 0.5}}),
     ("kv reuse", ("serving.enableKvCacheReuse",), {"serving": {"enableKvCacheReuse": False}}),

@@ -40,7 +40,21 @@ def test_plan_prints_prepare_plan_and_options(capsys: pytest.CaptureFixture[str]
     assert plan["prepare"]["quantize"] is None
     assert plan["serveCheckpointDir"] == f"/cache/checkpoints/{digest}/original"
     assert plan["llmApiOptions"] == build_llm_api_options(spec)
-    assert "steps" not in plan
+    assert "steps" not in plan and "llmapiModelYaml" not in plan
+
+
+def test_plan_of_a_triton_served_spec_prints_the_llmapi_model_yaml(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    doc = yaml.safe_load(TORCH.read_text())
+    doc["spec"].setdefault("serving", {})["server"] = "triton"
+    path = tmp_path / "triton.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    assert main(["engines", "plan", "-f", str(path), "--cache-root", "/cache"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    model_yaml = plan["llmapiModelYaml"]
+    assert model_yaml["model"] == plan["serveCheckpointDir"]
+    assert model_yaml["triton_config"] == {"max_batch_size": 0, "decoupled": True}
 
 
 def test_plan_refuses_a_merged_adapter(capsys: pytest.CaptureFixture[str]) -> None:
