@@ -23,7 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
+from trtfleet_router.routing.kvevents import KvEvent, PodEventState, apply_events
 from trtfleet_router.routing.load import AdapterDemand, PodLoad
+from trtfleet_router.routing.prefixindex import PrefixIndex
 from trtfleet_router.routing.residency import PodResidency, Residency
 from trtfleet_router.routing.types import (
     AdapterRef,
@@ -56,6 +58,7 @@ class PodState:
         "cold_loads_total",
         "device_pages",
         "discovered_uid",
+        "kv_events",
         "failures_total",
         "host_pages",
         "load",
@@ -83,6 +86,7 @@ class PodState:
         self.misses_total = 0
         self.cache_full_total = 0
         self.failures_total = 0
+        self.kv_events = PodEventState()
 
 
 class Fleet:
@@ -107,6 +111,7 @@ class Fleet:
         self._ready: list[PodState] = []
         self._largest_host_pages = 0
         self._residency = Residency()
+        self._prefix = PrefixIndex(config.prefix.pod_kv_blocks)
         self._demand = AdapterDemand(config.demand_half_life_s)
         self._rankings = RendezvousRankings(config.hrw_cache_entries)
         self._tickets = itertools.count(1)
@@ -134,6 +139,7 @@ class Fleet:
         for pod_id in [pod_id for pod_id in self._pods if pod_id not in pods]:
             del self._pods[pod_id]
             self._residency.drop_pod(pod_id)
+            self._prefix.drop_pod(pod_id)
             log.info("pod removed", extra={"pod": pod_id, "model": self._model})
         for pod_id, info in pods.items():
             old = self._pods.get(pod_id)
@@ -147,6 +153,7 @@ class Fleet:
             ):
                 residency = self._residency.reset_pod(pod_id, info.host_pages, info.device_pages)
                 state = self._pods[pod_id] = PodState(info, residency)
+                self._prefix.reset_pod(pod_id, info.kv_blocks)
                 if old is not None and old.discovered_uid == info.uid:
                     state.uid = f"{info.uid}#{next(self._epochs)}"  # same pod, new shadow: old tickets void
                 what = "added" if old is None else "ready again" if came_back else "restarted"
@@ -196,6 +203,7 @@ class Fleet:
             demand=self._demand,
             rankings=self._rankings,
             rng=self._rng,
+            prefix=self._prefix,
         )
         choice = self._policy.choose(ctx)
         chosen = choice.pod
@@ -216,6 +224,9 @@ class Fleet:
             raise UnknownPod(decision.pod)
         now_s = self._now()
         pod.load.inflight += 1
+        hashes = request.blocks.hashes
+        if hashes:
+            self._prefix.record(pod.pod_id, hashes, self._prefix.match(hashes).get(pod.pod_id, 0))
         adapter = request.adapter
         task_id = None
         pinned = loads = False
@@ -284,6 +295,17 @@ class Fleet:
         state = self._pods.get(pod)
         if state is not None:
             state.load.observe(snapshot, self._now(), self._config.metrics_stale_after_s)
+            if snapshot.kv_reused_blocks_total is not None and snapshot.kv_missed_blocks_total is not None:
+                self._prefix.observe_counters(pod, snapshot.kv_reused_blocks_total, snapshot.kv_missed_blocks_total)
+
+    def observe_kv_events(self, pod: str, events: Sequence[KvEvent]) -> tuple[int, int]:
+        """KV-cache events of ``pod`` (routing/kvevents.py); (blocks stored, blocks skipped)."""
+        state = self._pods.get(pod)
+        return (0, 0) if state is None else apply_events(self._prefix, pod, state.kv_events, events)
+
+    @property
+    def prefix_index(self) -> PrefixIndex:
+        return self._prefix
 
     # -- prewarming ------------------------------------------------------------------------------
     def prewarm_plan(self, adapters: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
@@ -366,6 +388,7 @@ class Fleet:
     def check_invariants(self) -> None:
         """Books agree with each other (for tests and fixtures' teardown)."""
         self._residency.check_invariants()
+        self._prefix.check_invariants()
         open_per_pod: dict[tuple[str, str], int] = {}
         for ticket in self._open.values():
             key = (ticket.pod, ticket.pod_uid)

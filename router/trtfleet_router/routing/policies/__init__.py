@@ -18,7 +18,14 @@ import pydantic
 
 from trtfleet_router.routing.config import RoutingConfig, read_routing_file
 from trtfleet_router.routing.framework import Policy
-from trtfleet_router.routing.policies import chwbl, gie_lora_affinity, least_load, round_robin, trtfleet
+from trtfleet_router.routing.policies import (
+    chwbl,
+    gie_lora_affinity,
+    least_load,
+    round_robin,
+    trtfleet,
+    trtfleet_adapter,
+)
 from trtfleet_router.routing.types import RoutingConfigError
 
 
@@ -36,7 +43,10 @@ REGISTRY: dict[str, PolicyEntry] = {
         gie_lora_affinity.build, (gie_lora_affinity.SECTION, gie_lora_affinity.GieLoraAffinityConfig)
     ),
     chwbl.NAME: PolicyEntry(chwbl.build, (chwbl.SECTION, chwbl.ChwblConfig)),
-    trtfleet.NAME: PolicyEntry(trtfleet.build, (trtfleet.SECTION, trtfleet.TrtfleetPolicyConfig)),
+    trtfleet_adapter.NAME: PolicyEntry(
+        trtfleet_adapter.build, (trtfleet_adapter.SECTION, trtfleet_adapter.TrtfleetPolicyConfig)
+    ),
+    trtfleet.NAME: PolicyEntry(trtfleet.build, (trtfleet.SECTION, trtfleet.TrtfleetPricedConfig)),
 }
 
 

@@ -15,7 +15,7 @@ from trtfleet_router.routing import (
 )
 from trtfleet_router.routing.policies.chwbl import ChwblConfig
 from trtfleet_router.routing.policies.gie_lora_affinity import GieLoraAffinityConfig
-from trtfleet_router.routing.policies.trtfleet import TrtfleetPolicyConfig
+from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicyConfig
 
 
 def test_defaults() -> None:
