@@ -91,7 +91,9 @@ def _chain(root: int, data: bytes, block_bytes: int, limit: int) -> tuple[int, .
     return tuple(hashes)
 
 
-def token_block_hashes(tokens: Sequence[int], task_id: int, block_tokens: int, max_blocks: int = 1 << 20) -> PromptBlocks:
+def token_block_hashes(
+    tokens: Sequence[int], task_id: int, block_tokens: int, max_blocks: int = 1 << 20
+) -> PromptBlocks:
     """Exact blocks of a token sequence (full blocks only, at most ``max_blocks``)."""
     return payload_block_hashes(token_payload(tokens), task_id, block_tokens, max_blocks)
 

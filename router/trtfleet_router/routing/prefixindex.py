@@ -108,7 +108,7 @@ class PrefixIndex:
             return {}
         ended: dict[int, int] = {}  # slot -> blocks matched
         index = 1
-        for index in range(1, len(hashes)):  # noqa: B007 - the index is read after the loop
+        for index in range(1, len(hashes)):
             mask = holders.get(hashes[index], 0) & alive
             if mask != alive:
                 gone = alive & ~mask

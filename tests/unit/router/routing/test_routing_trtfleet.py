@@ -1,5 +1,5 @@
-"""trtfleet-adapter (adapter residency only): warm first; cold loads by rendezvous hashing within the load bound, priced, never where
-nothing is evictable; rare adapters confined to the churn pods; hot adapters spread."""
+"""trtfleet-adapter (adapter residency only): warm first; cold loads by rendezvous hashing within the load
+bound, priced, never where nothing is evictable; rare adapters confined to the churn pods; hot adapters spread."""
 
 from __future__ import annotations
 
