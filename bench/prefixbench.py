@@ -94,9 +94,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.write:
         command = "python -m bench.prefixbench " + " ".join(argv if argv is not None else sys.argv[1:])
         mean_prompt = statistics.fmean(r.prompt_tokens for r in trace)
+        in_use = len({r.adapter for r in trace})
         text = "\n\n".join([
             report.provenance(command),
-            f"Trace `{args.trace.name}` (Mooncake format; {len(trace):,} requests, {len(set(r.adapter for r in trace))} "
+            f"Trace `{args.trace.name}` (Mooncake format; {len(trace):,} requests, {in_use} "
             f"adapters in use) scaled by `bench/mooncake.py`: token counts x {scale.length_factor} (a 512-token "
             f"block becomes {round(512 * scale.length_factor)} tokens = {scale.router_blocks_per_id} KV blocks of "
             f"{scale.tokens_per_block}), prompts cut at {scale.max_input_tokens} tokens ({cut} cut), time x "
