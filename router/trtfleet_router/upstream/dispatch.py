@@ -132,6 +132,7 @@ class Dispatcher:
             call.prompt_tokens,
             call.max_tokens,
             call.request_id,
+            blocks=call.blocks,
         )
         attempts = 0
         miss_recovered = False
