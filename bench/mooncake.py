@@ -44,8 +44,8 @@ class MooncakeRow:
 
 @dataclass(frozen=True, slots=True)
 class MooncakeScale:
-    length_factor: float = 0.25
-    time_factor: float = 0.01  # 1,022 s of trace in 10 s
+    length_factor: float = 0.125  # a 512-token block -> 64 tokens
+    time_factor: float = 0.004  # 1,022 s of trace in 4.1 s (about 980 req/s on 64 pods)
     max_input_tokens: int = 8000
     max_output_tokens: int = 1024
     tokens_per_block: int = 32

@@ -71,6 +71,30 @@ def run(trace: Sequence[TraceRequest], pods: int, policies: Sequence[str], seed:
     return rows
 
 
+HOT_CASES = (("one adapter", 1, 1.0), ("Zipf 2.0 over 50", 50, 2.0), ("Zipf 1.0 over 5,000", 5000, 1.0))
+HOT_POLICIES = ("trtfleet", "trtfleet-adapter", "round-robin", "chwbl")
+
+
+def hot_adapter_rows(duration_s: int = 60) -> list[dict[str, Any]]:
+    """The issue's weakness: 64 H100 pods, 1,000 req/s for ``duration_s``, seed 11, no prefixes."""
+    from bench.traces import TraceSpec, generate
+
+    spec = h100_llama3_8b_fleet(64)
+    rows = []
+    for label, adapters, alpha in HOT_CASES:
+        trace = generate(TraceSpec(name="hot", num_adapters=adapters, zipf_alpha=alpha, rate_per_s=1000.0,
+                                   num_requests=1000 * duration_s, seed=11))
+        for policy in HOT_POLICIES:
+            records = simulate(trace, policy, spec).records
+            ttft = [r.ttft_s for r in records if r.error is None and r.ttft_s is not None]
+            row = {"case": label, "policy": policy, "ttft_p50_ms": percentile(ttft, 50) * 1e3,
+                   "ttft_p99_ms": percentile(ttft, 99) * 1e3, "cold_loads": sum(r.loads for r in records),
+                   "errors": sum(r.error is not None for r in records)}
+            print(f"  {label:<20} {policy:<18} p99 {row['ttft_p99_ms']:.1f} ms loads {row['cold_loads']}", flush=True)
+            rows.append(row)
+    return rows
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.prefixbench", description=__doc__.split("\n")[0])
     parser.add_argument("--trace", type=Path, required=True, help="Mooncake-format JSONL")
@@ -82,6 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--time-factor", type=float, default=DEFAULTS.time_factor)
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed)
     parser.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
+    parser.add_argument("--hot", action="store_true", help="also the hot-adapter cases (1,000 req/s, 60 s)")
     args = parser.parse_args(argv)
     scale = dataclasses.replace(MooncakeScale(), num_adapters=args.adapters, zipf_alpha=args.zipf,
                                 length_factor=args.length_factor, time_factor=args.time_factor, seed=args.seed)
@@ -91,6 +116,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"{args.trace.name}: {len(trace):,} requests over {duration_s:.1f} s, {cut} prompts cut to "
           f"{scale.max_input_tokens} tokens; {args.pods} pods", flush=True)
     rows = run(trace, args.pods, [p.strip() for p in args.policies.split(",") if p.strip()], args.seed)
+    hot = hot_adapter_rows() if args.hot else []
     if args.write:
         command = "python -m bench.prefixbench " + " ".join(argv if argv is not None else sys.argv[1:])
         mean_prompt = statistics.fmean(r.prompt_tokens for r in trace)
@@ -106,7 +132,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"over {scale.num_adapters}, seed {scale.seed}. {args.pods} simulated H100 pods, Llama-3-8B profile, "
             "KV reuse keyed by adapter (`bench/podkv.py`), prefill charged for uncached tokens only.",
             report.table(rows, COLUMNS),
-        ])
+        ] + ([
+            "**Hot adapters** (no prefixes; the weakness issue 21 names): 64 simulated H100 pods, Poisson 1,000 "
+            "req/s for 60 s, seed 11, `bench/traces.py` lengths.",
+            report.table(hot, [("case", "case"), ("policy", "policy"), ("ttft_p50_ms", "TTFT p50 ms"),
+                               ("ttft_p99_ms", "TTFT p99 ms"), ("cold_loads", "adapter cold loads"),
+                               ("errors", "errors")]),
+        ] if hot else []))
         report.write_section("prefix", text)
     return 0
 
