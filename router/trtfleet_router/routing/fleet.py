@@ -295,8 +295,9 @@ class Fleet:
         state = self._pods.get(pod)
         if state is not None:
             state.load.observe(snapshot, self._now(), self._config.metrics_stale_after_s)
-            if snapshot.kv_reused_blocks_total is not None and snapshot.kv_missed_blocks_total is not None:
-                self._prefix.observe_counters(pod, snapshot.kv_reused_blocks_total, snapshot.kv_missed_blocks_total)
+            reused = snapshot.kv_reused_blocks_total
+            if reused is not None:  # Triton exports no missed count: 0
+                self._prefix.observe_counters(pod, reused, snapshot.kv_missed_blocks_total or 0)
 
     def observe_kv_events(self, pod: str, events: Sequence[KvEvent]) -> tuple[int, int]:
         """KV-cache events of ``pod`` (routing/kvevents.py); (blocks stored, blocks skipped)."""

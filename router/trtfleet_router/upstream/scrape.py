@@ -34,12 +34,14 @@ class ScrapedLoad:
     active: int | None
     waiting: int | None
     kv_fraction: float | None
+    reused_blocks: int | None = None  # kv_cache_block_type="reused": cumulative KV blocks reused (prefix index)
 
 
 def parse_triton_metrics(text: str) -> ScrapedLoad:
     """The three load signals from Triton's Prometheus text (pure)."""
     active = waiting = None
     kv = None
+    reused: int | None = None
     for line in text.splitlines():
         if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv")):
             continue
@@ -59,7 +61,9 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
                 waiting = (waiting or 0) + int(value)
         elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "fraction":
             kv = value if kv is None else max(kv, value)
-    return ScrapedLoad(active, waiting, kv)
+        elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "reused":
+            reused = (reused or 0) + int(value)
+    return ScrapedLoad(active, waiting, kv, reused)
 
 
 class MetricsScraper:
@@ -88,7 +92,8 @@ class MetricsScraper:
                     if fleet is not None:
                         fleet.observe_metrics(
                             endpoint.pod_id,
-                            PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction),
+                            PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction,
+                                       result.reused_blocks),
                         )
                 for base in self.fleets.registry.bases:
                     self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))

@@ -11,15 +11,16 @@ nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1
 nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 64
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="tensorrt_llm",version="1"} 0.25
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm",version="1"} 10
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused",model="tensorrt_llm",version="1"} 42
 nv_inference_request_success{model="ensemble",version="1"} 12
 """
 
 
 def test_parse() -> None:
     load = parse_triton_metrics(TEXT)
-    assert (load.active, load.waiting, load.kv_fraction) == (5, 3, 0.25)
+    assert (load.active, load.waiting, load.kv_fraction, load.reused_blocks) == (5, 3, 0.25, 42)
 
 
 def test_parse_without_trtllm_metrics() -> None:
     load = parse_triton_metrics('nv_inference_request_success{model="x"} 1\n')
-    assert (load.active, load.waiting, load.kv_fraction) == (None, None, None)
+    assert (load.active, load.waiting, load.kv_fraction, load.reused_blocks) == (None, None, None, None)

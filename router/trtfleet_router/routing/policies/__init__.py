@@ -48,7 +48,7 @@ REGISTRY: dict[str, PolicyEntry] = {
     chwbl.NAME: PolicyEntry(chwbl.build, (chwbl.SECTION, chwbl.ChwblConfig)),
     llmd_default.NAME: PolicyEntry(llmd_default.build, (llmd_default.SECTION, llmd_default.LlmdDefaultConfig)),
     kubeai_prefix_hash.NAME: PolicyEntry(
-        kubeai_prefix_hash.build, (kubeai_prefix_hash.SECTION, kubeai_prefix_hash.ChwblConfig)
+        kubeai_prefix_hash.build, (kubeai_prefix_hash.SECTION, chwbl.ChwblConfig)
     ),
     dynamo_kv.NAME: PolicyEntry(dynamo_kv.build, (dynamo_kv.SECTION, dynamo_kv.DynamoKvConfig)),
     trtfleet_adapter.NAME: PolicyEntry(
