@@ -163,6 +163,7 @@ class SimPod:
     busy_s: float = 0.0
     _seq: int = 0
     _new: list[SimRequest] = field(default_factory=list)
+    first_tokens: list[SimRequest] = field(default_factory=list)  # whose first token the last step gave
     read_free_s: float = 0.0  # runtime pytorch: the pod's reader is busy until then
     reads_done_s: dict[int, float] = field(default_factory=dict)  # task id -> its latest read ends
     blocked: deque[SimRequest] = field(default_factory=deque)  # runtime pytorch: waiting for host pages
@@ -284,7 +285,7 @@ class SimPod:
         """The step finished at ``now_s``: first tokens for the new, one token for all; returns finished."""
         for request in self._new:
             request.first_token_s = now_s
-        self._new = []
+        self.first_tokens, self._new = self._new, []
         self.context_tokens += len(self.running)
         done: list[SimRequest] = []
         while self.running and self.running[0][0] <= self.step_index:

@@ -386,7 +386,10 @@ class FleetSimulation:
 
     def _step_end(self, pod_id: str) -> None:
         pod = self.pods[pod_id]
-        for request in pod.end_step(self.now_s):
+        done = pod.end_step(self.now_s)
+        for first in pod.first_tokens:
+            self.fleet.first_token(first.ticket)  # type: ignore[arg-type]
+        for request in done:
             reply_s = self.now_s + self.spec.one_way_latency_s
             self._push(reply_s, _FINISH, (request.key, request.ticket, request))
         self._wake_at(pod_id, pod.unblock(self.now_s))

@@ -224,9 +224,8 @@ class Fleet:
             raise UnknownPod(decision.pod)
         now_s = self._now()
         pod.load.inflight += 1
-        hashes = request.blocks.hashes
-        if hashes:
-            self._prefix.record(pod.pod_id, hashes, self._prefix.match(hashes).get(pod.pod_id, 0))
+        ticket_id = next(self._tickets)
+        self._book_prefix(ticket_id, pod.pod_id, request)
         adapter = request.adapter
         task_id = None
         pinned = loads = False
@@ -242,12 +241,24 @@ class Fleet:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
         ticket = Ticket(
-            next(self._tickets), pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
+            ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
         )
         self._open[ticket.ticket_id] = ticket
         if loads:
             self._loading.add(ticket.ticket_id)
         return ticket
+
+    def _book_prefix(self, ticket_id: int, pod_id: str, request: RouteRequest) -> None:
+        """The pod will hold the request's blocks; its uncached tokens are prefill work there until the first token."""
+        blocks = request.blocks
+        matched = self._prefix.match(blocks.hashes).get(pod_id, 0) if blocks.hashes else 0
+        if blocks.hashes:
+            self._prefix.record(pod_id, blocks.hashes, matched)
+        self._prefix.prefill_started(ticket_id, pod_id, request.prompt_tokens - matched * blocks.block_tokens)
+
+    def first_token(self, ticket: Ticket) -> None:
+        """The request's first output came back: its prefill is done (idempotent; :meth:`finish` implies it)."""
+        self._prefix.prefill_done(ticket.ticket_id)
 
     def confirm(self, ticket: Ticket) -> None:
         """The pod admitted the request (its first response arrived): weights it carried are stored.
@@ -266,6 +277,7 @@ class Fleet:
         if ticket.ticket_id not in self._open:
             raise RoutingError(f"ticket {ticket.ticket_id} finished twice or never started")
         self.confirm(ticket)
+        self._prefix.prefill_done(ticket.ticket_id)
         del self._open[ticket.ticket_id]
         task_id = ticket.task_id
         if task_id is not None:

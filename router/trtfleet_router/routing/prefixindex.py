@@ -41,6 +41,7 @@ class PodBlocks:
         "evicted_total",
         "last_missed",
         "last_reused",
+        "pending_prefill_tokens",
         "predicted_reused",
         "slot",
     )
@@ -54,12 +55,13 @@ class PodBlocks:
         self.last_reused: int | None = None
         self.last_missed: int | None = None
         self.evicted_total = 0
+        self.pending_prefill_tokens = 0  # uncached prompt tokens of requests started here, first token not yet
 
 
 class PrefixIndex:
     """Per-pod block LRUs and the fleet-wide ``block hash -> pods`` bit masks."""
 
-    __slots__ = ("_default_capacity", "_free_slots", "_holders", "_pods")
+    __slots__ = ("_default_capacity", "_free_slots", "_holders", "_pending", "_pods")
 
     def __init__(self, default_capacity_blocks: int) -> None:
         if default_capacity_blocks < 0:
@@ -68,6 +70,7 @@ class PrefixIndex:
         self._pods: dict[str, PodBlocks] = {}
         self._holders: dict[int, int] = {}  # block hash -> bit mask of pod slots
         self._free_slots: list[int] = []
+        self._pending: dict[int, tuple[PodBlocks, int]] = {}  # ticket id -> (pod, its uncached prompt tokens)
 
     # -- pods --------------------------------------------------------------------------------------
     def reset_pod(self, pod_id: str, capacity_blocks: int = 0) -> None:
@@ -208,6 +211,24 @@ class PrefixIndex:
                     holders[old] = mask
                 else:
                     del holders[old]
+
+    # -- prefill work in flight (the queue a long prompt adds to a pod) -------------------------------
+    def prefill_started(self, ticket_id: int, pod_id: str, tokens: int) -> None:
+        """A request whose prefill computes ``tokens`` uncached tokens was started on the pod."""
+        pod = self._pods.get(pod_id)
+        if pod is not None and tokens > 0:
+            pod.pending_prefill_tokens += tokens
+            self._pending[ticket_id] = (pod, tokens)
+
+    def prefill_done(self, ticket_id: int) -> None:
+        """Its first token came back (or it ended): its prefill no longer waits on the pod. Idempotent."""
+        entry = self._pending.pop(ticket_id, None)
+        if entry is not None:
+            entry[0].pending_prefill_tokens -= entry[1]
+
+    def pending_prefill_tokens(self, pod_id: str) -> int:
+        pod = self._pods.get(pod_id)
+        return pod.pending_prefill_tokens if pod is not None else 0
 
     # -- introspection -------------------------------------------------------------------------------
     def blocks_held(self, pod_id: str) -> int:

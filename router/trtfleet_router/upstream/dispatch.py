@@ -166,6 +166,7 @@ class Dispatcher:
                     if not yielded:
                         yielded = True
                         fleet.confirm(ticket)
+                        fleet.first_token(ticket)
                         self.fleets.record_success(base_name, decision.pod)
                     outcome = Outcome.OK
                     yield response

@@ -6,6 +6,8 @@ question. Every candidate ``p`` gets one cost::
 
     cost(p) = queue(p) + adapter(p) + prefill(p)
     queue(p)   = load(p) x queue_delay_per_inflight_s            (load = in flight + fresh scraped waiting)
+                 + pending_prefill(p) x prefill_s_per_token     (uncached prompt tokens of requests started
+                                                                 there whose first token has not come back)
     adapter(p) = 0 when warm, else weights_bytes / bandwidth      (link, or the pod's own read on pytorch)
                  (+ the same again when storing it evicts an adapter: that adapter's later reload)
     prefill(p) = uncached(p) x prefill_s_per_token
@@ -18,9 +20,10 @@ and the cheapest candidate takes the request. Candidates, O(warm pods + pods hol
    when the adapter is not warm there, if its cache can store it;
 3. the adapter's **cold home**, the pod the adapter-only steps pick (rendezvous order, victims no more
    popular than the adapter, churn pods for the long tail; ``trtfleet-adapter`` steps 2-3), so every
-   replica spreads to the same next pod. Considered only when the adapter is *hot* (its in-flight requests
-   per warm pod reach ``hot_spread_inflight_per_pod``) or the warm pods are over the load bound, or when
-   no pod is warm.
+   replica spreads to the same next pod. Considered when no pod is warm, when the adapter is *hot* (its
+   in-flight requests per warm pod reach ``hot_spread_inflight_per_pod``), when the warm pods are over the
+   load bound, or when the prefill already waiting on the cheapest warm pod takes longer than the adapter's
+   transfer (queueing there costs more than a cold load would).
 
 So a conversation stays on its pod while its cached prefix saves more prefill than that pod's queue costs,
 and a hot prefix or a hot adapter spreads as soon as queueing on the pods that hold it costs more than a
@@ -79,7 +82,6 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         if adapter is None:
             return self._choose_base(ctx)
         config = self._priced
-        delay_s = config.queue_delay_per_inflight_s
         now_s = ctx.now_s
         task_id = adapter.task_id
         matches = ctx.prefix_matches()
@@ -97,7 +99,8 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             load = pod.load.load(now_s)
             if least_warm_load is None or load < least_warm_load:
                 least_warm_load = load
-            key = (load * delay_s + self._prefill_s(ctx, pod_id, matches), 0, -rendezvous_score(adapter.name, pod_id))
+            cost = self._queue_s(ctx, pod_id, load) + self._prefill_s(ctx, pod_id, matches)
+            key = (cost, 0, -rendezvous_score(adapter.name, pod_id))
             if best is None or self._better(key, best_key):
                 best, best_key, best_reason = pod, key, "warm"
         if best is not None and least_warm_load is not None and best.load.load(now_s) > least_warm_load:
@@ -107,16 +110,20 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or not self._can_store(pod, adapter):
                 continue
             load = pod.load.load(now_s)
-            cost = self._cold_cost_s(pod, load, adapter) + self._prefill_s(ctx, pod_id, matches)
+            cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod_id, matches)
             key = (cost, 1, -rendezvous_score(adapter.name, pod_id))
             if best is None or self._better(key, best_key):
                 best, best_key, best_reason = pod, key, "cold-prefix"
         hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
-        if best is None or hot or (least_warm_load is not None and least_warm_load > bound):
+        queued = (
+            best is not None
+            and ctx.prefix.pending_prefill_tokens(best.pod_id) * config.prefill_s_per_token > self._transfer_s(adapter)
+        )
+        if best is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = self._cold_home(ctx, adapter, bound)
             if found is not None:
                 pod, load, reason = found
-                cost = self._cold_cost_s(pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
+                cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
                 key = (cost, 1, -rendezvous_score(adapter.name, pod.pod_id))
                 if best is None or self._better(key, best_key):
                     best, best_key = pod, key
@@ -137,6 +144,23 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             return False
         return key[1:] < best[1:]
 
+    def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
+        """Requests ahead x the per-request delay, plus the prefill still pending there (started, no first token)."""
+        config = self._priced
+        pending = ctx.prefix.pending_prefill_tokens(pod_id)
+        return load * config.queue_delay_per_inflight_s + pending * config.prefill_s_per_token
+
+    def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
+        """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
+        queue_only = load * self._priced.queue_delay_per_inflight_s
+        return self._cold_cost_s(pod, load, adapter) - queue_only + self._queue_s(ctx, pod.pod_id, load)
+
+    def _transfer_s(self, adapter: AdapterRef) -> float:
+        config = self._priced
+        return adapter.weights_bytes / (
+            config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
+        )
+
     @staticmethod
     def _can_store(pod: PodView, adapter: AdapterRef) -> bool:
         residency = pod.residency
@@ -151,10 +175,9 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         return max(0.0, request.prompt_tokens - cached) * self._priced.prefill_s_per_token
 
     def _choose_base(self, ctx: RoutingContext) -> Choice:
-        delay_s = self._priced.queue_delay_per_inflight_s
         matches = ctx.prefix_matches()
         costs = [
-            load * delay_s + self._prefill_s(ctx, pod.pod_id, matches)
+            self._queue_s(ctx, pod.pod_id, load) + self._prefill_s(ctx, pod.pod_id, matches)
             for pod, load in zip(ctx.pods, ctx.loads, strict=True)
         ]
         low = min(costs)

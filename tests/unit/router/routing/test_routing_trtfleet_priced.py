@@ -37,6 +37,7 @@ class Case:
     evicted: tuple[int, ...] = ()  # ranks whose LoRA cache then dropped the subject (4 other adapters)
     loads: dict[int, int] = field(default_factory=dict)  # rank -> base-model requests in flight
     pinned_loading: dict[int, int] = field(default_factory=dict)  # rank -> subject requests, weights in transit
+    prefilling: dict[int, int] = field(default_factory=dict)  # rank -> 8,192-token prompts started, no first token
     weights_mib: int = 8
     expected_rank: int = 0
     send_weights: bool = False
@@ -63,6 +64,11 @@ CASES = [
          reason="hot-spread"),
     Case("not-hot-stays", pinned_loading={0: 3}, expected_rank=0),
     # over the load bound (12 above the least loaded): the queue is dearer than a cold load at home
+    # one 8,192-token prompt still prefilling on the only warm pod (0.119 s) > a 6.7 ms transfer: cold home
+    Case("pending-prefill-spreads", warm=(2,), prefilling={2: 1}, expected_rank=0, send_weights=True,
+         reason="hot-spread"),
+    # the same prompt's first token came back: nothing pending, the warm pod again
+    Case("prefill-done-stays", warm=(2,), prefilling={2: -1}, expected_rank=2),
     Case("queue-dominates-over-bound", warm=(2,), loads={2: 13}, expected_rank=0, send_weights=True,
          reason="hot-spread"),
 ]
@@ -80,6 +86,13 @@ def _setup(h: Harness, case: Case, subject: AdapterRef, ranking: tuple[str, ...]
         h.make_warm(ranking[rank], subject)
     for rank, count in case.loads.items():
         h.load(ranking[rank], count)
+    for rank, count in case.prefilling.items():
+        other = token_block_hashes(list(range(10_000, 10_000 + PROMPT_TOKENS)), 0, 32)  # shares nothing
+        ticket = h.fleet.start(Decision(ranking[rank], False, True, "test", "setup"),
+                               RouteRequest("m", None, PROMPT_TOKENS, 16, blocks=other))
+        h.open.append(ticket)
+        if count < 0:
+            h.fleet.first_token(ticket)
     for rank, count in case.pinned_loading.items():
         for _ in range(count):
             h.pin(ranking[rank], subject, admitted=False)
