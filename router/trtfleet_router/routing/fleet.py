@@ -16,17 +16,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
-from trtfleet_router.routing.kvevents import KvEvent, PodEventState, apply_events
-from trtfleet_router.routing.load import AdapterDemand, PodLoad
+from trtfleet_router.routing.kvevents import KvEvent, apply_events
+from trtfleet_router.routing.load import AdapterDemand
+from trtfleet_router.routing.podstate import PodState
 from trtfleet_router.routing.prefixindex import PrefixIndex
-from trtfleet_router.routing.residency import PodResidency, Residency
+from trtfleet_router.routing.residency import Residency
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,
@@ -46,47 +46,6 @@ from trtfleet_router.routing.types import (
 log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
-
-
-class PodState:
-    """One pod as the fleet tracks it (a :class:`~trtfleet_router.routing.framework.PodView`)."""
-
-    __slots__ = (
-        "address",
-        "cache_full_total",
-        "cache_full_until_s",
-        "cold_loads_total",
-        "device_pages",
-        "discovered_uid",
-        "kv_events",
-        "failures_total",
-        "host_pages",
-        "load",
-        "misses_total",
-        "pod_id",
-        "ready",
-        "residency",
-        "uid",
-        "warm_routes_total",
-    )
-
-    def __init__(self, info: PodInfo, residency: PodResidency) -> None:
-        self.pod_id = info.pod_id
-        self.address = info.address
-        self.discovered_uid = info.uid
-        self.uid = info.uid  # identity of this shadow: tickets of an earlier one are ignored
-        self.ready = info.ready
-        self.host_pages = info.host_pages
-        self.device_pages = info.device_pages
-        self.residency = residency
-        self.load = PodLoad()
-        self.cache_full_until_s = -math.inf
-        self.warm_routes_total = 0
-        self.cold_loads_total = 0
-        self.misses_total = 0
-        self.cache_full_total = 0
-        self.failures_total = 0
-        self.kv_events = PodEventState()
 
 
 class Fleet:
