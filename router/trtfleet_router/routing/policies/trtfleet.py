@@ -86,9 +86,10 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         task_id = adapter.task_id
         matches = ctx.prefix_matches()
         bound = min(ctx.loads) + config.load_bound_inflight
-        best: PodView | None = None
-        best_key = (0.0, 0, 0.0)  # (cost, cold, -rendezvous score)
-        best_reason = ""
+        best = _Best(adapter.name)
+        delay_s, per_token_s = config.queue_delay_per_inflight_s, config.prefill_s_per_token
+        pending = ctx.prefix.pending_prefill_tokens
+        full_prefill_s = ctx.request.prompt_tokens * per_token_s  # where the pod holds none of the prefix
         least_warm_load: int | None = None
         warm_count = 0
         for pod_id in ctx.residency.warm_pods(task_id):
@@ -99,51 +100,37 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             load = pod.load.load(now_s)
             if least_warm_load is None or load < least_warm_load:
                 least_warm_load = load
-            cost = self._queue_s(ctx, pod_id, load) + self._prefill_s(ctx, pod_id, matches)
-            key = (cost, 0, -rendezvous_score(adapter.name, pod_id))
-            if best is None or self._better(key, best_key):
-                best, best_key, best_reason = pod, key, "warm"
-        if best is not None and least_warm_load is not None and best.load.load(now_s) > least_warm_load:
-            best_reason = "warm-prefix"
+            prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
+            best.offer(pod, load * delay_s + pending(pod_id) * per_token_s + prefill_s, False, "warm")
+        if best.pod is not None and least_warm_load is not None and best.pod.load.load(now_s) > least_warm_load:
+            best.reason = "warm-prefix"
         for pod_id in matches:
             pod = ctx.by_id[pod_id]
             if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or not self._can_store(pod, adapter):
                 continue
             load = pod.load.load(now_s)
             cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod_id, matches)
-            key = (cost, 1, -rendezvous_score(adapter.name, pod_id))
-            if best is None or self._better(key, best_key):
-                best, best_key, best_reason = pod, key, "cold-prefix"
+            best.offer(pod, cost, True, "cold-prefix")
         hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
         queued = (
-            best is not None
-            and ctx.prefix.pending_prefill_tokens(best.pod_id) * config.prefill_s_per_token > self._transfer_s(adapter)
+            best.pod is not None
+            and ctx.prefix.pending_prefill_tokens(best.pod.pod_id) * config.prefill_s_per_token
+            > self._transfer_s(adapter)
         )
-        if best is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
+        if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = self._cold_home(ctx, adapter, bound)
             if found is not None:
                 pod, load, reason = found
                 cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
-                key = (cost, 1, -rendezvous_score(adapter.name, pod.pod_id))
-                if best is None or self._better(key, best_key):
-                    best, best_key = pod, key
-                    best_reason = reason if warm_count == 0 else "hot-spread"
-        if best is not None:
-            return Choice(best, best_reason)
+                best.offer(pod, cost, True, reason if warm_count == 0 else "hot-spread")
+        if best.pod is not None:
+            return Choice(best.pod, best.reason)
         fallback = self._cold_anywhere(ctx, adapter)
         if fallback is not None:
             return Choice(fallback, "cold-over-bound")
         raise CachesBusy("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
 
     # -- pieces --------------------------------------------------------------------------------------
-    @staticmethod
-    def _better(key: tuple[float, int, float], best: tuple[float, int, float]) -> bool:
-        if key[0] < best[0] - COST_TIE_S:
-            return True
-        if key[0] > best[0] + COST_TIE_S:
-            return False
-        return key[1:] < best[1:]
-
     def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
         """Requests ahead x the per-request delay, plus the prefill still pending there (started, no first token)."""
         config = self._priced
@@ -184,6 +171,36 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         tied = [i for i, cost in enumerate(costs) if cost <= low + COST_TIE_S]
         chosen = tied[0] if len(tied) == 1 else tied[ctx.rng.randrange(len(tied))]
         return Choice(ctx.pods[chosen], "base-priced")
+
+
+class _Best:
+    """The cheapest candidate so far. Ties (within ``COST_TIE_S``): warm before cold, then the pod ranked first
+    for the adapter; rendezvous scores are computed only for ties."""
+
+    __slots__ = ("adapter", "cold", "cost_s", "pod", "reason", "score")
+
+    def __init__(self, adapter: str) -> None:
+        self.adapter = adapter
+        self.pod: PodView | None = None
+        self.cost_s = 0.0
+        self.cold = False
+        self.reason = ""
+        self.score: int | None = None
+
+    def offer(self, pod: PodView, cost_s: float, cold: bool, reason: str) -> None:
+        current = self.pod
+        if current is not None and cost_s >= self.cost_s - COST_TIE_S:
+            if cost_s > self.cost_s + COST_TIE_S or (cold and not self.cold):
+                return
+            if cold == self.cold:  # a tie on cost and kind: the adapter's rendezvous order decides
+                if self.score is None:
+                    self.score = rendezvous_score(self.adapter, current.pod_id)
+                score = rendezvous_score(self.adapter, pod.pod_id)
+                if score <= self.score:
+                    return
+                self.pod, self.cost_s, self.cold, self.reason, self.score = pod, cost_s, cold, reason, score
+                return
+        self.pod, self.cost_s, self.cold, self.reason, self.score = pod, cost_s, cold, reason, None
 
 
 def build(config: RoutingConfig) -> TrtfleetPricedPolicy:
