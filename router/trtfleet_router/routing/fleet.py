@@ -353,6 +353,8 @@ class Fleet:
                     cache_full_total=pod.cache_full_total,
                     failures_total=pod.failures_total,
                     evictions_total=pod.residency.evictions_total,
+                    kv_blocks_held=self._prefix.blocks_held(pod_id),
+                    kv_prefix_confidence=self._prefix.confidence(pod_id),
                 )
             )
         return FleetSnapshot(self._model, self._policy.name, now_s, tuple(pods), len(self._open))

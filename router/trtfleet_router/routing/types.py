@@ -170,6 +170,8 @@ class PodSnapshot:
     cache_full_total: int
     failures_total: int
     evictions_total: int  # adapters the shadow evicted to make room (predicted evictions)
+    kv_blocks_held: int = 0  # KV-cache blocks the prefix index believes the pod holds
+    kv_prefix_confidence: float = 1.0  # share of predicted block reuse the engine's counters confirmed
 
 
 @dataclass(frozen=True, slots=True)
