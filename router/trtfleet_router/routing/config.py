@@ -2,7 +2,8 @@
 
 Example (camelCase or snake_case keys; every key optional)::
 
-    policy: trtfleet            # round-robin | least-load | gie-lora-affinity | chwbl | trtfleet
+    policy: trtfleet            # see policies/__init__.py: round-robin, least-load, gie-lora-affinity, chwbl,
+                                # llmd-default, kubeai-prefix-hash, dynamo-kv, trtfleet-adapter, trtfleet
     metricsStaleAfterS: 5
     capacityWaitS: 10           # wait for LoRA cache capacity before answering 503
     demandHalfLifeS: 60         # recent-request counts per adapter (every policy's fleet keeps them)
