@@ -19,7 +19,9 @@ released (:meth:`SimPod.unblock`); a full device tier makes it wait at schedulin
 Steps follow ``guaranteed_no_evict`` in FIFO order: a waiting request joins when a batch slot, its
 whole KV reservation (prompt + max_tokens), its prefill within ``max_num_tokens`` and its device pages
 are available. Each running sequence gains one token per step (the prefill step yields the first one).
-Step time is :class:`StepTimeModel`. Everything is pure: the simulator owns the clock and the events.
+Prefill is charged for the tokens the pod's KV cache does not already hold (``SimRequest.blocks``, block
+reuse keyed by adapter: :mod:`bench.podkv`). Step time is :class:`StepTimeModel`. Everything is pure:
+the simulator owns the clock and the events.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from bench.podkv import PodKvBlocks
 from trtfleet.loracache import LoraCacheFull, LoraPageCache, LoraTaskNotFound
 
 
@@ -110,6 +113,7 @@ class PodSpec:
     max_queue_size: int = 256
     host_to_device_bytes_per_s: float = 25e9  # PCIe Gen5 x16, effective
     read_bytes_per_s: float | None = None  # runtime pytorch: the pod reads cold adapters (None: sent to it)
+    kv_tokens_per_block: int = 32  # KV-cache block reuse (bench/podkv.py): capacity kv_capacity_tokens / this
 
 
 @dataclass(slots=True)
@@ -130,6 +134,8 @@ class SimRequest:
     ticket: object = None  # the router's ticket, carried for the simulator
     weights_bytes: int = 0  # runtime pytorch: what the pod reads when the adapter is cold
     ready_s: float = 0.0  # runtime pytorch: when its adapter has been read (it may join a batch)
+    blocks: tuple[int, ...] = ()  # its KV blocks' chained hashes (empty: no prefix reuse modelled)
+    reused_blocks: int = 0  # blocks found in the pod's KV cache at admission
 
 
 class ArrivalError(Exception):
@@ -157,12 +163,15 @@ class SimPod:
     busy_s: float = 0.0
     _seq: int = 0
     _new: list[SimRequest] = field(default_factory=list)
+    first_tokens: list[SimRequest] = field(default_factory=list)  # whose first token the last step gave
     read_free_s: float = 0.0  # runtime pytorch: the pod's reader is busy until then
     reads_done_s: dict[int, float] = field(default_factory=dict)  # task id -> its latest read ends
     blocked: deque[SimRequest] = field(default_factory=deque)  # runtime pytorch: waiting for host pages
+    kv: PodKvBlocks = field(init=False)
 
     def __post_init__(self) -> None:
         self.cache = LoraPageCache(self.spec.host_pages, self.spec.device_pages)
+        self.kv = PodKvBlocks(self.spec.kv_capacity_tokens // self.spec.kv_tokens_per_block)
 
     # -- arrival ---------------------------------------------------------------------------------------
     def arrive(self, request: SimRequest, now_s: float = 0.0) -> float:
@@ -240,7 +249,9 @@ class SimPod:
             need = head.prompt_tokens + head.max_tokens
             if head.ready_s > now_s:
                 break
-            if self.reserved_tokens + need > spec.kv_capacity_tokens or head.prompt_tokens > budget - prefill:
+            held = self.kv.cached_prefix(head.blocks) if head.blocks else 0
+            cached = max(0, min(head.prompt_tokens - 1, held * spec.kv_tokens_per_block))  # one token is computed
+            if self.reserved_tokens + need > spec.kv_capacity_tokens or head.prompt_tokens - cached > budget - prefill:
                 break
             on_device = self.cache.on_device(head.task_id)
             if not self.cache.ensure_device(head.task_id):
@@ -249,7 +260,9 @@ class SimPod:
                 copy_bytes += head.pages * spec.page_bytes
             self.waiting.popleft()
             self.reserved_tokens += need
-            prefill += head.prompt_tokens
+            if head.blocks:
+                head.reused_blocks = self.kv.admit(head.blocks)
+            prefill += head.prompt_tokens - cached
             admitted.append(head)
         decode = len(self.running)
         if not admitted and not decode:
@@ -272,7 +285,7 @@ class SimPod:
         """The step finished at ``now_s``: first tokens for the new, one token for all; returns finished."""
         for request in self._new:
             request.first_token_s = now_s
-        self._new = []
+        self.first_tokens, self._new = self._new, []
         self.context_tokens += len(self.running)
         done: list[SimRequest] = []
         while self.running and self.running[0][0] <= self.step_index:

@@ -28,6 +28,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("routing-pytorch", "## Routing quality (real runs, runtime pytorch)"),
     ("bound", "## Offline bound"),
     ("sim", "## Fleet simulation"),
+    ("prefix", "## Prefix and adapter"),
     ("overhead", "## Router overhead"),
     ("decision", "## Routing decision time"),
 )

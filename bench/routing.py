@@ -111,12 +111,14 @@ class Sample:
     error: str | None = None
 
 
-async def _one(session: Any, url: str, key: int, request: TraceRequest, timeout_s: float) -> Sample:
+async def _one(session: Any, url: str, key: int, request: TraceRequest, timeout_s: float,
+               prompt: str | None = None) -> Sample:
     import aiohttp
 
     sample = Sample(key)
     body = {
-        "model": request.adapter, "prompt": prompt_text(request.request_id, request.prompt_tokens),
+        "model": request.adapter, "prompt": prompt if prompt is not None else prompt_text(request.request_id,
+                                                                                          request.prompt_tokens),
         "max_tokens": request.max_tokens, "temperature": 0, "stream": True,
         "stream_options": {"include_usage": True},
     }
@@ -155,8 +157,10 @@ async def _one(session: Any, url: str, key: int, request: TraceRequest, timeout_
     return sample
 
 
-async def replay(base_url: str, trace: Sequence[TraceRequest], timeout_s: float = 120.0) -> list[Sample]:
-    """Send every request at its ``t_s`` (open loop) and wait for all answers."""
+async def replay(base_url: str, trace: Sequence[TraceRequest], timeout_s: float = 120.0,
+                 prompts: Sequence[str] | None = None) -> list[Sample]:
+    """Send every request at its ``t_s`` (open loop) and wait for all answers (``prompts``: their texts,
+    else :func:`bench.traces.prompt_text`)."""
     import aiohttp
 
     url = f"{base_url}/v1/completions"
@@ -169,7 +173,8 @@ async def replay(base_url: str, trace: Sequence[TraceRequest], timeout_s: float 
             delay = start + request.t_s - loop.time()
             if delay > 0:
                 await asyncio.sleep(delay)
-            tasks.append(asyncio.create_task(_one(session, url, key, request, timeout_s)))
+            prompt = prompts[key] if prompts is not None else None
+            tasks.append(asyncio.create_task(_one(session, url, key, request, timeout_s, prompt)))
         return list(await asyncio.gather(*tasks))
 
 

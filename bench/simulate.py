@@ -37,13 +37,14 @@ import heapq
 import math
 import random
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.policies import build_policy, parse_routing_config
+from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,
@@ -57,6 +58,7 @@ from trtfleet_router.routing.types import (
 )
 
 from bench.podsim import ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel
+from bench.simstore import WeightStore
 from bench.traces import TraceRequest
 
 _ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE = range(8)
@@ -103,6 +105,7 @@ class RequestRecord:
     error: str | None = None
     excluded: set[str] = field(default_factory=set)
     waited_s: float = 0.0  # time spent waiting in the router for LoRA cache capacity
+    reused_blocks: int = 0  # KV blocks the serving pod had cached at admission (bench/podkv.py)
 
 
 @dataclass
@@ -129,32 +132,6 @@ def adapter_refs(
     }
 
 
-class _WeightStore:
-    """The router's weight store as a latency model: byte-bounded LRU, coalesced fetches."""
-
-    def __init__(self, capacity_bytes: int, latency_s: float, bytes_per_s: float) -> None:
-        self._capacity = capacity_bytes
-        self._latency_s = latency_s
-        self._bytes_per_s = bytes_per_s
-        self._ready_at: OrderedDict[str, tuple[float, int]] = OrderedDict()
-        self._used = 0
-        self.fetches = 0
-
-    def ready_at(self, adapter: str, size: int, now_s: float) -> float:
-        entry = self._ready_at.get(adapter)
-        if entry is not None:
-            self._ready_at.move_to_end(adapter)
-            return max(entry[0], now_s)
-        self.fetches += 1
-        ready = now_s + self._latency_s + size / self._bytes_per_s
-        self._ready_at[adapter] = (ready, size)
-        self._used += size
-        while self._used > self._capacity and len(self._ready_at) > 1:
-            _name, (_ready, old) = self._ready_at.popitem(last=False)
-            self._used -= old
-        return ready
-
-
 class FleetSimulation:
     def __init__(
         self,
@@ -178,17 +155,18 @@ class FleetSimulation:
         )
         self.reads = spec.runtime == "pytorch"
         pod_spec = dataclasses.replace(spec.pod, read_bytes_per_s=spec.pod_read_bytes_per_s) if self.reads else spec.pod
+        self.block_tokens = spec.pod.kv_tokens_per_block
         self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", pod_spec, spec.model) for i in range(spec.pods)}
         self.fleet.set_pods(
             {
                 pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages,
-                                spec.pod.device_pages)
+                                spec.pod.device_pages, kv_blocks=spec.pod.kv_capacity_tokens // self.block_tokens)
                 for pod_id in self.pods
             }
         )
         names = sorted({r.adapter for r in trace})
         self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes, self.reads)
-        self.store = _WeightStore(
+        self.store = WeightStore(
             spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s
         )
         self.link_free_s = dict.fromkeys(self.pods, 0.0)
@@ -268,6 +246,7 @@ class FleetSimulation:
             max_tokens=request.max_tokens,
             request_id=request.request_id,
             exclude_pods=frozenset(record.excluded),
+            blocks=PromptBlocks(request.blocks, self.block_tokens, True) if request.blocks else NO_BLOCKS,
         )
 
     def _fail(self, record: RequestRecord, kind: str) -> None:
@@ -358,13 +337,15 @@ class FleetSimulation:
         record.ttft_s = request.first_token_s + latency - record.arrival_s
         record.e2e_s = self.now_s - record.arrival_s
         record.output_tokens = request.max_tokens
+        record.reused_blocks = request.reused_blocks
         record.loads += int(request.loaded)  # counted once served: a pytorch pod may load it after admission
         self._open -= 1
 
     def _scrape(self) -> None:
         for pod_id, pod in self.pods.items():
             self.fleet.observe_metrics(
-                pod_id, PodMetrics(pod.active, pod.queue_depth, kv_cache_used_fraction=pod.kv_used_fraction())
+                pod_id, PodMetrics(pod.active, pod.queue_depth, pod.kv_used_fraction(), pod.kv.reused_total,
+                                   pod.kv.missed_total),
             )
 
     # -- pod side ----------------------------------------------------------------------------------------
@@ -374,7 +355,7 @@ class FleetSimulation:
         request = SimRequest(
             key, adapter.task_id, trace_request.prompt_tokens, trace_request.max_tokens,
             with_weights or self.reads,  # a pytorch pod always has the adapter's path
-            adapter.pages, weights_bytes=adapter.weights_bytes,
+            adapter.pages, weights_bytes=adapter.weights_bytes, blocks=trace_request.blocks,
         )
         pod = self.pods[pod_id]
         record = self.records[key]
@@ -405,7 +386,10 @@ class FleetSimulation:
 
     def _step_end(self, pod_id: str) -> None:
         pod = self.pods[pod_id]
-        for request in pod.end_step(self.now_s):
+        done = pod.end_step(self.now_s)
+        for first in pod.first_tokens:
+            self.fleet.first_token(first.ticket)  # type: ignore[arg-type]
+        for request in done:
             reply_s = self.now_s + self.spec.one_way_latency_s
             self._push(reply_s, _FINISH, (request.key, request.ticket, request))
         self._wake_at(pod_id, pod.unblock(self.now_s))

@@ -54,6 +54,7 @@ class TraceRequest:
     adapter: str
     prompt_tokens: int
     max_tokens: int
+    blocks: tuple[int, ...] = ()  # chained KV block hashes of the prompt (bench/mooncake.py), else none
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,6 +254,8 @@ def write_jsonl(trace: Iterable[TraceRequest], path: Path, *, with_text: bool = 
     with path.open("w", encoding="utf-8") as out:
         for request in trace:
             row = dataclasses.asdict(request)
+            if not request.blocks:
+                del row["blocks"]
             if with_text:
                 row["prompt"] = prompt_text(request.request_id, request.prompt_tokens)
             out.write(json.dumps(row, separators=(",", ":")) + "\n")

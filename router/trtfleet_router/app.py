@@ -34,6 +34,7 @@ from trtfleet_router.server.openai_http import OpenAIFrontend
 from trtfleet_router.server.triton_grpc import build_grpc_server
 from trtfleet_router.server.triton_http import TritonHttpFrontend
 from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall, UpstreamCalls
+from trtfleet_router.upstream.kvevents_poller import KvEventPoller
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import SamplingParams, build_text_request
@@ -171,6 +172,7 @@ class Router:
             await self._grpc.start()
         self._background(self.discovery.run(self.apply), "discovery")
         self._background(MetricsScraper(self.fleets, self.metrics, s.scrape_interval_s).run(), "scraper")
+        self._background(KvEventPoller(self.fleets, s.scrape_interval_s).run(), "kv-events")
         self._background(self._prewarm_loop(), "prewarm")
         self._background(self._health_loop(), "health")
         log.info(

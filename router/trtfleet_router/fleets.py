@@ -102,7 +102,8 @@ class FleetSet:
         self.fleets[name].set_pods(
             {
                 pod_id: PodInfo(
-                    pod_id, ep.address, ep.uid, base.host_pages, base.device_pages, ep.ready and pod_id not in ejected
+                    pod_id, ep.address, ep.uid, base.host_pages, base.device_pages, ep.ready and pod_id not in ejected,
+                    kv_blocks=base.kv_blocks,
                 )
                 for pod_id, ep in self.pods[name].items()
             }

@@ -28,6 +28,13 @@ from trtfleet.loracache import (
 )
 from trtfleet_router.chat import ChatRenderer, chat_renderer
 from trtfleet_router.errors import LimitExceeded, ModelNotFound
+from trtfleet_router.routing.prefix import (
+    BLOCK_TOKENS_DEFAULT,
+    PromptBlocks,
+    payload_block_hashes,
+    reference_prompt_payload,
+    text_block_hashes,
+)
 from trtfleet_router.routing.types import AdapterRef
 
 DEFAULT_UPSTREAM_MODEL: Final = "tensorrt_llm_bls"
@@ -64,6 +71,10 @@ class BaseModelEntry:
     batched: bool = True
     """The upstream model has ``max_batch_size > 0``: tensors carry a leading batch dim of 1."""
     runtime: Runtime = Runtime.TENSORRTLLM
+    kv_tokens_per_block: int = BLOCK_TOKENS_DEFAULT
+    """TensorRT-LLM's tokens_per_block: the size of the KV blocks the router hashes (routing/prefix.py)."""
+    kv_cache_tokens: int = 0
+    """KV-cache tokens per pod from the capacity plan (status.capacity.kvCacheTokens); 0: unknown."""
     """``pytorch``: the pods run trtllm-serve (OpenAI API, adapters read from ``lora_path`` by the pod);
     else Triton (``tensorrtllm``, ``reference``)."""
     server: ServingServer | None = None
@@ -80,6 +91,18 @@ class BaseModelEntry:
     def serves_llmapi(self) -> bool:
         """The pods run Triton with TRT-LLM's llmapi model (``runtime: pytorch``, ``serving.server: triton``)."""
         return self.runtime is Runtime.PYTORCH and self.server is ServingServer.TRITON
+
+    def prompt_blocks(self, text: str, task_id: int) -> PromptBlocks:
+        """The prompt's chained KV block hashes for the routing core: exact token blocks for the reference
+        runtime's byte-level tokenizer, else character chunks of ``bytes_per_token`` characters a token."""
+        if self.bytes_per_token == BYTES_PER_TOKEN_REFERENCE:
+            return payload_block_hashes(reference_prompt_payload(text), task_id, self.kv_tokens_per_block)
+        return text_block_hashes(text, task_id, self.kv_tokens_per_block, self.bytes_per_token)
+
+    @property
+    def kv_blocks(self) -> int:
+        """KV-cache blocks per pod from the capacity plan (0: unknown, the routing default applies)."""
+        return self.kv_cache_tokens // self.kv_tokens_per_block
 
     def estimate_tokens(self, text: str) -> int:
         return math.ceil(len(text.encode("utf-8")) / self.bytes_per_token) + PROMPT_SPECIAL_TOKENS
@@ -283,6 +306,7 @@ def base_entry_from_spec(
         runtime=spec.runtime,
         server=spec.serving.server,
         replaces=spec.serving.replaces,
+        kv_cache_tokens=(capacity.kv_cache_tokens or 0) if capacity is not None else 0,
     )
 
 

@@ -2,10 +2,12 @@
 
 Example (camelCase or snake_case keys; every key optional)::
 
-    policy: trtfleet            # round-robin | least-load | gie-lora-affinity | chwbl | trtfleet
+    policy: trtfleet            # see policies/__init__.py: round-robin, least-load, gie-lora-affinity, chwbl,
+                                # llmd-default, kubeai-prefix-hash, dynamo-kv, trtfleet-adapter, trtfleet
     metricsStaleAfterS: 5
     capacityWaitS: 10           # wait for LoRA cache capacity before answering 503
     demandHalfLifeS: 60         # recent-request counts per adapter (every policy's fleet keeps them)
+    prefix: {podKvBlocks: 13000}  # KV-cache blocks per pod when the capacity plan does not say
     outlierDetection: {consecutiveFailures: 3, baseEjectionTimeS: 5, maxEjectionPercent: 50}
     streamTimeouts: {firstTokenS: 60, interTokenS: 20}
     streamTimeoutsByModel: {llama-70b: {firstTokenS: 180}}
@@ -55,6 +57,18 @@ class StreamTimeouts(ApiModel):
         gt=0,
         description="Longest gap between two answers of a streamed request. Past it the pod "
         "counts one failure and the stream ends with an error event (its tokens were already sent).",
+    )
+
+
+class PrefixConfig(ApiModel):
+    """The per-pod KV-cache prefix index every policy's fleet keeps (``routing/prefixindex.py``)."""
+
+    pod_kv_blocks: int = Field(
+        default=13_000,
+        ge=0,
+        description="KV-cache capacity of a pod in blocks when the BaseModel's capacity plan does not give it "
+        "(status.capacity.kvCacheTokens / tokens per block). 13,000 blocks of 32 tokens: Llama-3-8B fp16 on one "
+        "H100 (about 420,000 tokens). 0 turns the modelled index off (events still fill it).",
     )
 
 
@@ -109,6 +123,9 @@ class RoutingConfig(ApiModel):
     )
     demand_half_life_s: float = Field(
         default=60.0, gt=0, description="Half-life of the recent-request count (per adapter, every policy)."
+    )
+    prefix: PrefixConfig = Field(
+        default_factory=PrefixConfig, description="The per-pod KV-cache prefix index (every policy's fleet)."
     )
     hrw_cache_entries: int = Field(
         default=16384,

@@ -16,15 +16,17 @@ from __future__ import annotations
 
 import itertools
 import logging
-import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
-from trtfleet_router.routing.load import AdapterDemand, PodLoad
-from trtfleet_router.routing.residency import PodResidency, Residency
+from trtfleet_router.routing.kvevents import KvEvent, apply_events
+from trtfleet_router.routing.load import AdapterDemand
+from trtfleet_router.routing.podstate import PodState
+from trtfleet_router.routing.prefixindex import PrefixIndex
+from trtfleet_router.routing.residency import Residency
 from trtfleet_router.routing.types import (
     AdapterRef,
     AdapterTooLarge,
@@ -45,45 +47,6 @@ from trtfleet_router.routing.types import (
 log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
-
-
-class PodState:
-    """One pod as the fleet tracks it (a :class:`~trtfleet_router.routing.framework.PodView`)."""
-
-    __slots__ = (
-        "address",
-        "cache_full_total",
-        "cache_full_until_s",
-        "cold_loads_total",
-        "device_pages",
-        "discovered_uid",
-        "failures_total",
-        "host_pages",
-        "load",
-        "misses_total",
-        "pod_id",
-        "ready",
-        "residency",
-        "uid",
-        "warm_routes_total",
-    )
-
-    def __init__(self, info: PodInfo, residency: PodResidency) -> None:
-        self.pod_id = info.pod_id
-        self.address = info.address
-        self.discovered_uid = info.uid
-        self.uid = info.uid  # identity of this shadow: tickets of an earlier one are ignored
-        self.ready = info.ready
-        self.host_pages = info.host_pages
-        self.device_pages = info.device_pages
-        self.residency = residency
-        self.load = PodLoad()
-        self.cache_full_until_s = -math.inf
-        self.warm_routes_total = 0
-        self.cold_loads_total = 0
-        self.misses_total = 0
-        self.cache_full_total = 0
-        self.failures_total = 0
 
 
 class Fleet:
@@ -108,6 +71,7 @@ class Fleet:
         self._ready: list[PodState] = []
         self._largest_host_pages = 0
         self._residency = Residency()
+        self._prefix = PrefixIndex(config.prefix.pod_kv_blocks)
         self._demand = AdapterDemand(config.demand_half_life_s)
         self._rankings = RendezvousRankings(config.hrw_cache_entries)
         self._tickets = itertools.count(1)
@@ -135,6 +99,7 @@ class Fleet:
         for pod_id in [pod_id for pod_id in self._pods if pod_id not in pods]:
             del self._pods[pod_id]
             self._residency.drop_pod(pod_id)
+            self._prefix.drop_pod(pod_id)
             log.info("pod removed", extra={"pod": pod_id, "model": self._model})
         for pod_id, info in pods.items():
             old = self._pods.get(pod_id)
@@ -148,6 +113,7 @@ class Fleet:
             ):
                 residency = self._residency.reset_pod(pod_id, info.host_pages, info.device_pages)
                 state = self._pods[pod_id] = PodState(info, residency)
+                self._prefix.reset_pod(pod_id, info.kv_blocks)
                 if old is not None and old.discovered_uid == info.uid:
                     state.uid = f"{info.uid}#{next(self._epochs)}"  # same pod, new shadow: old tickets void
                 what = "added" if old is None else "ready again" if came_back else "restarted"
@@ -198,6 +164,7 @@ class Fleet:
             demand=self._demand,
             rankings=self._rankings,
             rng=self._rng,
+            prefix=self._prefix,
         )
         choice = self._policy.choose(ctx)
         chosen = choice.pod
@@ -218,6 +185,8 @@ class Fleet:
             raise UnknownPod(decision.pod)
         now_s = self._now()
         pod.load.inflight += 1
+        ticket_id = next(self._tickets)
+        self._book_prefix(ticket_id, pod.pod_id, request)
         adapter = request.adapter
         task_id = None
         pinned = loads = False
@@ -233,12 +202,24 @@ class Fleet:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
         ticket = Ticket(
-            next(self._tickets), pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
+            ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
         )
         self._open[ticket.ticket_id] = ticket
         if loads:
             self._loading.add(ticket.ticket_id)
         return ticket
+
+    def _book_prefix(self, ticket_id: int, pod_id: str, request: RouteRequest) -> None:
+        """The pod will hold the request's blocks; its uncached tokens are prefill work there until the first token."""
+        blocks = request.blocks
+        matched = self._prefix.match(blocks.hashes).get(pod_id, 0) if blocks.hashes else 0
+        if blocks.hashes:
+            self._prefix.record(pod_id, blocks.hashes, matched)
+        self._prefix.prefill_started(ticket_id, pod_id, request.prompt_tokens - matched * blocks.block_tokens)
+
+    def first_token(self, ticket: Ticket) -> None:
+        """The request's first output came back: its prefill is done (idempotent; :meth:`finish` implies it)."""
+        self._prefix.prefill_done(ticket.ticket_id)
 
     def confirm(self, ticket: Ticket) -> None:
         """The pod admitted the request (its first response arrived): weights it carried are stored.
@@ -257,6 +238,7 @@ class Fleet:
         if ticket.ticket_id not in self._open:
             raise RoutingError(f"ticket {ticket.ticket_id} finished twice or never started")
         self.confirm(ticket)
+        self._prefix.prefill_done(ticket.ticket_id)
         del self._open[ticket.ticket_id]
         task_id = ticket.task_id
         if task_id is not None:
@@ -286,6 +268,18 @@ class Fleet:
         state = self._pods.get(pod)
         if state is not None:
             state.load.observe(snapshot, self._now(), self._config.metrics_stale_after_s)
+            reused = snapshot.kv_reused_blocks_total
+            if reused is not None:  # Triton exports no missed count: 0
+                self._prefix.observe_counters(pod, reused, snapshot.kv_missed_blocks_total or 0)
+
+    def observe_kv_events(self, pod: str, events: Sequence[KvEvent]) -> tuple[int, int]:
+        """KV-cache events of ``pod`` (routing/kvevents.py); (blocks stored, blocks skipped)."""
+        state = self._pods.get(pod)
+        return (0, 0) if state is None else apply_events(self._prefix, pod, state.kv_events, events)
+
+    @property
+    def prefix_index(self) -> PrefixIndex:
+        return self._prefix
 
     # -- prewarming ------------------------------------------------------------------------------
     def prewarm_plan(self, adapters: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
@@ -361,6 +355,8 @@ class Fleet:
                     cache_full_total=pod.cache_full_total,
                     failures_total=pod.failures_total,
                     evictions_total=pod.residency.evictions_total,
+                    kv_blocks_held=self._prefix.blocks_held(pod_id),
+                    kv_prefix_confidence=self._prefix.confidence(pod_id),
                 )
             )
         return FleetSnapshot(self._model, self._policy.name, now_s, tuple(pods), len(self._open))
@@ -368,6 +364,7 @@ class Fleet:
     def check_invariants(self) -> None:
         """Books agree with each other (for tests and fixtures' teardown)."""
         self._residency.check_invariants()
+        self._prefix.check_invariants()
         open_per_pod: dict[tuple[str, str], int] = {}
         for ticket in self._open.values():
             key = (ticket.pod, ticket.pod_uid)

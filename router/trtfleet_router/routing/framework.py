@@ -23,6 +23,7 @@ from typing import Protocol
 
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.load import AdapterDemand, PodLoad
+from trtfleet_router.routing.prefixindex import PrefixIndex
 from trtfleet_router.routing.residency import PodResidency, Residency
 from trtfleet_router.routing.types import NoCapacity, RouteRequest
 
@@ -45,7 +46,9 @@ class PodView(Protocol):
 class RoutingContext:
     """Everything one decision may look at. Built per request by the fleet; read-only."""
 
-    __slots__ = ("by_id", "demand", "loads", "now_s", "pods", "rankings", "request", "residency", "rng")
+    __slots__ = (
+        "_matches", "by_id", "demand", "loads", "now_s", "pods", "prefix", "rankings", "request", "residency", "rng"
+    )
 
     def __init__(
         self,
@@ -59,6 +62,7 @@ class RoutingContext:
         demand: AdapterDemand,
         rankings: RendezvousRankings,
         rng: random.Random,
+        prefix: PrefixIndex | None = None,
     ) -> None:
         self.request = request
         self.now_s = now_s
@@ -69,6 +73,14 @@ class RoutingContext:
         self.demand = demand
         self.rankings = rankings
         self.rng = rng
+        self.prefix = prefix if prefix is not None else PrefixIndex(0)
+        self._matches: dict[str, int] | None = None
+
+    def prefix_matches(self) -> dict[str, int]:
+        """Pod id -> leading blocks of the request it holds (computed once per decision, O(request blocks))."""
+        if self._matches is None:
+            self._matches = self.prefix.match(self.request.blocks.hashes)
+        return self._matches
 
     def is_candidate(self, pod: PodView) -> bool:
         return pod.ready and pod.pod_id not in self.request.exclude_pods

@@ -27,6 +27,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
+from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
+
 
 class RoutingError(Exception):
     """Root of the routing core's errors."""
@@ -94,6 +96,7 @@ class RouteRequest:
     max_tokens: int
     request_id: str = ""
     exclude_pods: frozenset[str] = frozenset()  # pods already tried for this request
+    blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV-cache blocks, keyed by the adapter (routing/prefix.py)
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,6 +123,7 @@ class PodInfo:
     host_pages: int  # host-tier LoRA cache pages (BaseModel status.capacity.loraHostPages)
     device_pages: int  # device-tier pages (status.capacity.loraDevicePages)
     ready: bool = True
+    kv_blocks: int = 0  # KV-cache capacity in blocks (capacity plan); 0: the routing setting prefix.podKvBlocks
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +133,8 @@ class PodMetrics:
     active_requests: int
     waiting_requests: int
     kv_cache_used_fraction: float | None = None  # 0..1; None when the pod does not export it
+    kv_reused_blocks_total: int | None = None  # cumulative KV blocks reused (engine counter), None: not exported
+    kv_missed_blocks_total: int | None = None  # cumulative KV blocks missed (computed afresh)
 
 
 class Outcome(StrEnum):
@@ -171,6 +177,8 @@ class PodSnapshot:
     cache_full_total: int
     failures_total: int
     evictions_total: int  # adapters the shadow evicted to make room (predicted evictions)
+    kv_blocks_held: int = 0  # KV-cache blocks the prefix index believes the pod holds
+    kv_prefix_confidence: float = 1.0  # share of predicted block reuse the engine's counters confirmed
 
 
 @dataclass(frozen=True, slots=True)

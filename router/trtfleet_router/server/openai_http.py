@@ -117,6 +117,7 @@ class OpenAIFrontend:
             prompt_tokens=prompt_tokens,
             timeout_s=services.settings.request_timeout_s,
             messages=tuple(parsed.messages) if parsed.messages is not None else None,
+            blocks=target.base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0),
         )
         usage = Usage(prompt_tokens)
         response_id = ("chatcmpl-" if chat else "cmpl-") + record.request_id

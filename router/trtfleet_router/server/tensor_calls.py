@@ -17,6 +17,7 @@ from tritonclient.grpc import service_pb2
 
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
 from trtfleet_router.models_registry import Target
+from trtfleet_router.routing.prefix import NO_BLOCKS
 from trtfleet_router.server.common import Services
 from trtfleet_router.server.triton_protocol import ConfigView, config_view, generate_body_for_tensors
 from trtfleet_router.upstream.dispatch import UpstreamCall
@@ -110,6 +111,9 @@ async def prepare_tensor_call(
         max_tokens=max_tokens,
         deadline_s=time.monotonic() + services.settings.request_timeout_s,
         client_streaming=client_streaming and _bool_of(inputs, "stream"),
+        blocks=base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0)
+        if prompt is not None
+        else NO_BLOCKS,
     )
     return target, call
 

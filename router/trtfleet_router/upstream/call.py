@@ -10,6 +10,7 @@ from typing import Any
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router.models_registry import Target
+from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.routing.types import Decision
 from trtfleet_router.upstream.http_transport import AnswerReader
 
@@ -34,6 +35,7 @@ class UpstreamCall:
     http_answer: AnswerReader | None = None  # reads the pod's generate JSON (default: text_output only)
     openai_body: Mapping[str, Any] | None = None  # runtime pytorch: the request for trtllm-serve (see openai_upstream)
     openai_path: str = ""  # /v1/completions or /v1/chat/completions
+    blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV block hashes, computed once by the front end
 
     def grpc_request(self) -> service_pb2.ModelInferRequest:
         """The gRPC request, built on first use."""

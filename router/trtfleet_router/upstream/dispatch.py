@@ -161,6 +161,7 @@ class Dispatcher:
             call.prompt_tokens,
             call.max_tokens,
             call.request_id,
+            blocks=call.blocks,
         )
         attempts = 0
         miss_recovered = False
@@ -194,6 +195,7 @@ class Dispatcher:
                     if not yielded:
                         yielded = True
                         fleet.confirm(ticket)
+                        fleet.first_token(ticket)
                         self.fleets.record_success(base_name, decision.pod)
                     outcome = Outcome.OK
                     yield response

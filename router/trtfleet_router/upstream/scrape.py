@@ -3,6 +3,13 @@
 Read: ``nv_trt_llm_request_metrics{request_type="active"|"waiting"}`` and
 ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` (summed over models). A pod
 that does not answer within the timeout is skipped this round (its last values go stale in the fleet).
+``kv_cache_block_type="reused"`` (cumulative reused KV blocks) corrects the fleet's prefix index.
+
+trtllm-serve pods (runtime pytorch) answer ``GET /metrics`` with JSON iteration stats instead (a list, the
+iterations since the last call; ``tensorrt_llm/executor/iteration_stats.py``): the newest entry's
+``numActiveRequests``, ``numQueuedRequests`` and ``kvCacheStats{usedNumBlocks, maxNumBlocks, reusedBlocks,
+missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last scrape) says
+nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ from typing import Final
 
 import aiohttp
 
+from trtfleet_router import jsoncodec
 from trtfleet_router.fleets import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.types import PodMetrics
@@ -34,12 +42,15 @@ class ScrapedLoad:
     active: int | None
     waiting: int | None
     kv_fraction: float | None
+    reused_blocks: int | None = None  # kv_cache_block_type="reused": cumulative KV blocks reused (prefix index)
+    missed_blocks: int | None = None  # trtllm-serve kvCacheStats.missedBlocks (Triton has none)
 
 
 def parse_triton_metrics(text: str) -> ScrapedLoad:
     """The three load signals from Triton's Prometheus text (pure)."""
     active = waiting = None
     kv = None
+    reused: int | None = None
     for line in text.splitlines():
         if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv")):
             continue
@@ -59,7 +70,37 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
                 waiting = (waiting or 0) + int(value)
         elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "fraction":
             kv = value if kv is None else max(kv, value)
-    return ScrapedLoad(active, waiting, kv)
+        elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "reused":
+            reused = (reused or 0) + int(value)
+    return ScrapedLoad(active, waiting, kv, reused)
+
+
+def _count(value: object) -> int | None:
+    return int(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def parse_trtllm_serve_stats(payload: object) -> ScrapedLoad:
+    """The load signals from trtllm-serve's JSON ``/metrics`` (pure); all None when it holds no iteration."""
+    if not isinstance(payload, list) or not payload or not isinstance(payload[-1], dict):
+        return ScrapedLoad(None, None, None)
+    last = payload[-1]
+    kv = last.get("kvCacheStats")
+    kv = kv if isinstance(kv, dict) else {}
+    used, total = _count(kv.get("usedNumBlocks")), _count(kv.get("maxNumBlocks"))
+    fraction = used / total if used is not None and total else None
+    return ScrapedLoad(_count(last.get("numActiveRequests")), _count(last.get("numQueuedRequests")), fraction,
+                       _count(kv.get("reusedBlocks")), _count(kv.get("missedBlocks")))
+
+
+def parse_pod_metrics(body: bytes) -> ScrapedLoad:
+    """Triton's Prometheus text or trtllm-serve's JSON stats, told apart by the first character."""
+    text = body.decode("utf-8", errors="replace")
+    if text.lstrip().startswith("["):
+        try:
+            return parse_trtllm_serve_stats(jsoncodec.loads(body))
+        except ValueError:
+            return ScrapedLoad(None, None, None)
+    return parse_triton_metrics(text)
 
 
 class MetricsScraper:
@@ -88,7 +129,8 @@ class MetricsScraper:
                     if fleet is not None:
                         fleet.observe_metrics(
                             endpoint.pod_id,
-                            PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction),
+                            PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction,
+                                       result.reused_blocks, result.missed_blocks),
                         )
                 for base in self.fleets.registry.bases:
                     self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))
@@ -98,4 +140,4 @@ class MetricsScraper:
     async def _scrape(session: aiohttp.ClientSession, url: str) -> ScrapedLoad:
         async with session.get(url) as response:
             response.raise_for_status()
-            return parse_triton_metrics(await response.text())
+            return parse_pod_metrics(await response.read())

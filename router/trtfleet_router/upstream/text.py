@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
+from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall
 from trtfleet_router.upstream.llmapi_upstream import CumulativeText, build_llmapi_request
 from trtfleet_router.upstream.openai_upstream import build_openai_body
@@ -43,6 +44,7 @@ class TextRequest:
     prompt_tokens: int  # estimated (see models_registry)
     timeout_s: float
     messages: tuple[ChatMessage, ...] | None = None  # a chat request's messages (``prompt`` is them rendered)
+    blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV block hashes for routing (routing/prefix.py)
 
 
 @dataclass(slots=True)
@@ -100,6 +102,7 @@ class TextGenerator:
             max_tokens=request.params.max_tokens,
             deadline_s=time.monotonic() + request.timeout_s,
             client_streaming=request.stream,
+            blocks=request.blocks,
             http_body=body,
             build_request=functools.partial(
                 build_text_request,
@@ -128,6 +131,7 @@ def openai_call(request: TextRequest) -> UpstreamCall:
         max_tokens=request.params.max_tokens,
         deadline_s=time.monotonic() + request.timeout_s,
         client_streaming=request.stream,
+        blocks=request.blocks,
         openai_body=body,
         openai_path=path,
     )

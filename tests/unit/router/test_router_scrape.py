@@ -1,8 +1,11 @@
-"""Triton metrics -> load signals."""
+"""Triton metrics and trtllm-serve JSON stats -> load signals."""
 
 from __future__ import annotations
 
-from trtfleet_router.upstream.scrape import parse_triton_metrics
+import json
+
+import pytest
+from trtfleet_router.upstream.scrape import ScrapedLoad, parse_pod_metrics, parse_triton_metrics
 
 TEXT = """# HELP nv_trt_llm_request_metrics TRT LLM request metrics
 # TYPE nv_trt_llm_request_metrics gauge
@@ -11,15 +14,33 @@ nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1
 nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 64
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="tensorrt_llm",version="1"} 0.25
 nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="used",model="tensorrt_llm",version="1"} 10
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="reused",model="tensorrt_llm",version="1"} 42
 nv_inference_request_success{model="ensemble",version="1"} 12
 """
 
 
 def test_parse() -> None:
     load = parse_triton_metrics(TEXT)
-    assert (load.active, load.waiting, load.kv_fraction) == (5, 3, 0.25)
+    assert (load.active, load.waiting, load.kv_fraction, load.reused_blocks) == (5, 3, 0.25, 42)
 
 
 def test_parse_without_trtllm_metrics() -> None:
     load = parse_triton_metrics('nv_inference_request_success{model="x"} 1\n')
-    assert (load.active, load.waiting, load.kv_fraction) == (None, None, None)
+    assert (load.active, load.waiting, load.kv_fraction, load.reused_blocks) == (None, None, None, None)
+
+
+def _stats(active: int, queued: int, used: int, reused: int, missed: int) -> dict[str, object]:
+    return {"iter": 3, "numActiveRequests": active, "numQueuedRequests": queued,
+            "kvCacheStats": {"maxNumBlocks": 100, "usedNumBlocks": used, "tokensPerBlock": 32,
+                             "reusedBlocks": reused, "missedBlocks": missed, "cacheHitRate": 0.5}}
+
+
+@pytest.mark.parametrize(("body", "expected"), [
+    pytest.param(json.dumps([_stats(1, 0, 10, 1, 1), _stats(4, 2, 25, 7, 9)]).encode(),
+                 ScrapedLoad(4, 2, 0.25, 7, 9), id="newest-iteration-wins"),
+    pytest.param(b"[]", ScrapedLoad(None, None, None), id="no-iteration-since-last-scrape"),
+    pytest.param(b"[{]", ScrapedLoad(None, None, None), id="malformed-json"),
+    pytest.param(TEXT.encode(), ScrapedLoad(5, 3, 0.25, 42), id="triton-text"),
+])
+def test_parse_pod_metrics(body: bytes, expected: ScrapedLoad) -> None:
+    assert parse_pod_metrics(body) == expected

@@ -18,7 +18,17 @@ import pydantic
 
 from trtfleet_router.routing.config import RoutingConfig, read_routing_file
 from trtfleet_router.routing.framework import Policy
-from trtfleet_router.routing.policies import chwbl, gie_lora_affinity, least_load, round_robin, trtfleet
+from trtfleet_router.routing.policies import (
+    chwbl,
+    dynamo_kv,
+    gie_lora_affinity,
+    kubeai_prefix_hash,
+    least_load,
+    llmd_default,
+    round_robin,
+    trtfleet,
+    trtfleet_adapter,
+)
 from trtfleet_router.routing.types import RoutingConfigError
 
 
@@ -36,7 +46,15 @@ REGISTRY: dict[str, PolicyEntry] = {
         gie_lora_affinity.build, (gie_lora_affinity.SECTION, gie_lora_affinity.GieLoraAffinityConfig)
     ),
     chwbl.NAME: PolicyEntry(chwbl.build, (chwbl.SECTION, chwbl.ChwblConfig)),
-    trtfleet.NAME: PolicyEntry(trtfleet.build, (trtfleet.SECTION, trtfleet.TrtfleetPolicyConfig)),
+    llmd_default.NAME: PolicyEntry(llmd_default.build, (llmd_default.SECTION, llmd_default.LlmdDefaultConfig)),
+    kubeai_prefix_hash.NAME: PolicyEntry(
+        kubeai_prefix_hash.build, (kubeai_prefix_hash.SECTION, chwbl.ChwblConfig)
+    ),
+    dynamo_kv.NAME: PolicyEntry(dynamo_kv.build, (dynamo_kv.SECTION, dynamo_kv.DynamoKvConfig)),
+    trtfleet_adapter.NAME: PolicyEntry(
+        trtfleet_adapter.build, (trtfleet_adapter.SECTION, trtfleet_adapter.TrtfleetPolicyConfig)
+    ),
+    trtfleet.NAME: PolicyEntry(trtfleet.build, (trtfleet.SECTION, trtfleet.TrtfleetPricedConfig)),
 }
 
 

@@ -47,10 +47,14 @@ class BoundedLoadRingPicker:
         self._owners = [pod for _point, pod in ring]
         self._pod_count = len(pod_ids)
 
+    def key(self, ctx: RoutingContext) -> str:
+        """The request's point on the ring: the adapter's name (the empty key for the base model)."""
+        adapter = ctx.request.adapter
+        return "" if adapter is None else adapter.name
+
     def pick(self, ctx: RoutingContext, candidates: list[int], scores: list[float]) -> int:
         position_of = {ctx.pods[i].pod_id: position for position, i in enumerate(candidates)}
-        adapter = ctx.request.adapter
-        key = "" if adapter is None else adapter.name
+        key = self.key(ctx)
         ready = [pod for pod in ctx.by_id.values() if pod.ready]  # KubeAI's endpoints: the ready pods
         total = sum(pod.load.inflight for pod in ready)
         threshold = self._load_factor * (total + 1) / max(1, len(ready))

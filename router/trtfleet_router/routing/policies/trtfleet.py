@@ -1,294 +1,207 @@
-"""``trtfleet`` (the default): warm first; cold loads go where every replica would put them.
+"""``trtfleet`` (the default): the adapter and the KV-cache prefix priced in one decision, in seconds.
 
-A procedure rather than a weighted sum. For a request for adapter ``a`` (``load`` = in-flight +
-fresh scraped waiting; ``bound`` = least candidate load + ``load_bound_inflight``;
-``demand(x)`` = decayed recent requests for ``x``):
+On TensorRT-LLM a cached prefix exists only where the same adapter served the same leading tokens (the
+block key holds the LoRA task id), so "where is the adapter warm" and "where is the prefix cached" are one
+question. Every candidate ``p`` gets one cost::
 
-1. **Warm.** The least loaded candidate whose shadow cache holds ``a`` (ties: the one ranked
-   first by step 2's hash, so replicas agree); pods where ``a`` has settled before pods where its
-   weights are still in transit with an earlier request (an id-only request may overtake them). Taken
-   when its load is within ``bound`` and ``a`` is not hot.
-2. **Cold home (deterministic).** Otherwise pods are tried in ``a``'s rendezvous (HRW) order,
-   BLAKE2b-64 of ``name NUL pod id``, so replicas without shared state agree. Skipped: pods that
-   are not candidates, are warm, are over ``bound``, are in a cache-full back-off, or whose cache
-   cannot store ``a`` even by evicting every idle adapter (never a cold load where it could only
-   fail). Of the first ``home_pods`` remaining, the first whose LRU victims all have
-   ``demand < max(rare_recent_requests, demand(a))`` takes it (``cold-home``): a cold load never
-   pushes out a more popular adapter.
-3. **Long tail (``cold-churn``).** If the home pods refuse, ``a`` is rarer than what they hold: it
-   goes to the first pod of its ranking among the *churn pods*, a fixed HRW-chosen share
-   (``churn_pod_fraction``) of the fleet. TRT-LLM evicts plain LRU among idle adapters; where rare
-   adapters go is the only lever, so they churn a few pods' caches and leave the warm working
-   sets elsewhere alone. Then any pod of the ranking (``cold-evict``).
-4. **Pricing.** Leaving a warm pod (over ``bound``, or ``a`` hot) for the cold pod of step 2-3
-   happens only when the cold pod is cheaper, in seconds: cold = ``weights_bytes /
-   link_bandwidth_bytes_per_s`` (runtime pytorch: ``/ pod_read_bytes_per_s``, the pod reads the adapter)
-   ``+ load x queue_delay_per_inflight_s`` (+ the transfer again when it
-   evicts an adapter: that adapter's later reload); warm = ``load x queue_delay_per_inflight_s``.
-5. **Hot spread.** ``a`` is hot when its own in-flight requests per warm candidate reach
-   ``hot_spread_inflight_per_pod`` and none of its loads is in transit; the next pod of its ranking
-   then competes on price, so a popular adapter grows onto more pods as its load grows, one pod at
-   a time, in the same order on every replica.
-6. **Fallback.** No warm pod and no cold pod within ``bound``: the least loaded candidate that can
-   store ``a`` (pods in back-off last, ``cold-over-bound``). None can: :class:`CachesBusy` (the shell waits
-   for a request to end, then routes again).
-7. Base-model requests: least load, ties at random (``base-least-load``).
+    cost(p) = queue(p) + adapter(p) + prefill(p)
+    queue(p)   = load(p) x queue_delay_per_inflight_s            (load = in flight + fresh scraped waiting)
+                 + pending_prefill(p) x prefill_s_per_token     (uncached prompt tokens of requests started
+                                                                 there whose first token has not come back)
+    adapter(p) = 0 when warm, else weights_bytes / bandwidth      (link, or the pod's own read on pytorch)
+                 (+ the same again when storing it evicts an adapter: that adapter's later reload)
+    prefill(p) = uncached(p) x prefill_s_per_token
+    uncached(p) = prompt_tokens - matched_blocks(p) x block_tokens x confidence(p)
 
-Not normalised scores in [0, 1]: the decision compares costs in seconds, not weighted sums.
+and the cheapest candidate takes the request. Candidates, O(warm pods + pods holding the prefix):
+
+1. every candidate pod where the adapter is warm (shadow cache, ``policies/trtfleet_adapter.py``);
+2. every candidate pod that holds a prefix of the request's blocks (``routing/prefixindex.py``), priced cold
+   when the adapter is not warm there, if its cache can store it;
+3. the adapter's **cold home**, the pod the adapter-only steps pick (rendezvous order, victims no more
+   popular than the adapter, churn pods for the long tail; ``trtfleet-adapter`` steps 2-3), so every
+   replica spreads to the same next pod. Considered when no pod is warm, when the adapter is *hot* (its
+   in-flight requests per warm pod reach ``hot_spread_inflight_per_pod``), when the warm pods are over the
+   load bound, or when the prefill already waiting on the cheapest warm pod takes longer than the adapter's
+   transfer (queueing there costs more than a cold load would).
+
+So a conversation stays on its pod while its cached prefix saves more prefill than that pod's queue costs,
+and a hot prefix or a hot adapter spreads as soon as queueing on the pods that hold it costs more than a
+cold load plus a fresh prefill elsewhere. Unlike ``trtfleet-adapter`` there is no "one spread at a time"
+gate: while a hot adapter's weights are still travelling to one pod, the next request is priced again and
+may go to the next pod of the ranking when the queues have grown (what made one adapter at 1,000 req/s
+reach a p99 TTFT of 147 ms there: the fleet warmed one pod per load while queues built).
+
+Ties (equal cost within 1 us) go to warm before cold, then to the adapter's rendezvous order (replicas
+agree). No warm pod, no prefix, no cold home within the bound: the least loaded pod that can store the
+adapter (``cold-over-bound``); none: :class:`~trtfleet_router.routing.types.CachesBusy`. Base-model
+requests: the cheapest of all candidates by queue + prefill (``base-priced``).
+
+Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen for its prefix over a less loaded one), ``cold-prefix``,
+``hot-spread``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-over-bound``, ``base-priced``.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
-
 from pydantic import Field
 
-from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.config import RoutingConfig
-from trtfleet_router.routing.framework import Choice, PodView, RoutingContext, least_loaded
-from trtfleet_router.routing.hashing import rendezvous_rank, rendezvous_score
+from trtfleet_router.routing.framework import Choice, PodView, RoutingContext
+from trtfleet_router.routing.hashing import rendezvous_score
+from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicy, TrtfleetPolicyConfig
 from trtfleet_router.routing.types import AdapterRef, CachesBusy
 
 NAME = "trtfleet"
 SECTION = "trtfleet"
-CHURN_KEY = "trtfleet/churn-pods"  # HRW key that picks the churn pods
+COST_TIE_S = 1e-6
 
 
-class TrtfleetPolicyConfig(ApiModel):
+class TrtfleetPricedConfig(TrtfleetPolicyConfig):
     """Parameters of the default ``trtfleet`` policy (see ``policies/trtfleet.py``)."""
 
-    load_bound_inflight: int = Field(
-        default=12,
+    prefill_s_per_token: float = Field(
+        default=14.5e-6,
         ge=0,
-        description="A warm pod is preferred while its load exceeds the least-loaded "
-        "candidate's by at most this many requests (in-flight + scraped waiting). Keep it well below the engine's "
-        "max batch size: beyond it requests queue behind a full batch for a whole service time (12 suits batches "
-        "of 64 and more; the real-run benchmark with max batch 8 uses 4).",
-    )
-    link_bandwidth_bytes_per_s: float = Field(
-        default=1.25e9,
-        gt=0,
-        description="Assumed bandwidth of a cold load. Weights travel router -> pod "
-        "inside the gRPC request over the pod network (10 GbE = 1.25 GB/s, and about what Python protobuf "
-        "serialisation sustains); the pod's pinned-host -> GPU copy over PCIe (~25 GB/s) is never the "
-        "narrow link, so the network is what a cold load costs.",
-    )
-    pod_read_bytes_per_s: float = Field(
-        default=5e8,
-        gt=0,
-        description="Assumed speed of a cold load on runtime pytorch, where the pod reads the adapter's PEFT "
-        "directory from its volume (nothing travels with the request): a shared volume (NFS, a PVC) read plus "
-        "the PEFT-to-TRT-LLM conversion on the pod, about 0.5 GB/s.",
-    )
-    queue_delay_per_inflight_s: float = Field(
-        default=0.05,
-        gt=0,
-        description="Delay one more request ahead on a pod adds to a new one: about a "
-        "request's service time (~6 s) over the batch it shares (~128) in in-flight batching.",
-    )
-    hot_spread_inflight_per_pod: int = Field(
-        default=4,
-        ge=1,
-        description="When an adapter's own in-flight requests per warm pod reach this, "
-        "the next pod in its rendezvous ranking may take it (cold) if that is cheaper.",
-    )
-    home_pods: int = Field(
-        default=2,
-        ge=1,
-        description="Pods at the head of an adapter's rendezvous ranking (among those "
-        "that can take it now) where a cold load may go if it evicts nothing more popular.",
-    )
-    rare_recent_requests: float = Field(
-        default=2.0,
-        ge=0,
-        description="An adapter with fewer decayed recent requests than this is rare: any cold load may evict it.",
-    )
-    churn_pod_fraction: float = Field(
-        default=0.25,
-        gt=0,
-        le=1,
-        description="Share of pods (at least one) that take rare adapters' cold "
-        "loads, chosen by rendezvous hashing so every replica picks the same ones.",
+        description="GPU time to prefill one prompt token that is not in the KV cache. 14.5 us: Llama-3.1-8B "
+        "FP8 on one H100 (bench/podsim.py fit to NVIDIA's published TensorRT-LLM throughput); take it from the "
+        "capacity plan or a measured profile of your engine.",
     )
 
 
-class TrtfleetPolicy:
-    def __init__(self, config: TrtfleetPolicyConfig, retry_after_s: float) -> None:
-        self._config = config
-        self._retry_after_s = retry_after_s
-        self._churn: frozenset[str] = frozenset()
+class TrtfleetPricedPolicy(TrtfleetPolicy):
+    def __init__(self, config: TrtfleetPricedConfig, retry_after_s: float) -> None:
+        super().__init__(config, retry_after_s)
+        self._priced = config
 
     @property
     def name(self) -> str:
         return NAME
 
-    @property
-    def churn_pods(self) -> frozenset[str]:
-        return self._churn
-
-    def pods_changed(self, pod_ids: Sequence[str]) -> None:
-        count = max(1, math.ceil(self._config.churn_pod_fraction * len(pod_ids)))
-        self._churn = frozenset(rendezvous_rank(CHURN_KEY, pod_ids)[:count])
-
     def choose(self, ctx: RoutingContext) -> Choice:
         adapter = ctx.request.adapter
         if adapter is None:
-            return Choice(least_loaded(ctx), "base-least-load")
-        config = self._config
+            return self._choose_base(ctx)
+        config = self._priced
+        now_s = ctx.now_s
         task_id = adapter.task_id
+        matches = ctx.prefix_matches()
         bound = min(ctx.loads) + config.load_bound_inflight
-
-        warm, warm_load, warm_count, loading = self._pick_warm(ctx, adapter, bound)
-        if warm is not None:
-            # one spread at a time: not while weights of this adapter are still in transit
-            spread_at = config.hot_spread_inflight_per_pod * warm_count
-            hot = not loading and ctx.demand.inflight(task_id) >= spread_at
-            within = warm_load <= bound
-            if within and not hot:
-                return Choice(warm, "warm")
+        best = _Best(adapter.name)
+        delay_s, per_token_s = config.queue_delay_per_inflight_s, config.prefill_s_per_token
+        pending = ctx.prefix.pending_prefill_tokens
+        full_prefill_s = ctx.request.prompt_tokens * per_token_s  # where the pod holds none of the prefix
+        least_warm_load: int | None = None
+        warm_count = 0
+        for pod_id in ctx.residency.warm_pods(task_id):
+            pod = ctx.by_id[pod_id]
+            if not ctx.is_candidate(pod) or not pod.residency.is_warm(task_id):
+                continue
+            warm_count += 1
+            load = pod.load.load(now_s)
+            if least_warm_load is None or load < least_warm_load:
+                least_warm_load = load
+            prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
+            best.offer(pod, load * delay_s + pending(pod_id) * per_token_s + prefill_s, False, "warm")
+        if best.pod is not None and least_warm_load is not None and best.pod.load.load(now_s) > least_warm_load:
+            best.reason = "warm-prefix"
+        for pod_id in matches:
+            pod = ctx.by_id[pod_id]
+            if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or not self._can_store(pod, adapter):
+                continue
+            load = pod.load.load(now_s)
+            cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod_id, matches)
+            best.offer(pod, cost, True, "cold-prefix")
+        hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
+        queued = (
+            best.pod is not None
+            and ctx.prefix.pending_prefill_tokens(best.pod.pod_id) * config.prefill_s_per_token
+            > self._transfer_s(adapter)
+        )
+        if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = self._cold_home(ctx, adapter, bound)
             if found is not None:
-                cold, cold_load, _reason = found
-                delay_s = config.queue_delay_per_inflight_s
-                if self._cold_cost_s(cold, cold_load, adapter) < warm_load * delay_s:
-                    return Choice(cold, "warm-overloaded" if not within else "hot-spread")
-            return Choice(warm, "warm" if within else "warm-over-bound")
-
-        found = self._cold_home(ctx, adapter, bound)
-        if found is not None:
-            return Choice(found[0], found[2])
+                pod, load, reason = found
+                cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
+                best.offer(pod, cost, True, reason if warm_count == 0 else "hot-spread")
+        if best.pod is not None:
+            return Choice(best.pod, best.reason)
         fallback = self._cold_anywhere(ctx, adapter)
         if fallback is not None:
             return Choice(fallback, "cold-over-bound")
         raise CachesBusy("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
 
-    # -- steps -------------------------------------------------------------------------------------
-    @staticmethod
-    def _pick_warm(
-        ctx: RoutingContext, adapter: AdapterRef, bound: int
-    ) -> tuple[PodView | None, int, int, bool]:
-        """(warm pod, its load, number of warm candidates, whether any of them is still loading).
+    # -- pieces --------------------------------------------------------------------------------------
+    def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
+        """Requests ahead x the per-request delay, plus the prefill still pending there (started, no first token)."""
+        config = self._priced
+        pending = ctx.prefix.pending_prefill_tokens(pod_id)
+        return load * config.queue_delay_per_inflight_s + pending * config.prefill_s_per_token
 
-        The least loaded candidate where ``a`` has settled, if within ``bound``; else the least
-        loaded where its weights are still in transit, if within ``bound``; else the least loaded
-        of all. Equal loads go to the pod ranked first for ``a`` (replicas agree on it too).
-        """
-        task_id = adapter.task_id
-        warm_ids = ctx.residency.warm_pods(task_id)
-        if not warm_ids:
-            return None, 0, 0, False
-        now_s = ctx.now_s
-        excluded = ctx.request.exclude_pods
-        by_id = ctx.by_id
-        best: list[PodView | None] = [None, None]  # [settled, loading]
-        best_load = [0, 0]
-        best_score = [-1, -1]  # HRW score of the best, computed only on a tie
-        count = 0
-        for pod_id in warm_ids:
-            pod = by_id[pod_id]
-            residency = pod.residency
-            if not pod.ready or pod_id in excluded or not residency.is_warm(task_id):
-                continue
-            count += 1
-            kind = 1 if residency.is_loading(task_id) else 0
-            load = pod.load.load(now_s)
-            current = best[kind]
-            if current is None or load < best_load[kind]:
-                best[kind], best_load[kind], best_score[kind] = pod, load, -1
-            elif load == best_load[kind]:
-                if best_score[kind] < 0:
-                    best_score[kind] = rendezvous_score(adapter.name, current.pod_id)
-                score = rendezvous_score(adapter.name, pod_id)
-                if score > best_score[kind]:
-                    best[kind], best_score[kind] = pod, score
-        loading = best[1] is not None
-        for kind in (0, 1):
-            if best[kind] is not None and best_load[kind] <= bound:
-                return best[kind], best_load[kind], count, loading
-        kind = 0 if best[1] is None or (best[0] is not None and best_load[0] <= best_load[1]) else 1
-        return best[kind], best_load[kind], count, loading
+    def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
+        """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
+        queue_only = load * self._priced.queue_delay_per_inflight_s
+        return self._cold_cost_s(pod, load, adapter) - queue_only + self._queue_s(ctx, pod.pod_id, load)
 
-    def _cold_home(
-        self, ctx: RoutingContext, adapter: AdapterRef, bound: int
-    ) -> tuple[PodView, int, str] | None:
-        """Where a cold load goes: (pod, its load, reason) or None if no pod within ``bound`` can store it.
-
-        1. ``cold-home``: among the first ``home_pods`` pods of the adapter's ranking that can store
-           it, the first whose victims (if any) are all less in demand than ``max(rare threshold,
-           the adapter's own demand)``: never push out a more popular adapter for this one.
-        2. ``cold-churn``: else the first churn pod of the ranking that can store it.
-        3. ``cold-evict``: else the first pod of the ranking that can store it.
-        """
-        config = self._config
-        now_s = ctx.now_s
-        excluded = ctx.request.exclude_pods
-        by_id = ctx.by_id
-        demand = ctx.demand
-        task_id, pages = adapter.task_id, adapter.pages
-        admit_below = max(config.rare_recent_requests, demand.recent_requests(task_id, now_s))
-        churn = self._churn
-        ranking = ctx.rankings.rank(adapter.name)
-        examined = 0
-        first_churn: tuple[PodView, int] | None = None
-        first_any: tuple[PodView, int] | None = None
-        for pod_id in ranking:
-            pod = by_id[pod_id]
-            if not pod.ready or pod_id in excluded or pod.cache_full_until_s > now_s:
-                continue
-            residency = pod.residency
-            if residency.is_warm(task_id):
-                continue
-            load = pod.load.load(now_s)
-            if load > bound:
-                continue
-            victims = [] if residency.holds(task_id) else residency.victims_for(pages)
-            if victims is None:
-                continue  # full of busy adapters: the request would only fail there
-            if examined < config.home_pods:
-                examined += 1
-                if all(demand.recent_requests(victim, now_s) < admit_below for victim in victims):
-                    return pod, load, "cold-home"
-            if first_any is None:
-                first_any = (pod, load)
-            if first_churn is None and pod_id in churn:
-                first_churn = (pod, load)
-            if first_churn is not None and examined >= config.home_pods:
-                break
-        if first_churn is not None:
-            return first_churn[0], first_churn[1], "cold-churn"
-        if first_any is not None:
-            return first_any[0], first_any[1], "cold-evict"
-        return None
+    def _transfer_s(self, adapter: AdapterRef) -> float:
+        config = self._priced
+        return adapter.weights_bytes / (
+            config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
+        )
 
     @staticmethod
-    def _cold_anywhere(ctx: RoutingContext, adapter: AdapterRef) -> PodView | None:
-        """The least loaded candidate that can store the adapter; pods in back-off last."""
-        now_s = ctx.now_s
-        pages = adapter.pages
-        best: PodView | None = None
-        best_key = (True, 0)
-        for pod_id in ctx.rankings.rank(adapter.name):
-            pod = ctx.by_id[pod_id]
-            residency = pod.residency
-            if not ctx.is_candidate(pod) or not (
-                residency.holds(adapter.task_id) or residency.has_evictable_slot(pages)
-            ):
-                continue
-            key = (pod.cache_full_until_s > now_s, pod.load.load(now_s))
-            if best is None or key < best_key:
-                best, best_key = pod, key
-        return best
-
-    def _cold_cost_s(self, pod: PodView, load: int, adapter: AdapterRef) -> float:
-        config = self._config
-        bytes_per_s = config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
-        transfer_s = adapter.weights_bytes / bytes_per_s
+    def _can_store(pod: PodView, adapter: AdapterRef) -> bool:
         residency = pod.residency
-        evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
-        eviction_s = transfer_s if evicts else 0.0
-        return transfer_s + eviction_s + load * config.queue_delay_per_inflight_s
+        return residency.holds(adapter.task_id) or residency.has_evictable_slot(adapter.pages)
+
+    def _prefill_s(self, ctx: RoutingContext, pod_id: str, matches: dict[str, int]) -> float:
+        request = ctx.request
+        matched = matches.get(pod_id, 0)
+        cached = 0.0
+        if matched:
+            cached = min(request.prompt_tokens, matched * request.blocks.block_tokens) * ctx.prefix.confidence(pod_id)
+        return max(0.0, request.prompt_tokens - cached) * self._priced.prefill_s_per_token
+
+    def _choose_base(self, ctx: RoutingContext) -> Choice:
+        matches = ctx.prefix_matches()
+        costs = [
+            self._queue_s(ctx, pod.pod_id, load) + self._prefill_s(ctx, pod.pod_id, matches)
+            for pod, load in zip(ctx.pods, ctx.loads, strict=True)
+        ]
+        low = min(costs)
+        tied = [i for i, cost in enumerate(costs) if cost <= low + COST_TIE_S]
+        chosen = tied[0] if len(tied) == 1 else tied[ctx.rng.randrange(len(tied))]
+        return Choice(ctx.pods[chosen], "base-priced")
 
 
-def build(config: RoutingConfig) -> TrtfleetPolicy:
-    return TrtfleetPolicy(config.section(SECTION, TrtfleetPolicyConfig), config.no_capacity_retry_after_s)
+class _Best:
+    """The cheapest candidate so far. Ties (within ``COST_TIE_S``): warm before cold, then the pod ranked first
+    for the adapter; rendezvous scores are computed only for ties."""
+
+    __slots__ = ("adapter", "cold", "cost_s", "pod", "reason", "score")
+
+    def __init__(self, adapter: str) -> None:
+        self.adapter = adapter
+        self.pod: PodView | None = None
+        self.cost_s = 0.0
+        self.cold = False
+        self.reason = ""
+        self.score: int | None = None
+
+    def offer(self, pod: PodView, cost_s: float, cold: bool, reason: str) -> None:
+        current = self.pod
+        if current is not None and cost_s >= self.cost_s - COST_TIE_S:
+            if cost_s > self.cost_s + COST_TIE_S or (cold and not self.cold):
+                return
+            if cold == self.cold:  # a tie on cost and kind: the adapter's rendezvous order decides
+                if self.score is None:
+                    self.score = rendezvous_score(self.adapter, current.pod_id)
+                score = rendezvous_score(self.adapter, pod.pod_id)
+                if score <= self.score:
+                    return
+                self.pod, self.cost_s, self.cold, self.reason, self.score = pod, cost_s, cold, reason, score
+                return
+        self.pod, self.cost_s, self.cold, self.reason, self.score = pod, cost_s, cold, reason, None
+
+
+def build(config: RoutingConfig) -> TrtfleetPricedPolicy:
+    return TrtfleetPricedPolicy(config.section(SECTION, TrtfleetPricedConfig), config.no_capacity_retry_after_s)

@@ -15,7 +15,7 @@ from trtfleet_router.routing import (
 )
 from trtfleet_router.routing.policies.chwbl import ChwblConfig
 from trtfleet_router.routing.policies.gie_lora_affinity import GieLoraAffinityConfig
-from trtfleet_router.routing.policies.trtfleet import TrtfleetPolicyConfig
+from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicyConfig
 
 
 def test_defaults() -> None:
@@ -72,3 +72,21 @@ def test_build_policy_rejects_unknown_names_even_unvalidated() -> None:
 def test_every_registered_policy_builds_under_its_own_name() -> None:
     for name in policy_names():
         assert build_policy(parse_routing_config({"policy": name})).name == name
+
+
+def test_the_charts_policy_enum_lists_every_registered_policy() -> None:
+    import json
+    from pathlib import Path
+
+    from trtfleet_router.routing import policy_names
+
+    schema = json.loads((Path(__file__).parents[4] / "charts" / "trtfleet" / "values.schema.json").read_text())
+
+    def enums(node: object) -> list[list[str]]:
+        if isinstance(node, dict):
+            policy = node.get("policy")
+            found = [policy["enum"]] if isinstance(policy, dict) and "enum" in policy else []
+            return found + [e for value in node.values() for e in enums(value)]
+        return []
+
+    assert [sorted(e) for e in enums(schema)] == [sorted(policy_names())]

@@ -1,5 +1,5 @@
-"""trtfleet: warm first; cold loads by rendezvous hashing within the load bound, priced, never where
-nothing is evictable; rare adapters confined to the churn pods; hot adapters spread."""
+"""trtfleet-adapter (adapter residency only): warm first; cold loads by rendezvous hashing within the load
+bound, priced, never where nothing is evictable; rare adapters confined to the churn pods; hot adapters spread."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from trtfleet_router.routing import CachesBusy, NoCapacity, Outcome
 from trtfleet_router.routing.hashing import rendezvous_rank
-from trtfleet_router.routing.policies.trtfleet import CHURN_KEY
+from trtfleet_router.routing.policies.trtfleet_adapter import CHURN_KEY
 
 if TYPE_CHECKING:
     from tests.unit.router.routing.conftest import Harness
@@ -72,7 +72,7 @@ def test_trtfleet(
     send_weights: bool,
     reason: str,
 ) -> None:
-    h = make_harness("trtfleet", pods=4, host_pages=4)
+    h = make_harness("trtfleet-adapter", pods=4, host_pages=4)
     subject = h.adapter(SUBJECT, **options)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     setup(h, ranking, steps)
@@ -88,7 +88,7 @@ def test_trtfleet(
 
 
 def test_rare_adapter_goes_to_a_churn_pod_not_over_popular_ones(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=8, host_pages=4)  # churn pods: 2 of 8
+    h = make_harness("trtfleet-adapter", pods=8, host_pages=4)  # churn pods: 2 of 8
     churn = set(rendezvous_rank(CHURN_KEY, h.pod_ids)[:2])
     # an adapter whose two home pods are not churn pods
     subject = next(a for a in (h.adapter(i) for i in range(100, 200))
@@ -110,7 +110,7 @@ def test_rare_adapter_goes_to_a_churn_pod_not_over_popular_ones(make_harness: Ca
 
 
 def test_base_model_requests_go_to_the_least_loaded(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=4)
+    h = make_harness("trtfleet-adapter", pods=4)
     for pod, count in (("p0", 2), ("p1", 1), ("p2", 3), ("p3", 1)):
         h.load(pod, count)
     decisions = {h.route(None).pod for _ in range(10)}
@@ -119,7 +119,7 @@ def test_base_model_requests_go_to_the_least_loaded(make_harness: Callable[..., 
 
 
 def test_cache_full_backoff_expires(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=3, config={"cacheFullBackoffS": 2.0})
+    h = make_harness("trtfleet-adapter", pods=3, config={"cacheFullBackoffS": 2.0})
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     setup(h, ranking, [("cache_full", 0)])
@@ -129,7 +129,7 @@ def test_cache_full_backoff_expires(make_harness: Callable[..., Harness]) -> Non
 
 
 def test_excluded_home_is_skipped(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=3)
+    h = make_harness("trtfleet-adapter", pods=3)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     h.make_warm(ranking[0], subject)
@@ -138,7 +138,7 @@ def test_excluded_home_is_skipped(make_harness: Callable[..., Harness]) -> None:
 
 
 def test_settled_pods_before_pods_still_loading(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=4)
+    h = make_harness("trtfleet-adapter", pods=4)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     h.make_warm(ranking[2], subject)
@@ -152,7 +152,7 @@ def test_settled_pods_before_pods_still_loading(make_harness: Callable[..., Harn
 
 
 def test_no_hot_spread_while_a_load_is_in_transit(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=4)
+    h = make_harness("trtfleet-adapter", pods=4)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     loading = h.pin(ranking[0], subject, admitted=False)
@@ -164,7 +164,7 @@ def test_no_hot_spread_while_a_load_is_in_transit(make_harness: Callable[..., Ha
 
 
 def test_a_suspect_copy_on_a_full_pod_still_takes_its_weights_again(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2, host_pages=2)
+    h = make_harness("trtfleet-adapter", pods=2, host_pages=2)
     subject = h.adapter(SUBJECT)
     home = rendezvous_rank(subject.name, h.pod_ids)[0]
     h.pin(home, subject)

@@ -1,0 +1,134 @@
+"""Block hashes of a prompt, the per-pod prefix index, and KV-cache events applied to it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from trtfleet_engines.reference.tokenizer import BOS_ID, SEP_ID, prompt_ids
+from trtfleet_router.routing.kvevents import KvEventError, PodEventState, apply_events, parse_events
+from trtfleet_router.routing.prefix import (
+    REFERENCE_BOS_ID,
+    REFERENCE_SEP_ID,
+    payload_block_hashes,
+    reference_prompt_payload,
+    text_block_hashes,
+    token_block_hashes,
+)
+from trtfleet_router.routing.prefixindex import PrefixIndex
+
+
+def test_reference_specials_match_the_engine_tokenizer() -> None:
+    assert (REFERENCE_BOS_ID, REFERENCE_SEP_ID) == (BOS_ID, SEP_ID)
+
+
+@pytest.mark.parametrize("prompt", ["", "hi", "x" * 100, "héllo wörld " * 20])
+def test_reference_payload_hashes_equal_the_engine_token_ids(prompt: str) -> None:
+    assert payload_block_hashes(reference_prompt_payload(prompt), 7, 8) == token_block_hashes(prompt_ids(prompt), 7, 8)
+
+
+@dataclass(frozen=True)
+class ChainCase:
+    id: str
+    a: Any
+    b: Any
+    shared_blocks: int
+
+
+CHAIN_CASES = [
+    ChainCase("same-prefix-same-adapter", ("a" * 256 + "x", 1), ("a" * 256 + "y", 1), 2),
+    ChainCase("same-text-other-adapter", ("a" * 256, 1), ("a" * 256, 2), 0),
+    ChainCase("differ-in-first-block", ("b" + "a" * 255, 1), ("a" * 256, 1), 0),
+    ChainCase("differ-in-second-block-only", ("a" * 128 + "b" * 128, 1), ("a" * 256, 1), 1),
+]
+
+
+@pytest.mark.parametrize("case", CHAIN_CASES, ids=[c.id for c in CHAIN_CASES])
+def test_text_blocks_are_chained_and_keyed_by_adapter(case: ChainCase) -> None:
+    a = text_block_hashes(case.a[0], case.a[1], 32).hashes  # 128 characters a block
+    b = text_block_hashes(case.b[0], case.b[1], 32).hashes
+    shared = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+    assert shared == case.shared_blocks
+
+
+def test_only_full_blocks_count_and_non_ascii_text_is_cut_by_characters() -> None:
+    assert len(text_block_hashes("a" * 255, 0, 32).hashes) == 1
+    assert len(text_block_hashes("é" * 256, 0, 32).hashes) == 2
+    assert len(token_block_hashes(list(range(95)), 0, 32).hashes) == 2
+
+
+@dataclass(frozen=True)
+class IndexCase:
+    id: str
+    capacity: int
+    routed: tuple[tuple[str, int], ...]  # (pod, prompt length in blocks) of prompts 0..n-1 of one conversation
+    expected: dict[str, int]
+
+
+INDEX_CASES = [
+    IndexCase("empty", 100, (), {}),
+    IndexCase("longest-prefix-per-pod", 100, (("p0", 2), ("p1", 5)), {"p0": 2, "p1": 5}),
+    # capacity 4: the 6-block prompt keeps its first 4 blocks (leaves go first), still a prefix
+    IndexCase("lru-keeps-the-prefix", 4, (("p0", 6),), {"p0": 4}),
+]
+
+
+@pytest.mark.parametrize("case", INDEX_CASES, ids=[c.id for c in INDEX_CASES])
+def test_prefix_index_match(case: IndexCase) -> None:
+    index = PrefixIndex(case.capacity)
+    for pod in ("p0", "p1"):
+        index.reset_pod(pod)
+    conversation = token_block_hashes(list(range(8 * 4)), 3, 4).hashes  # 8 blocks
+    for pod, blocks in case.routed:
+        index.record(pod, conversation[:blocks])
+    assert index.match(conversation) == case.expected
+    index.check_invariants()
+
+
+def test_dropping_a_pod_frees_its_blocks_and_slot() -> None:
+    index = PrefixIndex(10)
+    index.reset_pod("p0")
+    hashes = token_block_hashes(list(range(8)), 0, 4).hashes
+    index.record("p0", hashes)
+    index.drop_pod("p0")
+    index.reset_pod("p1")
+    assert index.match(hashes) == {}
+    index.check_invariants()
+
+
+def _stored(parent: int | None, blocks: list[tuple[int, list[int]]], lora: int | None = 5) -> dict[str, Any]:
+    return {"event_id": 1, "window_size": 64, "data": {"type": "stored", "parent_hash": parent, "blocks": [
+        {"type": "stored_block", "block_hash": h, "cache_level": 0, "priority": 35, "lora_id": lora,
+         "tokens": [{"type": "unique_token", "token_id": t, "token_extra_id": 0} for t in tokens]}
+        for h, tokens in blocks]}}
+
+
+def test_events_give_exactly_the_router_hashes_and_removals_drop_them() -> None:
+    index = PrefixIndex(100)
+    index.reset_pod("p0")
+    state = PodEventState()
+    tokens = list(range(12))
+    events = parse_events([_stored(None, [(901, tokens[0:4])]), _stored(901, [(902, tokens[4:8]), (903, tokens[8:12])]),
+                           {"data": {"type": "updated", "block_hash": 903}}])
+    assert apply_events(index, "p0", state, events) == (3, 0)
+    request = token_block_hashes(tokens, 5, 4).hashes
+    assert index.match(request) == {"p0": 3}
+    apply_events(index, "p0", state, parse_events([{"data": {"type": "removed", "block_hashes": [903, 999]}}]))
+    assert index.match(request) == {"p0": 2}
+    assert apply_events(index, "p0", state, parse_events([_stored(777, [(904, tokens[:4])])])) == (0, 1)
+    apply_events(index, "p0", state, parse_events([{"data": {"type": "created", "num_blocks_per_cache_level": [9]}}]))
+    assert index.match(request) == {}
+    index.check_invariants()
+
+
+@pytest.mark.parametrize("payload", [
+    {"not": "a list"},
+    [{"data": {"type": "stored", "parent_hash": None, "blocks": "x"}}],
+    [{"data": {"type": "removed", "block_hashes": ["a"]}}],
+    [{"data": {"type": "exploded"}}],
+    [{"nodata": 1}],
+], ids=["not-a-list", "blocks-not-a-list", "hash-not-int", "unknown-type", "no-data"])
+def test_malformed_events_are_refused_with_a_clear_error(payload: Any) -> None:
+    with pytest.raises(KvEventError, match="KV-cache event"):
+        parse_events(payload)

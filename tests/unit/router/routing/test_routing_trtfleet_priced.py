@@ -1,0 +1,139 @@
+"""trtfleet (default): queue + adapter cold cost + prefill of the uncached blocks, one decision in seconds.
+
+Defaults priced here: 0.05 s per request ahead, 14.5 us per uncached prompt token, an 8 MiB adapter
+crosses the link in 6.7 ms (twice that when it evicts). The prompt is 8,192 tokens (256 blocks): 0.119 s
+of prefill where nothing is cached, 0 where the whole prefix is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import pytest
+from trtfleet_router.routing import AdapterRef, Decision, Outcome, PodMetrics, RouteRequest
+from trtfleet_router.routing.hashing import rendezvous_rank
+from trtfleet_router.routing.prefix import token_block_hashes
+
+if TYPE_CHECKING:
+    from tests.unit.router.routing.conftest import Harness
+
+PROMPT_TOKENS = 8192
+SUBJECT = 1
+
+
+def prompt_request(adapter: AdapterRef | None, tokens: int = PROMPT_TOKENS) -> RouteRequest:
+    task_id = adapter.task_id if adapter is not None else 0
+    blocks = token_block_hashes(list(range(tokens)), task_id, 32)
+    return RouteRequest("m", adapter, tokens, 16, blocks=blocks)
+
+
+@dataclass(frozen=True)
+class Case:
+    id: str
+    warm: tuple[int, ...] = ()  # ranks where the subject is resident (idle)
+    prefix: tuple[int, ...] = ()  # ranks that served the subject's prompt (its blocks are cached there)
+    evicted: tuple[int, ...] = ()  # ranks whose LoRA cache then dropped the subject (4 other adapters)
+    loads: dict[int, int] = field(default_factory=dict)  # rank -> base-model requests in flight
+    pinned_loading: dict[int, int] = field(default_factory=dict)  # rank -> subject requests, weights in transit
+    prefilling: dict[int, int] = field(default_factory=dict)  # rank -> 8,192-token prompts started, no first token
+    weights_mib: int = 8
+    expected_rank: int = 0
+    send_weights: bool = False
+    reason: str = "warm"
+
+
+CASES = [
+    Case("cold-goes-home", expected_rank=0, send_weights=True, reason="cold-home"),
+    Case("warm-least-cost", warm=(2, 3), loads={2: 1}, expected_rank=3),
+    # 2 x 0.05 s of queue < 0.119 s of prefill saved: the conversation stays on its pod
+    Case("conversation-stays-with-its-prefix", warm=(3,), prefix=(2,), loads={2: 2}, expected_rank=2,
+         reason="warm-prefix"),
+    # 3 x 0.05 s > 0.119 s: the hot prefix spreads to the idle warm pod
+    Case("hot-prefix-spreads", warm=(3,), prefix=(2,), loads={2: 3}, expected_rank=3),
+    # the adapter left pod 1 but its blocks did not: a cold load (13 ms with the eviction) beats 0.119 s
+    Case("cold-adapter-warm-prefix", warm=(2,), prefix=(1,), evicted=(1,), expected_rank=1, send_weights=True,
+         reason="cold-prefix"),
+    # a 2 GiB adapter costs 1.7 s (3.4 s evicting): prefill on the warm pod is cheaper
+    Case("warm-adapter-cold-prefix-when-weights-dear", warm=(2,), prefix=(1,), evicted=(1,), weights_mib=2048,
+         expected_rank=2),
+    # four of the subject's requests in flight on one warm pod, weights still in transit: hot, and priced
+    # spreading does not wait for that load to land (trtfleet-adapter would stay)
+    Case("hot-adapter-spreads-while-loading", pinned_loading={0: 4}, expected_rank=1, send_weights=True,
+         reason="hot-spread"),
+    Case("not-hot-stays", pinned_loading={0: 3}, expected_rank=0),
+    # over the load bound (12 above the least loaded): the queue is dearer than a cold load at home
+    # one 8,192-token prompt still prefilling on the only warm pod (0.119 s) > a 6.7 ms transfer: cold home
+    Case("pending-prefill-spreads", warm=(2,), prefilling={2: 1}, expected_rank=0, send_weights=True,
+         reason="hot-spread"),
+    # the same prompt's first token came back: nothing pending, the warm pod again
+    Case("prefill-done-stays", warm=(2,), prefilling={2: -1}, expected_rank=2),
+    Case("queue-dominates-over-bound", warm=(2,), loads={2: 13}, expected_rank=0, send_weights=True,
+         reason="hot-spread"),
+]
+
+
+def _setup(h: Harness, case: Case, subject: AdapterRef, ranking: tuple[str, ...]) -> None:
+    for rank in case.prefix:
+        ticket = h.fleet.start(Decision(ranking[rank], True, False, "test", "setup"), prompt_request(subject))
+        h.fleet.confirm(ticket)
+        h.fleet.finish(ticket, Outcome.OK)
+    for rank in case.evicted:
+        for k in range(4):
+            h.make_warm(ranking[rank], h.adapter(500 + k))
+    for rank in case.warm:
+        h.make_warm(ranking[rank], subject)
+    for rank, count in case.loads.items():
+        h.load(ranking[rank], count)
+    for rank, count in case.prefilling.items():
+        other = token_block_hashes(list(range(10_000, 10_000 + PROMPT_TOKENS)), 0, 32)  # shares nothing
+        ticket = h.fleet.start(Decision(ranking[rank], False, True, "test", "setup"),
+                               RouteRequest("m", None, PROMPT_TOKENS, 16, blocks=other))
+        h.open.append(ticket)
+        if count < 0:
+            h.fleet.first_token(ticket)
+    for rank, count in case.pinned_loading.items():
+        for _ in range(count):
+            h.pin(ranking[rank], subject, admitted=False)
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
+def test_priced_decision(make_harness: Callable[..., Harness], case: Case) -> None:
+    h = make_harness("trtfleet", pods=4, host_pages=4)
+    subject = h.adapter(SUBJECT, weights_mib=case.weights_mib)
+    ranking = rendezvous_rank(subject.name, h.pod_ids)
+    _setup(h, case, subject, ranking)
+    decision = h.fleet.route(prompt_request(subject))
+    got = (ranking.index(decision.pod), decision.send_weights, decision.reason)
+    assert got == (case.expected_rank, case.send_weights, case.reason)
+
+
+def test_base_model_requests_follow_their_prefix_while_it_is_cheaper(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=4)
+    h.fleet.finish(h.fleet.start(Decision("p1", False, True, "test", "setup"), prompt_request(None)),
+                   Outcome.OK)
+    h.load("p1", 2)  # 0.1 s of queue < 0.119 s of prefill
+    assert h.fleet.route(prompt_request(None)).pod == "p1"
+    h.load("p1", 1)  # 0.15 s > 0.119 s
+    assert h.fleet.route(prompt_request(None)).pod != "p1"
+
+
+def test_engine_counters_that_show_less_reuse_lower_the_prefix_price(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=2)
+    subject = h.adapter(SUBJECT)
+    h.make_warm("p0", subject)
+    h.make_warm("p1", subject)
+    h.fleet.observe_metrics("p0", PodMetrics(0, 0, kv_reused_blocks_total=0, kv_missed_blocks_total=0))
+    for _ in range(2):  # two turns on p0: the second predicts 256 reused blocks
+        h.fleet.finish(h.fleet.start(Decision("p0", False, True, "test", "setup"), prompt_request(subject)),
+                       Outcome.OK)
+    h.load("p0", 2)
+    assert h.fleet.route(prompt_request(subject)).pod == "p0"  # prefix worth more than 2 requests of queue
+    # the engine reused nothing of it (another tenant's traffic evicted it): confidence halves, twice
+    h.fleet.observe_metrics("p0", PodMetrics(0, 0, kv_reused_blocks_total=0, kv_missed_blocks_total=512))
+    h.fleet.finish(h.fleet.start(Decision("p0", False, True, "test", "setup"), prompt_request(subject)),
+                   Outcome.OK)
+    h.fleet.observe_metrics("p0", PodMetrics(0, 0, kv_reused_blocks_total=0, kv_missed_blocks_total=768))
+    assert h.fleet.prefix_index.confidence("p0") == pytest.approx(0.25)
+    assert h.fleet.route(prompt_request(subject)).pod == "p1"
