@@ -11,9 +11,12 @@ by ``KVCacheEventSerializer`` (``tensorrt_llm/_utils.py`` at ed53795b33fc139493f
     {"data": {"type": "created", "num_blocks_per_cache_level": [...]}}
     {"data": {"type": "updated", ...}}   # cache level / priority changes: nothing to do here
 
-``lora_id`` is commented out of the serializer at that commit ("TODO: enable serialization of lora_id");
-when absent the block counts as the base model's (task id 0), which is exact for base-model traffic only,
-so engines that serve adapters must publish it (the reference engine does).
+``lora_id`` is commented out of the serializer at that commit ("TODO: enable serialization of lora_id"),
+and the reference engine follows upstream. The task id is part of the engine's block key but not of the
+event, so a chain's first block without ``lora_id`` cannot be keyed: it is skipped with its descendants
+(counted as skipped). Blocks whose parent is known inherit the parent's key, so nothing is guessed. Until
+an engine publishes ``lora_id``, the index of such a pod is the router's own model of it, corrected by
+the reuse counters; events then only remove blocks (``removed``) and clear the pod (``created``).
 
 The engine's ``block_hash`` is its own; the router re-hashes each stored block from its token ids with
 its own chain (:mod:`~trtfleet_router.routing.prefix`), keeping per pod a map ``engine hash -> router hash``
@@ -138,6 +141,9 @@ def apply_events(
                 if parent is None:
                     skipped += len(event.blocks)
                     continue
+            if parent is None and event.blocks and event.blocks[0].lora_id is None:
+                skipped += len(event.blocks)  # a chain's root with no task id: its key is unknown
+                continue
             new: list[int] = []
             for block in event.blocks:
                 base = parent if parent is not None else root_hash(block.lora_id or 0)

@@ -122,6 +122,19 @@ def test_events_give_exactly_the_router_hashes_and_removals_drop_them() -> None:
     index.check_invariants()
 
 
+def test_a_chain_root_without_lora_id_is_not_guessed() -> None:
+    """Upstream's serializer leaves ``lora_id`` out: the block's key (its task id) is unknown, so skip it."""
+    index = PrefixIndex(100)
+    index.reset_pod("p0")
+    state = PodEventState()
+    tokens = list(range(8))
+    events = parse_events([_stored(None, [(901, tokens[0:4]), (902, tokens[4:8])], lora=None)])
+    assert apply_events(index, "p0", state, events) == (0, 2)
+    assert index.match(token_block_hashes(tokens, 0, 4).hashes) == {}
+    assert apply_events(index, "p0", state, parse_events([_stored(None, [(903, tokens[0:4])], lora=0)])) == (1, 0)
+    assert index.match(token_block_hashes(tokens, 0, 4).hashes) == {"p0": 1}
+
+
 @pytest.mark.parametrize("payload", [
     {"not": "a list"},
     [{"data": {"type": "stored", "parent_hash": None, "blocks": "x"}}],
