@@ -10,6 +10,11 @@ Life of a request (the I/O shell drives it; nothing here blocks, sleeps or reads
 Cost: ``route`` is O(pods) (never O(adapters)); ``start``/``finish`` are O(1) plus the shadow
 cache's eviction walk; ``set_pods`` is O(pods + adapters resident on changed pods);
 ``prewarm_plan`` and ``snapshot`` are off the hot path.
+
+Router replicas: with a :class:`~trtfleet_router.routing.events.Journal`, every change ``start``,
+``confirm``, ``finish`` and a pod reset make is also handed to it as an event, and
+:meth:`Fleet.apply_remote` applies other replicas' events to the same residency
+(:mod:`trtfleet_router.routing.remote`), so ``route`` sees their warm adapters, pins and load.
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.events import EventKind, Journal, ResidencyEvent
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
-from trtfleet_router.routing.load import AdapterDemand, PodLoad
+from trtfleet_router.routing.load import ActivityWindow, AdapterDemand, PodLoad
+from trtfleet_router.routing.remote import RemoteBook
 from trtfleet_router.routing.residency import PodResidency, Residency
 from trtfleet_router.routing.types import (
     AdapterRef,
@@ -44,6 +51,10 @@ from trtfleet_router.routing.types import (
 log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
+ACTIVITY_WINDOW_S = 60
+RESET_DEDUPE_S = 5.0
+"""A pod reset event from another replica within this long after our own reset of the pod is the same
+restart seen twice (every replica sees a readiness flip): applying it would empty adapters stored since."""
 
 
 class PodState:
@@ -62,6 +73,7 @@ class PodState:
         "misses_total",
         "pod_id",
         "ready",
+        "reset_at_s",
         "residency",
         "uid",
         "warm_routes_total",
@@ -76,6 +88,7 @@ class PodState:
         self.host_pages = info.host_pages
         self.device_pages = info.device_pages
         self.residency = residency
+        self.reset_at_s = -math.inf
         self.load = PodLoad()
         self.cache_full_until_s = -math.inf
         self.warm_routes_total = 0
@@ -96,6 +109,7 @@ class Fleet:
         rng: random.Random,
         config: RoutingConfig,
         model: str = "",
+        journal: Journal | None = None,
     ) -> None:
         self._policy = policy
         self._now = now
@@ -113,6 +127,9 @@ class Fleet:
         self._epochs = itertools.count(1)
         self._open: dict[int, Ticket] = {}
         self._loading: set[int] = set()  # tickets whose weights the pod has not admitted yet
+        self._journal = journal
+        self._remote = RemoteBook()
+        self._window = ActivityWindow(ACTIVITY_WINDOW_S)
 
     @property
     def policy_name(self) -> str:
@@ -145,10 +162,11 @@ class Fleet:
                 or old.host_pages != info.host_pages
                 or old.device_pages != info.device_pages
             ):
-                residency = self._residency.reset_pod(pod_id, info.host_pages, info.device_pages)
-                state = self._pods[pod_id] = PodState(info, residency)
+                state = self._reset(info)
                 if old is not None and old.discovered_uid == info.uid:
                     state.uid = f"{info.uid}#{next(self._epochs)}"  # same pod, new shadow: old tickets void
+                    if self._journal is not None:
+                        self._journal.record(self._model, pod_id, info.uid, EventKind.POD_RESET)
                 what = "added" if old is None else "ready again" if came_back else "restarted"
                 log.info("pod %s", what, extra={"pod": pod_id, "uid": info.uid, "model": self._model})
             else:
@@ -183,9 +201,9 @@ class Fleet:
             load = pod.load
             metrics = load.metrics
             if metrics is not None and now_s <= load.fresh_until_s:
-                loads.append(load.inflight + metrics.waiting_requests)
+                loads.append(load.inflight + load.remote_inflight + metrics.waiting_requests)
             else:
-                loads.append(load.inflight)
+                loads.append(load.inflight + load.remote_inflight)
         ctx = RoutingContext(
             request=request,
             now_s=now_s,
@@ -230,12 +248,17 @@ class Fleet:
             else:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
+        self._window.record(task_id, now_s)
         ticket = Ticket(
             next(self._tickets), pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
         )
         self._open[ticket.ticket_id] = ticket
         if loads:
             self._loading.add(ticket.ticket_id)
+        if self._journal is not None:
+            kind = EventKind.PUT if decision.send_weights and adapter is not None else EventKind.ACQUIRE
+            pages = adapter.pages if adapter is not None else 0
+            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages)
         return ticket
 
     def confirm(self, ticket: Ticket) -> None:
@@ -249,6 +272,8 @@ class Fleet:
         pod = self._pods.get(ticket.pod)
         if pod is not None and pod.uid == ticket.pod_uid and ticket.task_id is not None:
             self._residency.end_load(pod.pod_id, ticket.task_id)
+            if self._journal is not None:
+                self._journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.LOADED, ticket.ticket_id)
 
     def finish(self, ticket: Ticket, outcome: Outcome) -> None:
         """The request ended with ``outcome``; pass every ticket exactly once."""
@@ -262,6 +287,9 @@ class Fleet:
         pod = self._pods.get(ticket.pod)
         if pod is None or pod.uid != ticket.pod_uid:
             return  # the pod left or restarted: its books were reset
+        journal = self._journal
+        if journal is not None:
+            journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.RELEASE, ticket.ticket_id)
         pod.load.inflight -= 1
         if task_id is not None and ticket.pinned:
             self._residency.release(pod.pod_id, task_id)
@@ -277,7 +305,60 @@ class Fleet:
         # MISS: the pod does not hold it. CACHE_FULL / FAILED: weights we sent may not be stored.
         if task_id is not None and (outcome is Outcome.MISS or ticket.sent_weights):
             self._residency.mark_cold(pod.pod_id, task_id)
+            if journal is not None:
+                journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.MARK_COLD, 0, task_id)
         log.debug("request ended %s", outcome.value, extra={"pod": pod.pod_id, "task_id": task_id})
+
+    # -- other router replicas -------------------------------------------------------------------
+    def _reset(self, info: PodInfo) -> PodState:
+        residency = self._residency.reset_pod(info.pod_id, info.host_pages, info.device_pages)
+        state = self._pods[info.pod_id] = PodState(info, residency)
+        state.reset_at_s = self._now()
+        return state
+
+    def apply_remote(self, event: ResidencyEvent) -> bool:
+        """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket)."""
+        if event.kind is not EventKind.POD_RESET:
+            return self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+        old = self._pods.get(event.pod_id)
+        if old is None or old.discovered_uid != event.pod_uid:
+            return False
+        if self._now() - old.reset_at_s < RESET_DEDUPE_S:
+            return False  # the same restart, already applied
+        info = PodInfo(old.pod_id, old.address, old.discovered_uid, old.host_pages, old.device_pages, old.ready)
+        state = self._reset(info)
+        state.uid = f"{info.uid}#{next(self._epochs)}"
+        if old.ready:
+            self._ready = [state if pod is old else pod for pod in self._ready]
+        log.info("pod reset by a peer", extra={"pod": event.pod_id, "origin": event.origin, "model": self._model})
+        return True
+
+    def forget_origin(self, origin: str) -> int:
+        """Another replica is gone (or its stream had a gap): end its requests, unpin its adapters."""
+        return self._remote.forget_origin(origin, self._pods, self._residency, self._demand)
+
+    @property
+    def remote(self) -> RemoteBook:
+        return self._remote
+
+    @property
+    def residency(self) -> Residency:
+        return self._residency
+
+    @property
+    def pods(self) -> Mapping[str, PodState]:
+        return self._pods
+
+    def open_tickets(self) -> list[Ticket]:
+        return list(self._open.values())
+
+    def activity(self) -> dict[int | None, int]:
+        """Requests started per task id (None: no adapter) over the last ``ACTIVITY_WINDOW_S``, every replica's."""
+        return self._window.counts(self._now())
+
+    def inflight_total(self) -> int:
+        """Requests in flight on the fleet's pods, this replica's and the others'."""
+        return sum(pod.load.inflight + pod.load.remote_inflight for pod in self._pods.values())
 
     def observe_metrics(self, pod: str, snapshot: PodMetrics) -> None:
         """Scraped metrics of ``pod`` as of now (unknown pods are ignored)."""
@@ -379,6 +460,8 @@ class Fleet:
         for pod in self._pods.values():
             loading = {(pod.pod_id, pod.uid, task): n for task, n in pod.residency.loading.items()}
             mine = {key: n for key, n in loading_per_pod.items() if key[:2] == (pod.pod_id, pod.uid)}
+            for task, n in self._remote.loading(pod.pod_id, pod.uid).items():
+                mine[(pod.pod_id, pod.uid, task)] = mine.get((pod.pod_id, pod.uid, task), 0) + n
             if loading != mine:
                 raise AssertionError(f"{pod.pod_id}: loading {loading} != loading tickets {mine}")
             expected = open_per_pod.get((pod.pod_id, pod.uid), 0)
@@ -386,3 +469,6 @@ class Fleet:
                 raise AssertionError(
                     f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}"
                 )
+            remote = self._remote.inflight(pod.pod_id, pod.uid)
+            if pod.load.remote_inflight != remote:
+                raise AssertionError(f"{pod.pod_id}: remote in-flight {pod.load.remote_inflight} != {remote}")
