@@ -80,8 +80,9 @@ def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
                     continue
                 kind = EventKind.PUT if loading else EventKind.ACQUIRE
                 pages = 0
-                if loading and task_id is not None:
-                    pages = fleet.residency.pod(pod_id).cache.host.pages_of(int(task_id))
+                host = fleet.residency.pod(pod_id).cache.host
+                if loading and task_id is not None and int(task_id) in host:
+                    pages = host.pages_of(int(task_id))
                 fleet.apply_remote(
                     ResidencyEvent(origin, 0, name, pod_id, uids[pod_id], kind, int(ticket_id), task_id, pages)
                 )
