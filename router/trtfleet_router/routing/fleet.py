@@ -249,9 +249,7 @@ class Fleet:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
         self._window.record(task_id, now_s)
-        ticket = Ticket(
-            next(self._tickets), pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
-        )
+        ticket = Ticket(next(self._tickets), pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads)
         self._open[ticket.ticket_id] = ticket
         if loads:
             self._loading.add(ticket.ticket_id)
@@ -325,13 +323,28 @@ class Fleet:
             return False
         if self._now() - old.reset_at_s < RESET_DEDUPE_S:
             return False  # the same restart, already applied
+        self._reset_in_place(old)
+        log.info("pod reset by a peer", extra={"pod": event.pod_id, "origin": event.origin, "model": self._model})
+        return True
+
+    def reset_pod(self, pod_id: str, reason: str) -> None:
+        """The pod's Triton restarted in place (same uid and address, empty LoRA cache): an empty shadow,
+        its requests' tickets void, and the other replicas told. Unknown pods are ignored."""
+        old = self._pods.get(pod_id)
+        if old is None:
+            return
+        self._reset_in_place(old)
+        if self._journal is not None:
+            self._journal.record(self._model, pod_id, old.discovered_uid, EventKind.POD_RESET)
+        log.info("pod restarted in place", extra={"pod": pod_id, "reason": reason, "model": self._model})
+
+    def _reset_in_place(self, old: PodState) -> None:
         info = PodInfo(old.pod_id, old.address, old.discovered_uid, old.host_pages, old.device_pages, old.ready)
         state = self._reset(info)
         state.uid = f"{info.uid}#{next(self._epochs)}"
+        state.load.metrics, state.load.fresh_until_s = old.load.metrics, old.load.fresh_until_s
         if old.ready:
             self._ready = [state if pod is old else pod for pod in self._ready]
-        log.info("pod reset by a peer", extra={"pod": event.pod_id, "origin": event.origin, "model": self._model})
-        return True
 
     def forget_origin(self, origin: str) -> int:
         """Another replica is gone (or its stream had a gap): end its requests, unpin its adapters."""
@@ -466,9 +479,7 @@ class Fleet:
                 raise AssertionError(f"{pod.pod_id}: loading {loading} != loading tickets {mine}")
             expected = open_per_pod.get((pod.pod_id, pod.uid), 0)
             if pod.load.inflight != expected:
-                raise AssertionError(
-                    f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}"
-                )
+                raise AssertionError(f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}")
             remote = self._remote.inflight(pod.pod_id, pod.uid)
             if pod.load.remote_inflight != remote:
                 raise AssertionError(f"{pod.pod_id}: remote in-flight {pod.load.remote_inflight} != {remote}")

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from trtfleet_router.upstream.scrape import parse_triton_metrics
+import pytest
+from trtfleet_router.upstream.scrape import parse_triton_metrics, restarted
 
 TEXT = """# HELP nv_trt_llm_request_metrics TRT LLM request metrics
 # TYPE nv_trt_llm_request_metrics gauge
@@ -23,3 +24,23 @@ def test_parse() -> None:
 def test_parse_without_trtllm_metrics() -> None:
     load = parse_triton_metrics('nv_inference_request_success{model="x"} 1\n')
     assert (load.active, load.waiting, load.kv_fraction) == (None, None, None)
+
+
+def test_parse_sums_the_request_counters() -> None:
+    text = TEXT + 'nv_inference_request_failure{model="ensemble",version="1"} 2\n'
+    assert parse_triton_metrics(text).requests_total == 14
+    assert parse_triton_metrics('nv_trt_llm_request_metrics{request_type="active"} 1\n').requests_total is None
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "expected"),
+    [
+        pytest.param(None, 5, False, id="first scrape"),
+        pytest.param(5, None, False, id="counters gone from the page"),
+        pytest.param(5, 5, False, id="idle"),
+        pytest.param(5, 9, False, id="more requests"),
+        pytest.param(9, 2, True, id="went back: Triton restarted"),
+    ],
+)
+def test_a_restart_shows_as_counters_going_back(previous: int | None, now: int | None, expected: bool) -> None:
+    assert restarted(previous, now) is expected

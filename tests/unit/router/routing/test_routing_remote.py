@@ -317,3 +317,20 @@ def test_activity_window_counts_the_last_window_only() -> None:
     assert window.counts(111.0) == {2: 1, None: 1}  # second 100 left the window
     window.record(3, 130.0)
     assert window.counts(130.0) == {3: 1}
+
+
+def test_a_restart_one_replica_detects_empties_the_pod_everywhere() -> None:
+    world = World()
+    a, b = world.replicas
+    a.fleet.finish(a.start("p0", adapter(1)), Outcome.OK)
+    in_flight = b.start("p0", adapter(2))
+    world.deliver()
+    world.now_s += 60
+    b.fleet.reset_pod("p0", "request counters went back")  # b's scrape saw the counters go back
+    assert [e.kind for e in b.outbox] == [EventKind.POD_RESET]
+    world.deliver()
+    assert a.resident("p0") == b.resident("p0") == []
+    assert a.fleet.route(RouteRequest("m", adapter(1), 16, 16)).send_weights
+    b.fleet.finish(in_flight, Outcome.OK)  # started before the restart: its release touches the new shadow nowhere
+    world.deliver()
+    world.check()
