@@ -44,6 +44,7 @@ class EventKind(StrEnum):
 
 
 _KINDS = {kind.value: kind for kind in EventKind}
+_decode = json.JSONDecoder().decode
 
 
 class EventDecodeError(ValueError):
@@ -89,21 +90,27 @@ def encode_event(event: ResidencyEvent) -> bytes:
 def decode_event(origin: str, line: bytes | str) -> ResidencyEvent:
     """The event of :func:`encode_event`; the origin comes from the stream it arrived on."""
     try:
-        fields = json.loads(line)
-    except ValueError as exc:
+        fields = _decode(line.decode() if isinstance(line, bytes) else line)
+    except ValueError as exc:  # UnicodeDecodeError included
         raise EventDecodeError(f"not JSON: {line[:80]!r}") from exc
-    if not isinstance(fields, list) or len(fields) not in (7, 8):
+    if type(fields) is not list or len(fields) not in (7, 8):
         raise EventDecodeError(f"an event is a JSON array of 7 or 8 fields, got {line[:80]!r}")
-    seq, base_model, pod_id, pod_uid, kind, ticket, task_id = fields[:7]
-    pages = fields[7] if len(fields) == 8 else 0
-    if (
-        not isinstance(seq, int)
-        or not isinstance(ticket, int)
-        or not all(isinstance(v, str) for v in (base_model, pod_id, pod_uid))
-        or kind not in _KINDS
-        or not (task_id is None or isinstance(task_id, int))
-        or not isinstance(pages, int)
+    if len(fields) == 7:
+        seq, base_model, pod_id, pod_uid, kind, ticket, task_id = fields
+        pages = 0
+    else:
+        seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages = fields
+    event_kind = _KINDS.get(kind) if type(kind) is str else None
+    if (  # exact types: cheap, and a bool is no int here
+        type(seq) is not int
+        or type(ticket) is not int
+        or type(base_model) is not str
+        or type(pod_id) is not str
+        or type(pod_uid) is not str
+        or event_kind is None
+        or (task_id is not None and type(task_id) is not int)
+        or type(pages) is not int
         or pages < 0
     ):
         raise EventDecodeError(f"malformed event {line[:80]!r}")
-    return ResidencyEvent(origin, seq, base_model, pod_id, pod_uid, _KINDS[kind], ticket, task_id, pages)
+    return ResidencyEvent(origin, seq, base_model, pod_id, pod_uid, event_kind, ticket, task_id, pages)

@@ -24,7 +24,7 @@ from trtfleet_router.routing import (
     build_policy,
     parse_routing_config,
 )
-from trtfleet_router.routing.events import EventKind, decode_event
+from trtfleet_router.routing.events import EventKind, decode_event, encode_event
 
 
 @pytest.mark.parametrize(
@@ -169,3 +169,12 @@ def test_peer_port_streams_events_and_refuses_bad_requests() -> None:
             assert demand["base_models"] == {}
 
     asyncio.run(scenario())
+
+
+def test_the_ring_holds_the_codecs_bytes() -> None:
+    journal = EventLog("me")
+    journal.record("base/ü", "p0", 'u"1', EventKind.PUT, 3, 1001, 4)
+    journal.record("m", "p0", "u", EventKind.POD_RESET)
+    _, lines = journal.after(0)
+    assert [encode_event(decode_event("me", line)) for line in lines] == lines
+    assert decode_event("me", lines[0]).pod_uid == 'u"1'
