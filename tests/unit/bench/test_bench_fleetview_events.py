@@ -9,7 +9,7 @@ from bench import fleetview_events
 
 def test_a_tiny_run_reports_each_figure() -> None:
     args = argparse.Namespace(
-        pods=2, adapters=5, host_pages=2, zipf=1.0, requests=200, inflight=4, batch=8, repeats=1, seed=1
+        pods=2, adapters=5, host_pages=4, zipf=1.0, requests=200, inflight=2, batch=8, repeats=1, seed=1
     )
     result = fleetview_events.run(args)
     assert set(result) == {"alone_us", "publish_us", "apply_us", "events_per_request", "publish_added_us"}
