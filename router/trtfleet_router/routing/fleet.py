@@ -283,11 +283,12 @@ class Fleet:
         if task_id is not None:
             self._demand.finished(task_id)
         pod = self._pods.get(ticket.pod)
+        journal = self._journal
+        if journal is not None:  # always: the other replicas end the request even if the pod is gone
+            uid = pod.discovered_uid if pod is not None else ""
+            journal.record(self._model, ticket.pod, uid, EventKind.RELEASE, ticket.ticket_id)
         if pod is None or pod.uid != ticket.pod_uid:
             return  # the pod left or restarted: its books were reset
-        journal = self._journal
-        if journal is not None:
-            journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.RELEASE, ticket.ticket_id)
         pod.load.inflight -= 1
         if task_id is not None and ticket.pinned:
             self._residency.release(pod.pod_id, task_id)

@@ -334,3 +334,18 @@ def test_a_restart_one_replica_detects_empties_the_pod_everywhere() -> None:
     b.fleet.finish(in_flight, Outcome.OK)  # started before the restart: its release touches the new shadow nowhere
     world.deliver()
     world.check()
+
+
+def test_a_request_ended_after_its_pod_was_reset_still_ends_on_the_others() -> None:
+    world = World()
+    a, b = world.replicas
+    ticket = a.start("p0", adapter(1))
+    world.deliver()
+    assert b.fleet.inflight_total() == 1 and b.fleet.remote.origins() == ["r0"]
+    world.now_s += 60
+    a.fleet.reset_pod("p0", "test")  # a's view of p0 starts over: its own ticket is void there
+    world.deliver()
+    a.fleet.finish(ticket, Outcome.OK)
+    world.deliver()
+    assert list(b.fleet.remote.tickets()) == []  # nothing left booked (nor counted as demand) on b
+    world.check()
