@@ -5,13 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import socket
+import time
 from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
+from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.peering.journal import EventLog
+from trtfleet_router.peering.peers import Peers, PeerSettings
 from trtfleet_router.peering.server import PeerServer
 from trtfleet_router.peering.view import demand_summary, export_view, import_view
 from trtfleet_router.routing import (
@@ -178,3 +182,45 @@ def test_the_ring_holds_the_codecs_bytes() -> None:
     _, lines = journal.after(0)
     assert [encode_event(decode_event("me", line)) for line in lines] == lines
     assert decode_event("me", lines[0]).pod_uid == 'u"1'
+
+
+def _peers(settings: PeerSettings) -> Peers:
+    fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=EventLog("me"))
+    assert isinstance(fleets.journal, EventLog)
+    return Peers(fleets.journal, fleets, RouterMetrics(), settings)
+
+
+def test_a_replica_alone_starts_at_once_and_one_with_dead_peers_within_the_bound() -> None:
+    async def scenario() -> None:
+        alone = _peers(PeerSettings())
+        assert await alone.sync() is False
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            closed = probe.getsockname()[1]
+        peers = _peers(PeerSettings(seeds=(f"http://127.0.0.1:{closed}",), sync_timeout_s=0.5))
+        started = time.monotonic()
+        assert await peers.sync() is False
+        assert time.monotonic() - started < 5.0
+        await peers.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_headless_service_name_resolves_to_peer_urls() -> None:
+    async def scenario() -> None:
+        peers = _peers(PeerSettings(dns="localhost:8082"))
+        urls = await peers._resolve()
+        assert "http://127.0.0.1:8082" in urls
+        assert await _peers(PeerSettings(dns="no-such-name.invalid:8082"))._resolve() == []
+
+    asyncio.run(scenario())
+
+
+def test_the_advertised_url_defaults_to_the_loopback_for_a_wildcard_host() -> None:
+    peers = _peers(PeerSettings())
+    peers.listening("0.0.0.0", 8123)
+    assert peers.advertise_url == "http://127.0.0.1:8123"
+    given = _peers(PeerSettings(advertise_url="http://10.1.2.3:8082/"))
+    given.listening("0.0.0.0", 8123)
+    assert given.advertise_url == "http://10.1.2.3:8082"
+    assert given.known_peers() == {"me": "http://10.1.2.3:8082"}
