@@ -81,6 +81,11 @@ class RouterProcess:
             body: dict[str, Any] = json.load(response)
         return body
 
+    def demand(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.peer_url + "/fleet/v1/demand", timeout=5) as response:
+            body: dict[str, Any] = json.load(response)
+        return body
+
     def counter(self, name: str) -> float:
         """Sum of ``trtfleet_router_<name>_total`` over its labels."""
         url = f"http://127.0.0.1:{self.ports['metrics']}/metrics"
@@ -161,6 +166,12 @@ def test_an_adapter_loaded_through_one_replica_is_warm_through_another(
     assert b.counter("adapter_cache_hits") == 1 and b.counter("adapter_cache_misses") == 0
     # and back: B's use is in A's view too (the LRU order follows both replicas' traffic)
     wait_for(lambda: a.snapshot()["fleets"] == b.snapshot()["fleets"], "the two views agree", 10)
+    # the demand the autoscaler reads counts both replicas' requests, on either replica
+    for router in (a, b):
+        demand = router.demand()
+        tiny = demand["base_models"]["tiny"]
+        assert round(tiny["adapter_requests_per_s"][adapter.name] * demand["window_s"]) == 2
+        assert tiny["adapters_active"] == 1 and tiny["inflight_requests"] == 0
 
 
 def test_a_replica_added_mid_run_routes_warm_from_its_first_request(
