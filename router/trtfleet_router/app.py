@@ -10,6 +10,7 @@ calls).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -163,13 +164,25 @@ class Router:
         return app
 
     async def start(self) -> None:
-        self.apply(await asyncio.to_thread(self.discovery.initial))
+        initial = await asyncio.to_thread(self.discovery.initial)
+        self.apply(initial)
         s = self.settings
+        listed = asyncio.Event()  # discovery has listed everything once (Kubernetes: every watch)
+
+        def apply(snapshot: DiscoverySnapshot) -> None:
+            self.apply(snapshot)
+            listed.set()
+
+        self._background(self.discovery.run(apply), "discovery")
         if self.peers is not None and self.journal is not None and s.peering is not None:
-            # before the public ports: a replica answers its first request with the other replicas' view
+            # before the public ports: a replica answers its first request with the other replicas' view,
+            # copied once it knows the pods (a snapshot's pods it does not know yet are skipped)
             self._peer_server = server = PeerServer(self.journal, self.fleets, self.peers)
             self.peer_port = await self._serve_http(server.app(), s.peering.port)
             self.peers.listening(s.host, self.peer_port)
+            if not initial.registry.bases:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listed.wait(), s.peering.sync_timeout_s)
             await self.peers.sync()
             self._background(self.peers.run(), "peers")
         self.http_port = await self._serve_http(
@@ -187,7 +200,6 @@ class Router:
             )
             self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
             await self._grpc.start()
-        self._background(self.discovery.run(self.apply), "discovery")
         self._background(MetricsScraper(self.fleets, self.metrics, s.scrape_interval_s).run(), "scraper")
         self._background(self._prewarm_loop(), "prewarm")
         self._background(self._health_loop(), "health")
