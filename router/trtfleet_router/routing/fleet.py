@@ -76,6 +76,7 @@ class PodState:
         "reset_at_s",
         "residency",
         "uid",
+        "unready_at_s",
         "warm_routes_total",
     )
 
@@ -88,7 +89,8 @@ class PodState:
         self.host_pages = info.host_pages
         self.device_pages = info.device_pages
         self.residency = residency
-        self.reset_at_s = -math.inf
+        self.reset_at_s = -math.inf  # when its view was last emptied
+        self.unready_at_s = -math.inf  # when it last went from ready to not ready
         self.load = PodLoad()
         self.cache_full_until_s = -math.inf
         self.warm_routes_total = 0
@@ -155,6 +157,8 @@ class Fleet:
         for pod_id, info in pods.items():
             old = self._pods.get(pod_id)
             came_back = old is not None and not old.ready and info.ready
+            if came_back and old is not None and old.reset_at_s > old.unready_at_s:
+                came_back = False  # its view was emptied during this outage already (a peer, its counters)
             if (
                 old is None
                 or came_back
@@ -170,6 +174,8 @@ class Fleet:
                 what = "added" if old is None else "ready again" if came_back else "restarted"
                 log.info("pod %s", what, extra={"pod": pod_id, "uid": info.uid, "model": self._model})
             else:
+                if old.ready and not info.ready:
+                    old.unready_at_s = self._now()
                 old.address = info.address
                 old.ready = info.ready
         ordered = sorted(self._pods)
@@ -330,10 +336,11 @@ class Fleet:
 
     def reset_pod(self, pod_id: str, reason: str) -> None:
         """The pod's Triton restarted in place (same uid and address, empty LoRA cache): an empty shadow,
-        its requests' tickets void, and the other replicas told. Unknown pods are ignored."""
+        its requests' tickets void, and the other replicas told. Unknown pods, and a pod whose view was
+        emptied less than ``RESET_DEDUPE_S`` ago (the same restart), are left alone."""
         old = self._pods.get(pod_id)
-        if old is None:
-            return
+        if old is None or self._now() - old.reset_at_s < RESET_DEDUPE_S:
+            return  # unknown, or the same restart already seen (by a peer, or as not ready -> ready)
         self._reset_in_place(old)
         if self._journal is not None:
             self._journal.record(self._model, pod_id, old.discovered_uid, EventKind.POD_RESET)
@@ -344,6 +351,7 @@ class Fleet:
         state = self._reset(info)
         state.uid = f"{info.uid}#{next(self._epochs)}"
         state.load.metrics, state.load.fresh_until_s = old.load.metrics, old.load.fresh_until_s
+        state.unready_at_s = old.unready_at_s
         if old.ready:
             self._ready = [state if pod is old else pod for pod in self._ready]
 

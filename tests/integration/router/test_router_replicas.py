@@ -122,11 +122,18 @@ def tickets_of(router: RouterProcess, origin: str) -> list[list[Any]]:
 
 
 @pytest.fixture(scope="module")
-def fleet_file(tmp_path_factory: pytest.TempPathFactory, converted_adapters: list[ConvertedAdapter]) -> Iterator[Path]:
-    with reference_workers(min_step_ms=STEP_MS) as workers:  # a 200-token stream lasts >= 4 s
-        path = tmp_path_factory.mktemp("replicas") / "fleet.yaml"
-        path.write_text(yaml.safe_dump(fleet_config(workers, converted_adapters), sort_keys=False))
-        yield path
+def workers() -> Iterator[list[Any]]:
+    with reference_workers(min_step_ms=STEP_MS) as started:  # a 200-token stream lasts >= 4 s
+        yield started
+
+
+@pytest.fixture(scope="module")
+def fleet_file(
+    tmp_path_factory: pytest.TempPathFactory, workers: list[Any], converted_adapters: list[ConvertedAdapter]
+) -> Path:
+    path = tmp_path_factory.mktemp("replicas") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_config(workers, converted_adapters), sort_keys=False))
+    return path
 
 
 @pytest.fixture
@@ -216,3 +223,21 @@ def test_a_killed_replicas_pins_are_released_on_the_others(
             pass
     # the pin was released by the grace period, not by the request's end (which A never published)
     assert time.monotonic() - started >= GRACE_S
+
+
+def test_a_triton_restart_in_its_pod_empties_every_replicas_view_without_a_miss(
+    routers: Callable[..., RouterProcess], workers: list[Any], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    a = routers()
+    b = routers(a)
+    adapter = converted_adapters[2]
+    complete(a, adapter)
+    complete(a, adapter, "again")
+    (pod,) = resident(a, adapter.task_id)
+    wait_for(lambda: resident(b, adapter.task_id) == {pod}, "B's view holds the adapter too")
+    workers[int(pod.removeprefix("w"))].restart()  # same ports, same pod id and uid: an empty LoRA cache
+    for router in (a, b):
+        wait_for(lambda router=router: pod not in resident(router, adapter.task_id), "the view of the pod is reset")
+    complete(b, adapter, "after the restart")
+    assert b.counter("adapter_cache_misses") == 0 and a.counter("adapter_cache_misses") == 0
+    assert b.counter("adapter_loads") == 1  # it sent the weights with the first request, as it should

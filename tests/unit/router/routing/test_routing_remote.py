@@ -349,3 +349,25 @@ def test_a_request_ended_after_its_pod_was_reset_still_ends_on_the_others() -> N
     world.deliver()
     assert list(b.fleet.remote.tickets()) == []  # nothing left booked (nor counted as demand) on b
     world.check()
+
+
+def test_one_restart_seen_three_ways_empties_the_view_once() -> None:
+    world = World()
+    a, b = world.replicas
+    world.now_s += 60
+    world.ready["p0"] = False  # a ejects p0 (its probes fail while Triton restarts)
+    world.set_pods(a)
+    world.now_s += 10
+    a.fleet.reset_pod("p0", "request counters went back")  # Triton is back: its counters went back
+    a.fleet.finish(a.start("p1", adapter(1)), Outcome.OK)
+    world.now_s += 1
+    a.fleet.reset_pod("p0", "request counters went back")  # the next scrape says so again
+    world.ready["p0"] = True  # and the probe readmits it: the same restart, the view is not emptied again
+    world.set_pods(a)
+    a.fleet.finish(a.start("p0", adapter(2)), Outcome.OK)
+    world.set_pods(a)
+    assert a.resident("p0") == [1002]
+    assert [e.kind for e in a.outbox].count(EventKind.POD_RESET) == 1
+    world.deliver()
+    assert b.resident("p0") == [1002]
+    world.check()
