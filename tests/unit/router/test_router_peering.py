@@ -15,7 +15,7 @@ from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.peering.journal import EventLog
-from trtfleet_router.peering.peers import Peers, PeerSettings
+from trtfleet_router.peering.peers import OriginState, Peers, PeerSettings
 from trtfleet_router.peering.server import PeerServer
 from trtfleet_router.peering.view import demand_summary, export_view, import_view
 from trtfleet_router.routing import (
@@ -224,3 +224,36 @@ def test_the_advertised_url_defaults_to_the_loopback_for_a_wildcard_host() -> No
     given.listening("0.0.0.0", 8123)
     assert given.advertise_url == "http://10.1.2.3:8082"
     assert given.known_peers() == {"me": "http://10.1.2.3:8082"}
+
+
+def test_a_subscriber_that_missed_events_the_ring_dropped_forgets_that_replicas_requests() -> None:
+    async def scenario() -> None:
+        a_journal = EventLog("a", ring_events=4)
+        a_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=a_journal)
+        server = PeerServer(a_journal, a_fleets, _Membership(), heartbeat_s=0.05)
+        b = Replica("b")
+        b_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=b.journal)
+        b_fleets.fleets["m"] = b.fleet
+        metrics = RouterMetrics()
+        async with TestServer(server.app()) as test_server:
+            url = str(test_server.make_url("")).rstrip("/")
+            peers = Peers(b.journal, b_fleets, metrics, PeerSettings(seeds=(url,), advertise_url="http://b:1"))
+            # b once followed a up to seq 1: a's request 1 is in flight in b's view
+            b.fleet.apply_remote(decode_event("a", b'[1,"m","p0","uid-p0","acquire",1,5]\n'))
+            peers.origins["a"] = OriginState(watermark=1)
+            peers._url_origin[url] = "a"
+            for ticket in range(2, 12):  # a moved on; its ring keeps only the last 4
+                a_journal.record("m", "p1", "uid-p1", EventKind.ACQUIRE, ticket)
+            peers._subscribe(url)
+            try:
+                deadline = time.monotonic() + 10
+                while metrics.peer_stream_gaps.labels().value < 1 or peers.origins["a"].watermark < a_journal.seq:
+                    assert time.monotonic() < deadline, "the gap was never noticed"
+                    await asyncio.sleep(0.01)
+            finally:
+                server.close()
+                await peers.close()
+            assert [t for _, _, t in b.fleet.remote.tickets() if t.pod_id == "p0"] == []  # request 1 forgotten
+            assert b.fleet.pods["p1"].load.remote_inflight == 4  # the 4 requests the ring still had
+
+    asyncio.run(scenario())
