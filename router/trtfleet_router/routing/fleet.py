@@ -53,8 +53,9 @@ log = logging.getLogger(__name__)
 PREWARM_POLICY = "prewarm"
 ACTIVITY_WINDOW_S = 60
 RESET_DEDUPE_S = 5.0
-"""A pod reset event from another replica within this long after our own reset of the pod is the same
-restart seen twice (every replica sees a readiness flip): applying it would empty adapters stored since."""
+"""A pod reset (another replica's event, or our scrape seeing Triton's counters go back) within this long
+after the pod's view was last emptied is the same restart seen twice: applying it would empty adapters
+stored since."""
 
 
 class PodState:
