@@ -8,8 +8,8 @@ a Zipf stream, weights sent when the view says cold), is timed three ways over t
 
 * ``alone``: a fleet without a journal (peering off: ``--peer-port -1``);
 * ``publish``: the same fleet with the replica's :class:`~trtfleet_router.peering.journal.EventLog`
-  (events numbered, encoded to NDJSON and appended to the ring, flushed every ``--batch`` requests as
-  the event loop's turn would);
+  (events numbered; at the end of each event-loop turn, here every ``--batch`` requests, encoded to
+  NDJSON and appended to the ring, and the subscribers woken);
 * ``apply``: a second replica decoding those NDJSON lines and applying them to its own fleet
   (``Fleet.apply_remote``), per request of the first.
 
@@ -20,6 +20,7 @@ network: the stream's socket write is one ``write`` per turn of whatever the bat
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import random
 import time
@@ -32,6 +33,7 @@ from trtfleet_router.routing import (
     Outcome,
     PodInfo,
     RouteRequest,
+    Ticket,
     build_policy,
     parse_routing_config,
 )
@@ -53,9 +55,8 @@ def _stream(adapters: int, requests: int, zipf_s: float, seed: int) -> list[Adap
     return random.Random(seed).choices(refs, weights, k=requests)
 
 
-def _drive(fleet: Fleet, stream: list[AdapterRef], inflight: int, log: EventLog | None, batch: int) -> float:
-    """Seconds for the whole stream through route/start/confirm/finish."""
-    window: deque[object] = deque()
+async def _drive_async(fleet: Fleet, stream: list[AdapterRef], inflight: int, batch: int) -> float:
+    window: deque[Ticket] = deque()
     started = time.perf_counter()
     for index, adapter in enumerate(stream):
         request = RouteRequest("m", adapter, 16, 16)
@@ -63,14 +64,18 @@ def _drive(fleet: Fleet, stream: list[AdapterRef], inflight: int, log: EventLog 
         fleet.confirm(ticket)
         window.append(ticket)
         if len(window) > inflight:
-            fleet.finish(window.popleft(), Outcome.OK)  # type: ignore[arg-type]
-        if log is not None and index % batch == 0:
-            log.flush()
+            fleet.finish(window.popleft(), Outcome.OK)
+        if index % batch == batch - 1:
+            await asyncio.sleep(0)  # the turn ends: the journal's flush (scheduled with call_soon) runs
     while window:
-        fleet.finish(window.popleft(), Outcome.OK)  # type: ignore[arg-type]
-    if log is not None:
-        log.flush()
+        fleet.finish(window.popleft(), Outcome.OK)
+    await asyncio.sleep(0)
     return time.perf_counter() - started
+
+
+def _drive(fleet: Fleet, stream: list[AdapterRef], inflight: int, batch: int) -> float:
+    """Seconds for the whole stream through route/start/confirm/finish, ``batch`` requests per loop turn."""
+    return asyncio.run(_drive_async(fleet, stream, inflight, batch))
 
 
 def run(args: argparse.Namespace) -> dict[str, float]:
@@ -78,10 +83,10 @@ def run(args: argparse.Namespace) -> dict[str, float]:
     alone, publish, apply = [], [], []
     events = 0
     for repeat in range(args.repeats):
-        alone.append(_drive(_fleet(args.pods, args.host_pages, repeat, None), stream, args.inflight, None, args.batch))
+        alone.append(_drive(_fleet(args.pods, args.host_pages, repeat, None), stream, args.inflight, args.batch))
         log = EventLog("bench", ring_events=len(stream) * 8)
         fleet = _fleet(args.pods, args.host_pages, repeat, log)
-        publish.append(_drive(fleet, stream, args.inflight, log, args.batch))
+        publish.append(_drive(fleet, stream, args.inflight, args.batch))
         gap, lines = log.after(0)
         assert not gap
         events = len(lines)
