@@ -10,6 +10,7 @@ calls).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 import time
@@ -26,6 +27,9 @@ from trtfleet.api.basemodel import Runtime
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.peering.journal import EventLog, new_replica_id
+from trtfleet_router.peering.peers import Peers, PeerSettings
+from trtfleet_router.peering.server import PeerServer
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.server.auth import ApiKeys
@@ -75,6 +79,7 @@ class RouterSettings:
     warm_over_http: bool = True
     seed: int | None = None
     api_keys_path: Path | None = None
+    peering: PeerSettings | None = None  # None: no peer port, this replica's own view only
 
 
 class Router:
@@ -84,7 +89,13 @@ class Router:
         self.settings = settings
         self.discovery = discovery
         self.metrics = RouterMetrics()
-        self.fleets = FleetSet(settings.routing, seed=settings.seed)
+        self.journal = EventLog(new_replica_id()) if settings.peering is not None else None
+        self.fleets = FleetSet(settings.routing, seed=settings.seed, journal=self.journal)
+        self.peers = (
+            Peers(self.journal, self.fleets, self.metrics, settings.peering)
+            if settings.peering is not None and self.journal is not None
+            else None
+        )
         self.pool = ChannelPool()
         self.reader = SchemeReader()
         self.weights = WeightStore(settings.weight_store_bytes, self.reader, self.metrics)
@@ -118,6 +129,8 @@ class Router:
         self.http_port: int | None = None
         self.grpc_port: int | None = None
         self.metrics_port: int | None = None
+        self.peer_port: int | None = None
+        self._peer_server: PeerServer | None = None
 
     # -- discovery -------------------------------------------------------------------------------------
     def apply(self, snapshot: DiscoverySnapshot) -> None:
@@ -153,8 +166,27 @@ class Router:
         return app
 
     async def start(self) -> None:
-        self.apply(await asyncio.to_thread(self.discovery.initial))
+        initial = await asyncio.to_thread(self.discovery.initial)
+        self.apply(initial)
         s = self.settings
+        listed = asyncio.Event()  # discovery has listed everything once (Kubernetes: every watch)
+
+        def apply(snapshot: DiscoverySnapshot) -> None:
+            self.apply(snapshot)
+            listed.set()
+
+        self._background(self.discovery.run(apply), "discovery")
+        if self.peers is not None and self.journal is not None and s.peering is not None:
+            # before the public ports: a replica answers its first request with the other replicas' view,
+            # copied once it knows the pods (a snapshot's pods it does not know yet are skipped)
+            self._peer_server = server = PeerServer(self.journal, self.fleets, self.peers)
+            self.peer_port = await self._serve_http(server.app(), s.peering.port)
+            self.peers.listening(s.host, self.peer_port)
+            if not initial.registry.bases:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(listed.wait(), s.peering.sync_timeout_s)
+            await self.peers.sync()
+            self._background(self.peers.run(), "peers")
         self.http_port = await self._serve_http(
             self.http_app(),
             s.http_port,
@@ -170,7 +202,6 @@ class Router:
             )
             self.grpc_port = self._grpc.add_insecure_port(f"{s.host}:{s.grpc_port}")
             await self._grpc.start()
-        self._background(self.discovery.run(self.apply), "discovery")
         self._background(MetricsScraper(self.fleets, self.metrics, s.scrape_interval_s).run(), "scraper")
         self._background(KvEventPoller(self.fleets, s.scrape_interval_s).run(), "kv-events")
         self._background(self._prewarm_loop(), "prewarm")
@@ -182,6 +213,7 @@ class Router:
                     "http_port": self.http_port,
                     "grpc_port": self.grpc_port,
                     "metrics_port": self.metrics_port,
+                    "peer_port": self.peer_port,
                     "policy": s.routing.policy,
                 }
             },
@@ -212,6 +244,8 @@ class Router:
         self.lifecycle.start_draining()
         drained = await self.lifecycle.wait_idle(self.settings.drain_timeout_s)
         log.info("router draining done", extra={"ctx": {"drained": drained, "left": self.lifecycle.inflight}})
+        if self._peer_server is not None:
+            self._peer_server.close()
         for task in self._tasks:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
@@ -219,6 +253,8 @@ class Router:
             await self._grpc.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
+        if self.peers is not None:
+            await self.peers.close()
         await self.dispatcher.close()
         await self.pool.close()
         await self.reader.close()

@@ -6,6 +6,7 @@ Examples::
     trtfleet router --base-model tiny --architecture reference --max-input-len 256 --max-seq-len 512 \\
         --backend 127.0.0.1:8001/8002,127.0.0.1:9001/9002 --adapter tiny-upper=1:/data/adapters/upper
     trtfleet router --kubernetes --namespace models
+    trtfleet router --fleet-config fleet.yaml --peer-port 8082 --peer http://10.0.0.7:8082  # a second replica
 
 SIGTERM/SIGINT drain: readiness goes false, new requests get 503, in-flight ones get
 ``--drain-timeout-s`` to finish.
@@ -27,6 +28,7 @@ from trtfleet_router.app import (
 )
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
+from trtfleet_router.peering.peers import GRACE_S_DEFAULT, PEER_PORT_DEFAULT, SYNC_TIMEOUT_S_DEFAULT, PeerSettings
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
 from trtfleet_router.server.common import (
@@ -48,6 +50,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
     ports.add_argument("--http-port", type=int, default=8080, help="OpenAI + Triton HTTP (0: any free port)")
     ports.add_argument("--grpc-port", type=int, default=8081, help="Triton gRPC (-1: disabled)")
     ports.add_argument("--metrics-port", type=int, default=9090, help="/metrics (-1: disabled)")
+
+    peers = parser.add_argument_group("router replicas (one shared view of the pods' LoRA caches)")
+    peers.add_argument(
+        "--peer-port",
+        type=int,
+        default=PEER_PORT_DEFAULT,
+        help=f"internal port other replicas stream events from (default {PEER_PORT_DEFAULT}; -1: disabled)",
+    )
+    peers.add_argument(
+        "--peer", action="append", default=[], metavar="URL", help="another replica's peer URL (repeatable)"
+    )
+    peers.add_argument("--peer-dns", metavar="HOST:PORT", help="headless Service whose addresses are the replicas")
+    peers.add_argument("--peer-advertise", metavar="URL", help="this replica's peer URL as the others reach it")
+    peers.add_argument("--peer-grace-s", type=float, default=GRACE_S_DEFAULT, help="a replica silent this long is gone")
+    peers.add_argument(
+        "--peer-sync-timeout-s",
+        type=float,
+        default=SYNC_TIMEOUT_S_DEFAULT,
+        help="at start, how long to try to copy a peer's view before serving",
+    )
 
     routing = parser.add_argument_group("routing")
     routing.add_argument("--policy", help="routing policy (overrides the policy config file)")
@@ -166,6 +188,24 @@ def build_discovery(args: argparse.Namespace) -> Discovery:
     )
 
 
+def _peering(args: argparse.Namespace) -> PeerSettings | None:
+    if args.peer_port < 0:
+        if args.peer or args.peer_dns:
+            raise SystemExit("trtfleet router: --peer/--peer-dns need the peer port (--peer-port is -1)")
+        return None
+    for url in args.peer:
+        if not url.startswith(("http://", "https://")):
+            raise SystemExit(f"trtfleet router: --peer {url!r}: give a URL, e.g. http://10.0.0.7:8082")
+    return PeerSettings(
+        port=args.peer_port,
+        seeds=tuple(args.peer),
+        dns=args.peer_dns,
+        advertise_url=args.peer_advertise,
+        grace_s=args.peer_grace_s,
+        sync_timeout_s=args.peer_sync_timeout_s,
+    )
+
+
 def settings_from_args(args: argparse.Namespace) -> RouterSettings:
     return RouterSettings(
         host=args.host,
@@ -189,6 +229,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         warm_over_http=not args.no_upstream_http,
         seed=args.seed,
         api_keys_path=args.api_keys,
+        peering=_peering(args),
     )
 
 

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from trtfleet_router.errors import NoCapacityAvailable
 from trtfleet_router.models_registry import ModelRegistry, Target
 from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.events import Journal
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.outlier import Ejection, OutlierDetector
 from trtfleet_router.routing.policies import build_policy
@@ -56,8 +57,10 @@ class FleetSet:
         *,
         now: Callable[[], float] = time.monotonic,
         seed: int | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.routing_config = routing_config
+        self.journal = journal  # other router replicas: every fleet's changes go there
         self._now = now
         self._rng = random.Random(seed)
         self.registry = ModelRegistry()
@@ -75,7 +78,12 @@ class FleetSet:
                 policy = build_policy(self.routing_config)
                 seed = self._rng.getrandbits(64)
                 self.fleets[name] = Fleet(
-                    policy, now=self._now, rng=random.Random(seed), config=self.routing_config, model=name
+                    policy,
+                    now=self._now,
+                    rng=random.Random(seed),
+                    config=self.routing_config,
+                    model=name,
+                    journal=self.journal,
                 )
                 self.outliers[name] = OutlierDetector(self.routing_config.outlier_detection)
                 log.info("base model added", extra={"ctx": {"base_model": name, "policy": policy.name}})

@@ -350,6 +350,16 @@ class RouterMetrics:
         )
         self.activity = AdapterActivity(active_adapter_window_s)
         loop_metrics.extra.append(self._active_adapter_families)
+        self.peers_connected = gauge("peers_connected", "Other router replicas whose event stream is up.")
+        self.peer_events = counter(
+            "peer_events", "Other replicas' residency events received: applied, ignored (unknown pod).", "result"
+        )
+        self.peer_stream_gaps = counter(
+            "peer_stream_gaps", "Reconnects to a peer whose event ring no longer held the events missed."
+        )
+        self.fleet_inflight_requests = gauge(
+            "fleet_inflight_requests", "Requests in flight per base model, every router replica's.", "base_model"
+        )
         r.register(loop_metrics)
 
     def _active_adapter_families(self) -> Iterator[Metric]:

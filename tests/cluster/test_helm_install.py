@@ -171,7 +171,9 @@ def test_operator_and_router_deployments_have_the_promised_shape(default_release
     assert c["image"] == IMAGE
     assert c["args"][:2] == ["router", "--kubernetes"]
     assert "--policy-config=/etc/trtfleet/policy.yaml" in c["args"]
-    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {"http": 8080, "grpc": 8081, "metrics": 9090}
+    assert {p["name"]: p["containerPort"] for p in c["ports"]} == {
+        "http": 8080, "grpc": 8081, "metrics": 9090, "peers": 8082}
+    assert f"--peer-dns={r.fullname}-router-peers.{ns}.svc:8082" in c["args"]  # the replicas share one view
     assert c["readinessProbe"]["httpGet"]["path"] == "/v2/health/live"  # no model pod needed
     assert "checksum/config" in router["spec"]["template"]["metadata"]["annotations"]
     policy = yaml.safe_load(r.get("configmap", f"{r.fullname}-router", "-n", ns)["data"]["policy.yaml"])
@@ -187,6 +189,9 @@ def test_operator_and_router_deployments_have_the_promised_shape(default_release
     assert {p["name"]: (p["port"], p["targetPort"]) for p in service["spec"]["ports"]} == {
         "http": (8080, "http"), "grpc": (8081, "grpc"), "metrics": (9090, "metrics")}
     assert service["spec"]["selector"].items() <= router["spec"]["template"]["metadata"]["labels"].items()
+    peers = r.get("service", f"{r.fullname}-router-peers", "-n", ns)  # headless, not-ready pods listed too
+    assert (peers["spec"]["clusterIP"], peers["spec"]["publishNotReadyAddresses"]) == ("None", True)
+    assert peers["spec"]["selector"] == service["spec"]["selector"]
 
     def ready_endpoints() -> int:
         slices = r.get("endpointslices", "-n", ns, "-l", f"kubernetes.io/service-name={r.fullname}-router")

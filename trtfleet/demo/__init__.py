@@ -184,6 +184,7 @@ def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Chil
         "--metrics-port", str(args.metrics_port), "--policy", args.policy,
         "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S),
         *(["--policy-config", str(write_routing_file(fleet.parent / "routing.yaml"))] if args.autoscale else []),
+        "--peer-port", "-1",  # one router: no replicas to share its view with, no fixed port to collide on
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
         f"metrics {args.metrics_port} (fleet file {fleet})")

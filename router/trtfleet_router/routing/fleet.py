@@ -10,6 +10,11 @@ Life of a request (the I/O shell drives it; nothing here blocks, sleeps or reads
 Cost: ``route`` is O(pods) (never O(adapters)); ``start``/``finish`` are O(1) plus the shadow
 cache's eviction walk; ``set_pods`` is O(pods + adapters resident on changed pods);
 ``prewarm_plan`` and ``snapshot`` are off the hot path.
+
+Router replicas: with a :class:`~trtfleet_router.routing.events.Journal`, every change ``start``,
+``confirm``, ``finish`` and a pod reset make is also handed to it as an event, and
+:meth:`Fleet.apply_remote` applies other replicas' events to the same residency
+(:mod:`trtfleet_router.routing.remote`), so ``route`` sees their warm adapters, pins and load.
 """
 
 from __future__ import annotations
@@ -20,12 +25,14 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.events import EventKind, Journal, ResidencyEvent
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
-from trtfleet_router.routing.load import AdapterDemand
+from trtfleet_router.routing.load import ActivityWindow, AdapterDemand
 from trtfleet_router.routing.podstate import PodState
 from trtfleet_router.routing.prefixindex import PrefixIndex
+from trtfleet_router.routing.remote import RemoteBook
 from trtfleet_router.routing.residency import Residency
 from trtfleet_router.routing.types import (
     AdapterRef,
@@ -47,6 +54,11 @@ from trtfleet_router.routing.types import (
 log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
+ACTIVITY_WINDOW_S = 60
+RESET_DEDUPE_S = 5.0
+"""A pod reset (another replica's event, or our scrape seeing Triton's counters go back) within this long
+after the pod's view was last emptied is the same restart seen twice: applying it would empty adapters
+stored since."""
 
 
 class Fleet:
@@ -60,6 +72,7 @@ class Fleet:
         rng: random.Random,
         config: RoutingConfig,
         model: str = "",
+        journal: Journal | None = None,
     ) -> None:
         self._policy = policy
         self._now = now
@@ -78,6 +91,9 @@ class Fleet:
         self._epochs = itertools.count(1)
         self._open: dict[int, Ticket] = {}
         self._loading: set[int] = set()  # tickets whose weights the pod has not admitted yet
+        self._journal = journal
+        self._remote = RemoteBook()
+        self._window = ActivityWindow(ACTIVITY_WINDOW_S)
 
     @property
     def policy_name(self) -> str:
@@ -104,6 +120,8 @@ class Fleet:
         for pod_id, info in pods.items():
             old = self._pods.get(pod_id)
             came_back = old is not None and not old.ready and info.ready
+            if came_back and old is not None and old.reset_at_s > old.unready_at_s:
+                came_back = False  # its view was emptied during this outage already (a peer, its counters)
             if (
                 old is None
                 or came_back
@@ -111,14 +129,16 @@ class Fleet:
                 or old.host_pages != info.host_pages
                 or old.device_pages != info.device_pages
             ):
-                residency = self._residency.reset_pod(pod_id, info.host_pages, info.device_pages)
-                state = self._pods[pod_id] = PodState(info, residency)
-                self._prefix.reset_pod(pod_id, info.kv_blocks)
+                state = self._reset(info)
                 if old is not None and old.discovered_uid == info.uid:
                     state.uid = f"{info.uid}#{next(self._epochs)}"  # same pod, new shadow: old tickets void
+                    if self._journal is not None:
+                        self._journal.record(self._model, pod_id, info.uid, EventKind.POD_RESET)
                 what = "added" if old is None else "ready again" if came_back else "restarted"
                 log.info("pod %s", what, extra={"pod": pod_id, "uid": info.uid, "model": self._model})
             else:
+                if old.ready and not info.ready:
+                    old.unready_at_s = self._now()
                 old.address = info.address
                 old.ready = info.ready
         ordered = sorted(self._pods)
@@ -151,9 +171,9 @@ class Fleet:
             load = pod.load
             metrics = load.metrics
             if metrics is not None and now_s <= load.fresh_until_s:
-                loads.append(load.inflight + metrics.waiting_requests)
+                loads.append(load.inflight + load.remote_inflight + metrics.waiting_requests)
             else:
-                loads.append(load.inflight)
+                loads.append(load.inflight + load.remote_inflight)
         ctx = RoutingContext(
             request=request,
             now_s=now_s,
@@ -201,12 +221,15 @@ class Fleet:
             else:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
-        ticket = Ticket(
-            ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads
-        )
+        self._window.record(task_id, now_s)
+        ticket = Ticket(ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads)
         self._open[ticket.ticket_id] = ticket
         if loads:
             self._loading.add(ticket.ticket_id)
+        if self._journal is not None:
+            kind = EventKind.PUT if decision.send_weights and adapter is not None else EventKind.ACQUIRE
+            pages = adapter.pages if adapter is not None else 0
+            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages)
         return ticket
 
     def _book_prefix(self, ticket_id: int, pod_id: str, request: RouteRequest) -> None:
@@ -232,6 +255,8 @@ class Fleet:
         pod = self._pods.get(ticket.pod)
         if pod is not None and pod.uid == ticket.pod_uid and ticket.task_id is not None:
             self._residency.end_load(pod.pod_id, ticket.task_id)
+            if self._journal is not None:
+                self._journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.LOADED, ticket.ticket_id)
 
     def finish(self, ticket: Ticket, outcome: Outcome) -> None:
         """The request ended with ``outcome``; pass every ticket exactly once."""
@@ -244,6 +269,10 @@ class Fleet:
         if task_id is not None:
             self._demand.finished(task_id)
         pod = self._pods.get(ticket.pod)
+        journal = self._journal
+        if journal is not None:  # always: the other replicas end the request even if the pod is gone
+            uid = pod.discovered_uid if pod is not None else ""
+            journal.record(self._model, ticket.pod, uid, EventKind.RELEASE, ticket.ticket_id)
         if pod is None or pod.uid != ticket.pod_uid:
             return  # the pod left or restarted: its books were reset
         pod.load.inflight -= 1
@@ -261,7 +290,81 @@ class Fleet:
         # MISS: the pod does not hold it. CACHE_FULL / FAILED: weights we sent may not be stored.
         if task_id is not None and (outcome is Outcome.MISS or ticket.sent_weights):
             self._residency.mark_cold(pod.pod_id, task_id)
+            if journal is not None:
+                journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.MARK_COLD, 0, task_id)
         log.debug("request ended %s", outcome.value, extra={"pod": pod.pod_id, "task_id": task_id})
+
+    # -- other router replicas -------------------------------------------------------------------
+    def _reset(self, info: PodInfo) -> PodState:
+        """An empty view of the pod: LoRA shadow and KV prefix blocks."""
+        residency = self._residency.reset_pod(info.pod_id, info.host_pages, info.device_pages)
+        state = self._pods[info.pod_id] = PodState(info, residency)
+        self._prefix.reset_pod(info.pod_id, info.kv_blocks)
+        state.reset_at_s = self._now()
+        return state
+
+    def apply_remote(self, event: ResidencyEvent) -> bool:
+        """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket)."""
+        if event.kind is not EventKind.POD_RESET:
+            return self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+        old = self._pods.get(event.pod_id)
+        if old is None or old.discovered_uid != event.pod_uid:
+            return False
+        if self._now() - old.reset_at_s < RESET_DEDUPE_S:
+            return False  # the same restart, already applied
+        self._reset_in_place(old)
+        log.info("pod reset by a peer", extra={"pod": event.pod_id, "origin": event.origin, "model": self._model})
+        return True
+
+    def reset_pod(self, pod_id: str, reason: str) -> None:
+        """The pod's Triton restarted in place (same uid and address, empty LoRA cache): an empty shadow,
+        its requests' tickets void, and the other replicas told. Unknown pods, and a pod whose view was
+        emptied less than ``RESET_DEDUPE_S`` ago (the same restart), are left alone."""
+        old = self._pods.get(pod_id)
+        if old is None or self._now() - old.reset_at_s < RESET_DEDUPE_S:
+            return  # unknown, or the same restart already seen (by a peer, or as not ready -> ready)
+        self._reset_in_place(old)
+        if self._journal is not None:
+            self._journal.record(self._model, pod_id, old.discovered_uid, EventKind.POD_RESET)
+        log.info("pod restarted in place", extra={"pod": pod_id, "reason": reason, "model": self._model})
+
+    def _reset_in_place(self, old: PodState) -> None:
+        blocks = self._prefix.pod(old.pod_id)
+        info = PodInfo(old.pod_id, old.address, old.discovered_uid, old.host_pages, old.device_pages, old.ready,
+                       kv_blocks=blocks.capacity_blocks if blocks is not None else 0)
+        state = self._reset(info)
+        state.uid = f"{info.uid}#{next(self._epochs)}"
+        state.load.metrics, state.load.fresh_until_s = old.load.metrics, old.load.fresh_until_s
+        state.unready_at_s = old.unready_at_s
+        if old.ready:
+            self._ready = [state if pod is old else pod for pod in self._ready]
+
+    def forget_origin(self, origin: str) -> int:
+        """Another replica is gone (or its stream had a gap): end its requests, unpin its adapters."""
+        return self._remote.forget_origin(origin, self._pods, self._residency, self._demand)
+
+    @property
+    def remote(self) -> RemoteBook:
+        return self._remote
+
+    @property
+    def residency(self) -> Residency:
+        return self._residency
+
+    @property
+    def pods(self) -> Mapping[str, PodState]:
+        return self._pods
+
+    def open_tickets(self) -> list[Ticket]:
+        return list(self._open.values())
+
+    def activity(self) -> dict[int | None, int]:
+        """Requests started per task id (None: no adapter) over the last ``ACTIVITY_WINDOW_S``, every replica's."""
+        return self._window.counts(self._now())
+
+    def inflight_total(self) -> int:
+        """Requests in flight on the fleet's pods, this replica's and the others'."""
+        return sum(pod.load.inflight + pod.load.remote_inflight for pod in self._pods.values())
 
     def observe_metrics(self, pod: str, snapshot: PodMetrics) -> None:
         """Scraped metrics of ``pod`` as of now (unknown pods are ignored)."""
@@ -378,10 +481,13 @@ class Fleet:
         for pod in self._pods.values():
             loading = {(pod.pod_id, pod.uid, task): n for task, n in pod.residency.loading.items()}
             mine = {key: n for key, n in loading_per_pod.items() if key[:2] == (pod.pod_id, pod.uid)}
+            for task, n in self._remote.loading(pod.pod_id, pod.uid).items():
+                mine[(pod.pod_id, pod.uid, task)] = mine.get((pod.pod_id, pod.uid, task), 0) + n
             if loading != mine:
                 raise AssertionError(f"{pod.pod_id}: loading {loading} != loading tickets {mine}")
             expected = open_per_pod.get((pod.pod_id, pod.uid), 0)
             if pod.load.inflight != expected:
-                raise AssertionError(
-                    f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}"
-                )
+                raise AssertionError(f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}")
+            remote = self._remote.inflight(pod.pod_id, pod.uid)
+            if pod.load.remote_inflight != remote:
+                raise AssertionError(f"{pod.pod_id}: remote in-flight {pod.load.remote_inflight} != {remote}")

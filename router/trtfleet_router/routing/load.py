@@ -1,6 +1,7 @@
 """Load signals: the router's own in-flight counts plus scraped pod metrics that go stale.
 
-* In-flight (exact, instant): requests this router started on the pod and has not finished.
+* In-flight (exact, instant): requests this router started on the pod and has not finished, plus
+  those of the other router replicas as their events tell (``remote_inflight``, milliseconds old).
 * Scraped (from the pod's ``nv_trt_llm_request_metrics`` / KV-cache block metrics, seconds old):
   requests waiting in the pod's queue (from every router replica) and the KV-cache fraction in use.
   A snapshot older than ``metrics_stale_after_s`` is *unknown*, never a stale number.
@@ -23,10 +24,11 @@ from trtfleet_router.routing.types import PodMetrics
 class PodLoad:
     """Load of one pod."""
 
-    __slots__ = ("fresh_until_s", "inflight", "metrics", "observed_at_s")
+    __slots__ = ("fresh_until_s", "inflight", "metrics", "observed_at_s", "remote_inflight")
 
     def __init__(self) -> None:
         self.inflight = 0
+        self.remote_inflight = 0  # other router replicas' requests in flight here (their events)
         self.metrics: PodMetrics | None = None
         self.observed_at_s = -math.inf
         self.fresh_until_s = -math.inf
@@ -53,11 +55,11 @@ class PodLoad:
         return metrics.kv_cache_used_fraction
 
     def load(self, now_s: float) -> int:
-        """``inflight`` plus the scraped queue while it is fresh."""
+        """Requests in flight (every replica's) plus the scraped queue while it is fresh."""
         metrics = self.metrics
         if metrics is not None and now_s <= self.fresh_until_s:
-            return self.inflight + metrics.waiting_requests
-        return self.inflight
+            return self.inflight + self.remote_inflight + metrics.waiting_requests
+        return self.inflight + self.remote_inflight
 
 
 class AdapterDemand:
@@ -96,3 +98,36 @@ class AdapterDemand:
 
     def total_inflight(self) -> int:
         return sum(self._inflight.values())
+
+
+class ActivityWindow:
+    """Requests started per adapter over the last ``window_s`` (every replica's, when peers share
+    their events), in one-second buckets: the demand the autoscaler reads. O(1) per request."""
+
+    __slots__ = ("_buckets", "window_s")
+
+    def __init__(self, window_s: int) -> None:
+        if window_s < 1:
+            raise ValueError("the activity window must be at least 1 s")
+        self.window_s = window_s
+        self._buckets: dict[int, dict[int | None, int]] = {}  # whole second -> task id (None: base) -> requests
+
+    def record(self, task_id: int | None, now_s: float) -> None:
+        second = int(now_s)
+        bucket = self._buckets.get(second)
+        if bucket is None:
+            bucket = self._buckets[second] = {}
+            oldest = second - self.window_s
+            for old in [s for s in self._buckets if s <= oldest]:
+                del self._buckets[old]
+        bucket[task_id] = bucket.get(task_id, 0) + 1
+
+    def counts(self, now_s: float) -> dict[int | None, int]:
+        """Requests per task id (None: without an adapter) started in the last ``window_s``."""
+        since = int(now_s) - self.window_s
+        total: dict[int | None, int] = {}
+        for second, bucket in self._buckets.items():
+            if second > since:
+                for task_id, n in bucket.items():
+                    total[task_id] = total.get(task_id, 0) + n
+        return total

@@ -27,8 +27,10 @@ class PodState:
         "misses_total",
         "pod_id",
         "ready",
+        "reset_at_s",
         "residency",
         "uid",
+        "unready_at_s",
         "warm_routes_total",
     )
 
@@ -41,6 +43,8 @@ class PodState:
         self.host_pages = info.host_pages
         self.device_pages = info.device_pages
         self.residency = residency
+        self.reset_at_s = -math.inf  # when its view was last emptied
+        self.unready_at_s = -math.inf  # when it last went from ready to not ready
         self.load = PodLoad()
         self.cache_full_until_s = -math.inf
         self.warm_routes_total = 0

@@ -1,11 +1,14 @@
 """Per-pod shadow LoRA caches: what the router believes each pod holds.
 
-Nothing in Triton shows a pod's LoRA cache, but the router is the only sender of weights, so it
+Nothing in Triton shows a pod's LoRA cache, but the routers are the only senders of weights, so each
 keeps one :class:`trtfleet.loracache.LoraPageCache` per pod (tiers sized from the pod's
-``host_pages``/``device_pages``) and feeds it what it sends: a request with weights ``put``s the
+``host_pages``/``device_pages``) and feeds it what is sent: a request with weights ``put``s the
 adapter (the pod does the same), every request ``acquire``s it while in flight and ``release``s it
-after, so the shadow evicts exactly what TRT-LLM's LRU-among-idle evicts. The pod's miss error is
-the ground truth that corrects it (:meth:`Residency.mark_cold`).
+after, so the shadow evicts exactly what TRT-LLM's LRU-among-idle evicts. With several router
+replicas, each feeds the same calls with the other replicas' requests too, from their residency
+events (:mod:`trtfleet_router.routing.remote`, pins kept per origin replica), so every replica's
+shadow follows all the traffic a pod sees. The pod's miss error is the ground truth that corrects
+it (:meth:`Residency.mark_cold`), and it is shared with the other replicas the same way.
 
 A reverse index ``task id -> pods holding it`` makes "where is this adapter warm?" O(1).
 
@@ -14,10 +17,13 @@ A reverse index ``task id -> pods holding it`` makes "where is this adapter warm
 the adapter (the pod will store it on arrival), but an id-only request sent meanwhile can overtake
 the weights and miss; policies may prefer pods where the adapter has settled.
 
-Where the shadow can be wrong: other router replicas also send to the pods (the shadow then
-over-estimates residency, a miss corrects it, or under-estimates it, and re-sent weights are
-ignored by the pod), and weights sent to a pod that failed the request may not be stored
-(treated as cold).
+Where the shadow can be wrong: replicas apply each other's events milliseconds late and in their
+own interleaving, so two requests for different adapters on the same pod from different replicas
+may be ordered differently than the pod saw them (an LRU victim chosen differently; a miss
+corrects it, or re-sent weights are ignored by the pod); replicas that cannot reach each other
+(no peer port, a network policy) each see only their own traffic, as before peering; clients
+that send to pods directly are never seen; and weights sent to a pod that failed the request may
+not be stored (treated as cold).
 """
 
 from __future__ import annotations

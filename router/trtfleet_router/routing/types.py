@@ -118,7 +118,8 @@ class PodInfo:
     address: str  # host:port of the pod's Triton gRPC endpoint
     # Identity of the pod: a new value resets its shadow cache. The Kubernetes pod uid survives
     # container restarts, which also empty the cache; those show as not ready -> ready, which resets
-    # the shadow too (Fleet.set_pods). A restart faster than the readiness probe is left to misses.
+    # the shadow too (Fleet.set_pods), or as Triton's request counters going back (Fleet.reset_pod from the
+    # metrics scrape). A restart that shows neither way is left to misses.
     uid: str
     host_pages: int  # host-tier LoRA cache pages (BaseModel status.capacity.loraHostPages)
     device_pages: int  # device-tier pages (status.capacity.loraDevicePages)

@@ -10,6 +10,14 @@ iterations since the last call; ``tensorrt_llm/executor/iteration_stats.py``): t
 ``numActiveRequests``, ``numQueuedRequests`` and ``kvCacheStats{usedNumBlocks, maxNumBlocks, reusedBlocks,
 missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last scrape) says
 nothing.
+
+Restarts in place: ``nv_inference_request_success`` + ``nv_inference_request_failure`` (summed over
+models) count requests since Triton started (triton-inference-server/server
+``docs/user_guide/metrics.md``). A sum lower than the last one scraped from the same pod means its
+Triton restarted inside the pod (same uid and address, empty LoRA cache), even when no readiness
+probe saw it down: ``Fleet.reset_pod`` empties its shadow and tells the other router replicas. A
+restart followed by more requests than before within one scrape interval goes unseen here (misses
+then correct the view, as before).
 """
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ SCRAPE_INTERVAL_S_DEFAULT: Final = 1.0
 SCRAPE_TIMEOUT_S: Final = 0.8
 REQUEST_METRIC: Final = "nv_trt_llm_request_metrics"
 KV_METRIC: Final = "nv_trt_llm_kv_cache_block_metrics"
+REQUEST_COUNTERS: Final = ("nv_inference_request_success", "nv_inference_request_failure")
 _LINE: Final = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)\{(?P<labels>[^}]*)\}\s+(?P<value>\S+)")
 _LABEL: Final = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
@@ -44,15 +53,16 @@ class ScrapedLoad:
     kv_fraction: float | None
     reused_blocks: int | None = None  # kv_cache_block_type="reused": cumulative KV blocks reused (prefix index)
     missed_blocks: int | None = None  # trtllm-serve kvCacheStats.missedBlocks (Triton has none)
+    requests_total: int | None = None  # requests Triton handled since it started (all models)
 
 
 def parse_triton_metrics(text: str) -> ScrapedLoad:
     """The three load signals from Triton's Prometheus text (pure)."""
-    active = waiting = None
+    active = waiting = requests = None
     kv = None
     reused: int | None = None
     for line in text.splitlines():
-        if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv")):
+        if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv", "nv_inference_request_")):
             continue
         match = _LINE.match(line)
         if match is None:
@@ -72,7 +82,9 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
             kv = value if kv is None else max(kv, value)
         elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "reused":
             reused = (reused or 0) + int(value)
-    return ScrapedLoad(active, waiting, kv, reused)
+        elif match["name"] in REQUEST_COUNTERS:
+            requests = (requests or 0) + int(value)
+    return ScrapedLoad(active, waiting, kv, reused, requests_total=requests)
 
 
 def _count(value: object) -> int | None:
@@ -103,11 +115,17 @@ def parse_pod_metrics(body: bytes) -> ScrapedLoad:
     return parse_triton_metrics(text)
 
 
+def restarted(previous_requests: int | None, requests: int | None) -> bool:
+    """Triton's request counters went back: the server restarted between the two scrapes."""
+    return previous_requests is not None and requests is not None and requests < previous_requests
+
+
 class MetricsScraper:
     def __init__(self, fleets: FleetSet, metrics: RouterMetrics, interval_s: float = SCRAPE_INTERVAL_S_DEFAULT):
         self.fleets = fleets
         self.metrics = metrics
         self.interval_s = interval_s
+        self._requests: dict[tuple[str, str, str], int] = {}  # (base, pod, uid) -> requests_total last scraped
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
@@ -118,11 +136,14 @@ class MetricsScraper:
                     *(self._scrape(session, ep.metrics_url or "") for _, ep in targets),
                     return_exceptions=True,
                 )
+                seen = {(base, ep.pod_id, ep.uid) for base, ep in targets}
+                self._requests = {key: n for key, n in self._requests.items() if key in seen}
                 for (base, endpoint), result in zip(targets, results, strict=True):
                     if isinstance(result, BaseException):
                         self.metrics.pod_scrape_failures.inc()
                         log.debug("scrape failed", extra={"ctx": {"pod": endpoint.pod_id, "error": str(result)}})
                         continue
+                    self._check_restart(base, endpoint.pod_id, endpoint.uid, result.requests_total)
                     if result.active is None and result.waiting is None:
                         continue
                     fleet = self.fleets.fleets.get(base)
@@ -135,6 +156,14 @@ class MetricsScraper:
                 for base in self.fleets.registry.bases:
                     self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))
                 await asyncio.sleep(self.interval_s)
+
+    def _check_restart(self, base: str, pod_id: str, uid: str, requests: int | None) -> None:
+        key = (base, pod_id, uid)
+        fleet = self.fleets.fleets.get(base)
+        if fleet is not None and restarted(self._requests.get(key), requests):
+            fleet.reset_pod(pod_id, "request counters went back")
+        if requests is not None:
+            self._requests[key] = requests
 
     @staticmethod
     async def _scrape(session: aiohttp.ClientSession, url: str) -> ScrapedLoad:

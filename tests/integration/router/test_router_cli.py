@@ -100,6 +100,8 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
             "-1",
             "--metrics-port",
             "-1",
+            "--peer-port",
+            "0",  # any free port: 8082 may be taken by another router on this machine
             "--drain-timeout-s",
             "20",
             "--log-level",

@@ -78,6 +78,7 @@ def test_chart_crds_equal_generated_crds() -> None:
         ({"operator": {"replicas": 3}}, "maximum"),
         ({"routr": {}}, "additional properties"),
         ({"metrics": {"serviceMonitor": {"interval": "often"}}}, "pattern"),
+        ({"router": {"peers": {"port": 0}}}, "minimum"),
     ],
 )
 def test_schema_rejects_bad_values(values: dict[str, object], message: str, tmp_path: Path) -> None:
@@ -101,3 +102,19 @@ def test_dashboard_queries_router_metrics() -> None:
     for name in set(re.findall(r"trtfleet_router_[a-z_]+", exprs)):
         base = re.sub(r"_(bucket|sum|count)$", "", name) if "_seconds_" in name else name
         assert base in families or base.removesuffix("_total") in families, name
+
+
+@pytest.mark.golden
+def test_router_replicas_share_their_view_unless_peers_are_off(tmp_path: Path) -> None:
+    def router_objects(args: list[str]) -> tuple[list[str], set[str]]:
+        docs = _render(tmp_path, args)
+        (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-router"]  # type: ignore[index]
+        container = deployment["spec"]["template"]["spec"]["containers"][0]  # type: ignore[index]
+        return list(container["args"]), {str(d["metadata"]["name"]) for d in docs if d["kind"] == "Service"}  # type: ignore[index]
+
+    args, services = router_objects([])
+    assert "--peer-dns=trtfleet-router-peers.trtfleet-system.svc:8082" in args
+    assert "trtfleet-router-peers" in services
+    args, services = router_objects(["--set", "router.peers.enabled=false"])
+    assert "--peer-port=-1" in args and not any(a.startswith("--peer-dns") for a in args)
+    assert "trtfleet-router-peers" not in services

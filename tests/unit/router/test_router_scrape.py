@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from trtfleet_router.upstream.scrape import ScrapedLoad, parse_pod_metrics, parse_triton_metrics
+from trtfleet_router.upstream.scrape import ScrapedLoad, parse_pod_metrics, parse_triton_metrics, restarted
 
 TEXT = """# HELP nv_trt_llm_request_metrics TRT LLM request metrics
 # TYPE nv_trt_llm_request_metrics gauge
@@ -40,7 +40,27 @@ def _stats(active: int, queued: int, used: int, reused: int, missed: int) -> dic
                  ScrapedLoad(4, 2, 0.25, 7, 9), id="newest-iteration-wins"),
     pytest.param(b"[]", ScrapedLoad(None, None, None), id="no-iteration-since-last-scrape"),
     pytest.param(b"[{]", ScrapedLoad(None, None, None), id="malformed-json"),
-    pytest.param(TEXT.encode(), ScrapedLoad(5, 3, 0.25, 42), id="triton-text"),
+    pytest.param(TEXT.encode(), ScrapedLoad(5, 3, 0.25, 42, requests_total=12), id="triton-text"),
 ])
 def test_parse_pod_metrics(body: bytes, expected: ScrapedLoad) -> None:
     assert parse_pod_metrics(body) == expected
+
+
+def test_parse_sums_the_request_counters() -> None:
+    text = TEXT + 'nv_inference_request_failure{model="ensemble",version="1"} 2\n'
+    assert parse_triton_metrics(text).requests_total == 14
+    assert parse_triton_metrics('nv_trt_llm_request_metrics{request_type="active"} 1\n').requests_total is None
+
+
+@pytest.mark.parametrize(
+    ("previous", "now", "expected"),
+    [
+        pytest.param(None, 5, False, id="first scrape"),
+        pytest.param(5, None, False, id="counters gone from the page"),
+        pytest.param(5, 5, False, id="idle"),
+        pytest.param(5, 9, False, id="more requests"),
+        pytest.param(9, 2, True, id="went back: Triton restarted"),
+    ],
+)
+def test_a_restart_shows_as_counters_going_back(previous: int | None, now: int | None, expected: bool) -> None:
+    assert restarted(previous, now) is expected

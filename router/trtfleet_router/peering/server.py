@@ -1,0 +1,118 @@
+"""The internal peer port: what one router replica serves to the others (never on the public API port).
+
+* ``GET /fleet/v1/events?since=<seq>&replica=<id>&advertise=<url>[&origin=<id>]`` - a long-lived NDJSON
+  stream: a header line ``{"replica", "seq", "since", "gap"}``, then this replica's own events after
+  ``since`` (:mod:`trtfleet_router.routing.events`), written in one chunk per event-loop turn, and an
+  empty line every ``heartbeat_s`` while idle. ``gap`` is true when events after ``since`` already left
+  the ring: the subscriber then knows it missed some. ``origin`` is the replica id the subscriber
+  expects: if this replica is another one (restarted behind the same address), ``since`` means nothing
+  here and the stream starts at this replica's first event. A subscriber that falls a whole ring behind
+  is disconnected (it reconnects and sees the gap). ``replica``/``advertise`` say who subscribes and
+  where it can be reached: an unknown replica is subscribed back.
+* ``GET /fleet/v1/snapshot`` - the merged view and watermarks (:mod:`trtfleet_router.peering.view`).
+* ``GET /fleet/v1/demand`` - requests in flight and per-adapter rates per base model (all replicas).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Final, Protocol
+
+from aiohttp import web
+
+from trtfleet_router.fleets import FleetSet
+from trtfleet_router.peering.journal import EventLog
+from trtfleet_router.peering.view import demand_summary, export_view
+
+HEARTBEAT_S_DEFAULT: Final = 2.0
+NDJSON: Final = "application/x-ndjson"
+
+
+class Membership(Protocol):
+    def heard_of(self, replica_id: str, advertise_url: str) -> None: ...
+
+    def watermarks(self) -> dict[str, int]: ...
+
+    def known_peers(self) -> dict[str, str]: ...
+
+
+class PeerServer:
+    def __init__(
+        self, journal: EventLog, fleets: FleetSet, membership: Membership, heartbeat_s: float = HEARTBEAT_S_DEFAULT
+    ) -> None:
+        self.journal = journal
+        self.fleets = fleets
+        self.membership = membership
+        self.heartbeat_s = heartbeat_s
+        self.closing = False
+
+    def close(self) -> None:
+        """End every event stream at its next wake-up (the router is stopping)."""
+        self.closing = True
+        self.journal.flush()
+
+    def app(self) -> web.Application:
+        app = web.Application()
+        app.add_routes(
+            [
+                web.get("/fleet/v1/events", self.events),
+                web.get("/fleet/v1/snapshot", self.snapshot),
+                web.get("/fleet/v1/demand", self.demand),
+            ]
+        )
+        return app
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        query = request.query
+        try:
+            since = int(query.get("since", "0"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="since: an integer event sequence number") from None
+        if since < 0:
+            raise web.HTTPBadRequest(text="since: must be >= 0")
+        replica = query.get("replica", "")
+        if replica == self.journal.replica_id:
+            raise web.HTTPConflict(text="a replica does not subscribe to itself")
+        expected = query.get("origin")
+        if expected is not None and expected != self.journal.replica_id:
+            since = 0
+        advertise = query.get("advertise")
+        if replica and advertise:
+            self.membership.heard_of(replica, advertise)
+        response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
+        await response.prepare(request)
+        journal = self.journal
+        gap, lines = journal.after(since)
+        header = {"replica": journal.replica_id, "seq": journal.flushed_seq(), "since": since, "gap": gap}
+        await response.write(json.dumps(header).encode() + b"\n" + b"".join(lines))
+        cursor = journal.flushed_seq() if lines or gap else max(since, 0)
+        try:
+            while not self.closing:
+                await journal.wait_beyond(cursor, self.heartbeat_s)
+                gap, lines = journal.after(cursor)
+                if gap:
+                    break  # fell a whole ring behind: the subscriber reconnects and learns of the gap
+                if lines:
+                    cursor += len(lines)
+                    await response.write(b"".join(lines))
+                else:
+                    await response.write(b"\n")
+        except ConnectionError:
+            pass  # the subscriber went away
+        return response
+
+    async def snapshot(self, request: web.Request) -> web.Response:
+        membership = self.membership
+        body = export_view(
+            self.fleets.fleets,
+            self.journal.replica_id,
+            self.journal.seq,
+            membership.watermarks(),
+            membership.known_peers(),
+        )
+        return web.json_response(body)
+
+    async def demand(self, request: web.Request) -> web.Response:
+        body = demand_summary(self.fleets.fleets, self.fleets.registry, self.journal.replica_id, time.monotonic())
+        return web.json_response(body)

@@ -1,0 +1,116 @@
+"""Residency events: every change a router replica makes to its view of the pods' LoRA caches.
+
+Router replicas share one view of each pod's cache by publishing these events to each other (see
+:mod:`trtfleet_router.peering`). A :class:`~trtfleet_router.routing.fleet.Fleet` hands each change of
+its own to a :class:`Journal` as it books a request; the peering shell numbers them (``origin``,
+``seq``) and streams them; a receiving fleet applies them with ``Fleet.apply_remote``
+(:mod:`trtfleet_router.routing.remote`).
+
+Kinds, in the order one request produces them::
+
+    put       request ``ticket`` started with weights for task_id (pages): the pod stores them (LRU
+              among idle adapters) and the request pins them
+    acquire   request ``ticket`` started without weights (task_id None: a request without an adapter)
+    loaded    the pod admitted request ``ticket``: the weights it carried are stored, not in transit
+    release   request ``ticket`` ended (unpins its adapter)
+    mark_cold the pod said it does not hold task_id (a miss), or weights sent with a failed request
+    pod_reset the pod's LoRA cache is empty again (its Triton restarted inside the same pod)
+
+A request is thus two events (three with weights; four when it misses). ``ticket`` is the origin's
+own request number: a receiver books each remote request under ``(origin, ticket)``, so a release
+unpins exactly what that request pinned, never a pin of another replica's request.
+
+``pod_uid`` is the uid discovery gives (the Kubernetes pod uid): an event about another incarnation of
+the pod than the one the receiver knows is ignored.
+
+The codec is a JSON array per event, one per line (NDJSON): short, and every field positional.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Protocol
+
+
+class EventKind(StrEnum):
+    PUT = "put"
+    ACQUIRE = "acquire"
+    LOADED = "loaded"
+    RELEASE = "release"
+    MARK_COLD = "mark_cold"
+    POD_RESET = "pod_reset"
+
+
+_KINDS = {kind.value: kind for kind in EventKind}
+_decode = json.JSONDecoder().decode
+
+
+class EventDecodeError(ValueError):
+    """A peer sent a line that is not an event."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResidencyEvent:
+    origin: str  # replica id of the router that made the change
+    seq: int  # 1, 2, ... per origin, in the order the origin made its changes
+    base_model: str
+    pod_id: str
+    pod_uid: str  # discovery's uid of the pod
+    kind: EventKind
+    ticket: int = 0  # the origin's request number (put, acquire, loaded, release)
+    task_id: int | None = None
+    pages: int = 0  # put: host-cache pages the adapter takes
+
+
+class Journal(Protocol):
+    """Where a fleet hands the changes it makes (the peering shell numbers and publishes them)."""
+
+    def record(
+        self,
+        base_model: str,
+        pod_id: str,
+        pod_uid: str,
+        kind: EventKind,
+        ticket: int = 0,
+        task_id: int | None = None,
+        pages: int = 0,
+    ) -> None: ...
+
+
+def encode_event(event: ResidencyEvent) -> bytes:
+    """One NDJSON line (``\\n`` included)."""
+    fields = [event.seq, event.base_model, event.pod_id, event.pod_uid, event.kind.value, event.ticket, event.task_id]
+    if event.pages:
+        fields.append(event.pages)
+    return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
+
+
+def decode_event(origin: str, line: bytes | str) -> ResidencyEvent:
+    """The event of :func:`encode_event`; the origin comes from the stream it arrived on."""
+    try:
+        fields = _decode(line.decode() if isinstance(line, bytes) else line)
+    except ValueError as exc:  # UnicodeDecodeError included
+        raise EventDecodeError(f"not JSON: {line[:80]!r}") from exc
+    if type(fields) is not list or len(fields) not in (7, 8):
+        raise EventDecodeError(f"an event is a JSON array of 7 or 8 fields, got {line[:80]!r}")
+    if len(fields) == 7:
+        seq, base_model, pod_id, pod_uid, kind, ticket, task_id = fields
+        pages = 0
+    else:
+        seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages = fields
+    event_kind = _KINDS.get(kind) if type(kind) is str else None
+    if (  # exact types: cheap, and a bool is no int here
+        type(seq) is not int
+        or type(ticket) is not int
+        or type(base_model) is not str
+        or type(pod_id) is not str
+        or type(pod_uid) is not str
+        or event_kind is None
+        or (task_id is not None and type(task_id) is not int)
+        or type(pages) is not int
+        or pages < 0
+    ):
+        raise EventDecodeError(f"malformed event {line[:80]!r}")
+    return ResidencyEvent(origin, seq, base_model, pod_id, pod_uid, event_kind, ticket, task_id, pages)

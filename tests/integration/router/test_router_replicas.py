@@ -1,0 +1,243 @@
+"""Router replicas share one view of the pods' LoRA caches: real reference workers, real ``trtfleet router``
+processes streaming their events to each other over the peer port.
+
+* an adapter loaded through replica A is routed warm (no weights sent again) through replica B;
+* a replica added mid-run with ``--peer <A>`` routes warm from its first request;
+* a killed replica's pins are released on the others once its grace period ends.
+
+Every wait is on a condition (a snapshot or a metric reaching a value), bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import signal
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+import yaml
+
+from tests.integration.router.support import ConvertedAdapter, fleet_config, reference_workers
+
+pytestmark = pytest.mark.integration
+
+TRTFLEET = str(Path(__import__("sys").executable).parent / "trtfleet")
+GRACE_S = 1.0
+STEP_MS = 20.0
+
+
+class RouterProcess:
+    """One ``trtfleet router`` process; its ports come from its ``router started`` log line."""
+
+    def __init__(self, fleet_file: Path, log_file: Path, peers: tuple[str, ...] = ()) -> None:
+        command = [
+            TRTFLEET, "router", "--fleet-config", str(fleet_file), "--host", "127.0.0.1",
+            "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "0", "--peer-port", "0",
+            "--peer-grace-s", str(GRACE_S), "--prewarm-interval-s", "3600", "--log-level", "INFO",
+        ]  # fmt: skip
+        for url in peers:
+            command += ["--peer", url]
+        self.log_file = log_file
+        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+        self.ports = self._started()
+
+    def _started(self) -> dict[str, int]:
+        assert self.process.stderr is not None
+        stderr = self.process.stderr
+        log = self.log_file.open("w")
+        for raw in stderr:
+            line = raw.decode()
+            log.write(line)
+            if line.startswith("{") and json.loads(line).get("msg") == "router started":
+                started = json.loads(line)
+
+                def copy() -> None:
+                    for rest in stderr:
+                        log.write(rest.decode())
+                        log.flush()
+
+                threading.Thread(target=copy, daemon=True).start()
+                return {name: int(started[f"{name}_port"]) for name in ("http", "metrics", "peer")}
+        raise AssertionError(f"the router exited without starting: {self.log_file.read_text()[-2000:]}")
+
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.ports['peer']}"
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.ports['http']}/v1", api_key="x", max_retries=0)
+
+    def snapshot(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.peer_url + "/fleet/v1/snapshot", timeout=5) as response:
+            body: dict[str, Any] = json.load(response)
+        return body
+
+    def demand(self) -> dict[str, Any]:
+        with urllib.request.urlopen(self.peer_url + "/fleet/v1/demand", timeout=5) as response:
+            body: dict[str, Any] = json.load(response)
+        return body
+
+    def counter(self, name: str) -> float:
+        """Sum of ``trtfleet_router_<name>_total`` over its labels."""
+        url = f"http://127.0.0.1:{self.ports['metrics']}/metrics"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            text = response.read().decode()
+        pattern = re.compile(rf"^trtfleet_router_{name}_total(\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
+        return sum(float(value) for _, value in pattern.findall(text))
+
+    def stop(self) -> None:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+            try:
+                self.process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+
+
+def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, f"timed out waiting until {what}"
+        time.sleep(0.05)
+
+
+def resident(router: RouterProcess, task_id: int) -> set[str]:
+    """Pods whose cache holds ``task_id`` in ``router``'s view."""
+    pods = router.snapshot()["fleets"]["tiny"]["pods"]
+    return {pod["pod_id"] for pod in pods if any(task == task_id for task, _ in pod["resident"])}
+
+
+def tickets_of(router: RouterProcess, origin: str) -> list[list[Any]]:
+    return list(router.snapshot()["fleets"]["tiny"]["tickets"].get(origin, []))
+
+
+@pytest.fixture(scope="module")
+def workers() -> Iterator[list[Any]]:
+    with reference_workers(min_step_ms=STEP_MS) as started:  # a 200-token stream lasts >= 4 s
+        yield started
+
+
+@pytest.fixture(scope="module")
+def fleet_file(
+    tmp_path_factory: pytest.TempPathFactory, workers: list[Any], converted_adapters: list[ConvertedAdapter]
+) -> Path:
+    path = tmp_path_factory.mktemp("replicas") / "fleet.yaml"
+    path.write_text(yaml.safe_dump(fleet_config(workers, converted_adapters), sort_keys=False))
+    return path
+
+
+@pytest.fixture
+def routers(fleet_file: Path, tmp_path: Path) -> Iterator[Callable[..., RouterProcess]]:
+    started: list[RouterProcess] = []
+
+    def start(*peers: RouterProcess) -> RouterProcess:
+        router = RouterProcess(fleet_file, tmp_path / f"router{len(started)}.log", tuple(p.peer_url for p in peers))
+        started.append(router)
+        return router
+
+    yield start
+    for router in started:
+        with contextlib.suppress(Exception):
+            router.stop()
+
+
+def complete(router: RouterProcess, adapter: ConvertedAdapter, prompt: str = "hello") -> str:
+    text = router.client().completions.create(model=adapter.name, prompt=prompt, max_tokens=4).choices[0].text
+    assert isinstance(text, str)
+    return text
+
+
+def test_an_adapter_loaded_through_one_replica_is_warm_through_another(
+    routers: Callable[..., RouterProcess], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    a = routers()
+    b = routers(a)
+    wait_for(lambda: b.snapshot()["replica"] in a.snapshot()["watermarks"], "A follows B (it subscribed back)")
+    adapter = converted_adapters[0]
+    complete(a, adapter)
+    assert a.counter("adapter_loads") == 1
+    wait_for(lambda: bool(resident(b, adapter.task_id)), "B's view holds the adapter A loaded")
+    assert resident(b, adapter.task_id) == resident(a, adapter.task_id)
+    complete(b, adapter)
+    assert b.counter("adapter_loads") == 0  # no weights sent again
+    assert b.counter("adapter_cache_hits") == 1 and b.counter("adapter_cache_misses") == 0
+    # and back: B's use is in A's view too (the LRU order follows both replicas' traffic)
+    wait_for(lambda: a.snapshot()["fleets"] == b.snapshot()["fleets"], "the two views agree", 10)
+    # the demand the autoscaler reads counts both replicas' requests, on either replica
+    for router in (a, b):
+        demand = router.demand()
+        tiny = demand["base_models"]["tiny"]
+        assert round(tiny["adapter_requests_per_s"][adapter.name] * demand["window_s"]) == 2
+        assert tiny["adapters_active"] == 1 and tiny["inflight_requests"] == 0
+
+
+def test_a_replica_added_mid_run_routes_warm_from_its_first_request(
+    routers: Callable[..., RouterProcess], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    a = routers()
+    b = routers(a)
+    for adapter in converted_adapters[:2]:
+        complete(a, adapter)
+    complete(b, converted_adapters[2])
+    wait_for(lambda: bool(resident(a, converted_adapters[2].task_id)), "A's view holds what B loaded")
+    c = routers(b)  # knows only B; served once it copied B's view
+    for adapter in converted_adapters[:3]:
+        complete(c, adapter)
+    assert c.counter("adapter_loads") == 0
+    assert c.counter("adapter_cache_hits") == 3 and c.counter("adapter_cache_misses") == 0
+    # A never named C, yet C subscribed to A (from B's snapshot) and A to C (subscribed back)
+    wait_for(lambda: c.snapshot()["replica"] in a.snapshot()["watermarks"], "A follows C")
+    wait_for(lambda: a.snapshot()["replica"] in c.snapshot()["watermarks"], "C follows A")
+
+
+def test_a_killed_replicas_pins_are_released_on_the_others(
+    routers: Callable[..., RouterProcess], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    a = routers()
+    b = routers(a)
+    adapter = converted_adapters[1]
+    a_id = a.snapshot()["replica"]
+    stream = a.client().completions.create(model=adapter.name, prompt="long", max_tokens=200, stream=True)
+    pieces = iter(stream)
+    next(pieces)  # the request is in flight on a pod, its adapter pinned
+    seen: list[list[Any]] = []
+    wait_for(lambda: bool(seen.extend(tickets_of(b, a_id)) or seen), "B's view holds A's request")
+    assert [ticket[2] for ticket in seen] == [adapter.task_id]
+    a.process.kill()
+    started = time.monotonic()
+    a.process.wait()
+    wait_for(lambda: not tickets_of(b, a_id), "B released the killed replica's pins", 10 + GRACE_S)
+    assert adapter.task_id in {task for pod in b.snapshot()["fleets"]["tiny"]["pods"] for task, _ in pod["resident"]}
+    with contextlib.suppress(openai.APIError, openai.APIConnectionError):
+        for _ in pieces:
+            pass
+    # the pin was released by the grace period, not by the request's end (which A never published)
+    assert time.monotonic() - started >= GRACE_S
+
+
+def test_a_triton_restart_in_its_pod_empties_every_replicas_view_without_a_miss(
+    routers: Callable[..., RouterProcess], workers: list[Any], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    a = routers()
+    b = routers(a)
+    adapter = converted_adapters[2]
+    complete(a, adapter)
+    complete(a, adapter, "again")
+    (pod,) = resident(a, adapter.task_id)
+    wait_for(lambda: resident(b, adapter.task_id) == {pod}, "B's view holds the adapter too")
+    workers[int(pod.removeprefix("w"))].restart()  # same ports, same pod id and uid: an empty LoRA cache
+    for router in (a, b):
+        wait_for(lambda router=router: pod not in resident(router, adapter.task_id), "the view of the pod is reset")
+    complete(b, adapter, "after the restart")
+    assert b.counter("adapter_cache_misses") == 0 and a.counter("adapter_cache_misses") == 0
+    assert b.counter("adapter_loads") == 1  # it sent the weights with the first request, as it should

@@ -1,0 +1,259 @@
+"""The peering shell's parts: the event ring, the snapshot (export, import), the peer port's answers."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import random
+import socket
+import time
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestClient, TestServer
+from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.models_registry import ModelRegistry
+from trtfleet_router.peering.journal import EventLog
+from trtfleet_router.peering.peers import OriginState, Peers, PeerSettings
+from trtfleet_router.peering.server import PeerServer
+from trtfleet_router.peering.view import demand_summary, export_view, import_view
+from trtfleet_router.routing import (
+    AdapterRef,
+    Decision,
+    Fleet,
+    Outcome,
+    PodInfo,
+    RouteRequest,
+    build_policy,
+    parse_routing_config,
+)
+from trtfleet_router.routing.events import EventKind, decode_event, encode_event
+
+
+@pytest.mark.parametrize(
+    ("since", "gap", "seqs"),
+    [
+        pytest.param(0, True, [3, 4, 5], id="older than the ring: gap"),
+        pytest.param(2, False, [3, 4, 5], id="just at the ring's start"),
+        pytest.param(4, False, [5], id="the tail"),
+        pytest.param(5, False, [], id="up to date"),
+        pytest.param(9, False, [], id="ahead (another incarnation)"),
+    ],
+)
+def test_event_ring_tells_a_gap(since: int, gap: bool, seqs: list[int]) -> None:
+    journal = EventLog("me", ring_events=3)
+    for ticket in range(1, 6):
+        journal.record("m", "p0", "u", EventKind.ACQUIRE, ticket)  # no event loop: flushed at once
+    found_gap, lines = journal.after(since)
+    assert found_gap is gap
+    assert [decode_event("me", line).seq for line in lines] == seqs
+
+
+def test_events_of_one_loop_turn_are_flushed_together() -> None:
+    async def scenario() -> None:
+        journal = EventLog("me")
+        for ticket in range(3):
+            journal.record("m", "p0", "u", EventKind.ACQUIRE, ticket)
+        assert journal.after(0) == (False, []) and journal.seq == 3  # pending until the turn ends
+        await journal.wait_beyond(0, timeout_s=5)
+        assert len(journal.after(0)[1]) == 3
+
+    asyncio.run(scenario())
+
+
+class Replica:
+    def __init__(self, name: str) -> None:
+        self.journal = EventLog(name)
+        config = parse_routing_config({"policy": "trtfleet"})
+        self.fleet = Fleet(
+            build_policy(config),
+            now=lambda: 100.0,
+            rng=random.Random(0),
+            config=config,
+            model="m",
+            journal=self.journal,
+        )
+        self.fleet.set_pods({pod: PodInfo(pod, f"{pod}:1", f"uid-{pod}", 3, 3) for pod in ("p0", "p1")})
+
+    def start(self, pod: str, task_id: int) -> Any:
+        adapter = AdapterRef(f"a{task_id}", task_id, 1, 1)
+        warm = self.fleet.is_warm(pod, task_id)
+        return self.fleet.start(Decision(pod, not warm, warm, "t", "t"), RouteRequest("m", adapter, 1, 1))
+
+    def deliver_to(self, other: Replica) -> None:
+        self.journal.flush()
+        for line in self.journal.after(0)[1]:
+            other.fleet.apply_remote(decode_event(self.journal.replica_id, line))
+
+
+def test_a_snapshot_carries_lru_order_and_pins_per_origin() -> None:
+    a, b, c = Replica("a"), Replica("b"), Replica("c")
+    for task_id in (1, 2, 3):
+        a.fleet.finish(a.start("p0", task_id), Outcome.OK)
+    a_pin = a.start("p0", 2)
+    b_pin = b.start("p1", 7)
+    b.deliver_to(a)
+    snapshot = json.loads(json.dumps(export_view({"m": a.fleet}, "a", a.journal.seq, {"b": b.journal.seq}, {})))
+    assert snapshot["fleets"]["m"]["pods"][0]["resident"] == [[1, 1], [3, 1], [2, 1]]
+    assert snapshot["fleets"]["m"]["tickets"] == {"a": [[a_pin.ticket_id, "p0", 2, False]], "b": [[1, "p1", 7, True]]}
+    import_view({"m": c.fleet}, snapshot)
+    assert list(c.fleet.residency.pod("p0").cache.resident()) == [1, 3, 2]
+    assert set(c.fleet.residency.pod("p1").cache.host.busy) == {7}
+    assert c.fleet.inflight_total() == 2
+    b.fleet.finish(b_pin, Outcome.OK)  # c follows b from the snapshot's watermark: b's release unpins it
+    b.journal.flush()
+    for line in b.journal.after(snapshot["watermarks"]["b"])[1]:
+        c.fleet.apply_remote(decode_event("b", line))
+    assert set(c.fleet.residency.pod("p1").cache.host.busy) == set()
+    assert c.fleet.forget_origin("a") == 1  # a gone: its pin on p0 goes too
+    assert set(c.fleet.residency.pod("p0").cache.host.busy) == set()
+    c.fleet.check_invariants()
+    a.fleet.finish(a_pin, Outcome.OK)
+
+
+def test_demand_sums_every_replicas_requests() -> None:
+    a, b = Replica("a"), Replica("b")
+    a.start("p0", 1)
+    b.start("p1", 1)
+    b.start("p1", 2)
+    b.deliver_to(a)
+    summary = demand_summary({"m": a.fleet}, ModelRegistry(), "a", 100.0)
+    base = summary["base_models"]["m"]
+    assert base["inflight_requests"] == 3
+    assert base["adapters_active"] == 2
+    assert base["adapter_requests_per_s"] == {
+        "1": round(2 / summary["window_s"], 4),
+        "2": round(1 / summary["window_s"], 4),
+    }
+
+
+class _Membership:
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str]] = []
+
+    def heard_of(self, replica_id: str, advertise_url: str) -> None:
+        self.heard.append((replica_id, advertise_url))
+
+    def watermarks(self) -> dict[str, int]:
+        return {}
+
+    def known_peers(self) -> dict[str, str]:
+        return {}
+
+
+def test_peer_port_streams_events_and_refuses_bad_requests() -> None:
+    async def scenario() -> None:
+        fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=EventLog("srv"))
+        fleets.apply(DiscoverySnapshot(ModelRegistry(), {}))
+        journal = fleets.journal
+        assert isinstance(journal, EventLog)
+        membership = _Membership()
+        server = PeerServer(journal, fleets, membership, heartbeat_s=0.05)
+        async with TestClient(TestServer(server.app())) as client:
+            assert (await client.get("/fleet/v1/events", params={"since": "x"})).status == 400
+            assert (await client.get("/fleet/v1/events", params={"replica": "srv"})).status == 409
+            response = await client.get(
+                "/fleet/v1/events", params={"since": "0", "replica": "sub", "advertise": "http://sub:1"}
+            )
+            assert response.status == 200
+            header = json.loads(await response.content.readline())
+            assert header == {"replica": "srv", "seq": 0, "since": 0, "gap": False}
+            assert membership.heard == [("sub", "http://sub:1")]
+            assert await response.content.readline() == b"\n"  # a heartbeat while idle
+            journal.record("m", "p0", "u", EventKind.ACQUIRE, 5)
+            line = await response.content.readline()
+            while line == b"\n":
+                line = await response.content.readline()
+            assert decode_event("srv", line).ticket == 5
+            server.close()
+            snapshot = await (await client.get("/fleet/v1/snapshot")).json()
+            assert snapshot["replica"] == "srv" and snapshot["seq"] == 1
+            demand = await (await client.get("/fleet/v1/demand")).json()
+            assert demand["base_models"] == {}
+
+    asyncio.run(scenario())
+
+
+def test_the_ring_holds_the_codecs_bytes() -> None:
+    journal = EventLog("me")
+    journal.record("base/ü", "p0", 'u"1', EventKind.PUT, 3, 1001, 4)
+    journal.record("m", "p0", "u", EventKind.POD_RESET)
+    _, lines = journal.after(0)
+    assert [encode_event(decode_event("me", line)) for line in lines] == lines
+    assert decode_event("me", lines[0]).pod_uid == 'u"1'
+
+
+def _peers(settings: PeerSettings) -> Peers:
+    fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=EventLog("me"))
+    assert isinstance(fleets.journal, EventLog)
+    return Peers(fleets.journal, fleets, RouterMetrics(), settings)
+
+
+def test_a_replica_alone_starts_at_once_and_one_with_dead_peers_within_the_bound() -> None:
+    async def scenario() -> None:
+        alone = _peers(PeerSettings())
+        assert await alone.sync() is False
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            closed = probe.getsockname()[1]
+        peers = _peers(PeerSettings(seeds=(f"http://127.0.0.1:{closed}",), sync_timeout_s=0.5))
+        started = time.monotonic()
+        assert await peers.sync() is False
+        assert time.monotonic() - started < 5.0
+        await peers.close()
+
+    asyncio.run(scenario())
+
+
+def test_a_headless_service_name_resolves_to_peer_urls() -> None:
+    async def scenario() -> None:
+        peers = _peers(PeerSettings(dns="localhost:8082"))
+        urls = await peers._resolve()
+        assert "http://127.0.0.1:8082" in urls
+        assert await _peers(PeerSettings(dns="no-such-name.invalid:8082"))._resolve() == []
+
+    asyncio.run(scenario())
+
+
+def test_the_advertised_url_defaults_to_the_loopback_for_a_wildcard_host() -> None:
+    peers = _peers(PeerSettings())
+    peers.listening("0.0.0.0", 8123)
+    assert peers.advertise_url == "http://127.0.0.1:8123"
+    given = _peers(PeerSettings(advertise_url="http://10.1.2.3:8082/"))
+    given.listening("0.0.0.0", 8123)
+    assert given.advertise_url == "http://10.1.2.3:8082"
+    assert given.known_peers() == {"me": "http://10.1.2.3:8082"}
+
+
+def test_a_subscriber_that_missed_events_the_ring_dropped_forgets_that_replicas_requests() -> None:
+    async def scenario() -> None:
+        a_journal = EventLog("a", ring_events=4)
+        a_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=a_journal)
+        server = PeerServer(a_journal, a_fleets, _Membership(), heartbeat_s=0.05)
+        b = Replica("b")
+        b_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=b.journal)
+        b_fleets.fleets["m"] = b.fleet
+        metrics = RouterMetrics()
+        async with TestServer(server.app()) as test_server:
+            url = str(test_server.make_url("")).rstrip("/")
+            peers = Peers(b.journal, b_fleets, metrics, PeerSettings(seeds=(url,), advertise_url="http://b:1"))
+            # b once followed a up to seq 1: a's request 1 is in flight in b's view
+            b.fleet.apply_remote(decode_event("a", b'[1,"m","p0","uid-p0","acquire",1,5]\n'))
+            peers.origins["a"] = OriginState(watermark=1)
+            peers._url_origin[url] = "a"
+            for ticket in range(2, 12):  # a moved on; its ring keeps only the last 4
+                a_journal.record("m", "p1", "uid-p1", EventKind.ACQUIRE, ticket)
+            peers._subscribe(url)
+            try:
+                deadline = time.monotonic() + 10
+                while metrics.peer_stream_gaps.labels().value < 1 or peers.origins["a"].watermark < a_journal.seq:
+                    assert time.monotonic() < deadline, "the gap was never noticed"
+                    await asyncio.sleep(0.01)
+            finally:
+                server.close()
+                await peers.close()
+            assert [t for _, _, t in b.fleet.remote.tickets() if t.pod_id == "p0"] == []  # request 1 forgotten
+            assert b.fleet.pods["p1"].load.remote_inflight == 4  # the 4 requests the ring still had
+
+    asyncio.run(scenario())
