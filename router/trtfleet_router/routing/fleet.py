@@ -26,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.events import EventKind, Journal, ResidencyEvent
+from trtfleet_router.routing.fleetreport import check_books, fleet_snapshot, prewarm_plan
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
@@ -44,7 +45,6 @@ from trtfleet_router.routing.types import (
     Outcome,
     PodInfo,
     PodMetrics,
-    PodSnapshot,
     RouteRequest,
     RoutingError,
     Ticket,
@@ -166,14 +166,7 @@ class Fleet:
         adapter = request.adapter
         if adapter is not None and adapter.pages > self._largest_host_pages:
             raise AdapterTooLarge(adapter.name, adapter.pages, self._largest_host_pages)
-        loads = []
-        for pod in pods:
-            load = pod.load
-            metrics = load.metrics
-            if metrics is not None and now_s <= load.fresh_until_s:
-                loads.append(load.inflight + load.remote_inflight + metrics.waiting_requests)
-            else:
-                loads.append(load.inflight + load.remote_inflight)
+        loads = [pod.load.load(now_s) for pod in pods]
         ctx = RoutingContext(
             request=request,
             now_s=now_s,
@@ -386,32 +379,9 @@ class Fleet:
 
     # -- prewarming ------------------------------------------------------------------------------
     def prewarm_plan(self, adapters: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
-        """(pod, adapter) pairs to push weights to so each adapter is warm on ``min_pods`` ready pods.
-
-        Targets follow the adapter's rendezvous ranking (where cold loads would place it anyway)
-        and skip pods whose cache has no room without evicting a busy adapter. Push each pair as
-        a request whose Decision is ``prewarm_decision(pod)``, through start/finish.
-        O(adapters with min_pods x pods): call it from a timer, not per request.
-        """
-        plan: list[tuple[str, AdapterRef]] = []
-        for adapter in adapters:
-            if adapter.min_pods <= 0:
-                continue
-            warm = 0
-            targets: list[str] = []
-            for pod_id in self._rankings.rank(adapter.name):
-                pod = self._pods[pod_id]
-                if not pod.ready:
-                    continue
-                if pod.residency.is_warm(adapter.task_id):
-                    warm += 1
-                elif pod.residency.has_evictable_slot(adapter.pages):
-                    targets.append(pod_id)
-                if warm + len(targets) >= adapter.min_pods:
-                    break
-            needed = max(0, adapter.min_pods - warm)
-            plan.extend((pod_id, adapter) for pod_id in targets[:needed])
-        return plan
+        """(pod, adapter) pairs to push weights to so each adapter is warm on ``min_pods`` ready pods
+        (see :func:`~trtfleet_router.routing.fleetreport.prewarm_plan`)."""
+        return prewarm_plan(self._pods, self._rankings, adapters)
 
     @staticmethod
     def prewarm_decision(pod: str) -> Decision:
@@ -428,66 +398,11 @@ class Fleet:
         state = self._pods.get(pod)
         return state is not None and state.residency.has_evictable_slot(pages)
 
-    def would_evict(self, pod: str, pages: int) -> bool:
-        """Whether storing ``pages`` on ``pod`` would evict an adapter (per its shadow)."""
-        state = self._pods.get(pod)
-        return state is not None and state.residency.would_evict(pages)
-
     def snapshot(self) -> FleetSnapshot:
-        now_s = self._now()
-        pods = []
-        for pod_id in sorted(self._pods):
-            pod = self._pods[pod_id]
-            cache = pod.residency.cache
-            pods.append(
-                PodSnapshot(
-                    pod_id=pod_id,
-                    address=pod.address,
-                    uid=pod.uid,
-                    ready=pod.ready,
-                    inflight=pod.load.inflight,
-                    waiting_requests=pod.load.waiting(now_s),
-                    kv_cache_used_fraction=pod.load.kv_used(now_s),
-                    resident_task_ids=tuple(cache.resident()),
-                    host_pages_used=cache.host.used,
-                    host_pages=cache.host.capacity,
-                    cache_full_until_s=pod.cache_full_until_s,
-                    warm_routes_total=pod.warm_routes_total,
-                    cold_loads_total=pod.cold_loads_total,
-                    misses_total=pod.misses_total,
-                    cache_full_total=pod.cache_full_total,
-                    failures_total=pod.failures_total,
-                    evictions_total=pod.residency.evictions_total,
-                    kv_blocks_held=self._prefix.blocks_held(pod_id),
-                    kv_prefix_confidence=self._prefix.confidence(pod_id),
-                )
-            )
-        return FleetSnapshot(self._model, self._policy.name, now_s, tuple(pods), len(self._open))
+        return fleet_snapshot(self._model, self._policy.name, self._now(), self._pods, self._prefix, len(self._open))
 
     def check_invariants(self) -> None:
         """Books agree with each other (for tests and fixtures' teardown)."""
         self._residency.check_invariants()
         self._prefix.check_invariants()
-        open_per_pod: dict[tuple[str, str], int] = {}
-        for ticket in self._open.values():
-            key = (ticket.pod, ticket.pod_uid)
-            open_per_pod[key] = open_per_pod.get(key, 0) + 1
-        loading_per_pod: dict[tuple[str, str, int], int] = {}
-        for ticket_id in self._loading:
-            ticket = self._open[ticket_id]
-            assert ticket.task_id is not None and ticket.loads_weights
-            key3 = (ticket.pod, ticket.pod_uid, ticket.task_id)
-            loading_per_pod[key3] = loading_per_pod.get(key3, 0) + 1
-        for pod in self._pods.values():
-            loading = {(pod.pod_id, pod.uid, task): n for task, n in pod.residency.loading.items()}
-            mine = {key: n for key, n in loading_per_pod.items() if key[:2] == (pod.pod_id, pod.uid)}
-            for task, n in self._remote.loading(pod.pod_id, pod.uid).items():
-                mine[(pod.pod_id, pod.uid, task)] = mine.get((pod.pod_id, pod.uid, task), 0) + n
-            if loading != mine:
-                raise AssertionError(f"{pod.pod_id}: loading {loading} != loading tickets {mine}")
-            expected = open_per_pod.get((pod.pod_id, pod.uid), 0)
-            if pod.load.inflight != expected:
-                raise AssertionError(f"{pod.pod_id}: in-flight {pod.load.inflight} != open tickets {expected}")
-            remote = self._remote.inflight(pod.pod_id, pod.uid)
-            if pod.load.remote_inflight != remote:
-                raise AssertionError(f"{pod.pod_id}: remote in-flight {pod.load.remote_inflight} != {remote}")
+        check_books(self._pods, self._open, self._loading, self._remote)
