@@ -18,6 +18,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+from trtfleet.batch.runner import CONCURRENCY_DEFAULT, RunnerSettings
 from trtfleet_router.app import (
     DRAIN_TIMEOUT_S_DEFAULT,
     PREWARM_INTERVAL_S_DEFAULT,
@@ -25,6 +26,8 @@ from trtfleet_router.app import (
     Router,
     RouterSettings,
 )
+from trtfleet_router.batch.capacity import POD_SLOTS_DEFAULT
+from trtfleet_router.batch.wiring import BatchSettings
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
 from trtfleet_router.routing.config import RoutingConfig
@@ -118,6 +121,17 @@ def configure(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S_DEFAULT)
     limits.add_argument("--prewarm-interval-s", type=float, default=PREWARM_INTERVAL_S_DEFAULT)
     limits.add_argument("--drain-timeout-s", type=float, default=DRAIN_TIMEOUT_S_DEFAULT)
+    batch = parser.add_argument_group("batches (OpenAI Files + Batches API)")
+    batch.add_argument("--batch-store", help="directory, file:// or s3://bucket/prefix of batch state (off when unset)")
+    batch.add_argument(
+        "--batch-concurrency", type=int, default=CONCURRENCY_DEFAULT, help="batch lines in flight at once"
+    )
+    batch.add_argument(
+        "--batch-pod-slots",
+        type=int,
+        default=POD_SLOTS_DEFAULT,
+        help="requests per pod up to which batch lines are admitted (interactive ones go first)",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run)
 
@@ -189,6 +203,11 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         warm_over_http=not args.no_upstream_http,
         seed=args.seed,
         api_keys_path=args.api_keys,
+        batch=BatchSettings(
+            store=args.batch_store,
+            runner=RunnerSettings(concurrency=args.batch_concurrency),
+            pod_slots=args.batch_pod_slots,
+        ),
     )
 
 

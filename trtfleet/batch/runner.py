@@ -40,6 +40,7 @@ from trtfleet.batch.service import BatchService
 log = logging.getLogger(__name__)
 
 RETRY_BACKOFF_MAX_S: Final = 5.0
+CONCURRENCY_DEFAULT: Final = 8
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class CapacityGate(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
-    concurrency: int = 8
+    concurrency: int = CONCURRENCY_DEFAULT
     """Lines in flight at once, at most."""
     chunk_lines: int = 64
     chunk_interval_s: float = 2.0

@@ -1,0 +1,60 @@
+"""The batch parts of a router (built when ``--batch-store`` is set): the service over the store, the
+runner (a background loop) and the HTTP front end."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trtfleet.batch.book import BatchBook
+from trtfleet.batch.errors import BatchLayerError
+from trtfleet.batch.runner import BatchRunner, RunnerSettings
+from trtfleet.batch.service import BatchService
+from trtfleet.batch.store import open_store
+from trtfleet_router.batch.capacity import POD_SLOTS_DEFAULT, FleetCapacity
+from trtfleet_router.batch.executor import DispatchExecutor
+from trtfleet_router.errors import RouterError
+from trtfleet_router.server.batch_http import BatchFrontend
+from trtfleet_router.server.common import Services
+from trtfleet_router.server.openai_http import OpenAIFrontend
+
+
+@dataclass(frozen=True)
+class BatchSettings:
+    store: str | None = None
+    """A directory, ``file://`` path or ``s3://bucket/prefix``; batches are off when None."""
+    runner: RunnerSettings = field(default_factory=RunnerSettings)
+    pod_slots: int = POD_SLOTS_DEFAULT
+
+
+@dataclass(frozen=True)
+class BatchParts:
+    service: BatchService
+    runner: BatchRunner
+    frontend: BatchFrontend
+
+
+def build_batch_parts(settings: BatchSettings, services: Services) -> BatchParts:
+    """Raises ValueError for a store that cannot be opened (a start-up error)."""
+    assert settings.store is not None
+    try:
+        store = open_store(settings.store)
+    except BatchLayerError as exc:
+        raise ValueError(exc.message) from exc
+    service = BatchService(BatchBook(store))
+    registry_of = services.fleets
+
+    def serves(model: str) -> bool:
+        try:
+            registry_of.registry.resolve(model)
+        except RouterError:
+            return False
+        return True
+
+    runner = BatchRunner(
+        service,
+        DispatchExecutor(OpenAIFrontend(services)),
+        FleetCapacity(services.fleets, settings.pod_slots),
+        serves,
+        settings.runner,
+    )
+    return BatchParts(service, runner, BatchFrontend(services, service))

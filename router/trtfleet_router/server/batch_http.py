@@ -1,0 +1,151 @@
+"""OpenAI's Files and Batches API: ``/v1/files`` and ``/v1/batches`` (on when ``--batch-store`` is set).
+
+``POST /v1/files`` (multipart ``file`` + ``purpose=batch``), ``GET /v1/files``, ``GET /v1/files/{id}``,
+``GET /v1/files/{id}/content``, ``DELETE /v1/files/{id}``; ``POST /v1/batches``, ``GET /v1/batches``
+(``limit``, ``after``), ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``. Errors carry OpenAI's
+body; :func:`_translate` turns the batch layer's errors into the router's tree (one place).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from aiohttp import web
+
+from trtfleet.batch.errors import BatchLayerError, InvalidBatchRequest, NotFound
+from trtfleet.batch.records import FileRecord
+from trtfleet.batch.service import LIST_LIMIT_DEFAULT, BatchService
+from trtfleet_router.errors import MalformedRequest, ObjectNotFound, RequestError, RouterError
+from trtfleet_router.server.auth import presented_key
+from trtfleet_router.server.common import Services, read_json_body
+from trtfleet_router.server.openai_http import error_response, json_response
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _translate(exc: BatchLayerError) -> RouterError:
+    if isinstance(exc, NotFound):
+        return ObjectNotFound(exc.message, param=exc.param, code=exc.code)
+    if isinstance(exc, InvalidBatchRequest):
+        return RequestError(exc.message, param=exc.param, code=exc.code)
+    return RouterError(f"batch store: {exc.message}")
+
+
+def _list(data: list[dict[str, Any]], has_more: bool) -> dict[str, Any]:
+    return {
+        "object": "list",
+        "data": data,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+        "has_more": has_more,
+    }
+
+
+def _limit(request: web.Request) -> int:
+    raw = request.query.get("limit", str(LIST_LIMIT_DEFAULT))
+    try:
+        return int(raw)
+    except ValueError as exc:
+        raise MalformedRequest(f"limit must be an integer, not {raw!r}", param="limit") from exc
+
+
+class BatchFrontend:
+    def __init__(self, services: Services, batches: BatchService) -> None:
+        self.services = services
+        self.batches = batches
+
+    def routes(self) -> list[web.RouteDef]:
+        h = self._handler
+        return [
+            web.post("/v1/files", h(self.upload)),
+            web.get("/v1/files", h(self.list_files)),
+            web.get("/v1/files/{file_id}", h(self.file)),
+            web.get("/v1/files/{file_id}/content", h(self.content)),
+            web.delete("/v1/files/{file_id}", h(self.delete_file)),
+            web.post("/v1/batches", h(self.create)),
+            web.get("/v1/batches", h(self.list_batches)),
+            web.get("/v1/batches/{batch_id}", h(self.batch)),
+            web.post("/v1/batches/{batch_id}/cancel", h(self.cancel)),
+        ]
+
+    def _handler(self, handler: Handler) -> Handler:
+        """API keys (when configured: any valid key may use batches), then the errors as OpenAI's bodies."""
+
+        async def handle(request: web.Request) -> web.StreamResponse:
+            try:
+                if self.services.api_keys is not None:
+                    self.services.api_keys.authenticate(presented_key(request.headers))
+                try:
+                    return await handler(request)
+                except BatchLayerError as exc:
+                    raise _translate(exc) from exc
+            except RouterError as exc:
+                return error_response(exc)
+
+        return handle
+
+    # -- files -----------------------------------------------------------------------------------------
+    async def upload(self, request: web.Request) -> web.StreamResponse:
+        try:
+            form = await request.post()
+        except ValueError as exc:
+            raise MalformedRequest(f"the upload must be multipart/form-data: {exc}") from exc
+        except web.HTTPRequestEntityTooLarge as exc:
+            limit = self.services.settings.max_body_bytes
+            raise RequestError(f"the file exceeds the upload limit of {limit} bytes", param="file") from exc
+        field = form.get("file")
+        if not isinstance(field, web.FileField):
+            raise MalformedRequest("the form needs a 'file' part with the JSONL file", param="file")
+        purpose = form.get("purpose")
+        if not isinstance(purpose, str):
+            raise MalformedRequest("the form needs a 'purpose' field", param="purpose")
+        data = field.file.read()
+        record = await self.batches.upload(filename=field.filename or "upload.jsonl", purpose=purpose, data=data)
+        return json_response(record.to_openai())
+
+    async def list_files(self, request: web.Request) -> web.StreamResponse:
+        records = await self.batches.files(request.query.get("purpose"))
+        limit, after = _limit(request), request.query.get("after")
+        start = next((i + 1 for i, r in enumerate(records) if r.id == after), 0) if after else 0
+        page: list[FileRecord] = records[start : start + limit]
+        return json_response(_list([r.to_openai() for r in page], start + limit < len(records)))
+
+    async def file(self, request: web.Request) -> web.StreamResponse:
+        return json_response((await self.batches.file(request.match_info["file_id"])).to_openai())
+
+    async def content(self, request: web.Request) -> web.StreamResponse:
+        data = await self.batches.file_content(request.match_info["file_id"])
+        return web.Response(body=data, content_type="application/octet-stream")
+
+    async def delete_file(self, request: web.Request) -> web.StreamResponse:
+        file_id = request.match_info["file_id"]
+        await self.batches.delete_file(file_id)
+        return json_response({"id": file_id, "object": "file", "deleted": True})
+
+    # -- batches ---------------------------------------------------------------------------------------
+    async def create(self, request: web.Request) -> web.StreamResponse:
+        settings = self.services.settings
+        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_s)
+        if not isinstance(body, dict):
+            raise MalformedRequest("the request body must be a JSON object")
+        for required in ("input_file_id", "endpoint", "completion_window"):
+            if required not in body:
+                raise MalformedRequest(f"Missing required parameter: '{required}'.", param=required)
+        record = await self.batches.create(
+            endpoint=body["endpoint"],
+            input_file_id=body["input_file_id"],
+            completion_window=body["completion_window"],
+            metadata=body.get("metadata"),
+        )
+        return json_response(record.to_openai())
+
+    async def list_batches(self, request: web.Request) -> web.StreamResponse:
+        page, has_more = await self.batches.batches(limit=_limit(request), after=request.query.get("after"))
+        return json_response(_list([r.to_openai() for r in page], has_more))
+
+    async def batch(self, request: web.Request) -> web.StreamResponse:
+        return json_response((await self.batches.batch(request.match_info["batch_id"])).to_openai())
+
+    async def cancel(self, request: web.Request) -> web.StreamResponse:
+        return json_response((await self.batches.cancel(request.match_info["batch_id"])).to_openai())
