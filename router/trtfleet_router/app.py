@@ -112,7 +112,7 @@ class Router:
             api_keys=api_keys,
             lifecycle=self.lifecycle,
         )
-        self.batch = build_batch_parts(settings.batch, self.services) if settings.batch.store else None
+        self.batch = build_batch_parts(settings.batch, self.services, discovery) if settings.batch.store else None
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -178,7 +178,7 @@ class Router:
         self._background(self._prewarm_loop(), "prewarm")
         self._background(self._health_loop(), "health")
         if self.batch is not None:
-            self._background(self.batch.runner.run(), "batch")
+            self._background(self.batch.run(), "batch")
         log.info(
             "router started",
             extra={

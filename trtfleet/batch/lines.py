@@ -126,6 +126,25 @@ def parse_input(data: bytes, *, batch_id: str, endpoint: str, serves: Callable[[
     return ParsedInput(tuple(lines), tuple(rejected))
 
 
+def fill_default_model(data: bytes, model: str) -> bytes:
+    """The input with ``model`` set in every line whose body is an object without one (a Batch resource's
+    ``spec.model``); every other line is kept byte for byte, so validation still sees it as it was."""
+    out = []
+    for text in data.splitlines(keepends=True):
+        try:
+            raw = json.loads(text) if text.strip() else None
+        except ValueError:
+            raw = None
+        body = raw.get("body") if isinstance(raw, dict) else None
+        if isinstance(raw, dict) and isinstance(body, dict) and "model" not in body:
+            raw["body"] = {"model": model, **body}
+            ending = b"\n" if text.endswith(b"\n") else b""
+            out.append(json.dumps(raw, ensure_ascii=False).encode() + ending)
+        else:
+            out.append(text)
+    return b"".join(out)
+
+
 def order_by_model(lines: Iterable[BatchLine]) -> list[BatchLine]:
     """Lines grouped by model (base model or adapter), groups in order of first appearance, input order
     within a group: each adapter's lines run together, so a pod loads each adapter once."""

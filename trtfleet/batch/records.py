@@ -125,6 +125,8 @@ class BatchRecord:
     cancelled_at: int | None = None
     source: str = "api"
     """``api`` for batches created with ``POST /v1/batches``; ``<namespace>/<name>`` for a Batch resource."""
+    priority: int = 0
+    """Higher runs first among unfinished batches (a Batch resource's ``spec.priority``; 0 from the API)."""
 
     def moved_to(self, status: BatchStatus, now_s: int) -> BatchRecord:
         """The record in ``status``, its timestamp set (a repeated move keeps the first timestamp)."""
@@ -135,8 +137,8 @@ class BatchRecord:
         return dataclasses.replace(self, **changes)
 
     def to_json(self) -> dict[str, Any]:
-        """The stored form: OpenAI's object plus ``source``."""
-        return {**self.to_openai(), "source": self.source}
+        """The stored form: OpenAI's object plus ``source`` and ``priority``."""
+        return {**self.to_openai(), "source": self.source, "priority": self.priority}
 
     def to_openai(self) -> dict[str, Any]:
         errors = None
@@ -185,6 +187,7 @@ class BatchRecord:
             errors=tuple(LineErrorSummary(**e) for e in errors.get("data", [])),
             metadata=raw.get("metadata"),
             source=raw.get("source", "api"),
+            priority=int(raw.get("priority", 0)),
             **{stamp: raw.get(stamp) for stamp in _STATUS_TIMESTAMP.values()},
         )
 
@@ -225,6 +228,7 @@ def new_batch(
     metadata: Any,
     now_s: int,
     source: str = "api",
+    priority: int = 0,
 ) -> BatchRecord:
     """A validated new batch in ``validating`` (raises :class:`InvalidBatchRequest` as OpenAI answers 400)."""
     if endpoint not in ENDPOINTS:
@@ -245,6 +249,7 @@ def new_batch(
         expires_at=now_s + window_s,
         metadata=validate_metadata(metadata),
         source=source,
+        priority=priority,
     )
 
 

@@ -103,7 +103,8 @@ class BatchRunner:
         self.lines_started = 0
 
     async def run(self) -> None:
-        """Forever: run every unfinished batch (oldest first), then wait for a change or ``idle_poll_s``."""
+        """Forever: run every unfinished batch (highest priority, then oldest first), then wait for a change
+        or ``idle_poll_s``."""
         while True:
             self.service.changed.clear()
             await self.run_pending()
@@ -114,7 +115,7 @@ class BatchRunner:
 
     async def run_pending(self) -> None:
         records: list[BatchRecord] = await asyncio.to_thread(self.service.book.batches)
-        for record in sorted(records, key=lambda r: (r.created_at, r.id)):
+        for record in sorted(records, key=lambda r: (-r.priority, r.created_at, r.id)):
             if not record.status.is_final:
                 try:
                     await self.run_batch(record.id)

@@ -41,14 +41,14 @@ class BatchService:
         return await asyncio.to_thread(call, *args)
 
     # -- files -----------------------------------------------------------------------------------------
-    async def upload(self, *, filename: str, purpose: str, data: bytes) -> FileRecord:
+    async def upload(self, *, filename: str, purpose: str, data: bytes, file_id: str | None = None) -> FileRecord:
         if purpose not in UPLOAD_PURPOSES:
             raise InvalidBatchRequest(
                 f"purpose must be one of {', '.join(UPLOAD_PURPOSES)} on this server, not {purpose!r}", param="purpose"
             )
         if not data:
             raise InvalidBatchRequest("the file is empty", param="file")
-        record = FileRecord(_new_id("file-"), purpose, len(data), filename, self.now_s())
+        record = FileRecord(file_id or _new_id("file-"), purpose, len(data), filename, self.now_s())
         await self._io(self.book.put_file, record, data)
         return record
 
@@ -86,6 +86,7 @@ class BatchService:
         metadata: Any = None,
         source: str = "api",
         batch_id: str | None = None,
+        priority: int = 0,
     ) -> BatchRecord:
         if not isinstance(input_file_id, str):
             raise InvalidBatchRequest("input_file_id must be a string", param="input_file_id")
@@ -101,6 +102,7 @@ class BatchService:
             metadata=metadata,
             now_s=self.now_s(),
             source=source,
+            priority=priority,
         )
         async with self.lock:
             await self._io(self.book.put_batch, record)

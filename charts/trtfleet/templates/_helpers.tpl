@@ -69,6 +69,9 @@ app.kubernetes.io/component: {{ .component }}
   resources: [endpointslices]
   verbs: [get, list, watch]
 - apiGroups: [trtfleet.io]
-  resources: [basemodels, adapters]
+  resources: [basemodels, adapters, batches]
   verbs: [get, list, watch]
+- apiGroups: [trtfleet.io]
+  resources: [batches/status]
+  verbs: [patch]
 {{- end -}}

@@ -3,7 +3,9 @@ runner (a background loop) and the HTTP front end."""
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass, field
+from typing import Any
 
 from trtfleet.batch.book import BatchBook
 from trtfleet.batch.errors import BatchLayerError
@@ -12,6 +14,8 @@ from trtfleet.batch.service import BatchService
 from trtfleet.batch.store import open_store
 from trtfleet_router.batch.capacity import POD_SLOTS_DEFAULT, FleetCapacity
 from trtfleet_router.batch.executor import DispatchExecutor
+from trtfleet_router.batch.resources import BatchResources
+from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 from trtfleet_router.errors import RouterError
 from trtfleet_router.server.batch_http import BatchFrontend
 from trtfleet_router.server.common import Services
@@ -31,9 +35,17 @@ class BatchParts:
     service: BatchService
     runner: BatchRunner
     frontend: BatchFrontend
+    resources: BatchResources | None = None
+    """Batch resources to follow (with Kubernetes discovery only)."""
+
+    async def run(self) -> None:
+        loops = [self.runner.run()]
+        if self.resources is not None:
+            loops.append(self.resources.run())
+        await asyncio.gather(*loops)
 
 
-def build_batch_parts(settings: BatchSettings, services: Services) -> BatchParts:
+def build_batch_parts(settings: BatchSettings, services: Services, discovery: Any = None) -> BatchParts:
     """Raises ValueError for a store that cannot be opened (a start-up error)."""
     assert settings.store is not None
     try:
@@ -57,4 +69,7 @@ def build_batch_parts(settings: BatchSettings, services: Services) -> BatchParts
         serves,
         settings.runner,
     )
-    return BatchParts(service, runner, BatchFrontend(services, service))
+    resources = None
+    if isinstance(discovery, KubernetesDiscovery):
+        resources = BatchResources(discovery.client, discovery.namespace, service)
+    return BatchParts(service, runner, BatchFrontend(services, service), resources)

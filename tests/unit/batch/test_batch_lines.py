@@ -8,7 +8,14 @@ from typing import Any
 
 import pytest
 
-from trtfleet.batch.lines import BatchLine, is_success, order_by_model, parse_input, response_line
+from trtfleet.batch.lines import (
+    BatchLine,
+    fill_default_model,
+    is_success,
+    order_by_model,
+    parse_input,
+    response_line,
+)
 
 ENDPOINT = "/v1/completions"
 
@@ -79,3 +86,10 @@ def test_response_lines_have_openais_shape() -> None:
     assert ok["response"] == {"status_code": 200, "request_id": "r1", "body": {"choices": []}} and is_success(ok)
     assert not is_success(response_line("b", item, 400, "r1", {"error": {}}))
     assert ok["id"] == response_line("b", item, 200, "other", {})["id"]  # stable across a resume
+
+
+def test_a_default_model_fills_only_bodies_without_one() -> None:
+    text = b'{"custom_id": "a", "body": {"prompt": "x"}}\n{"custom_id": "b", "body": {"model": "m"}}\n{broken\n'
+    filled = fill_default_model(text, "tiny").splitlines()
+    assert json.loads(filled[0])["body"] == {"model": "tiny", "prompt": "x"}
+    assert filled[1:] == text.splitlines()[1:]
