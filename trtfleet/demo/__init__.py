@@ -45,6 +45,7 @@ from typing import Any, Final
 import yaml
 
 from trtfleet.demo import pytorch
+from trtfleet.demo.batch import batch_example
 from trtfleet.demo.errors import DemoError, DemoInterrupted, RequestError, StartupError
 from trtfleet.demo.fleet import (
     ADAPTERS_PER_WORKER_DEFAULT,
@@ -172,7 +173,7 @@ def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Chil
         *trtfleet_command(), "router", "--fleet-config", str(fleet), "--host", args.host,
         "--http-port", str(args.http_port), "--grpc-port", str(args.grpc_port),
         "--metrics-port", str(args.metrics_port), "--policy", args.policy,
-        "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S),
+        "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S), "--batch-store", str(fleet.parent / "batches"),
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
         f"metrics {args.metrics_port} (fleet file {fleet})")
@@ -235,6 +236,9 @@ def print_instructions(args: argparse.Namespace, served: list[str]) -> None:
     for name in served:
         say(f'  client.chat.completions.create(model="{name}", messages=[{{"role": "user", '
             f'"content": {json.dumps(args.prompt)}}}]).choices[0].message.content')
+    say("\nBatches (OpenAI Files + Batches API; the router keeps them in the work directory's batches/):")
+    for line in batch_example(base, [BASE_MODEL, *served], args.prompt, MAX_TOKENS):
+        say(line)
     if args.runtime == "pytorch":
         say("\nTriton endpoints: none for this runtime (trtllm-serve pods speak the OpenAI API only)")
     else:
