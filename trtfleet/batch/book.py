@@ -9,6 +9,8 @@ Layout::
 
 A chunk is written once and never changed: the custom_ids in a batch's chunks are exactly the lines
 that are done, so a runner that restarts after SIGKILL skips them and answers each custom_id once.
+Should two runners ever overlap on a batch (a lost lease), the result files still hold each line once:
+finalizing keeps the first committed row per result id.
 Chunk 0 holds the rejected input lines (written when validation ends); later chunks hold answers.
 Finalizing concatenates the chunks into the output and error files (ids derived from the batch's, so
 a second finalization after a crash writes the same files).
@@ -82,6 +84,21 @@ class BatchBook:
         records = [BatchRecord.from_json(json.loads(self.store.get(k))) for k in keys]
         return sorted(records, key=lambda r: (-r.created_at, r.id))
 
+    def request_cancel(self, batch_id: str, now_s: int) -> None:
+        """A cancel marker: written by any process, read by the runner (the only writer of records after
+        their creation), so a cancel never races the runner's own writes."""
+        self.store.put(f"cancels/{_safe(batch_id)}.json", json.dumps({"requested_at": now_s}).encode())
+
+    def cancel_requests(self) -> list[str]:
+        """Ids of the batches with a cancel marker."""
+        return [k.removeprefix("cancels/").removesuffix(".json") for k in self.store.keys("cancels/")]
+
+    def cancel_requested_at(self, batch_id: str) -> int | None:
+        try:
+            return int(json.loads(self.store.get(f"cancels/{_safe(batch_id)}.json"))["requested_at"])
+        except NotFound:
+            return None
+
     # -- result chunks ---------------------------------------------------------------------------------
     def chunk_numbers(self, batch_id: str) -> list[int]:
         prefix = f"chunks/{_safe(batch_id)}/"
@@ -102,7 +119,8 @@ class BatchBook:
     ) -> tuple[str | None, str | None, int, int]:
         """The output and error files from the committed chunks (in input order); returns their ids
         (None for an empty one, as OpenAI leaves it unset) and the completed / failed counts."""
-        ordered = order_results(self.results(record.id), list(lines))
+        unique = {row["id"]: row for row in reversed(self.results(record.id))}  # the first commit of a line wins
+        ordered = order_results(list(unique.values())[::-1], list(lines))
         outputs = [r for r in ordered if is_success(r)]
         errors = [r for r in ordered if not is_success(r)]
         ids: list[str | None] = []

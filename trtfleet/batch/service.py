@@ -1,8 +1,10 @@
-"""The Files and Batches operations over a :class:`BatchBook`, serialized by one lock per process.
+"""The Files and Batches operations over a :class:`BatchBook`.
 
-The HTTP front end and the runner share one :class:`BatchService`: every read-modify-write of a batch
-record (create, cancel, the runner's progress) happens under its lock, so a cancel never overwrites
-the runner's counts nor the runner a cancel. Store calls run in a worker thread.
+Writers: a batch record is written by the process that creates it and afterwards only by the runner
+(under this service's lock). A cancel is a marker object of its own (``cancels/<id>``), written by
+whichever router answers ``POST /v1/batches/{id}/cancel``; reads overlay it (a cancellable batch with a
+marker reads as ``cancelling``) and the runner's next write makes that durable in the record. So any
+router replica may serve the API while one runner works. Store calls run in a worker thread.
 """
 
 from __future__ import annotations
@@ -110,7 +112,12 @@ class BatchService:
         return record
 
     async def batch(self, batch_id: str) -> BatchRecord:
+        """The record with a pending cancel request applied."""
         record: BatchRecord = await self._io(self.book.batch, batch_id)
+        if record.status.cancellable:
+            requested_at = await self._io(self.book.cancel_requested_at, batch_id)
+            if requested_at is not None:
+                record = record.moved_to(BatchStatus.CANCELLING, requested_at)
         return record
 
     async def batches(
@@ -120,6 +127,8 @@ class BatchService:
         if not 1 <= limit <= LIST_LIMIT_MAX:
             raise InvalidBatchRequest(f"limit must be from 1 to {LIST_LIMIT_MAX}", param="limit")
         records: list[BatchRecord] = await self._io(self.book.batches)
+        cancelled: set[str] = set(await self._io(self.book.cancel_requests))
+        records = [await self.batch(r.id) if r.id in cancelled and r.status.cancellable else r for r in records]
         start = 0
         if after is not None:
             ids = [r.id for r in records]
@@ -131,20 +140,17 @@ class BatchService:
 
     async def cancel(self, batch_id: str) -> BatchRecord:
         """``validating``/``in_progress`` -> ``cancelling`` (the runner finishes the lines in flight, then
-        ``cancelled``); a batch already cancelling or cancelled is answered as it is; others are 409-like."""
-
-        def move(record: BatchRecord) -> BatchRecord:
-            if record.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
-                return record
-            if not record.status.cancellable:
-                raise InvalidBatchRequest(
-                    f"Cannot cancel a batch with status '{record.status.value}'.", code="batch_not_cancellable"
-                )
-            return record.moved_to(BatchStatus.CANCELLING, self.now_s())
-
-        record = await self.update(batch_id, move)
+        ``cancelled``); a batch already cancelling or cancelled is answered as it is; others are refused."""
+        record = await self.batch(batch_id)
+        if record.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
+            return record
+        if not record.status.cancellable:
+            raise InvalidBatchRequest(
+                f"Cannot cancel a batch with status '{record.status.value}'.", code="batch_not_cancellable"
+            )
+        await self._io(self.book.request_cancel, batch_id, self.now_s())
         self.changed.set()
-        return record
+        return await self.batch(batch_id)
 
     async def update(self, batch_id: str, change: Callable[[BatchRecord], BatchRecord]) -> BatchRecord:
         """Read, change and write a batch record under the lock (written only when it changed)."""

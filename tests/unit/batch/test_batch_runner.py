@@ -180,3 +180,40 @@ def test_admission(free: bool, inflight: int, since_s: float, expected: bool) ->
     assert (
         admit(free_capacity=free, inflight=inflight, since_last_admit_s=since_s, settings=RunnerSettings()) is expected
     )
+
+
+def test_a_cancel_from_another_process_reaches_the_runner(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        runner_side = BatchService(BatchBook(LocalStore(tmp_path)))
+        api_side = BatchService(BatchBook(LocalStore(tmp_path)))  # another router replica, same store
+        batch_id = await _create(api_side, _input(12))
+        executor = FakeExecutor(hold_after=2)
+        executor.gate = asyncio.Event()
+        runner = BatchRunner(runner_side, executor, AlwaysFree(), lambda m: True, FAST)
+        task = asyncio.create_task(runner.run_batch(batch_id))
+        held = 2 + FAST.concurrency  # two answered, then every slot held at the gate
+        while len(executor.calls) < held:
+            await asyncio.sleep(0.01)
+        assert (await api_side.cancel(batch_id)).status is BatchStatus.CANCELLING
+        assert [b.status for b in (await api_side.batches())[0]] == [BatchStatus.CANCELLING]
+        executor.gate.set()
+        record = await task
+        assert record.status is BatchStatus.CANCELLED and (await api_side.batch(batch_id)) == record
+        assert record.request_counts.completed == len(_rows(api_side, record.output_file_id)) == held
+
+    asyncio.run(scenario())
+
+
+def test_overlapping_runners_still_write_each_line_once(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        service = BatchService(BatchBook(LocalStore(tmp_path)))
+        batch_id = await _create(service, _input(10))
+        runners = [BatchRunner(service, FakeExecutor(), AlwaysFree(), lambda m: True, FAST) for _ in range(2)]
+        records = await asyncio.gather(*(r.run_batch(batch_id) for r in runners))  # what a lost lease allows
+        final = await service.batch(batch_id)
+        assert {r.status for r in records} == {BatchStatus.COMPLETED}
+        rows = _rows(service, final.output_file_id)
+        assert sorted(r["custom_id"] for r in rows) == sorted(f"c{i}" for i in range(10))
+        assert final.request_counts.completed == 10
+
+    asyncio.run(scenario())
