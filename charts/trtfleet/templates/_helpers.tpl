@@ -74,4 +74,7 @@ app.kubernetes.io/component: {{ .component }}
 - apiGroups: [trtfleet.io]
   resources: [batches/status]
   verbs: [patch]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
 {{- end -}}

@@ -14,6 +14,7 @@ from trtfleet.batch.service import BatchService
 from trtfleet.batch.store import open_store
 from trtfleet_router.batch.capacity import POD_SLOTS_DEFAULT, FleetCapacity
 from trtfleet_router.batch.executor import DispatchExecutor
+from trtfleet_router.batch.leader import LeaderElection
 from trtfleet_router.batch.resources import BatchResources
 from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 from trtfleet_router.errors import RouterError
@@ -37,12 +38,20 @@ class BatchParts:
     frontend: BatchFrontend
     resources: BatchResources | None = None
     """Batch resources to follow (with Kubernetes discovery only)."""
+    election: LeaderElection | None = None
+    """With Kubernetes discovery: only the Lease holder among the replicas runs batches."""
 
-    async def run(self) -> None:
+    async def work(self) -> None:
         loops = [self.runner.run()]
         if self.resources is not None:
             loops.append(self.resources.run())
         await asyncio.gather(*loops)
+
+    async def run(self) -> None:
+        if self.election is not None:
+            await self.election.run(self.work)
+        else:
+            await self.work()
 
 
 def build_batch_parts(settings: BatchSettings, services: Services, discovery: Any = None) -> BatchParts:
@@ -69,7 +78,8 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
         serves,
         settings.runner,
     )
-    resources = None
+    resources = election = None
     if isinstance(discovery, KubernetesDiscovery):
         resources = BatchResources(discovery.client, discovery.namespace, service)
-    return BatchParts(service, runner, BatchFrontend(services, service), resources)
+        election = LeaderElection(discovery.client, discovery.namespace)
+    return BatchParts(service, runner, BatchFrontend(services, service), resources, election)

@@ -14,6 +14,7 @@ from typing import Any
 
 import openai
 import pytest
+from trtfleet_router.batch.leader import LeaderElection
 from trtfleet_router.batch.resources import BatchResources
 from trtfleet_router.batch.wiring import BatchSettings
 from trtfleet_router.discovery.kubeclient import KubeClient
@@ -146,3 +147,41 @@ def test_cancel_through_the_spec_and_an_unreadable_input(
     eventually(functools.partial(_phase_in, cp, ns, "stopped", {"Cancelled"}), timeout=60, what="Cancelled")
     with pytest.raises(KubectlError, match="stays cancelled"):
         cp.kubectl("patch", "batch", "stopped", "-n", ns, "--type=merge", "-p", json.dumps({"spec": {"cancel": False}}))
+
+
+def test_one_batch_runner_among_replicas_and_a_takeover_after_a_kill(crds: ControlPlane, kube_namespace: str) -> None:
+    """Two replicas' elections on the real API server: one leads; when it dies without releasing the
+    Lease (its loop cancelled, as SIGKILL would), the other takes over once the Lease expired."""
+
+    async def scenario() -> None:
+        source = KubeSource(kubeconfig=str(crds.kubeconfig))
+        client = KubeClient(source, await load_connection(source))
+        running: dict[str, asyncio.Event] = {"a": asyncio.Event(), "b": asyncio.Event()}
+
+        def work(name: str) -> Any:
+            async def run() -> None:
+                running[name].set()
+                await asyncio.Event().wait()
+
+            return run
+
+        elections = {
+            name: LeaderElection(client, kube_namespace, identity=name, lease_duration_s=2.0, renew_interval_s=0.5)
+            for name in running
+        }
+        first = asyncio.create_task(elections["a"].run(work("a")))
+        await asyncio.wait_for(running["a"].wait(), 30)
+        second = asyncio.create_task(elections["b"].run(work("b")))
+        for _ in range(4):  # a few renew rounds: the follower never starts its runner
+            await asyncio.sleep(elections["b"].renew_interval_s)
+            assert not running["b"].is_set()
+        first.cancel()  # the leader dies holding the Lease
+        await asyncio.gather(first, return_exceptions=True)
+        await asyncio.wait_for(running["b"].wait(), 30)
+        lease = await client.api().request("GET", f"{elections['b'].path}/trtfleet-batch-runner")
+        assert lease["spec"]["holderIdentity"] == "b" and lease["spec"]["leaseTransitions"] == 1
+        second.cancel()
+        await asyncio.gather(second, return_exceptions=True)
+        await client.close()
+
+    asyncio.run(scenario())

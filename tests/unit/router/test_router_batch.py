@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from trtfleet_router import errors as e
 from trtfleet_router.batch.capacity import free_slots
 from trtfleet_router.batch.executor import DispatchExecutor
+from trtfleet_router.batch.leader import LeaseAction, lease_body, plan_lease
 from trtfleet_router.batch.resources import batch_id_for, status_for
 
 from trtfleet.batch.lines import BatchLine
@@ -94,3 +96,35 @@ def test_batch_resource_status_without_a_record() -> None:
     assert status_for(None, generation=1, cancelled=True)["phase"] == "Cancelled"
     assert status_for(None, generation=1)["phase"] == "Pending"
     assert batch_id_for({"metadata": {"uid": "ab-cd"}}) == "batch_abcd"
+
+
+NOW = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
+
+
+def _lease(holder: str | None, renewed_s_ago: float, duration_s: int = 15) -> dict[str, Any]:
+    renew = (NOW - timedelta(seconds=renewed_s_ago)).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    spec = {"holderIdentity": holder, "renewTime": renew, "leaseDurationSeconds": duration_s, "leaseTransitions": 2}
+    return {"metadata": {"name": "l", "resourceVersion": "7"}, "spec": spec}
+
+
+@pytest.mark.parametrize(
+    ("lease", "action"),
+    [
+        pytest.param(None, LeaseAction.CREATE, id="no-lease"),
+        pytest.param(_lease("me", 3), LeaseAction.RENEW, id="mine"),
+        pytest.param(_lease("other", 3), LeaseAction.FOLLOW, id="held-by-another"),
+        pytest.param(_lease("other", 16), LeaseAction.TAKE, id="expired"),
+        pytest.param(_lease(None, 1), LeaseAction.TAKE, id="released"),
+    ],
+)
+def test_lease_plan(lease: dict[str, Any] | None, action: LeaseAction) -> None:
+    assert plan_lease(lease, "me", NOW) is action
+
+
+def test_lease_writes_are_compare_and_swap_and_count_transitions() -> None:
+    taken = lease_body(_lease("other", 16), "me", NOW, 15, "l")
+    assert taken["metadata"] == {"name": "l", "resourceVersion": "7"}
+    assert taken["spec"]["holderIdentity"] == "me" and taken["spec"]["leaseTransitions"] == 3
+    renewed = lease_body(_lease("me", 3), "me", NOW, 15, "l")
+    assert renewed["spec"]["leaseTransitions"] == 2 and renewed["spec"]["renewTime"].startswith("2026-01-01T12:00:00")
+    assert "resourceVersion" not in lease_body(None, "me", NOW, 15, "l")["metadata"]
