@@ -132,6 +132,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=POD_SLOTS_DEFAULT,
         help="requests per pod up to which batch lines are admitted (interactive ones go first)",
     )
+    batch.add_argument(
+        "--batch-order",
+        choices=("model", "input"),
+        default="model",
+        help="model: each model's lines together, so a pod loads each adapter once (default); input: file order",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run)
 
@@ -205,7 +211,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         api_keys_path=args.api_keys,
         batch=BatchSettings(
             store=args.batch_store,
-            runner=RunnerSettings(concurrency=args.batch_concurrency),
+            runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),
             pod_slots=args.batch_pod_slots,
         ),
     )

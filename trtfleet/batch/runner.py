@@ -75,6 +75,8 @@ class RunnerSettings:
     poll_interval_s: float = 0.05
     idle_poll_s: float = 5.0
     """Between scans of the store when nothing changed (a Batch resource or another writer)."""
+    group_by_model: bool = True
+    """Run each model's lines together (False: input order, for comparison in bench.batch)."""
 
 
 def admit(*, free_capacity: bool, inflight: int, since_last_admit_s: float, settings: RunnerSettings) -> bool:
@@ -166,8 +168,9 @@ class BatchRunner:
     async def _execute(self, record: BatchRecord, parsed: ParsedInput) -> None:
         book, s = self.service.book, self.settings
         done = {row["id"] for row in await asyncio.to_thread(book.results, record.id)}
+        ordered = order_by_model(parsed.lines) if s.group_by_model else list(parsed.lines)
         pending = deque(
-            i for i in order_by_model(parsed.lines) if result_id(record.id, i.custom_id, i.line) not in done
+            i for i in ordered if result_id(record.id, i.custom_id, i.line) not in done
         )
         numbers = await asyncio.to_thread(book.chunk_numbers, record.id)
         next_chunk = max(numbers, default=0) + 1

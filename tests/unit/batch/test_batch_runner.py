@@ -4,6 +4,7 @@ tests/integration/router/test_router_batch.py): resume after a kill, cancel, ret
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections import Counter
 from pathlib import Path
@@ -215,5 +216,17 @@ def test_overlapping_runners_still_write_each_line_once(tmp_path: Path) -> None:
         rows = _rows(service, final.output_file_id)
         assert sorted(r["custom_id"] for r in rows) == sorted(f"c{i}" for i in range(10))
         assert final.request_counts.completed == 10
+
+    asyncio.run(scenario())
+
+
+def test_input_order_when_grouping_is_off(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        service = BatchService(BatchBook(LocalStore(tmp_path)))
+        batch_id = await _create(service, _input(6, models=("m1", "m2", "m3")))
+        executor = FakeExecutor()
+        settings = dataclasses.replace(FAST, concurrency=1, group_by_model=False)
+        await BatchRunner(service, executor, AlwaysFree(), lambda m: True, settings).run_batch(batch_id)
+        assert executor.calls == [f"c{i}" for i in range(6)]
 
     asyncio.run(scenario())
