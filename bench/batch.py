@@ -23,6 +23,7 @@ import argparse
 import json
 import math
 import random
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -218,6 +219,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
     parser.add_argument("--batch-pod-slots", type=int, default=BatchScenario.batch_pod_slots)
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
+    parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if set(cases) - set(CASES):
@@ -228,7 +230,27 @@ def main(argv: Sequence[str] | None = None) -> int:
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "results.json").write_text(json.dumps({"scenario": asdict(scenario), "rows": rows}, indent=2))
     print(table(rows))
+    if args.write_doc:
+        given = sys.argv[1:] if argv is None else list(argv)
+        report.write_section("batch", section(scenario, rows, " ".join([".venv/bin/python -m bench.batch", *given])))
     return 0
+
+
+def section(scenario: BatchScenario, rows: Sequence[dict[str, Any]], command: str) -> str:
+    s = scenario
+    return f"""{report.provenance(command)}
+
+{s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
+{s.min_step_ms:g} ms: a pretend GPU step), host LoRA cache {s.host_cache_pages} pages each, {s.adapters} synthetic
+rank-8 adapters, `trtfleet router --batch-store` with `--batch-concurrency {s.batch_concurrency}
+--batch-pod-slots {s.batch_pod_slots}`. The batch: {s.lines:,} `/v1/completions` lines ({s.prompt_tokens}-token
+prompts, `max_tokens` {s.max_tokens}, greedy), each line's adapter drawn at random (input order = what online
+arrival order would be). Interactive load: Poisson {s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed,
+random adapters; TTFT is the first streamed text. A fresh fleet (cold caches) per case. `adapter_loads`: the
+router's `adapter_loads_total` over the case (requests that carried weights); `loads_per_adapter_per_pod` divides
+it by adapters x workers (1.0 = each adapter loaded once on each pod).
+
+{table(rows)}"""
 
 
 if __name__ == "__main__":

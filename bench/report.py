@@ -30,6 +30,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("sim", "## Fleet simulation"),
     ("overhead", "## Router overhead"),
     ("decision", "## Routing decision time"),
+    ("batch", "## Batch"),
 )
 _PREAMBLE = """# Benchmarks
 

@@ -109,7 +109,10 @@ class BatchRunner:
         or ``idle_poll_s``."""
         while True:
             self.service.changed.clear()
-            await self.run_pending()
+            try:
+                await self.run_pending()
+            except Exception:  # a bug or an unreadable record must not end batch processing for good
+                log.exception("batch runner pass failed; retrying after the idle poll")
             try:
                 await asyncio.wait_for(self.service.changed.wait(), self.settings.idle_poll_s)
             except TimeoutError:
@@ -169,9 +172,7 @@ class BatchRunner:
         book, s = self.service.book, self.settings
         done = {row["id"] for row in await asyncio.to_thread(book.results, record.id)}
         ordered = order_by_model(parsed.lines) if s.group_by_model else list(parsed.lines)
-        pending = deque(
-            i for i in ordered if result_id(record.id, i.custom_id, i.line) not in done
-        )
+        pending = deque(i for i in ordered if result_id(record.id, i.custom_id, i.line) not in done)
         numbers = await asyncio.to_thread(book.chunk_numbers, record.id)
         next_chunk = max(numbers, default=0) + 1
         buffer: list[dict[str, Any]] = []

@@ -50,6 +50,8 @@ PHASES: Final = {
     BatchStatus.CANCELLED: BatchPhase.CANCELLED,
 }
 
+FINAL_PHASES: Final = frozenset({BatchPhase.SUCCEEDED, BatchPhase.FAILED, BatchPhase.EXPIRED, BatchPhase.CANCELLED})
+
 
 def batch_id_for(obj: Mapping[str, Any]) -> str:
     return "batch_" + str(obj.get("metadata", {}).get("uid", "")).replace("-", "")
@@ -200,6 +202,8 @@ class BatchResources:
             return
         spec, batch_id = batch.spec, batch_id_for(obj)
         current = batch.status or BatchResourceStatus()
+        if current.phase in FINAL_PHASES and current.observed_generation == metadata.get("generation"):
+            return  # finished and reported: nothing left to do (a later spec change is a new generation)
         try:
             record: BatchRecord | None = await self.service.batch(batch_id)
         except NotFound:
