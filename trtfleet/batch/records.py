@@ -127,6 +127,8 @@ class BatchRecord:
     """``api`` for batches created with ``POST /v1/batches``; ``<namespace>/<name>`` for a Batch resource."""
     priority: int = 0
     """Higher runs first among unfinished batches (a Batch resource's ``spec.priority``; 0 from the API)."""
+    allowed_models: tuple[str, ...] | None = None
+    """The models the creator's API key may use (None: every model); other lines are ``model_not_found``."""
 
     def moved_to(self, status: BatchStatus, now_s: int) -> BatchRecord:
         """The record in ``status``, its timestamp set (a repeated move keeps the first timestamp)."""
@@ -138,7 +140,10 @@ class BatchRecord:
 
     def to_json(self) -> dict[str, Any]:
         """The stored form: OpenAI's object plus ``source`` and ``priority``."""
-        return {**self.to_openai(), "source": self.source, "priority": self.priority}
+        stored = {**self.to_openai(), "source": self.source, "priority": self.priority}
+        if self.allowed_models is not None:
+            stored["allowed_models"] = list(self.allowed_models)
+        return stored
 
     def to_openai(self) -> dict[str, Any]:
         errors = None
@@ -188,6 +193,7 @@ class BatchRecord:
             metadata=raw.get("metadata"),
             source=raw.get("source", "api"),
             priority=int(raw.get("priority", 0)),
+            allowed_models=tuple(raw["allowed_models"]) if raw.get("allowed_models") is not None else None,
             **{stamp: raw.get(stamp) for stamp in _STATUS_TIMESTAMP.values()},
         )
 
@@ -229,6 +235,7 @@ def new_batch(
     now_s: int,
     source: str = "api",
     priority: int = 0,
+    allowed_models: tuple[str, ...] | None = None,
 ) -> BatchRecord:
     """A validated new batch in ``validating`` (raises :class:`InvalidBatchRequest` as OpenAI answers 400)."""
     if endpoint not in ENDPOINTS:
@@ -250,6 +257,7 @@ def new_batch(
         metadata=validate_metadata(metadata),
         source=source,
         priority=priority,
+        allowed_models=allowed_models,
     )
 
 

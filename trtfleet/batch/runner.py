@@ -144,8 +144,13 @@ class BatchRunner:
 
     async def _validate(self, record: BatchRecord) -> BatchRecord:
         book, now_s = self.service.book, self.service.now_s()
+        allowed = record.allowed_models
+
+        def serves(model: str) -> bool:
+            return self.serves(model) and (allowed is None or model in allowed)
+
         try:
-            parsed = await self._parsed(record, self.serves)
+            parsed = await self._parsed(record, serves)
         except NotFound:
             summary = LineErrorSummary("file_not_found", f"the input file {record.input_file_id} is gone")
             return await self._move(record.id, BatchStatus.FAILED, errors=(summary,))

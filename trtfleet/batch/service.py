@@ -89,6 +89,7 @@ class BatchService:
         source: str = "api",
         batch_id: str | None = None,
         priority: int = 0,
+        allowed_models: tuple[str, ...] | None = None,
     ) -> BatchRecord:
         if not isinstance(input_file_id, str):
             raise InvalidBatchRequest("input_file_id must be a string", param="input_file_id")
@@ -105,6 +106,7 @@ class BatchService:
             now_s=self.now_s(),
             source=source,
             priority=priority,
+            allowed_models=allowed_models,
         )
         async with self.lock:
             await self._io(self.book.put_batch, record)

@@ -9,7 +9,7 @@ body; :func:`_translate` turns the batch layer's errors into the router's tree (
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Final
 
 from aiohttp import web
 
@@ -17,11 +17,19 @@ from trtfleet.batch.errors import BatchLayerError, InvalidBatchRequest, NotFound
 from trtfleet.batch.records import FileRecord
 from trtfleet.batch.service import LIST_LIMIT_DEFAULT, BatchService
 from trtfleet_router.errors import MalformedRequest, ObjectNotFound, RequestError, RouterError
-from trtfleet_router.server.auth import presented_key
+from trtfleet_router.server.auth import Principal, presented_key
 from trtfleet_router.server.common import Services, read_json_body
 from trtfleet_router.server.openai_http import error_response, json_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+PRINCIPAL: Final = web.RequestKey("principal", Principal)
+
+
+def _allowed_models(request: web.Request) -> tuple[str, ...] | None:
+    principal = request.get(PRINCIPAL)
+    if principal is None or principal.models is None:
+        return None
+    return tuple(sorted(principal.models))
 
 
 def _translate(exc: BatchLayerError) -> RouterError:
@@ -70,12 +78,13 @@ class BatchFrontend:
         ]
 
     def _handler(self, handler: Handler) -> Handler:
-        """API keys (when configured: any valid key may use batches), then the errors as OpenAI's bodies."""
+        """API keys (when configured: any valid key may use the endpoints; a batch's lines may use only
+        the models of the key that created it), then the errors as OpenAI's bodies."""
 
         async def handle(request: web.Request) -> web.StreamResponse:
             try:
                 if self.services.api_keys is not None:
-                    self.services.api_keys.authenticate(presented_key(request.headers))
+                    request[PRINCIPAL] = self.services.api_keys.authenticate(presented_key(request.headers))
                 try:
                     return await handler(request)
                 except BatchLayerError as exc:
@@ -137,6 +146,7 @@ class BatchFrontend:
             input_file_id=body["input_file_id"],
             completion_window=body["completion_window"],
             metadata=body.get("metadata"),
+            allowed_models=_allowed_models(request),
         )
         return json_response(record.to_openai())
 

@@ -159,6 +159,27 @@ def test_chat_batch_and_cancel(router: RouterThread, converted_adapters: list[Co
     assert len(done) == len(set(done)) == batch.request_counts.completed < 200  # type: ignore[union-attr]
 
 
+def test_a_batch_may_use_only_its_creators_models(
+    workers: list[Any], converted_adapters: list[ConvertedAdapter], tmp_path: Path
+) -> None:
+    keys = tmp_path / "keys.yaml"
+    allowed = converted_adapters[0].name
+    keys.write_text(json.dumps({"keys": [{"name": "team", "key": "sk-team-0001", "models": [allowed]}]}))
+    batch = BatchSettings(store=str(tmp_path / "store"), runner=FAST_RUNNER)
+    with router_for(workers, converted_adapters, batch=batch, api_keys_path=keys) as router:
+        anonymous = _client(router.http_url)
+        with pytest.raises(openai.AuthenticationError):
+            anonymous.batches.list()
+        client = openai.OpenAI(base_url=router.http_url + "/v1", api_key="sk-team-0001", max_retries=0, timeout=60)
+        rows = _lines([allowed, "tiny"], 4)
+        upload = client.files.create(file=("in.jsonl", _jsonl(rows)), purpose="batch")
+        created = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+        done = _wait_final(client, created.id)
+        assert [r["custom_id"] for r in _results(client, done.output_file_id)] == ["req-0", "req-2"]
+        errors = {r["custom_id"]: r["error"]["code"] for r in _results(client, done.error_file_id)}
+        assert errors == {"req-1": "model_not_found", "req-3": "model_not_found"}
+
+
 def _start_router(config: Path, store: Path, logs: list[str]) -> tuple[subprocess.Popen[bytes], int]:
     process = subprocess.Popen(
         [

@@ -230,3 +230,20 @@ def test_input_order_when_grouping_is_off(tmp_path: Path) -> None:
         assert executor.calls == [f"c{i}" for i in range(6)]
 
     asyncio.run(scenario())
+
+
+def test_lines_for_models_outside_the_creators_key_are_rejected(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        service = BatchService(BatchBook(LocalStore(tmp_path)))
+        upload = await service.upload(filename="in.jsonl", purpose="batch", data=_input(4))
+        created = await service.create(
+            endpoint=ENDPOINT, input_file_id=upload.id, completion_window="24h", allowed_models=("m1",)
+        )
+        assert (await service.batch(created.id)).allowed_models == ("m1",)
+        executor = FakeExecutor()
+        record = await BatchRunner(service, executor, AlwaysFree(), lambda m: True, FAST).run_batch(created.id)
+        assert sorted(executor.calls) == ["c0", "c2"]  # the m1 lines
+        errors = {r["custom_id"]: r["error"]["code"] for r in _rows(service, record.error_file_id)}
+        assert errors == {"c1": "model_not_found", "c3": "model_not_found"}
+
+    asyncio.run(scenario())
