@@ -128,3 +128,30 @@ def test_lease_writes_are_compare_and_swap_and_count_transitions() -> None:
     renewed = lease_body(_lease("me", 3), "me", NOW, 15, "l")
     assert renewed["spec"]["leaseTransitions"] == 2 and renewed["spec"]["renewTime"].startswith("2026-01-01T12:00:00")
     assert "resourceVersion" not in lease_body(None, "me", NOW, 15, "l")["metadata"]
+
+
+def test_fleet_capacity_follows_the_fleets_in_flight_requests() -> None:
+    from trtfleet_router.batch.capacity import FleetCapacity
+    from trtfleet_router.chat import chat_renderer
+    from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+    from trtfleet_router.models_registry import AdapterEntry, BaseModelEntry, EngineLimits, ModelRegistry
+    from trtfleet_router.routing.config import RoutingConfig
+    from trtfleet_router.routing.types import Outcome, RouteRequest
+
+    fleets = FleetSet(RoutingConfig(), seed=1)
+    registry = ModelRegistry(
+        [BaseModelEntry("tiny", "reference", EngineLimits(100, 150), chat_renderer("reference"))],
+        [AdapterEntry("a", "tiny", 1, "/tiny/a")],
+    )
+    fleets.apply(DiscoverySnapshot(registry, {"tiny": {n: PodEndpoint(n, f"{n}:1", n) for n in ("p1", "p2")}}))
+    capacity = FleetCapacity(fleets, pod_slots=2)
+    fleet = fleets.fleet("tiny")
+    tickets = []
+    for index in range(4):  # two on each pod: every slot taken
+        assert capacity.has_free_capacity("a")
+        request = RouteRequest("tiny", None, 4, 4, request_id=f"r{index}")
+        tickets.append(fleet.start(fleet.route(request), request))
+    assert not capacity.has_free_capacity("a") and not capacity.has_free_capacity("tiny")
+    fleet.finish(tickets[0], Outcome.OK)
+    assert capacity.has_free_capacity("a")
+    assert capacity.has_free_capacity("unknown-model")  # the line runs and gets its 404 answer
