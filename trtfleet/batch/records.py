@@ -5,7 +5,7 @@ Status transitions (OpenAI's)::
     validating -> in_progress -> finalizing -> completed
     validating -> failed                         (the input file cannot be read as a batch at all)
     validating | in_progress -> cancelling -> cancelled
-    in_progress -> expired                       (the completion window passed; partial results kept)
+    in_progress -> finalizing -> expired         (the completion window closed first; results so far kept)
 
 Ids: ``file-<hex>`` and ``batch_<hex>``; a batch's output and error files have ids derived from the
 batch's (``file-<batch>-output``), so finalizing twice after a crash writes the same files again.

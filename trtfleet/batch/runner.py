@@ -249,20 +249,20 @@ class BatchRunner:
         return await self.service.update(batch_id, count)
 
     async def _finalize(self, batch_id: str, parsed: ParsedInput) -> BatchRecord:
+        """Result files from the chunks, then the final status: ``cancelled`` after a cancel, else
+        ``completed`` when every line has a result and ``expired`` when the window closed first."""
         record = await self.service.batch(batch_id)
-        final = {
-            BatchStatus.CANCELLING: BatchStatus.CANCELLED,
-            BatchStatus.IN_PROGRESS: BatchStatus.COMPLETED,
-            BatchStatus.FINALIZING: BatchStatus.COMPLETED,
-        }[record.status]
-        if final is BatchStatus.COMPLETED and self.service.now_s() >= record.expires_at:
-            final = BatchStatus.EXPIRED
-        if final is BatchStatus.COMPLETED:
+        cancelled = record.status is BatchStatus.CANCELLING
+        if not cancelled:
             record = await self._move(batch_id, BatchStatus.FINALIZING)
         now_s = self.service.now_s()
         output_id, error_id, completed, failed = await asyncio.to_thread(
             self.service.book.write_result_files, record, parsed.lines, now_s
         )
+        if cancelled:
+            final = BatchStatus.CANCELLED
+        else:
+            final = BatchStatus.COMPLETED if completed + failed >= parsed.total else BatchStatus.EXPIRED
         counts = RequestCounts(parsed.total, completed, failed)
         record = await self._move(
             batch_id, final, output_file_id=output_id, error_file_id=error_id, request_counts=counts

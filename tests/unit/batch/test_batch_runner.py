@@ -247,3 +247,26 @@ def test_lines_for_models_outside_the_creators_key_are_rejected(tmp_path: Path) 
         assert errors == {"c1": "model_not_found", "c3": "model_not_found"}
 
     asyncio.run(scenario())
+
+
+def test_a_batch_past_its_window_expires_with_what_finished(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        now = [1000.0]
+        service = BatchService(BatchBook(LocalStore(tmp_path)), clock=lambda: now[0])
+        batch_id = await _create(service, _input(12))
+        executor = FakeExecutor(hold_after=2)
+        executor.gate = asyncio.Event()
+        task = asyncio.create_task(
+            BatchRunner(service, executor, AlwaysFree(), lambda m: True, FAST).run_batch(batch_id)
+        )
+        held = 2 + FAST.concurrency
+        while len(executor.calls) < held:
+            await asyncio.sleep(0.01)
+        now[0] += 24 * 3600  # the completion window closes
+        executor.gate.set()
+        record = await task
+        assert record.status is BatchStatus.EXPIRED and record.expired_at is not None
+        assert record.finalizing_at is not None and record.completed_at is None
+        assert record.request_counts.completed == len(_rows(service, record.output_file_id)) == held
+
+    asyncio.run(scenario())
