@@ -32,6 +32,7 @@ from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
+from trtfleet_router.server.batch_http import MAX_FILE_BYTES_DEFAULT
 from trtfleet_router.server.common import (
     BODY_TIMEOUT_S_DEFAULT,
     HEADER_TIMEOUT_S_DEFAULT,
@@ -133,6 +134,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="requests per pod up to which batch lines are admitted (interactive ones go first)",
     )
     batch.add_argument(
+        "--batch-max-file-bytes",
+        type=int,
+        default=MAX_FILE_BYTES_DEFAULT,
+        help="largest file POST /v1/files accepts (streamed; not bound by --max-body-bytes)",
+    )
+    batch.add_argument(
         "--batch-order",
         choices=("model", "input"),
         default="model",
@@ -213,6 +220,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             store=args.batch_store,
             runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),
             pod_slots=args.batch_pod_slots,
+            max_file_bytes=args.batch_max_file_bytes,
         ),
     )
 

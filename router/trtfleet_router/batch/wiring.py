@@ -18,7 +18,7 @@ from trtfleet_router.batch.leader import LeaderElection
 from trtfleet_router.batch.resources import BatchResources
 from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 from trtfleet_router.errors import RouterError
-from trtfleet_router.server.batch_http import BatchFrontend
+from trtfleet_router.server.batch_http import MAX_FILE_BYTES_DEFAULT, BatchFrontend
 from trtfleet_router.server.common import Services
 from trtfleet_router.server.openai_http import OpenAIFrontend
 
@@ -29,6 +29,7 @@ class BatchSettings:
     """A directory, ``file://`` path or ``s3://bucket/prefix``; batches are off when None."""
     runner: RunnerSettings = field(default_factory=RunnerSettings)
     pod_slots: int = POD_SLOTS_DEFAULT
+    max_file_bytes: int = MAX_FILE_BYTES_DEFAULT
 
 
 @dataclass(frozen=True)
@@ -82,4 +83,4 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
     if isinstance(discovery, KubernetesDiscovery):
         resources = BatchResources(discovery.client, discovery.namespace, service)
         election = LeaderElection(discovery.client, discovery.namespace)
-    return BatchParts(service, runner, BatchFrontend(services, service), resources, election)
+    return BatchParts(service, runner, BatchFrontend(services, service, settings.max_file_bytes), resources, election)

@@ -1,27 +1,39 @@
 """OpenAI's Files and Batches API: ``/v1/files`` and ``/v1/batches`` (on when ``--batch-store`` is set).
 
-``POST /v1/files`` (multipart ``file`` + ``purpose=batch``), ``GET /v1/files``, ``GET /v1/files/{id}``,
-``GET /v1/files/{id}/content``, ``DELETE /v1/files/{id}``; ``POST /v1/batches``, ``GET /v1/batches``
-(``limit``, ``after``), ``GET /v1/batches/{id}``, ``POST /v1/batches/{id}/cancel``. Errors carry OpenAI's
+``POST /v1/files`` (multipart ``file`` + ``purpose=batch``, streamed, up to ``max_file_bytes``),
+``GET /v1/files``, ``GET /v1/files/{id}``, ``GET /v1/files/{id}/content``, ``DELETE /v1/files/{id}``;
+``POST /v1/batches``, ``GET /v1/batches`` (``limit``, ``after``), ``GET /v1/batches/{id}``,
+``POST /v1/batches/{id}/cancel``. Errors carry OpenAI's
 body; :func:`_translate` turns the batch layer's errors into the router's tree (one place).
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from aiohttp import web
+from aiohttp import BodyPartReader, MultipartReader, web
 
 from trtfleet.batch.errors import BatchLayerError, InvalidBatchRequest, NotFound
 from trtfleet.batch.records import FileRecord
 from trtfleet.batch.service import LIST_LIMIT_DEFAULT, BatchService
-from trtfleet_router.errors import MalformedRequest, ObjectNotFound, RequestError, RouterError
+from trtfleet_router.errors import (
+    BodyTooLarge,
+    MalformedRequest,
+    ObjectNotFound,
+    RequestError,
+    RequestTimeout,
+    RouterError,
+)
 from trtfleet_router.server.auth import Principal, presented_key
 from trtfleet_router.server.common import Services, read_json_body
 from trtfleet_router.server.openai_http import error_response, json_response
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+MAX_FILE_BYTES_DEFAULT: Final = 200 * 1024 * 1024
+"""OpenAI's limit for a batch input file."""
+UPLOAD_CHUNK_BYTES: Final = 1024 * 1024
 PRINCIPAL: Final = web.RequestKey("principal", Principal)
 
 
@@ -59,9 +71,10 @@ def _limit(request: web.Request) -> int:
 
 
 class BatchFrontend:
-    def __init__(self, services: Services, batches: BatchService) -> None:
+    def __init__(self, services: Services, batches: BatchService, max_file_bytes: int = MAX_FILE_BYTES_DEFAULT) -> None:
         self.services = services
         self.batches = batches
+        self.max_file_bytes = max_file_bytes
 
     def routes(self) -> list[web.RouteDef]:
         h = self._handler
@@ -96,22 +109,54 @@ class BatchFrontend:
 
     # -- files -----------------------------------------------------------------------------------------
     async def upload(self, request: web.Request) -> web.StreamResponse:
+        """The multipart form read as a stream: the file may exceed ``--max-body-bytes`` up to
+        ``max_file_bytes``; a stall of ``--body-timeout-s`` between two chunks is answered 408."""
         try:
-            form = await request.post()
-        except ValueError as exc:
+            reader = await request.multipart()
+        except (AssertionError, ValueError, KeyError) as exc:  # aiohttp's answers to a non-multipart body
             raise MalformedRequest(f"the upload must be multipart/form-data: {exc}") from exc
-        except web.HTTPRequestEntityTooLarge as exc:
-            limit = self.services.settings.max_body_bytes
-            raise RequestError(f"the file exceeds the upload limit of {limit} bytes", param="file") from exc
-        field = form.get("file")
-        if not isinstance(field, web.FileField):
+        fields: dict[str, str] = {}
+        filename, data = None, None
+        try:
+            while (part := await self._next_part(reader)) is not None:
+                if part.name == "file":
+                    filename, data = part.filename or "upload.jsonl", await self._read_file(part)
+                elif part.name:
+                    fields[part.name] = (await self._read_file(part)).decode("utf-8", errors="replace").strip()
+        except ValueError as exc:  # a malformed multipart body
+            raise MalformedRequest(f"the multipart body is malformed: {exc}") from exc
+        except TimeoutError as exc:
+            limit_s = self.services.settings.body_timeout_s
+            raise RequestTimeout(f"the upload stalled for {limit_s:g} s") from exc
+        if data is None:
             raise MalformedRequest("the form needs a 'file' part with the JSONL file", param="file")
-        purpose = form.get("purpose")
-        if not isinstance(purpose, str):
+        if "purpose" not in fields:
             raise MalformedRequest("the form needs a 'purpose' field", param="purpose")
-        data = field.file.read()
-        record = await self.batches.upload(filename=field.filename or "upload.jsonl", purpose=purpose, data=data)
+        record = await self.batches.upload(filename=filename or "upload.jsonl", purpose=fields["purpose"], data=data)
         return json_response(record.to_openai())
+
+    async def _next_part(self, reader: MultipartReader) -> BodyPartReader | None:
+        async with self._stall_limit():
+            part = await reader.next()
+        if part is not None and not isinstance(part, BodyPartReader):
+            raise MalformedRequest("nested multipart bodies are not accepted")
+        return part
+
+    async def _read_file(self, part: BodyPartReader) -> bytes:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            async with self._stall_limit():
+                chunk = await part.read_chunk(UPLOAD_CHUNK_BYTES)
+            if not chunk:
+                return b"".join(chunks)
+            size += len(chunk)
+            if size > self.max_file_bytes:
+                raise BodyTooLarge(f"the file exceeds the upload limit of {self.max_file_bytes} bytes", param="file")
+            chunks.append(chunk)
+
+    def _stall_limit(self) -> asyncio.Timeout:
+        return asyncio.timeout(self.services.settings.body_timeout_s)
 
     async def list_files(self, request: web.Request) -> web.StreamResponse:
         records = await self.batches.files(request.query.get("purpose"))
