@@ -8,6 +8,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+import os
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,6 +24,7 @@ from trtfleet_router.batch.wiring import BatchSettings
 from trtfleet_router.discovery.kubeclient import KubeClient
 
 from tests.integration.router.support import ConvertedAdapter, reference_workers, router_for
+from tests.integration.router.test_router_cli import _router_port
 from tests.support.controlplane import ControlPlane, KubectlError, eventually
 from tests.unit.router.harness import RouterThread
 from trtfleet.batch.runner import RunnerSettings
@@ -185,3 +190,52 @@ def test_one_batch_runner_among_replicas_and_a_takeover_after_a_kill(crds: Contr
         await client.close()
 
     asyncio.run(scenario())
+
+
+def test_a_router_process_leads_and_runs_applied_batches(
+    crds: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    """``trtfleet router --kubernetes --batch-store``: the whole wiring in one real process (Lease, Batch
+    watch, runner, status). The namespace serves no model, so every line is a ``model_not_found`` line."""
+    cp, ns = crds, kube_namespace
+    source = tmp_path / "in.jsonl"
+    line = {"custom_id": "only", "method": "POST", "url": "/v1/completions", "body": {"model": "nope", "prompt": "x"}}
+    source.write_text(json.dumps(line) + "\n")
+    router = subprocess.Popen(
+        [
+            str(Path(sys.executable).parent / "trtfleet"),
+            "router",
+            "--kubernetes",
+            "--namespace",
+            ns,
+            "--batch-store",
+            str(tmp_path / "store"),
+            "--host",
+            "127.0.0.1",
+            "--http-port",
+            "0",
+            "--grpc-port",
+            "-1",
+            "--metrics-port",
+            "-1",
+        ],
+        stderr=subprocess.PIPE,
+        env={**os.environ, "KUBECONFIG": str(cp.kubeconfig)},
+    )
+    logs: list[str] = []
+    try:
+        _router_port(router, logs)
+        _apply(cp, ns, "unservable", {"input": str(source)})
+        status = eventually(
+            functools.partial(_phase_in, cp, ns, "unservable", {"Succeeded", "Failed"}), timeout=120, what="the end"
+        )
+        assert status["phase"] == "Succeeded" and status["counts"] == {"total": 1, "completed": 0, "failed": 1}
+        lease = json.loads(cp.kubectl("get", "lease", "trtfleet-batch-runner", "-n", ns, "-o", "json").stdout)
+        assert lease["spec"]["holderIdentity"]
+    finally:
+        router.send_signal(signal.SIGTERM)
+        try:
+            router.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            router.kill()
+            router.wait()
