@@ -150,6 +150,7 @@ class RealFleet:
     policy_config: Mapping[str, Any] | None = None  # the router's routing config (YAML keys), e.g. its load bound
     router_http_port: int = 0
     router_metrics_port: int = 0
+    router_args: Sequence[str] = ()  # more ``trtfleet router`` flags (bench.batch: --batch-store ...)
     _workers: list[Any] = field(default_factory=list)
     _router: subprocess.Popen[bytes] | None = None
 
@@ -242,6 +243,7 @@ class RealFleet:
             policy_path = self.work_dir / "policy.yaml"
             policy_path.write_text(yaml.safe_dump(dict(self.policy_config), sort_keys=False), encoding="utf-8")
             command += ["--policy-config", str(policy_path)]
+        command += list(self.router_args)
         self._router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                         cwd=self.work_dir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
         deadline = time.monotonic() + 60

@@ -24,6 +24,7 @@ from aiohttp import web
 from tritonclient.grpc import service_pb2
 
 from trtfleet.api.basemodel import Runtime
+from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
@@ -80,6 +81,7 @@ class RouterSettings:
     seed: int | None = None
     api_keys_path: Path | None = None
     peering: PeerSettings | None = None  # None: no peer port, this replica's own view only
+    batch: BatchSettings = field(default_factory=BatchSettings)
 
 
 class Router:
@@ -123,6 +125,7 @@ class Router:
             api_keys=api_keys,
             lifecycle=self.lifecycle,
         )
+        self.batch = build_batch_parts(settings.batch, self.services, discovery) if settings.batch.store else None
         self._runners: list[web.AppRunner] = []
         self._grpc: Any = None
         self._tasks: list[asyncio.Task[None]] = []
@@ -158,6 +161,8 @@ class Router:
         app = web.Application(client_max_size=self.settings.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES)
         app.add_routes(guarded(OpenAIFrontend(self.services).routes()))
         app.add_routes(guarded(TritonHttpFrontend(self.services).routes()))
+        if self.batch is not None:
+            app.add_routes(guarded(self.batch.frontend.routes()))
         return app
 
     def metrics_app(self) -> web.Application:
@@ -206,6 +211,8 @@ class Router:
         self._background(KvEventPoller(self.fleets, s.scrape_interval_s).run(), "kv-events")
         self._background(self._prewarm_loop(), "prewarm")
         self._background(self._health_loop(), "health")
+        if self.batch is not None:
+            self._background(self.batch.run(), "batch")
         log.info(
             "router started",
             extra={

@@ -19,6 +19,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+from trtfleet.batch.runner import CONCURRENCY_DEFAULT, RunnerSettings
 from trtfleet_router.app import (
     DRAIN_TIMEOUT_S_DEFAULT,
     PREWARM_INTERVAL_S_DEFAULT,
@@ -26,11 +27,14 @@ from trtfleet_router.app import (
     Router,
     RouterSettings,
 )
+from trtfleet_router.batch.capacity import POD_SLOTS_DEFAULT
+from trtfleet_router.batch.wiring import BatchSettings
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
 from trtfleet_router.peering.peers import GRACE_S_DEFAULT, PEER_PORT_DEFAULT, SYNC_TIMEOUT_S_DEFAULT, PeerSettings
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
+from trtfleet_router.server.batch_http import MAX_FILE_BYTES_DEFAULT
 from trtfleet_router.server.common import (
     BODY_TIMEOUT_S_DEFAULT,
     HEADER_TIMEOUT_S_DEFAULT,
@@ -140,6 +144,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
     limits.add_argument("--scrape-interval-s", type=float, default=SCRAPE_INTERVAL_S_DEFAULT)
     limits.add_argument("--prewarm-interval-s", type=float, default=PREWARM_INTERVAL_S_DEFAULT)
     limits.add_argument("--drain-timeout-s", type=float, default=DRAIN_TIMEOUT_S_DEFAULT)
+    batch = parser.add_argument_group("batches (OpenAI Files + Batches API)")
+    batch.add_argument("--batch-store", help="directory, file:// or s3://bucket/prefix of batch state (off when unset)")
+    batch.add_argument(
+        "--batch-concurrency", type=int, default=CONCURRENCY_DEFAULT, help="batch lines in flight at once"
+    )
+    batch.add_argument(
+        "--batch-pod-slots",
+        type=int,
+        default=POD_SLOTS_DEFAULT,
+        help="requests per pod up to which batch lines are admitted (interactive ones go first)",
+    )
+    batch.add_argument(
+        "--batch-max-file-bytes",
+        type=int,
+        default=MAX_FILE_BYTES_DEFAULT,
+        help="largest file POST /v1/files accepts (streamed; not bound by --max-body-bytes)",
+    )
+    batch.add_argument(
+        "--batch-order",
+        choices=("model", "input"),
+        default="model",
+        help="model: each model's lines together, so a pod loads each adapter once (default); input: file order",
+    )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run)
 
@@ -230,6 +257,12 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         seed=args.seed,
         api_keys_path=args.api_keys,
         peering=_peering(args),
+        batch=BatchSettings(
+            store=args.batch_store,
+            runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),
+            pod_slots=args.batch_pod_slots,
+            max_file_bytes=args.batch_max_file_bytes,
+        ),
     )
 
 

@@ -14,6 +14,7 @@ Every failure the router reports to a client is a :class:`RouterError`; third-pa
     ├── Unauthenticated              401 UNAUTHENTICATED     authentication_error
     ├── PermissionDenied             403 PERMISSION_DENIED   permission_error
     ├── ModelNotFound                404 NOT_FOUND           not_found_error
+    ├── ObjectNotFound               404 NOT_FOUND           invalid_request_error (no such file / batch)
     ├── Overloaded                   429 RESOURCE_EXHAUSTED  rate_limit_error   (+ Retry-After)
     ├── Unavailable                  503 UNAVAILABLE         service_unavailable (+ Retry-After)
     │   ├── NoCapacityAvailable      503 UNAVAILABLE         (no ready pod for the model)
@@ -90,6 +91,10 @@ class ModelNotFound(RouterError):
     """No base model or adapter is served under this name."""
 
 
+class ObjectNotFound(RouterError):
+    """No file or batch with this id (OpenAI answers 404 with ``invalid_request_error``)."""
+
+
 class RetryableError(RouterError):
     """Errors the client may retry later; carry ``retry_after_s`` for the ``Retry-After`` header."""
 
@@ -156,6 +161,7 @@ ERROR_MAPPINGS: Final[dict[type[RouterError], ErrorMapping]] = {
     Unauthenticated: ErrorMapping(401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error", "unauth"),
     PermissionDenied: ErrorMapping(403, grpc.StatusCode.PERMISSION_DENIED, "permission_error", "forbidden"),
     ModelNotFound: ErrorMapping(404, grpc.StatusCode.NOT_FOUND, "not_found_error", "not_found"),
+    ObjectNotFound: ErrorMapping(404, grpc.StatusCode.NOT_FOUND, "invalid_request_error", "no_object"),
     Overloaded: ErrorMapping(429, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limit_error", "overloaded"),
     Unavailable: ErrorMapping(503, grpc.StatusCode.UNAVAILABLE, "service_unavailable", "unavailable"),
     UpstreamRejected: ErrorMapping(400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "rejected"),

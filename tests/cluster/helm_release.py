@@ -21,7 +21,7 @@ import yaml
 from tests.support.controlplane import ControlPlane, eventually
 from tests.support.helm import CHART, helm
 
-CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io")
+CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io", "batches.trtfleet.io")
 VALUES: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 CHART_META: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
 IMAGE = f"{VALUES['image']['repository']}:{VALUES['image']['tag'] or CHART_META['appVersion']}"

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.cluster
 
 ROOT = Path(__file__).resolve().parents[2]
 CRD_DIR = ROOT / "crds"
-CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io")
+CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io", "batches.trtfleet.io")
 EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 
 
@@ -32,7 +32,7 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
     def served(resource: str) -> bool:
         return control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
 
-    for resource in ("basemodels", "adapters"):
+    for resource in ("basemodels", "adapters", "batches"):
         eventually(functools.partial(served, resource), timeout=30, what=f"{resource} to be served")
     return control_plane
 
@@ -58,6 +58,14 @@ def basemodel(spec: str, name: str = "bm") -> str:
 def adapter(spec: str, name: str = "ad") -> str:
     return (
         f"apiVersion: trtfleet.io/v1alpha1\nkind: Adapter\nmetadata:\n  name: {name}\nspec:\n"
+        + textwrap.indent(textwrap.dedent(spec).strip(), "  ")
+        + "\n"
+    )
+
+
+def batch(spec: str, name: str = "bt") -> str:
+    return (
+        f"apiVersion: trtfleet.io/v1alpha1\nkind: Batch\nmetadata:\n  name: {name}\nspec:\n"
         + textwrap.indent(textwrap.dedent(spec).strip(), "  ")
         + "\n"
     )
@@ -149,6 +157,15 @@ INVALID: dict[str, tuple[str, tuple[str, ...]]] = {
         ('unknown field "spec.engine.maxBatchSise"',),
     ),
     "runtime-enum": (basemodel(f"{VALID_BM}\nruntime: vllm"), ("spec.runtime", "Unsupported value")),
+    "batch-bad-input-scheme": (
+        batch("input: 'http://example.com/in.jsonl'"),
+        ("spec.input", "should match"),
+    ),
+    "batch-deadline-in-days": (batch("input: 's3://data/in.jsonl'\ndeadline: 1d"), ("spec.deadline", "should match")),
+    "batch-priority-range": (
+        batch("input: 's3://data/in.jsonl'\npriority: 101"),
+        ("spec.priority", "less than or equal to 100"),
+    ),
     "adapter-missing-basemodel": (
         adapter("source: {uri: 's3://adapters/sql'}"),
         ("spec.baseModel", "Required value"),

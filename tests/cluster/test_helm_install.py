@@ -93,12 +93,16 @@ ROUTER_NEEDS: list[Permission] = [
     ("watch", "endpointslices.discovery.k8s.io", None),
     ("list", "basemodels.trtfleet.io", None),
     ("watch", "adapters.trtfleet.io", None),
+    ("watch", "batches.trtfleet.io", None),
+    ("patch", "batches.trtfleet.io", "status"),
+    ("update", "leases.coordination.k8s.io", None),
 ]
 ROUTER_MUST_NOT: list[Permission] = [
     ("get", "secrets", None),
     ("list", "pods", None),
     ("patch", "basemodels.trtfleet.io", None),
     ("patch", "adapters.trtfleet.io", "status"),
+    ("patch", "batches.trtfleet.io", None),
     ("create", "configmaps", None),
     ("create", "jobs.batch", None),
 ]

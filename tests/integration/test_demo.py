@@ -94,6 +94,22 @@ def test_demo_once_answers_with_every_adapter_and_cleans_up(mark: str, runtime: 
     assert_nothing_left(mark, output)
 
 
+def run_batch_example(lines: list[str]) -> None:
+    """The batch snippet the demo printed, run as a user would paste it: one answer per model."""
+    start = next(i for i, line in enumerate(lines) if line.startswith("Batches ("))
+    snippet = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        snippet.append(line[2:])
+    done = subprocess.run([sys.executable, "-c", "".join(snippet)], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(text) for text in done.stdout.splitlines() if text.strip()]
+    results = {row["custom_id"]: row for row in rows}
+    assert sorted(results) == ["tiny-1", "tiny-upper-1"], done.stdout
+    check_answer("tiny-upper", results["tiny-upper-1"]["response"]["body"]["choices"][0]["text"])
+
+
 def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
     from openai import OpenAI
 
@@ -117,6 +133,7 @@ def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
         eventually(lambda: any("requests 3 ok" in line and "hit rate 67%" in line for line in lines),
                    timeout=30, what=f"the live summary to show the requests:\n{''.join(lines[-5:])}")
         assert any("worker-1: tiny-upper" in line for line in lines), "".join(lines[-5:])
+        run_batch_example(lines)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
     finally:

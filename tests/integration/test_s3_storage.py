@@ -129,3 +129,27 @@ def test_router_weight_store_reads_s3_artifacts(s3: Any, tmp_path: Path) -> None
         asyncio.run(WeightStore(reader=SchemeReader()).get(ArtifactRef(f"s3://{BUCKET}/adapters/upper", "0" * 64)))
     with pytest.raises(WeightsUnavailable, match=r"cannot fetch s3://trtfleet-test/adapters/missing/"):
         asyncio.run(WeightStore(reader=SchemeReader()).get(ArtifactRef(f"s3://{BUCKET}/adapters/missing")))
+
+
+def test_batch_store_on_s3_keeps_files_batches_and_chunks(s3: Any) -> None:
+    from trtfleet.batch.book import BatchBook
+    from trtfleet.batch.errors import NotFound
+    from trtfleet.batch.records import FileRecord
+    from trtfleet.batch.store import open_store
+
+    store = open_store(f"s3://{BUCKET}/batches-root")
+    book = BatchBook(store)
+    record = FileRecord("file-1", "batch", 3, "in.jsonl", 100)
+    book.put_file(record, b"abc")
+    assert book.file("file-1") == record and book.file_content("file-1") == b"abc" and book.files() == [record]
+    book.commit_chunk("batch_1", 0, [])
+    book.commit_chunk("batch_1", 1, [{"id": "r1", "custom_id": "c1", "response": None, "error": None}])
+    book.commit_chunk("batch_1", 1, [{"id": "r1", "custom_id": "c1", "response": None, "error": None}])  # a rerun
+    assert book.chunk_numbers("batch_1") == [0, 1] and [r["custom_id"] for r in book.results("batch_1")] == ["c1"]
+    assert _keys(s3, "batches-root/chunks/") == [
+        "batches-root/chunks/batch_1/00000000.jsonl",
+        "batches-root/chunks/batch_1/00000001.jsonl",
+    ]
+    book.delete_file("file-1")
+    with pytest.raises(NotFound):
+        book.file("file-1")

@@ -8,7 +8,7 @@ import pytest
 import yaml
 from pydantic import ValidationError
 
-from trtfleet.api import Adapter, BaseModel, BaseModelSpec, parse_quantity
+from trtfleet.api import Adapter, BaseModel, BaseModelSpec, Batch, parse_quantity
 from trtfleet.api.crdgen import render_crds
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -21,7 +21,7 @@ def _examples() -> list[Path]:
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)
 def test_examples_parse(path: Path) -> None:
     for doc in yaml.safe_load_all(path.read_text()):
-        model = {"BaseModel": BaseModel, "Adapter": Adapter}[doc["kind"]]
+        model = {"BaseModel": BaseModel, "Adapter": Adapter, "Batch": Batch}[doc["kind"]]
         obj = model.model_validate(doc)
         assert obj.metadata["name"]
 

@@ -34,6 +34,7 @@ from trtfleet.api.basemodel import (
     QuantizationMode,
     Runtime,
 )
+from trtfleet.api.batch import Batch, BatchEndpoint, BatchPhase, BatchSpec, BatchStatus
 from trtfleet.api.common import (
     API_VERSION,
     GROUP,
@@ -51,4 +52,5 @@ __all__ = [
     "BaseModel", "BaseModelSpec", "BaseModelStatus", "BatchSchedulerPolicy", "CapacityStatus", "Condition",
     "ConditionStatus", "Dtype", "EngineSpec", "EngineStatus", "KvCacheDtype", "LoraModule", "LoraSpec",
     "ModelDimensions", "Phase", "QuantizationMode", "Runtime", "Source", "parse_quantity",
+    "Batch", "BatchEndpoint", "BatchPhase", "BatchSpec", "BatchStatus",
 ]

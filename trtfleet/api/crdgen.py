@@ -17,6 +17,7 @@ import yaml
 
 from trtfleet.api.adapter import AdapterSpec, AdapterStatus
 from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus
+from trtfleet.api.batch import BatchSpec, BatchStatus
 from trtfleet.api.common import GROUP, VERSION, ApiModel
 
 _DROP_KEYS = {"title", "$defs", "examples"}
@@ -125,11 +126,12 @@ def _crd(
     columns: list[dict[str, Any]],
     description: str,
     scale: dict[str, str] | None = None,
+    status_writer: str = "the trtfleet operator",
 ) -> dict[str, Any]:
     spec_schema = structural_schema(spec_model)
     spec_schema["description"] = f"Desired state of the {kind}."
     status_schema = structural_schema(status_model)
-    status_schema["description"] = f"Observed state of the {kind}, written by the trtfleet operator."
+    status_schema["description"] = f"Observed state of the {kind}, written by {status_writer}."
     return {
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -214,7 +216,27 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     )
-    return {f"{GROUP}_basemodels.yaml": basemodels, f"{GROUP}_adapters.yaml": adapters}
+    batches = _crd(
+        kind="Batch",
+        plural="batches",
+        short_names=["bt"],
+        spec_model=BatchSpec,
+        status_model=BatchStatus,
+        description="An offline batch of OpenAI requests run by the router in the fleet's free capacity.",
+        status_writer="the trtfleet router that runs it",
+        columns=[
+            {"name": "Phase", "type": "string", "jsonPath": ".status.phase"},
+            {"name": "Progress", "type": "integer", "jsonPath": ".status.progressPercent"},
+            {"name": "Completed", "type": "integer", "jsonPath": ".status.counts.completed"},
+            {"name": "Failed", "type": "integer", "jsonPath": ".status.counts.failed"},
+            {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
+        ],
+    )
+    return {
+        f"{GROUP}_basemodels.yaml": basemodels,
+        f"{GROUP}_adapters.yaml": adapters,
+        f"{GROUP}_batches.yaml": batches,
+    }
 
 
 def render_crds() -> dict[str, str]:

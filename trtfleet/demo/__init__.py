@@ -59,6 +59,7 @@ from trtfleet.demo.autoscale import (
     router_drained,
     write_routing_file,
 )
+from trtfleet.demo.batch import batch_example
 from trtfleet.demo.errors import DemoError, DemoInterrupted, RequestError, StartupError
 from trtfleet.demo.fleet import (
     ADAPTERS_PER_WORKER_DEFAULT,
@@ -185,6 +186,7 @@ def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Chil
         "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S),
         *(["--policy-config", str(write_routing_file(fleet.parent / "routing.yaml"))] if args.autoscale else []),
         "--peer-port", "-1",  # one router: no replicas to share its view with, no fixed port to collide on
+        "--batch-store", str(fleet.parent / "batches"),
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
         f"metrics {args.metrics_port} (fleet file {fleet})")
@@ -247,6 +249,9 @@ def print_instructions(args: argparse.Namespace, served: list[str]) -> None:
     for name in served:
         say(f'  client.chat.completions.create(model="{name}", messages=[{{"role": "user", '
             f'"content": {json.dumps(args.prompt)}}}]).choices[0].message.content')
+    say("\nBatches (OpenAI Files + Batches API; the router keeps them in the work directory's batches/):")
+    for line in batch_example(base, [BASE_MODEL, *served], args.prompt, MAX_TOKENS):
+        say(line)
     if args.runtime == "pytorch":
         say("\nTriton endpoints: none for this runtime (trtllm-serve pods speak the OpenAI API only)")
     else:

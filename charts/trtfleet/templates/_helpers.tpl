@@ -69,6 +69,12 @@ app.kubernetes.io/component: {{ .component }}
   resources: [endpointslices]
   verbs: [get, list, watch]
 - apiGroups: [trtfleet.io]
-  resources: [basemodels, adapters]
+  resources: [basemodels, adapters, batches]
   verbs: [get, list, watch]
+- apiGroups: [trtfleet.io]
+  resources: [batches/status]
+  verbs: [patch]
+- apiGroups: [coordination.k8s.io]
+  resources: [leases]
+  verbs: [get, create, update]
 {{- end -}}

@@ -9,6 +9,7 @@ raw SSE readers still see a terminated stream.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from contextlib import aclosing
 from typing import Any
@@ -99,11 +100,35 @@ class OpenAIFrontend:
         except RouterError as exc:
             return error_response(exc)
 
+    async def answer(self, body: Any, *, chat: bool, request_id: str) -> dict[str, Any]:
+        """The non-streamed answer body to ``body`` through the same path as an HTTP request, counted
+        under the front end ``batch`` (the batch runner's entry; raises :class:`RouterError`). API keys
+        are not checked: the batch API checked its caller."""
+        with self.services.track("batch", request_id) as record:
+            parsed, text_request, usage, response_id = self._prepare(body, record, chat=chat, key=None, internal=True)
+            return await self._unary(text_request, parsed, usage, record, chat, response_id)
+
     async def _handle(self, request: web.Request, record: RequestRecord, *, chat: bool) -> web.StreamResponse:
         services = self.services
         body = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
+        key = presented_key(request.headers)
+        parsed, text_request, usage, response_id = self._prepare(body, record, chat=chat, key=key, internal=False)
+        if parsed.stream:
+            return await self._stream(request, text_request, parsed, usage, record, chat, response_id)
+        answer = await self._unary(text_request, parsed, usage, record, chat, response_id)
+        return json_response(answer, headers={REQUEST_ID_HEADER: record.request_id})
+
+    def _prepare(
+        self, body: Any, record: RequestRecord, *, chat: bool, key: str | None, internal: bool
+    ) -> tuple[OpenAIRequest, TextRequest, Usage, str]:
+        """Parse and resolve (``internal``: the batch runner's lines, unary, with no API-key check)."""
+        services = self.services
         parsed = parse_chat(body) if chat else parse_completion(body)
-        target = services.resolve(parsed.model, presented_key(request.headers))
+        if internal:
+            parsed = dataclasses.replace(parsed, stream=False, include_usage=False)
+            target = services.fleets.serving(services.fleets.registry.resolve(parsed.model))
+        else:
+            target = services.resolve(parsed.model, key)
         record.model_kind, record.model = target.model_kind, parsed.model
         prompt = target.base.chat(parsed.messages) if parsed.messages is not None else parsed.prompt or ""
         prompt_tokens = target.base.estimate_tokens(prompt)
@@ -121,9 +146,7 @@ class OpenAIFrontend:
         )
         usage = Usage(prompt_tokens)
         response_id = ("chatcmpl-" if chat else "cmpl-") + record.request_id
-        if parsed.stream:
-            return await self._stream(request, text_request, parsed, usage, record, chat, response_id)
-        return await self._unary(text_request, parsed, usage, record, chat, response_id)
+        return parsed, text_request, usage, response_id
 
     async def _unary(
         self,
@@ -133,7 +156,7 @@ class OpenAIFrontend:
         record: RequestRecord,
         chat: bool,
         response_id: str,
-    ) -> web.Response:
+    ) -> dict[str, Any]:
         parts = []
         async with aclosing(self.services.text.generate(text_request, usage)) as pieces:
             async for piece in pieces:
@@ -142,8 +165,7 @@ class OpenAIFrontend:
         self._count_tokens(record, usage)
         finish = finish_reason(usage, text_request.params.max_tokens)
         build = chat_response if chat else completion_response
-        body = build(response_id, parsed.model, "".join(parts), finish, usage)
-        return json_response(body, headers={REQUEST_ID_HEADER: record.request_id})
+        return build(response_id, parsed.model, "".join(parts), finish, usage)
 
     async def _stream(
         self,

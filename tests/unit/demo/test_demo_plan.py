@@ -8,6 +8,7 @@ import pytest
 
 from trtfleet.api import BaseModel
 from trtfleet.demo import parse_adapters
+from trtfleet.demo.batch import batch_example
 from trtfleet.demo.fleet import (
     DTYPE_BYTES,
     ConvertedAdapter,
@@ -137,3 +138,9 @@ def test_summary_before_any_adapter_request() -> None:
     summary = FleetSummary(1, 2, 0, 0, 0, 0, 0, {"worker-1": ()})
     assert summary.hit_rate is None
     assert format_summary(summary).startswith("workers 1/2 ready · requests 0 ok, 0 failed · adapter hit rate n/a")
+
+
+def test_the_batch_example_is_python_with_one_line_per_model() -> None:
+    snippet = "\n".join(line[2:] for line in batch_example("http://127.0.0.1:8080", ["tiny", "tiny-upper"], "hi", 8))
+    compile(snippet, "<demo batch example>", "exec")
+    assert snippet.count('"custom_id"') == 2 and "purpose='batch'" in snippet and "completion_window='24h'" in snippet

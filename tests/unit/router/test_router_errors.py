@@ -23,6 +23,7 @@ CASES = [
     (e.Unauthenticated("x"), 401, grpc.StatusCode.UNAUTHENTICATED, "authentication_error"),
     (e.PermissionDenied("x"), 403, grpc.StatusCode.PERMISSION_DENIED, "permission_error"),
     (e.ModelNotFound("x"), 404, grpc.StatusCode.NOT_FOUND, "not_found_error"),
+    (e.ObjectNotFound("x"), 404, grpc.StatusCode.NOT_FOUND, "invalid_request_error"),
     (e.Overloaded("x"), 429, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limit_error"),
     (e.Unavailable("x"), 503, grpc.StatusCode.UNAVAILABLE, "service_unavailable"),
     (e.NoCapacityAvailable("x"), 503, grpc.StatusCode.UNAVAILABLE, "service_unavailable"),

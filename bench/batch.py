@@ -1,0 +1,257 @@
+"""Batches on the reference fleet: throughput, adapter loads grouped vs input order, interactive TTFT.
+
+    .venv/bin/python -m bench.batch                 # 10,000 lines (the docs/benchmarks.md figures)
+    .venv/bin/python -m bench.batch --lines 500     # a smoke run
+
+Fleet: :class:`bench.realfleet.RealFleet` (K real ``tritonserver`` reference workers with small host LoRA
+caches, every engine step at least ``min_step_ms``: a pretend GPU step) and ``trtfleet router`` with
+``--batch-store``. Four fresh fleets (cold caches each):
+
+1. ``interactive``: interactive requests only (open loop, Poisson ``interactive_rps``, streamed, random
+   adapters) for ``interactive_s``: the TTFT baseline;
+2. ``interactive+batch``: the same interactive load while a grouped batch runs: TTFT with a batch;
+3. ``batch grouped`` and 4. ``batch input order``: the batch alone, ``--batch-order model`` vs ``input``
+   (the lines' adapters are drawn at random, so input order is what online arrival order would be):
+   lines/s and the router's ``adapter_loads`` (requests that carried weights to a pod).
+
+Batch lines and interactive requests use the same prompts' shape; greedy; ``max_tokens`` fixed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench import report
+from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
+from bench.simstats import percentile
+from bench.traces import prompt_text
+
+WORK = report.RESULTS / "batch"
+BATCH_WAIT_S = 3600.0
+
+
+@dataclass(frozen=True)
+class BatchScenario:
+    lines: int = 10_000
+    adapters: int = 16
+    workers: int = 3
+    max_batch_size: int = 8
+    min_step_ms: float = 20.0
+    host_cache_pages: int = 4
+    prompt_tokens: int = 32
+    max_tokens: int = 16
+    interactive_rps: float = 2.0
+    interactive_s: float = 30.0
+    batch_concurrency: int = 24
+    batch_pod_slots: int = 6
+    """Batch lines are admitted while a pod's load is below this: max batch 8 minus 2 slots kept for
+    interactive requests (an engine does not preempt a running sequence)."""
+    seed: int = 0
+
+
+def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
+    rng = random.Random(scenario.seed)
+    rows = []
+    for index in range(scenario.lines):
+        body = {
+            "model": rng.choice(list(names)),
+            "prompt": prompt_text(f"batch-{index}", scenario.prompt_tokens),
+            "max_tokens": scenario.max_tokens,
+            "temperature": 0,
+        }
+        rows.append({"custom_id": f"line-{index}", "method": "POST", "url": "/v1/completions", "body": body})
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+
+
+def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str]) -> dict[str, Any]:
+    """Open loop: each request in its own thread at its Poisson time; TTFT of every answered request."""
+    import openai
+
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    rng = random.Random(scenario.seed + 1)
+    ttfts: list[float] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def one(index: int, model: str) -> None:
+        began = time.perf_counter()
+        try:
+            stream = client.completions.create(
+                model=model,
+                prompt=prompt_text(f"live-{index}", scenario.prompt_tokens),
+                max_tokens=scenario.max_tokens,
+                temperature=0,
+                stream=True,
+            )
+            first = None
+            for chunk in stream:
+                if first is None and chunk.choices and chunk.choices[0].text:
+                    first = time.perf_counter() - began
+            with lock:
+                if first is not None:
+                    ttfts.append(first)
+        except openai.OpenAIError as exc:
+            with lock:
+                errors.append(str(exc)[:200])
+
+    threads: list[threading.Thread] = []
+    start = time.monotonic()
+    at_s, index = rng.expovariate(scenario.interactive_rps), 0
+    while at_s < scenario.interactive_s:
+        delay = start + at_s - time.monotonic()
+        if delay > 0:
+            time.sleep(delay)
+        thread = threading.Thread(target=one, args=(index, rng.choice(list(names))), daemon=True)
+        thread.start()
+        threads.append(thread)
+        index += 1
+        at_s += rng.expovariate(scenario.interactive_rps)
+    for thread in threads:
+        thread.join(300)
+    return {
+        "requests": index,
+        "errors": len(errors),
+        "ttft_p50_ms": percentile(ttfts, 50) * 1000,
+        "ttft_p99_ms": percentile(ttfts, 99) * 1000,
+    }
+
+
+def start_batch(base_url: str, data: bytes) -> tuple[Any, str]:
+    import openai
+
+    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
+    upload = client.files.create(file=("bench.jsonl", data), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+    return client, batch.id
+
+
+def wait_batch(client: Any, batch_id: str) -> Any:
+    deadline = time.monotonic() + BATCH_WAIT_S
+    while True:
+        batch = client.batches.retrieve(batch_id)
+        if batch.status in ("completed", "failed", "expired", "cancelled"):
+            return batch
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"batch {batch_id} still {batch.status} after {BATCH_WAIT_S} s")
+        time.sleep(0.5)
+
+
+def run_case(
+    case: str, scenario: BatchScenario, adapters: list[tuple[str, int, Path]], host_bytes: int, data: bytes | None
+) -> dict[str, Any]:
+    work = WORK / case.replace(" ", "-").replace("+", "-")
+    order = "input" if case == "batch input order" else "model"
+    router_args = [
+        "--batch-store", str(work / "store"), "--batch-order", order,
+        "--batch-concurrency", str(scenario.batch_concurrency), "--batch-pod-slots", str(scenario.batch_pod_slots),
+    ]
+    fleet = RealFleet("trtfleet", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
+                      seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args)
+    names = [name for name, _, _ in adapters]
+    row: dict[str, Any] = {"case": case}
+    with fleet:
+        loads_before = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads")
+        client = batch_id = None
+        began = time.monotonic()
+        if data is not None:
+            client, batch_id = start_batch(fleet.base_url, data)
+        if case.startswith("interactive"):
+            row.update(interactive_load(fleet.base_url, scenario, names))
+        if client is not None and batch_id is not None:
+            batch = wait_batch(client, batch_id)
+            took_s = time.monotonic() - began
+            counts = batch.request_counts
+            row.update(
+                status=batch.status,
+                completed=counts.completed if counts else 0,
+                failed=counts.failed if counts else 0,
+                batch_s=round(took_s, 1),
+                lines_per_s=round(scenario.lines / took_s, 1),
+            )
+        loads = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads") - loads_before
+        row["adapter_loads"] = int(loads)
+        row["loads_per_adapter_per_pod"] = round(loads / (len(adapters) * scenario.workers), 2)
+    return row
+
+
+CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order")
+
+
+def run(scenario: BatchScenario, cases: Sequence[str] = CASES) -> list[dict[str, Any]]:
+    from bench.routing import host_cache_bytes_for
+
+    paths = synthetic_adapters(scenario.adapters, seed=scenario.seed)
+    adapters = [(f"bench-{i}", 100 + i, path) for i, path in enumerate(paths)]
+    host_bytes, _ = host_cache_bytes_for(scenario.host_cache_pages)
+    data = batch_input(scenario, [name for name, _, _ in adapters])
+    return [run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data) for case in cases]
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    columns = ("case", "lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
+               "errors", "failed")
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.get(column, "")
+            cells.append(f"{value:.0f}" if isinstance(value, float) and not math.isnan(value) and "ms" in column
+                         else str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.batch", description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=int, default=BatchScenario.lines)
+    parser.add_argument("--adapters", type=int, default=BatchScenario.adapters)
+    parser.add_argument("--interactive-s", type=float, default=BatchScenario.interactive_s)
+    parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
+    parser.add_argument("--batch-pod-slots", type=int, default=BatchScenario.batch_pod_slots)
+    parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
+    parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
+    args = parser.parse_args(argv)
+    cases = [c.strip() for c in args.cases.split(",") if c.strip()]
+    if set(cases) - set(CASES):
+        parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}")
+    scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
+                             interactive_rps=args.interactive_rps, batch_pod_slots=args.batch_pod_slots)
+    rows = run(scenario, cases)
+    WORK.mkdir(parents=True, exist_ok=True)
+    (WORK / "results.json").write_text(json.dumps({"scenario": asdict(scenario), "rows": rows}, indent=2))
+    print(table(rows))
+    if args.write_doc:
+        given = sys.argv[1:] if argv is None else list(argv)
+        report.write_section("batch", section(scenario, rows, " ".join([".venv/bin/python -m bench.batch", *given])))
+    return 0
+
+
+def section(scenario: BatchScenario, rows: Sequence[dict[str, Any]], command: str) -> str:
+    s = scenario
+    return f"""{report.provenance(command)}
+
+{s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
+{s.min_step_ms:g} ms: a pretend GPU step), host LoRA cache {s.host_cache_pages} pages each, {s.adapters} synthetic
+rank-8 adapters, `trtfleet router --batch-store` with `--batch-concurrency {s.batch_concurrency}
+--batch-pod-slots {s.batch_pod_slots}`. The batch: {s.lines:,} `/v1/completions` lines ({s.prompt_tokens}-token
+prompts, `max_tokens` {s.max_tokens}, greedy), each line's adapter drawn at random (input order = what online
+arrival order would be). Interactive load: Poisson {s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed,
+random adapters; TTFT is the first streamed text. A fresh fleet (cold caches) per case. `adapter_loads`: the
+router's `adapter_loads_total` over the case (requests that carried weights); `loads_per_adapter_per_pod` divides
+it by adapters x workers (1.0 = each adapter loaded once on each pod).
+
+{table(rows)}"""
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
