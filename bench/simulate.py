@@ -26,6 +26,12 @@ travels with a request (no artifact fetch, no link transfer), the pod reads a co
 ``pod_read_bytes_per_s`` (:class:`bench.podsim.SimPod`), never answers a miss, and holds a request whose
 adapter finds no host pages in its own queue.
 
+Router replicas (``FleetSpec.router_replicas``, ``router_view``): with ``shadow`` each replica is its own
+:class:`RouterReplica` (a ``Fleet``, a weight store and a capacity queue) that sees only the requests the
+Service sends it (each request, retries included, goes to one replica drawn by a seeded RNG) and scrapes
+every pod; the pods' true caches are the simulated pods' own, so a replica's stale view shows as misses and
+repeated weight sends. With ``shared`` one view takes every request: the single router exactly.
+
 The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
 it caused, weight bytes sent, TTFT, end-to-end latency, output tokens, errors by kind.
 """
@@ -37,7 +43,7 @@ import heapq
 import math
 import random
 import time
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,7 +51,6 @@ from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.policies import build_policy, parse_routing_config
 from trtfleet_router.routing.types import (
-    AdapterRef,
     AdapterTooLarge,
     CachesBusy,
     NoCapacity,
@@ -56,103 +61,32 @@ from trtfleet_router.routing.types import (
     Ticket,
 )
 
-from bench.podsim import ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel
+from bench.podsim import ArrivalError, SimPod, SimRequest
+from bench.replicas import assign_replicas
+from bench.simtypes import (
+    RUNTIMES,
+    FleetSpec,
+    RequestRecord,
+    SimResult,
+    WeightStoreModel,
+    adapter_refs,
+)
 from bench.traces import TraceRequest
 
+__all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResult", "adapter_refs", "simulate"]
+
 _ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE = range(8)
-RUNTIMES = ("tensorrtllm", "pytorch")
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
-@dataclass(frozen=True, slots=True)
-class FleetSpec:
-    pods: int
-    pod: PodSpec
-    model: StepTimeModel
-    adapter_pages: int
-    adapter_weights_bytes: int
-    link_bytes_per_s: float = 1.25e9  # 10 GbE pod network
-    one_way_latency_s: float = 0.25e-3
-    router_store_bytes: int = 2 * 1024**3  # trtfleet_router.weights.DEFAULT_CAPACITY_BYTES
-    artifact_fetch_latency_s: float = 0.05
-    artifact_bytes_per_s: float = 0.5e9
-    scrape_interval_s: float = 1.0
-    max_attempts: int = 3
-    add_decision_time: bool = True
-    runtime: str = "tensorrtllm"  # or "pytorch": trtllm-serve pods read cold adapters themselves
-    pod_read_bytes_per_s: float = 5e8  # runtime pytorch (the trtfleet policy's podReadBytesPerS default)
-
-    def __post_init__(self) -> None:
-        if self.runtime not in RUNTIMES:
-            raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
-
-
 @dataclass(slots=True)
-class RequestRecord:
-    key: int
-    arrival_s: float
-    adapter: str
-    attempts: int = 0
-    hit: bool = False
-    misses: int = 0
-    loads: int = 0
-    weights_bytes: int = 0
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    output_tokens: int = 0
-    error: str | None = None
-    excluded: set[str] = field(default_factory=set)
-    waited_s: float = 0.0  # time spent waiting in the router for LoRA cache capacity
+class RouterReplica:
+    """One router process: its view of the pods (a :class:`Fleet`), weight store and capacity queue."""
 
-
-@dataclass
-class SimResult:
-    policy: str
-    records: list[RequestRecord]
-    decision_times_s: list[float]
-    pod_loads: int
-    pod_busy_s: list[float]
-    sim_end_s: float
-    fleet_counters: dict[str, int]
-    wall_s: float
-    admitted_adapters: list[str]  # in the order pods admitted them (for the per-run bound)
-
-
-def adapter_refs(
-    names: Sequence[str], pages: int, weights_bytes: int, read_by_pod: bool = False
-) -> dict[str, AdapterRef]:
-    """One AdapterRef per adapter, task ids 1.. in name order (as the operator would allocate them)."""
-    return {
-        name: AdapterRef(name=name, task_id=index + 1, weights_bytes=weights_bytes, pages=pages,
-                         read_by_pod=read_by_pod)
-        for index, name in enumerate(sorted(names))
-    }
-
-
-class _WeightStore:
-    """The router's weight store as a latency model: byte-bounded LRU, coalesced fetches."""
-
-    def __init__(self, capacity_bytes: int, latency_s: float, bytes_per_s: float) -> None:
-        self._capacity = capacity_bytes
-        self._latency_s = latency_s
-        self._bytes_per_s = bytes_per_s
-        self._ready_at: OrderedDict[str, tuple[float, int]] = OrderedDict()
-        self._used = 0
-        self.fetches = 0
-
-    def ready_at(self, adapter: str, size: int, now_s: float) -> float:
-        entry = self._ready_at.get(adapter)
-        if entry is not None:
-            self._ready_at.move_to_end(adapter)
-            return max(entry[0], now_s)
-        self.fetches += 1
-        ready = now_s + self._latency_s + size / self._bytes_per_s
-        self._ready_at[adapter] = (ready, size)
-        self._used += size
-        while self._used > self._capacity and len(self._ready_at) > 1:
-            _name, (_ready, old) = self._ready_at.popitem(last=False)
-            self._used -= old
-        return ready
+    fleet: Fleet
+    store: WeightStoreModel
+    waiting: deque[int] = field(default_factory=deque)  # keys waiting for LoRA cache capacity, FIFO
+    wait_since: dict[int, float] = field(default_factory=dict)
 
 
 class FleetSimulation:
@@ -172,25 +106,32 @@ class FleetSimulation:
         routing = config if config is not None else parse_routing_config({"policy": policy})
         if routing.policy != policy:
             routing = routing.model_copy(update={"policy": policy})
-        self.fleet = Fleet(
-            build_policy(routing), now=lambda: self.now_s, rng=random.Random(seed), config=routing,
-            model=model_name,
-        )
+        # shared: one view fed by every request (the single router, whatever the replica count);
+        # shadow: one view per replica, fed only by the requests the Service sends it
+        views = spec.router_replicas if spec.router_view == "shadow" else 1
+        self.replicas = [
+            RouterReplica(
+                Fleet(build_policy(routing), now=lambda: self.now_s,
+                      rng=random.Random(seed if index == 0 else f"{seed}/replica-{index}"), config=routing,
+                      model=model_name),
+                WeightStoreModel(spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s),
+            )
+            for index in range(views)
+        ]
+        self.fleet = self.replicas[0].fleet
+        self.replica_of = (assign_replicas(len(trace), views, random.Random(f"{seed}/assign")) if views > 1
+                           else [0] * len(trace))
         self.reads = spec.runtime == "pytorch"
         pod_spec = dataclasses.replace(spec.pod, read_bytes_per_s=spec.pod_read_bytes_per_s) if self.reads else spec.pod
         self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", pod_spec, spec.model) for i in range(spec.pods)}
-        self.fleet.set_pods(
-            {
-                pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages,
-                                spec.pod.device_pages)
-                for pod_id in self.pods
-            }
-        )
+        infos = {
+            pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages, spec.pod.device_pages)
+            for pod_id in self.pods
+        }
+        for replica in self.replicas:
+            replica.fleet.set_pods(infos)
         names = sorted({r.adapter for r in trace})
         self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes, self.reads)
-        self.store = _WeightStore(
-            spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s
-        )
         self.link_free_s = dict.fromkeys(self.pods, 0.0)
         self.records = [RequestRecord(i, r.t_s, r.adapter) for i, r in enumerate(trace)]
         self.decision_times_s: list[float] = []
@@ -200,8 +141,6 @@ class FleetSimulation:
         self._open = 0
         self.model_name = model_name
         self.routing = routing
-        self._waiting: deque[int] = deque()  # keys waiting for LoRA cache capacity, FIFO
-        self._wait_since: dict[int, float] = {}
 
     def _push(self, at_s: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -237,15 +176,15 @@ class FleetSimulation:
                 self._scrape()
                 if remaining_arrivals or self._open:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
-        self.fleet.check_invariants()
-        snapshot = self.fleet.snapshot()
-        counters = {
-            "warm_routes": snapshot.warm_routes_total,
-            "cold_loads": snapshot.cold_loads_total,
-            "misses": snapshot.misses_total,
-            "open_tickets": snapshot.open_tickets,
-            "artifact_fetches": self.store.fetches,
-        }
+        counters = dict.fromkeys(("warm_routes", "cold_loads", "misses", "open_tickets", "artifact_fetches"), 0)
+        for replica in self.replicas:
+            replica.fleet.check_invariants()
+            snapshot = replica.fleet.snapshot()
+            counters["warm_routes"] += snapshot.warm_routes_total
+            counters["cold_loads"] += snapshot.cold_loads_total
+            counters["misses"] += snapshot.misses_total
+            counters["open_tickets"] += snapshot.open_tickets
+            counters["artifact_fetches"] += replica.store.fetches
         return SimResult(
             policy=self.fleet.policy_name,
             records=self.records,
@@ -274,41 +213,47 @@ class FleetSimulation:
         record.error = kind
         self._open -= 1
 
+    def _replica(self, key: int) -> RouterReplica:
+        return self.replicas[self.replica_of[key]]
+
     def _try_route(self, key: int) -> None:
         if not self._route_once(key):
-            if len(self._waiting) >= self.routing.capacity_queue_max or self.routing.capacity_wait_s <= 0:
+            replica = self._replica(key)
+            if len(replica.waiting) >= self.routing.capacity_queue_max or self.routing.capacity_wait_s <= 0:
                 self._fail(self.records[key], "no_capacity")
                 return
-            self._waiting.append(key)
-            self._wait_since[key] = self.now_s
+            replica.waiting.append(key)
+            replica.wait_since[key] = self.now_s
             self._push(self.now_s + self.routing.capacity_wait_s, _WAIT_TIMEOUT, key)
 
-    def _wake(self) -> None:
-        """A request ended: the waiters route again in FIFO order until one finds no room."""
-        while self._waiting:
-            key = self._waiting[0]
+    def _wake(self, replica: RouterReplica) -> None:
+        """A request of ``replica`` ended: its waiters route again in FIFO order until one finds no room."""
+        while replica.waiting:
+            key = replica.waiting[0]
             if self._route_once(key):
-                self._waiting.popleft()
-                since = self._wait_since.pop(key)
+                replica.waiting.popleft()
+                since = replica.wait_since.pop(key)
                 self.records[key].waited_s += self.now_s - since
             else:
                 return
 
     def _wait_timeout(self, key: int) -> None:
-        since = self._wait_since.pop(key, None)
+        replica = self._replica(key)
+        since = replica.wait_since.pop(key, None)
         if since is None:
             return  # routed meanwhile
-        self._waiting.remove(key)
+        replica.waiting.remove(key)
         self.records[key].waited_s += self.now_s - since
         self._fail(self.records[key], "no_capacity")  # 503 after the bounded wait
 
     def _route_once(self, key: int) -> bool:
         """Route and send ``key``; False when every cache is full of busy adapters (wait for capacity)."""
         record = self.records[key]
+        replica = self._replica(key)
         route_request = self._route_request(record)
         began = time.perf_counter()
         try:
-            decision = self.fleet.route(route_request)
+            decision = replica.fleet.route(route_request)
         except CachesBusy:
             return False
         except NoCapacity:
@@ -319,14 +264,14 @@ class FleetSimulation:
             return True
         elapsed = time.perf_counter() - began
         self.decision_times_s.append(elapsed)
-        ticket = self.fleet.start(decision, route_request)
+        ticket = replica.fleet.start(decision, route_request)
         record.attempts += 1
         depart_s = self.now_s + (elapsed if self.spec.add_decision_time else 0.0)
         adapter = route_request.adapter
         assert adapter is not None
         with_weights = decision.send_weights or decision.loading
         if with_weights and not self.reads:
-            ready_s = self.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
+            ready_s = replica.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
             link_start = max(ready_s, self.link_free_s[decision.pod])
             self.link_free_s[decision.pod] = link_start + adapter.weights_bytes / self.spec.link_bytes_per_s
             arrive_s = self.link_free_s[decision.pod] + self.spec.one_way_latency_s
@@ -338,8 +283,9 @@ class FleetSimulation:
 
     def _reply_error(self, key: int, ticket: Ticket, kind: str) -> None:
         record = self.records[key]
-        self.fleet.finish(ticket, _OUTCOMES[kind])
-        self._wake()
+        replica = self._replica(key)
+        replica.fleet.finish(ticket, _OUTCOMES[kind])
+        self._wake(replica)
         if kind == "miss":
             record.misses += 1
         else:
@@ -351,8 +297,9 @@ class FleetSimulation:
 
     def _finish(self, key: int, ticket: Ticket, request: SimRequest) -> None:
         record = self.records[key]
-        self.fleet.finish(ticket, Outcome.OK)
-        self._wake()
+        replica = self._replica(key)
+        replica.fleet.finish(ticket, Outcome.OK)
+        self._wake(replica)
         latency = self.spec.one_way_latency_s
         assert request.first_token_s is not None and request.finished_s is not None
         record.ttft_s = request.first_token_s + latency - record.arrival_s
@@ -362,10 +309,10 @@ class FleetSimulation:
         self._open -= 1
 
     def _scrape(self) -> None:
-        for pod_id, pod in self.pods.items():
-            self.fleet.observe_metrics(
-                pod_id, PodMetrics(pod.active, pod.queue_depth, kv_cache_used_fraction=pod.kv_used_fraction())
-            )
+        for pod_id, pod in self.pods.items():  # every replica scrapes every pod
+            metrics = PodMetrics(pod.active, pod.queue_depth, kv_cache_used_fraction=pod.kv_used_fraction())
+            for replica in self.replicas:
+                replica.fleet.observe_metrics(pod_id, metrics)
 
     # -- pod side ----------------------------------------------------------------------------------------
     def _deliver(self, pod_id: str, key: int, ticket: Ticket, with_weights: bool) -> None:
@@ -383,7 +330,7 @@ class FleetSimulation:
         except ArrivalError as exc:
             self._push(self.now_s + self.spec.one_way_latency_s, _REPLY_ERROR, (key, ticket, exc.kind))
             return
-        self.fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
+        self._replica(key).fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
         self.admitted.append(trace_request.adapter)
         record.hit = request.hit and record.misses == 0
         request.ticket = ticket
