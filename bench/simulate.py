@@ -99,7 +99,9 @@ class FleetSimulation:
         seed: int = 0,
         config: RoutingConfig | None = None,
         model_name: str = "llama3-8b",
+        replica_of: Sequence[int] | None = None,
     ) -> None:
+        """``replica_of``: the replica each request goes to in the ``shadow`` view (default: seeded draws)."""
         self.trace = trace
         self.spec = spec
         self.now_s = 0.0
@@ -119,8 +121,14 @@ class FleetSimulation:
             for index in range(views)
         ]
         self.fleet = self.replicas[0].fleet
-        self.replica_of = (assign_replicas(len(trace), views, random.Random(f"{seed}/assign")) if views > 1
-                           else [0] * len(trace))
+        if views == 1:
+            self.replica_of = [0] * len(trace)
+        elif replica_of is None:
+            self.replica_of = assign_replicas(len(trace), views, random.Random(f"{seed}/assign"))
+        elif len(replica_of) != len(trace) or not all(0 <= index < views for index in replica_of):
+            raise ValueError(f"replica_of needs one replica in 0..{views - 1} per request ({len(trace)})")
+        else:
+            self.replica_of = list(replica_of)
         self.reads = spec.runtime == "pytorch"
         pod_spec = dataclasses.replace(spec.pod, read_bytes_per_s=spec.pod_read_bytes_per_s) if self.reads else spec.pod
         self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", pod_spec, spec.model) for i in range(spec.pods)}
