@@ -4,7 +4,8 @@
   deployment: ``router_replicas`` processes behind a Service (each request goes to one at random) and
   ``router_view``: ``shadow`` (each replica keeps its own view of the pods' LoRA caches, fed only by its
   own requests: the router before a shared view) or ``shared`` (one view fed by every request: exactly
-  the single router, whatever the replica count);
+  the single router, whatever the replica count; with ``router_view_delay_s`` > 0 each replica keeps its
+  own view and gets the others' events that much later, :mod:`bench.simpeers`);
 * :class:`RequestRecord` (one per trace request) and :class:`SimResult` (one per run);
 * :class:`WeightStoreModel`: the router's weight store as a latency model.
 """
@@ -42,12 +43,15 @@ class FleetSpec:
     pod_read_bytes_per_s: float = 5e8  # runtime pytorch (the trtfleet policy's podReadBytesPerS default)
     router_replicas: int = 1  # router processes, each request sent to one at random (a Kubernetes Service)
     router_view: str = "shared"  # "shadow": each replica its own view of the pods; "shared": one view for all
+    router_view_delay_s: float = 0.0  # shared view: a replica sees the others' events this much later (0: at once)
 
     def __post_init__(self) -> None:
         if self.runtime not in RUNTIMES:
             raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
         if self.router_view not in ROUTER_VIEWS:
             raise ValueError(f"router view {self.router_view!r} is not one of {', '.join(ROUTER_VIEWS)}")
+        if self.router_view_delay_s < 0:
+            raise ValueError(f"router view delay must be >= 0 s, got {self.router_view_delay_s}")
         if self.router_replicas < 1:
             raise ValueError(f"router replicas must be at least 1, got {self.router_replicas}")
 

@@ -30,7 +30,9 @@ Router replicas (``FleetSpec.router_replicas``, ``router_view``): with ``shadow`
 :class:`RouterReplica` (a ``Fleet``, a weight store and a capacity queue) that sees only the requests the
 Service sends it (each request, retries included, goes to one replica drawn by a seeded RNG) and scrapes
 every pod; the pods' true caches are the simulated pods' own, so a replica's stale view shows as misses and
-repeated weight sends. With ``shared`` one view takes every request: the single router exactly.
+repeated weight sends. With ``shared`` one view takes every request: the single router exactly; with a
+``router_view_delay_s`` too, each replica has its own view and the others' events reach it that much later
+(:class:`bench.simpeers.DelayedMirror`).
 
 The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
 it caused, weight bytes sent, TTFT, end-to-end latency, output tokens, errors by kind.
@@ -46,6 +48,7 @@ import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
@@ -63,6 +66,7 @@ from trtfleet_router.routing.types import (
 
 from bench.podsim import ArrivalError, SimPod, SimRequest
 from bench.replicas import assign_replicas
+from bench.simpeers import CONFIRM, FINISH, START, DelayedMirror
 from bench.simtypes import (
     RUNTIMES,
     FleetSpec,
@@ -75,7 +79,7 @@ from bench.traces import TraceRequest
 
 __all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResult", "adapter_refs", "simulate"]
 
-_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE = range(8)
+_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR = range(9)
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
@@ -108,9 +112,10 @@ class FleetSimulation:
         routing = config if config is not None else parse_routing_config({"policy": policy})
         if routing.policy != policy:
             routing = routing.model_copy(update={"policy": policy})
-        # shared: one view fed by every request (the single router, whatever the replica count);
-        # shadow: one view per replica, fed only by the requests the Service sends it
-        views = spec.router_replicas if spec.router_view == "shadow" else 1
+        # shared: one view fed by every request (the single router, whatever the replica count), or with a
+        # delay one view per replica fed by all; shadow: one view per replica, fed only by its own requests
+        delayed = spec.router_view == "shared" and spec.router_view_delay_s > 0
+        views = spec.router_replicas if spec.router_view == "shadow" or delayed else 1
         self.replicas = [
             RouterReplica(
                 Fleet(build_policy(routing), now=lambda: self.now_s,
@@ -121,6 +126,8 @@ class FleetSimulation:
             for index in range(views)
         ]
         self.fleet = self.replicas[0].fleet
+        self.mirror = DelayedMirror([r.fleet for r in self.replicas]) if delayed and views > 1 else None
+        self.counters = dict.fromkeys(("warm_routes", "cold_loads", "misses", "cache_full"), 0)
         if views == 1:
             self.replica_of = [0] * len(trace)
         elif replica_of is None:
@@ -178,20 +185,18 @@ class FleetSimulation:
                 self._reply_error(*payload)  # type: ignore[misc]
             elif kind == _READ_DONE:
                 self._kick(payload)  # type: ignore[arg-type]
+            elif kind == _MIRROR:
+                self._replay(*payload)  # type: ignore[misc]
             elif kind == _WAIT_TIMEOUT:
                 self._wait_timeout(payload)  # type: ignore[arg-type]
             elif kind == _SCRAPE:
                 self._scrape()
                 if remaining_arrivals or self._open:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
-        counters = dict.fromkeys(("warm_routes", "cold_loads", "misses", "open_tickets", "artifact_fetches"), 0)
+        counters = {**self.counters, "open_tickets": 0, "artifact_fetches": 0}  # each request counted once
         for replica in self.replicas:
             replica.fleet.check_invariants()
-            snapshot = replica.fleet.snapshot()
-            counters["warm_routes"] += snapshot.warm_routes_total
-            counters["cold_loads"] += snapshot.cold_loads_total
-            counters["misses"] += snapshot.misses_total
-            counters["open_tickets"] += snapshot.open_tickets
+            counters["open_tickets"] += replica.fleet.snapshot().open_tickets
             counters["artifact_fetches"] += replica.store.fetches
         return SimResult(
             policy=self.fleet.policy_name,
@@ -223,6 +228,20 @@ class FleetSimulation:
 
     def _replica(self, key: int) -> RouterReplica:
         return self.replicas[self.replica_of[key]]
+
+    def _share(self, key: int, op: str, ticket: Ticket, detail: object) -> None:
+        """A delayed shared view: the other replicas replay this call ``router_view_delay_s`` later."""
+        if self.mirror is not None:
+            self._push(self.now_s + self.spec.router_view_delay_s, _MIRROR, (self.replica_of[key], op, ticket, detail))
+
+    def _replay(self, origin: int, op: str, ticket: Ticket, detail: Any) -> None:
+        assert self.mirror is not None
+        if op == START:
+            self.mirror.start(origin, ticket, *detail)
+        elif op == CONFIRM:
+            self.mirror.confirm(origin, ticket)
+        else:
+            self.mirror.finish(origin, ticket, detail)
 
     def _try_route(self, key: int) -> None:
         if not self._route_once(key):
@@ -273,6 +292,8 @@ class FleetSimulation:
         elapsed = time.perf_counter() - began
         self.decision_times_s.append(elapsed)
         ticket = replica.fleet.start(decision, route_request)
+        self.counters["cold_loads" if decision.send_weights else "warm_routes"] += 1
+        self._share(key, START, ticket, (decision, route_request))
         record.attempts += 1
         depart_s = self.now_s + (elapsed if self.spec.add_decision_time else 0.0)
         adapter = route_request.adapter
@@ -293,6 +314,9 @@ class FleetSimulation:
         record = self.records[key]
         replica = self._replica(key)
         replica.fleet.finish(ticket, _OUTCOMES[kind])
+        self._share(key, FINISH, ticket, _OUTCOMES[kind])
+        if kind in ("miss", "cache_full"):
+            self.counters["misses" if kind == "miss" else "cache_full"] += 1
         self._wake(replica)
         if kind == "miss":
             record.misses += 1
@@ -307,6 +331,7 @@ class FleetSimulation:
         record = self.records[key]
         replica = self._replica(key)
         replica.fleet.finish(ticket, Outcome.OK)
+        self._share(key, FINISH, ticket, Outcome.OK)
         self._wake(replica)
         latency = self.spec.one_way_latency_s
         assert request.first_token_s is not None and request.finished_s is not None
@@ -339,6 +364,7 @@ class FleetSimulation:
             self._push(self.now_s + self.spec.one_way_latency_s, _REPLY_ERROR, (key, ticket, exc.kind))
             return
         self._replica(key).fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
+        self._share(key, CONFIRM, ticket, None)
         self.admitted.append(trace_request.adapter)
         record.hit = request.hit and record.misses == 0
         request.ticket = ticket

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import dataclasses
 import random
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
 from bench.podsim import PodSpec, StepTimeModel
+from bench.realfleet import PeerViewUnsupported, RealFleet
 from bench.replicas import ReplicaSpecError, assign_replicas, parse_replica_counts, peer_flags, sum_counters
 from bench.replicas_real import compare_with_single
 from bench.simulate import FleetSimulation, FleetSpec, simulate
@@ -131,3 +135,53 @@ def test_shadow_replicas_each_send_weights_the_pod_already_holds() -> None:
     assert simulate(trace, "trtfleet", _one_pod(4)).fleet_counters["cold_loads"] == 1
     with pytest.raises(ValueError, match="replica_of"):
         FleetSimulation(trace, "trtfleet", spec, replica_of=[0, 2, 0, 0])
+
+
+# -- the real harness's routers (real router processes, no workers) ------------------------------------------
+def _router_has_peer_view() -> bool:
+    trtfleet = str(Path(sys.executable).parent / "trtfleet")
+    return "--peer-port" in subprocess.run([trtfleet, "router", "--help"], capture_output=True, text=True,
+                                           check=True).stdout
+
+
+def test_replica_routers_start_on_one_fleet_file_and_peer_flags_fail_clearly(tmp_path: Path) -> None:
+    shadow = RealFleet("trtfleet", 0, [], 1 << 20, tmp_path / "shadow", replicas=2)
+    with shadow:
+        assert len(set(shadow.base_urls)) == 2
+        for index in range(2):
+            assert "trtfleet_router" in shadow.router_metrics(index) and shadow.fleets_debug(index) is not None
+        routers = list(shadow._routers)
+    assert all(router.poll() is not None for router in routers)  # stopped on the way out
+    peers = RealFleet("trtfleet", 0, [], 1 << 20, tmp_path / "peers", replicas=2, peer_view=True)
+    if _router_has_peer_view():
+        with peers:
+            assert all(peers.router_metrics(index) for index in range(2))
+    else:
+        with pytest.raises(PeerViewUnsupported, match="--peer-port/--peer"):
+            peers.start()
+        assert not peers._routers
+
+
+@pytest.mark.parametrize(("delay_s", "misses"), [
+    pytest.param(0.5, [0, 0, 0], id="events-arrive-before-the-next-request"),
+    pytest.param(5.0, [0, 0, 1], id="events-arrive-too-late-like-shadow"),
+])
+def test_delayed_shared_view_learns_the_other_replicas_loads(delay_s: float, misses: list[int]) -> None:
+    trace = [TraceRequest(0.0, "r0", "a", 10, 2), TraceRequest(1.0, "r1", "b", 10, 2),
+             TraceRequest(2.0, "r2", "a", 10, 2)]
+    spec = dataclasses.replace(_one_pod(1), router_replicas=2, router_view_delay_s=delay_s)
+    simulation = FleetSimulation(trace, "trtfleet", spec, replica_of=[0, 1, 0])
+    result = simulation.run()
+    assert [r.misses for r in result.records] == misses and result.fleet_counters["cold_loads"] == 3
+    assert simulation.mirror is not None and simulation.mirror.pending == 0
+
+
+@pytest.mark.parametrize("policy", ["trtfleet", "chwbl"])
+def test_delayed_shared_view_keeps_every_replicas_books(policy: str) -> None:
+    trace = small_trace(5, requests=200)
+    spec = dataclasses.replace(small_fleet(), router_replicas=3, router_view_delay_s=0.01)
+    simulation = FleetSimulation(trace, policy, spec, seed=1)
+    result = simulation.run()  # checks each replica's invariants
+    assert result.fleet_counters["open_tickets"] == 0 and simulation.mirror is not None
+    assert simulation.mirror.pending == 0
+    assert all((r.e2e_s is not None) != (r.error is not None) for r in result.records)  # served or failed
