@@ -8,8 +8,9 @@ views of :class:`bench.simtypes.FleetSpec`:
 
 * ``shadow``: each replica its own view, fed by the requests the Service sends it;
 * ``shared``: one view fed by all (the single router: every replica count gives the 1-replica figures);
-* ``shared +10 ms`` / ``+100 ms``: each replica its own view, the others' events replayed on it that much
-  later (:mod:`bench.simpeers`); from 2 replicas up.
+* ``shared +1 us`` / ``+10 ms`` / ``+100 ms``: each replica its own view, the others' events replayed on it
+  that much later (:mod:`bench.simpeers`); from 2 replicas up. Each replica also keeps its own weight store
+  and capacity queue, so ``+1 us`` shows what that per-replica state alone changes.
 
 ``weight sends`` counts the routers' decisions that sent weights, ``pod loads`` the pods' actual insertions.
 The effective hit rate is counted both ways: from the pods' insertions (the simulator's usual figure) and
@@ -37,6 +38,7 @@ POLICIES = ("trtfleet", "chwbl")
 DEFAULT_COUNTS = (1, 2, 4, 8)
 VIEWS: tuple[tuple[str, str, float], ...] = (  # (label, FleetSpec.router_view, router_view_delay_s)
     ("shared", "shared", 0.0),
+    ("shared +1 us", "shared", 1e-6),  # own views kept in step at once: what per-replica state alone costs
     ("shared +10 ms", "shared", 0.01),
     ("shared +100 ms", "shared", 0.1),
     ("shadow", "shadow", 0.0),
@@ -102,9 +104,10 @@ def sim_replicas_section(counts: Sequence[int] = DEFAULT_COUNTS, duration_s: int
         f"caches), 5,000 adapters, Zipf 1.0, Poisson 1,000 req/s, {len(trace):,} requests, each sent to a router "
         "replica drawn by a seeded RNG. `shadow`: each replica routes with its own `Fleet` (the router's code), "
         "fed only by its own requests, and scrapes every pod; the pods' caches are the simulated pods' own. "
-        "`shared`: one view fed by every request (the single router); `shared +10 ms` / `+100 ms`: each replica "
-        "its own view, the others' starts, admissions and ends replayed on it that much later (a peer event "
-        "stream's delay). `effective "
+        "`shared`: one view fed by every request (the single router); `shared +1 us` / `+10 ms` / `+100 ms`: each "
+        "replica its own view, the others' starts, admissions and ends replayed on it that much later (a peer "
+        "event stream's delay); each replica also keeps its own weight store (artifact fetches) and capacity "
+        "queue, so `+1 us` is what that per-replica state alone changes. `effective "
         "(pod loads)`: `1 - (pod loads + errors) / requests`, `of 1 replica` its share of the same policy's "
         "1-replica figure; `effective (weight sends)`: `1 - (weight sends - cache full + errors) / requests`, the "
         "way the real runs count it (a send to a pod that already holds the adapter counts as a load). Decision "
