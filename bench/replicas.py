@@ -5,17 +5,25 @@ each request going to a replica drawn uniformly by a seeded RNG (all of one requ
 replica that took it, as the router retries inside the request). :func:`sum_counters` adds the replicas'
 counters into the fleet's (hits, misses and weight sends are per replica, each replica's ``/metrics`` and
 ``/debug/fleets`` count only what it routed). :func:`peer_flags` builds the router flags of the peer view
-(``--peer-port``, ``--peer``) for one replica of a set.
+(``--peer-port``, ``--peer``) for one replica of a set. :func:`compare_with_single` checks rows against the
+issue-14 goals for N replicas, relative to the same policy's single router.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 REAL_VIEWS = ("shadow", "peers")
 """``shadow``: each replica its own view of the pods' caches (no flags); ``peers``: replicas share cache
 events over peer streams (``--peer-port`` and one ``--peer`` per other replica)."""
+
+
+EFFECTIVE_SHARE_MIN = 0.97  # issue 14: >= 97 % of the single router's effective hit rate
+EXTRA_MISSES_MAX_SHARE = 0.01  # misses <= the single router's + 1 % of requests
+WEIGHT_SENDS_TOLERANCE = 0.05  # weight sends within 5 % of the single router's
 
 
 class ReplicaSpecError(ValueError):
@@ -72,3 +80,32 @@ def peer_flags(index: int, peer_ports: Sequence[int], host: str = "127.0.0.1") -
         if other != index:
             flags += ["--peer", f"http://{host}:{port}"]
     return flags
+
+
+def compare_with_single(rows: Sequence[dict[str, Any]], effective_key: str = "effective_hit_rate") -> None:
+    """Add ``of_single`` (``effective_key`` over the same policy's first 1-replica row's) and ``goal``
+    (``met`` / ``missed`` against the issue-14 goals; ``-`` on 1-replica rows) to each row.
+
+    Rows need ``policy``, ``replicas``, ``requests``, ``misses``, ``weight_sends`` and ``effective_key``.
+    """
+    single: dict[str, Mapping[str, Any]] = {}
+    for row in rows:
+        if row["replicas"] == 1:
+            single.setdefault(row["policy"], row)
+    for row in rows:
+        base = single.get(row["policy"])
+        if base is None:
+            row["of_single"], row["goal"] = math.nan, "-"
+            continue
+        effective = float(base[effective_key])
+        row["of_single"] = float(row[effective_key]) / effective if effective else math.nan
+        if row["replicas"] == 1:
+            row["goal"] = "-"
+            continue
+        sends = float(base["weight_sends"])
+        met = (
+            float(row[effective_key]) >= EFFECTIVE_SHARE_MIN * effective
+            and float(row["misses"]) <= float(base["misses"]) + EXTRA_MISSES_MAX_SHARE * float(row["requests"])
+            and abs(float(row["weight_sends"]) - sends) <= WEIGHT_SENDS_TOLERANCE * sends
+        )
+        row["goal"] = "met" if met else "missed"

@@ -21,7 +21,6 @@ effective hit rate >= 97 %, misses <= its misses + 1 % of requests, weight sends
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 import time
 from collections.abc import Mapping, Sequence
@@ -29,7 +28,14 @@ from typing import Any
 
 from bench import report
 from bench.realfleet import RealFleet, synthetic_adapters
-from bench.replicas import assign_replicas, sum_counters
+from bench.replicas import (
+    EFFECTIVE_SHARE_MIN,
+    EXTRA_MISSES_MAX_SHARE,
+    WEIGHT_SENDS_TOLERANCE,
+    assign_replicas,
+    compare_with_single,
+    sum_counters,
+)
 from bench.routing import (
     WORK,
     RealScenario,
@@ -42,9 +48,6 @@ from bench.traces import TraceRequest, check_fits, generate
 
 COMMAND = ".venv/bin/python -m bench --only replicas --replicas {counts} --view {view}"
 POLICIES = ("trtfleet", "chwbl")
-EFFECTIVE_SHARE_MIN = 0.97  # issue 14: >= 97 % of the single router's effective hit rate
-EXTRA_MISSES_MAX_SHARE = 0.01  # misses <= the single router's + 1 % of requests
-WEIGHT_SENDS_TOLERANCE = 0.05  # weight sends within 5 % of the single router's
 COLUMNS = (
     ("policy", "policy"),
     ("replicas", "router replicas"),
@@ -57,28 +60,6 @@ COLUMNS = (
     ("errors", "errors"),
     ("goal", "issue-14 goal"),
 )
-
-
-def compare_with_single(rows: Sequence[dict[str, Any]]) -> None:
-    """Add ``of_single`` (effective hit rate / the same policy's 1-replica one) and ``goal`` to each row."""
-    single = {(row["policy"], row.get("view")): row for row in rows if row["replicas"] == 1}
-    for row in rows:
-        base = single.get((row["policy"], row.get("view")))
-        if base is None:
-            row["of_single"], row["goal"] = math.nan, "-"
-            continue
-        effective = float(base["effective_hit_rate"])
-        row["of_single"] = float(row["effective_hit_rate"]) / effective if effective else math.nan
-        if row["replicas"] == 1:
-            row["goal"] = "-"
-            continue
-        sends = float(base["weight_sends"])
-        met = (
-            float(row["effective_hit_rate"]) >= EFFECTIVE_SHARE_MIN * effective
-            and float(row["misses"]) <= float(base["misses"]) + EXTRA_MISSES_MAX_SHARE * float(row["requests"])
-            and abs(float(row["weight_sends"]) - sends) <= WEIGHT_SENDS_TOLERANCE * sends
-        )
-        row["goal"] = "met" if met else "missed"
 
 
 def run_replicas(policy: str, replicas: int, view: str, scenario: RealScenario, trace: Sequence[TraceRequest],

@@ -14,8 +14,14 @@ import pytest
 
 from bench.podsim import PodSpec, StepTimeModel
 from bench.realfleet import PeerViewUnsupported, RealFleet
-from bench.replicas import ReplicaSpecError, assign_replicas, parse_replica_counts, peer_flags, sum_counters
-from bench.replicas_real import compare_with_single
+from bench.replicas import (
+    ReplicaSpecError,
+    assign_replicas,
+    compare_with_single,
+    parse_replica_counts,
+    peer_flags,
+    sum_counters,
+)
 from bench.simulate import FleetSimulation, FleetSpec, simulate
 from bench.traces import TraceRequest
 from tests.unit.bench.test_bench_simulate import small_fleet, small_trace
