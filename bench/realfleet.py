@@ -6,8 +6,10 @@
   ``model.lora_config.npy`` int32 [1,N,3], ``manifest.json``). Cached by (count, seed).
 * :class:`RealFleet` starts K real ``tritonserver`` workers on reference repositories with deliberately
   small host LoRA caches, writes a static fleet file and starts ``trtfleet router`` as a subprocess
-  with one policy; :meth:`RealFleet.stop` ends them all (SIGTERM, then SIGKILL), only the processes
-  it started. A fresh fleet per policy, so every policy starts with cold caches.
+  with one policy (or ``replicas`` of them on the same fleet file, each with its own ports and log, and
+  with ``peer_view`` the peer flags of :func:`bench.replicas.peer_flags`); :meth:`RealFleet.stop` ends
+  them all (SIGTERM, then SIGKILL), only the processes it started. A fresh fleet per policy, so every
+  policy starts with cold caches.
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ HF_MODULES = {
 
 class FleetStartError(RuntimeError):
     """A worker or the router did not start (with the tail of its log)."""
+
+
+class PeerViewUnsupported(FleetStartError):
+    """The router refused the peer-view flags (``--peer-port``, ``--peer``): it has no peer view yet."""
 
 
 MODEL_DIR_ENV = "TRTFLEET_BENCH_MODEL_DIR"
@@ -136,7 +142,7 @@ def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
 
 @dataclass
 class RealFleet:
-    """K reference workers + one router subprocess with a given policy."""
+    """K reference workers + ``replicas`` router subprocesses with a given policy (one by default)."""
 
     policy: str
     workers: int
@@ -148,11 +154,13 @@ class RealFleet:
     min_step_ms: float | None = None
     seed: int = 0
     policy_config: Mapping[str, Any] | None = None  # the router's routing config (YAML keys), e.g. its load bound
-    router_http_port: int = 0
-    router_metrics_port: int = 0
     router_args: Sequence[str] = ()  # more ``trtfleet router`` flags (bench.batch: --batch-store ...)
+    replicas: int = 1  # router processes on the same fleet file, as a Deployment's replicas behind a Service
+    peer_view: bool = False  # replicas share cache events: each gets --peer-port and a --peer per other
+    router_http_ports: list[int] = field(default_factory=list)
+    router_metrics_ports: list[int] = field(default_factory=list)
     _workers: list[Any] = field(default_factory=list)
-    _router: subprocess.Popen[bytes] | None = None
+    _routers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
     def start(self) -> None:
         from trtfleet_engines.reference.repository import build_reference_repository
@@ -169,7 +177,7 @@ class RealFleet:
                 self._workers.append(self._start_worker(repo, index))
             for index in range(self.workers):
                 self._workers[index] = self._wait_worker(self._workers[index], index)
-            self._start_router()
+            self._start_routers()
         except BaseException:
             self.stop()
             raise
@@ -225,63 +233,96 @@ class RealFleet:
             }]
         }
 
-    def _start_router(self) -> None:
+    def _start_routers(self) -> None:
         from trtfleet_engines.reference.server import free_port
+
+        from bench.replicas import peer_flags
 
         config_path = self.work_dir / "fleet.yaml"
         config_path.write_text(yaml.safe_dump(self.fleet_config(), sort_keys=False), encoding="utf-8")
-        self.router_http_port = free_port()
-        self.router_metrics_port = free_port()
-        log = (self.work_dir / "router.log").open("ab")
-        command = [
+        base = [
             str(Path(sys.executable).parent / "trtfleet"), "router", "--fleet-config", str(config_path),
-            "--policy", self.policy, "--seed", str(self.seed), "--host", "127.0.0.1",
-            "--http-port", str(self.router_http_port), "--grpc-port", "-1",
-            "--metrics-port", str(self.router_metrics_port), "--log-level", "WARNING",
+            "--policy", self.policy, "--host", "127.0.0.1", "--grpc-port", "-1", "--log-level", "WARNING",
         ]
         if self.policy_config is not None:
             policy_path = self.work_dir / "policy.yaml"
             policy_path.write_text(yaml.safe_dump(dict(self.policy_config), sort_keys=False), encoding="utf-8")
-            command += ["--policy-config", str(policy_path)]
-        command += list(self.router_args)
-        self._router = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        cwd=self.work_dir, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-        deadline = time.monotonic() + 60
+            base += ["--policy-config", str(policy_path)]
+        self.router_http_ports = [free_port() for _ in range(self.replicas)]
+        self.router_metrics_ports = [free_port() for _ in range(self.replicas)]
+        peer_ports = [free_port() for _ in range(self.replicas)] if self.peer_view else []
+        for index in range(self.replicas):
+            command = base + [
+                "--seed", str(self.seed + index), "--http-port", str(self.router_http_ports[index]),
+                "--metrics-port", str(self.router_metrics_ports[index]), *self.router_args,
+            ]
+            # shadow: each replica its own view (and no fixed peer port for N replicas to collide on)
+            command += peer_flags(index, peer_ports) if self.peer_view else ["--peer-port", "-1"]
+            log = self._router_log(index).open("ab")
+            self._routers.append(subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work_dir,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"},
+            ))
+        deadline = time.monotonic() + 60  # all started before any is awaited: peers find each other
+        for index in range(self.replicas):
+            self._wait_router(index, deadline)
+
+    def _wait_router(self, index: int, deadline: float) -> None:
+        router = self._routers[index]
         while time.monotonic() < deadline:
-            if self._router.poll() is not None:
-                raise FleetStartError(f"router exited: {self.router_log_tail()}")
-            if _http_ok(f"{self.base_url}/v1/models"):
+            if router.poll() is not None:
+                tail = self.router_log_tail(index=index)
+                if self.peer_view and "unrecognized arguments" in tail:
+                    raise PeerViewUnsupported(
+                        f"router {index} rejected the peer-view flags --peer-port/--peer: this trtfleet router "
+                        f"has no peer view yet (run --view shadow, or a router that has it): {tail}"
+                    )
+                raise FleetStartError(f"router {index} exited: {tail}")
+            if _http_ok(f"{self.base_urls[index]}/v1/models"):
                 return
             time.sleep(0.1)
-        raise FleetStartError(f"router not ready after 60 s: {self.router_log_tail()}")
+        raise FleetStartError(f"router {index} not ready after 60 s: {self.router_log_tail(index=index)}")
+
+    def _router_log(self, index: int) -> Path:
+        return self.work_dir / ("router.log" if index == 0 else f"router-{index}.log")
+
+    @property
+    def base_urls(self) -> list[str]:
+        """Each replica's HTTP base URL, replica 0 first."""
+        return [f"http://127.0.0.1:{port}" for port in self.router_http_ports]
 
     @property
     def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.router_http_port}"
+        return self.base_urls[0]
 
     @property
     def metrics_url(self) -> str:
-        return f"http://127.0.0.1:{self.router_metrics_port}/metrics"
+        return self.replica_metrics_url(0)
 
-    def router_log_tail(self, size: int = 3000) -> str:
+    def replica_metrics_url(self, index: int) -> str:
+        return f"http://127.0.0.1:{self.router_metrics_ports[index]}/metrics"
+
+    def router_log_tail(self, size: int = 3000, *, index: int = 0) -> str:
         try:
-            return (self.work_dir / "router.log").read_bytes()[-size:].decode(errors="replace")
+            return self._router_log(index).read_bytes()[-size:].decode(errors="replace")
         except OSError:
             return ""
 
-    def router_metrics(self) -> str:
-        with urllib.request.urlopen(self.metrics_url, timeout=10) as response:
+    def router_metrics(self, index: int = 0) -> str:
+        with urllib.request.urlopen(self.replica_metrics_url(index), timeout=10) as response:
             return str(response.read().decode())
 
-    def fleets_debug(self) -> Any:
-        url = self.metrics_url.replace("/metrics", "/debug/fleets")
+    def fleets_debug(self, index: int = 0) -> Any:
+        url = self.replica_metrics_url(index).replace("/metrics", "/debug/fleets")
         with urllib.request.urlopen(url, timeout=10) as response:
             return json.loads(response.read().decode())
 
     def stop(self) -> None:
-        router, self._router = self._router, None
-        if router is not None and router.poll() is None:
-            router.send_signal(signal.SIGTERM)
+        routers, self._routers = self._routers, []
+        for router in routers:
+            if router.poll() is None:
+                router.send_signal(signal.SIGTERM)
+        for router in routers:
             try:
                 router.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -32,6 +32,9 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("overhead", "## Router overhead"),
     ("decision", "## Routing decision time"),
     ("batch", "## Batch"),
+    ("replicas-real-shadow", "## Router replicas"),
+    ("replicas-real-peers", "## Router replicas"),
+    ("replicas-sim", "## Router replicas"),
 )
 _PREAMBLE = """# Benchmarks
 
@@ -109,11 +112,11 @@ def _markers(key: str) -> tuple[str, str]:
 
 
 def _skeleton() -> str:
-    parts = [_PREAMBLE]
+    blocks: dict[str, list[str]] = {}  # one heading may hold several blocks, in SECTIONS order
     for key, heading in SECTIONS:
         start, end = _markers(key)
-        parts.append(f"{heading}\n\n{start}\n_Not measured yet._\n{end}\n")
-    return "\n".join(parts)
+        blocks.setdefault(heading, []).append(f"{start}\n_Not measured yet._\n{end}\n")
+    return "\n".join([_PREAMBLE, *(f"{heading}\n\n" + "\n".join(body) for heading, body in blocks.items())])
 
 
 def write_section(key: str, body: str, doc: Path = DOC) -> None:
@@ -126,8 +129,13 @@ def write_section(key: str, body: str, doc: Path = DOC) -> None:
         before, rest = text.split(start, 1)
         _old, after = rest.split(end, 1)
         text = before + block + after
-    elif heading in text:
-        text = text.replace(heading, f"{heading}\n\n{block}", 1)
+    elif heading in text:  # after the blocks of the same heading listed before it, else right after the heading
+        keys = [other for other, other_heading in SECTIONS if other_heading == heading]
+        anchor = heading
+        for other in keys[: keys.index(key)]:
+            if _markers(other)[1] in text:
+                anchor = _markers(other)[1]
+        text = text.replace(anchor, f"{anchor}\n\n{block}", 1)
     else:
         text = text.rstrip() + f"\n\n{heading}\n\n{block}\n"
     doc.parent.mkdir(parents=True, exist_ok=True)

@@ -168,6 +168,7 @@ def start(upstream: str, upstream_calls: str, upstream_http_on: bool) -> Process
         "--base-model", "bench", "--architecture", architecture, "--max-input-len", "256", "--max-seq-len", "512",
         *adapter_args, "--http-port", str(router_http), "--grpc-port", str(router_grpc),
         "--metrics-port", str(metrics), "--log-level", "WARNING", "--upstream-calls", upstream_calls,
+        "--peer-port", str(free_port()),  # peering on as the chart runs it (no peer here), on a free port
     ]  # fmt: skip
     router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(work / "router.log").open("wb"))
     children.append(router)

@@ -24,7 +24,7 @@ import dataclasses
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -161,9 +161,17 @@ async def replay(base_url: str, trace: Sequence[TraceRequest], timeout_s: float 
                  prompts: Sequence[str] | None = None) -> list[Sample]:
     """Send every request at its ``t_s`` (open loop) and wait for all answers (``prompts``: their texts,
     else :func:`bench.traces.prompt_text`)."""
+    return await replay_spread([base_url], [0] * len(trace), trace, timeout_s, prompts)
+
+
+async def replay_spread(base_urls: Sequence[str], replica_of: Sequence[int], trace: Sequence[TraceRequest],
+                        timeout_s: float = 120.0, prompts: Sequence[str] | None = None) -> list[Sample]:
+    """:func:`replay`, request ``i`` sent to router ``base_urls[replica_of[i]]`` (router replicas)."""
     import aiohttp
 
-    url = f"{base_url}/v1/completions"
+    if len(replica_of) != len(trace):
+        raise ValueError(f"{len(replica_of)} replica choices for {len(trace)} requests")
+    urls = [f"{base_url}/v1/completions" for base_url in base_urls]
     connector = aiohttp.TCPConnector(limit=0)
     async with aiohttp.ClientSession(connector=connector) as session:
         loop = asyncio.get_running_loop()
@@ -174,7 +182,7 @@ async def replay(base_url: str, trace: Sequence[TraceRequest], timeout_s: float 
             if delay > 0:
                 await asyncio.sleep(delay)
             prompt = prompts[key] if prompts is not None else None
-            tasks.append(asyncio.create_task(_one(session, url, key, request, timeout_s, prompt)))
+            tasks.append(asyncio.create_task(_one(session, urls[replica_of[key]], key, request, timeout_s, prompt)))
         return list(await asyncio.gather(*tasks))
 
 
@@ -239,10 +247,14 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
         began = time.monotonic()
         samples = asyncio.run(replay(fleet.base_url, trace))
         duration = time.monotonic() - began
-        metrics = fleet.router_metrics()
-        debug = fleet.fleets_debug()
+        counters = router_counters(fleet.router_metrics(), fleet.fleets_debug())
+    return summarize_samples(policy, samples, counters, duration), samples
+
+
+def router_counters(metrics: str, debug: Mapping[str, Any]) -> dict[str, float]:
+    """One router's counters: per-pod books from ``/debug/fleets``, adapter counters from ``/metrics``."""
     pods = [pod for fleet_state in debug.values() for pod in fleet_state["pods"]]
-    counters = {
+    return {
         "warm_routes": sum(p["warm_routes_total"] for p in pods),
         "cold_starts": sum(p["cold_loads_total"] for p in pods),
         "cache_full": sum(p["cache_full_total"] for p in pods),
@@ -252,7 +264,6 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
         "loads": parse_counters(metrics, "trtfleet_router_adapter_loads"),
         "weight_bytes": parse_counters(metrics, "trtfleet_router_weight_bytes_sent"),
     }
-    return summarize_samples(policy, samples, counters, duration), samples
 
 
 def real_load(scenario: RealScenario, trace: Sequence[TraceRequest]) -> float:

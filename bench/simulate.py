@@ -26,6 +26,14 @@ travels with a request (no artifact fetch, no link transfer), the pod reads a co
 ``pod_read_bytes_per_s`` (:class:`bench.podsim.SimPod`), never answers a miss, and holds a request whose
 adapter finds no host pages in its own queue.
 
+Router replicas (``FleetSpec.router_replicas``, ``router_view``): with ``shadow`` each replica is its own
+:class:`RouterReplica` (a ``Fleet``, a weight store and a capacity queue) that sees only the requests the
+Service sends it (each request, retries included, goes to one replica drawn by a seeded RNG) and scrapes
+every pod; the pods' true caches are the simulated pods' own, so a replica's stale view shows as misses and
+repeated weight sends. With ``shared`` one view takes every request: the single router exactly; with a
+``router_view_delay_s`` too, each replica has its own view and the others' events reach it that much later
+(:class:`bench.simpeers.DelayedMirror`).
+
 The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
 it caused, weight bytes sent, TTFT, end-to-end latency, output tokens, errors by kind.
 """
@@ -46,7 +54,6 @@ from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.policies import build_policy, parse_routing_config
 from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.routing.types import (
-    AdapterRef,
     AdapterTooLarge,
     CachesBusy,
     NoCapacity,
@@ -57,79 +64,33 @@ from trtfleet_router.routing.types import (
     Ticket,
 )
 
-from bench.podsim import ArrivalError, PodSpec, SimPod, SimRequest, StepTimeModel
-from bench.simstore import WeightStore
+from bench.podsim import ArrivalError, SimPod, SimRequest
+from bench.replicas import assign_replicas
+from bench.simpeers import CONFIRM, FINISH, START, DelayedMirror
+from bench.simtypes import (
+    RUNTIMES,
+    FleetSpec,
+    RequestRecord,
+    SimResult,
+    WeightStoreModel,
+    adapter_refs,
+)
 from bench.traces import TraceRequest
 
-_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE = range(8)
-RUNTIMES = ("tensorrtllm", "pytorch")
+__all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResult", "adapter_refs", "simulate"]
+
+_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR = range(9)
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
-@dataclass(frozen=True, slots=True)
-class FleetSpec:
-    pods: int
-    pod: PodSpec
-    model: StepTimeModel
-    adapter_pages: int
-    adapter_weights_bytes: int
-    link_bytes_per_s: float = 1.25e9  # 10 GbE pod network
-    one_way_latency_s: float = 0.25e-3
-    router_store_bytes: int = 2 * 1024**3  # trtfleet_router.weights.DEFAULT_CAPACITY_BYTES
-    artifact_fetch_latency_s: float = 0.05
-    artifact_bytes_per_s: float = 0.5e9
-    scrape_interval_s: float = 1.0
-    max_attempts: int = 3
-    add_decision_time: bool = True
-    runtime: str = "tensorrtllm"  # or "pytorch": trtllm-serve pods read cold adapters themselves
-    pod_read_bytes_per_s: float = 5e8  # runtime pytorch (the trtfleet policy's podReadBytesPerS default)
-
-    def __post_init__(self) -> None:
-        if self.runtime not in RUNTIMES:
-            raise ValueError(f"runtime {self.runtime!r} is not one of {', '.join(RUNTIMES)}")
-
-
 @dataclass(slots=True)
-class RequestRecord:
-    key: int
-    arrival_s: float
-    adapter: str
-    attempts: int = 0
-    hit: bool = False
-    misses: int = 0
-    loads: int = 0
-    weights_bytes: int = 0
-    ttft_s: float | None = None
-    e2e_s: float | None = None
-    output_tokens: int = 0
-    error: str | None = None
-    excluded: set[str] = field(default_factory=set)
-    waited_s: float = 0.0  # time spent waiting in the router for LoRA cache capacity
-    reused_blocks: int = 0  # KV blocks the serving pod had cached at admission (bench/podkv.py)
+class RouterReplica:
+    """One router process: its view of the pods (a :class:`Fleet`), weight store and capacity queue."""
 
-
-@dataclass
-class SimResult:
-    policy: str
-    records: list[RequestRecord]
-    decision_times_s: list[float]
-    pod_loads: int
-    pod_busy_s: list[float]
-    sim_end_s: float
-    fleet_counters: dict[str, int]
-    wall_s: float
-    admitted_adapters: list[str]  # in the order pods admitted them (for the per-run bound)
-
-
-def adapter_refs(
-    names: Sequence[str], pages: int, weights_bytes: int, read_by_pod: bool = False
-) -> dict[str, AdapterRef]:
-    """One AdapterRef per adapter, task ids 1.. in name order (as the operator would allocate them)."""
-    return {
-        name: AdapterRef(name=name, task_id=index + 1, weights_bytes=weights_bytes, pages=pages,
-                         read_by_pod=read_by_pod)
-        for index, name in enumerate(sorted(names))
-    }
+    fleet: Fleet
+    store: WeightStoreModel
+    waiting: deque[int] = field(default_factory=deque)  # keys waiting for LoRA cache capacity, FIFO
+    wait_since: dict[int, float] = field(default_factory=dict)
 
 
 class FleetSimulation:
@@ -142,33 +103,53 @@ class FleetSimulation:
         seed: int = 0,
         config: RoutingConfig | None = None,
         model_name: str = "llama3-8b",
+        replica_of: Sequence[int] | None = None,
     ) -> None:
+        """``replica_of``: the replica each request goes to in the ``shadow`` view (default: seeded draws)."""
         self.trace = trace
         self.spec = spec
         self.now_s = 0.0
         routing = config if config is not None else parse_routing_config({"policy": policy})
         if routing.policy != policy:
             routing = routing.model_copy(update={"policy": policy})
-        self.fleet = Fleet(
-            build_policy(routing), now=lambda: self.now_s, rng=random.Random(seed), config=routing,
-            model=model_name,
-        )
+        # shared: one view fed by every request (the single router, whatever the replica count), or with a
+        # delay one view per replica fed by all; shadow: one view per replica, fed only by its own requests
+        delayed = spec.router_view == "shared" and spec.router_view_delay_s > 0
+        views = spec.router_replicas if spec.router_view == "shadow" or delayed else 1
+        self.replicas = [
+            RouterReplica(
+                Fleet(build_policy(routing), now=lambda: self.now_s,
+                      rng=random.Random(seed if index == 0 else f"{seed}/replica-{index}"), config=routing,
+                      model=model_name),
+                WeightStoreModel(spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s),
+            )
+            for index in range(views)
+        ]
+        self.fleet = self.replicas[0].fleet
+        self.mirror = DelayedMirror([r.fleet for r in self.replicas]) if delayed and views > 1 else None
+        self.counters = dict.fromkeys(("warm_routes", "cold_loads", "misses", "cache_full"), 0)
+        if views == 1:
+            self.replica_of = [0] * len(trace)
+        elif replica_of is None:
+            self.replica_of = assign_replicas(len(trace), views, random.Random(f"{seed}/assign"))
+        elif len(replica_of) != len(trace) or not all(0 <= index < views for index in replica_of):
+            raise ValueError(f"replica_of needs one replica in 0..{views - 1} per request ({len(trace)})")
+        else:
+            self.replica_of = list(replica_of)
         self.reads = spec.runtime == "pytorch"
         pod_spec = dataclasses.replace(spec.pod, read_bytes_per_s=spec.pod_read_bytes_per_s) if self.reads else spec.pod
         self.block_tokens = spec.pod.kv_tokens_per_block
         self.pods = {f"pod-{i:02d}": SimPod(f"pod-{i:02d}", pod_spec, spec.model) for i in range(spec.pods)}
-        self.fleet.set_pods(
-            {
-                pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages,
-                                spec.pod.device_pages, kv_blocks=spec.pod.kv_capacity_tokens // self.block_tokens)
-                for pod_id in self.pods
-            }
-        )
+        kv_blocks = spec.pod.kv_capacity_tokens // self.block_tokens
+        infos = {
+            pod_id: PodInfo(pod_id, f"{pod_id}:8001", f"uid-{pod_id}", spec.pod.host_pages, spec.pod.device_pages,
+                            kv_blocks=kv_blocks)
+            for pod_id in self.pods
+        }
+        for replica in self.replicas:
+            replica.fleet.set_pods(infos)
         names = sorted({r.adapter for r in trace})
         self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes, self.reads)
-        self.store = WeightStore(
-            spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s
-        )
         self.link_free_s = dict.fromkeys(self.pods, 0.0)
         self.records = [RequestRecord(i, r.t_s, r.adapter) for i, r in enumerate(trace)]
         self.decision_times_s: list[float] = []
@@ -178,8 +159,6 @@ class FleetSimulation:
         self._open = 0
         self.model_name = model_name
         self.routing = routing
-        self._waiting: deque[int] = deque()  # keys waiting for LoRA cache capacity, FIFO
-        self._wait_since: dict[int, float] = {}
 
     def _push(self, at_s: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -209,21 +188,20 @@ class FleetSimulation:
                 self._reply_error(*payload)  # type: ignore[misc]
             elif kind == _READ_DONE:
                 self._kick(payload)  # type: ignore[arg-type]
+            elif kind == _MIRROR:
+                assert self.mirror is not None
+                self.mirror.replay(*payload)  # type: ignore[misc]
             elif kind == _WAIT_TIMEOUT:
                 self._wait_timeout(payload)  # type: ignore[arg-type]
             elif kind == _SCRAPE:
                 self._scrape()
                 if remaining_arrivals or self._open:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
-        self.fleet.check_invariants()
-        snapshot = self.fleet.snapshot()
-        counters = {
-            "warm_routes": snapshot.warm_routes_total,
-            "cold_loads": snapshot.cold_loads_total,
-            "misses": snapshot.misses_total,
-            "open_tickets": snapshot.open_tickets,
-            "artifact_fetches": self.store.fetches,
-        }
+        counters = {**self.counters, "open_tickets": 0, "artifact_fetches": 0}  # each request counted once
+        for replica in self.replicas:
+            replica.fleet.check_invariants()
+            counters["open_tickets"] += replica.fleet.snapshot().open_tickets
+            counters["artifact_fetches"] += replica.store.fetches
         return SimResult(
             policy=self.fleet.policy_name,
             records=self.records,
@@ -253,41 +231,52 @@ class FleetSimulation:
         record.error = kind
         self._open -= 1
 
+    def _replica(self, key: int) -> RouterReplica:
+        return self.replicas[self.replica_of[key]]
+
+    def _share(self, key: int, op: str, ticket: Ticket, detail: object) -> None:
+        """A delayed shared view: the other replicas replay this call ``router_view_delay_s`` later."""
+        if self.mirror is not None:
+            self._push(self.now_s + self.spec.router_view_delay_s, _MIRROR, (self.replica_of[key], op, ticket, detail))
+
     def _try_route(self, key: int) -> None:
         if not self._route_once(key):
-            if len(self._waiting) >= self.routing.capacity_queue_max or self.routing.capacity_wait_s <= 0:
+            replica = self._replica(key)
+            if len(replica.waiting) >= self.routing.capacity_queue_max or self.routing.capacity_wait_s <= 0:
                 self._fail(self.records[key], "no_capacity")
                 return
-            self._waiting.append(key)
-            self._wait_since[key] = self.now_s
+            replica.waiting.append(key)
+            replica.wait_since[key] = self.now_s
             self._push(self.now_s + self.routing.capacity_wait_s, _WAIT_TIMEOUT, key)
 
-    def _wake(self) -> None:
-        """A request ended: the waiters route again in FIFO order until one finds no room."""
-        while self._waiting:
-            key = self._waiting[0]
+    def _wake(self, replica: RouterReplica) -> None:
+        """A request of ``replica`` ended: its waiters route again in FIFO order until one finds no room."""
+        while replica.waiting:
+            key = replica.waiting[0]
             if self._route_once(key):
-                self._waiting.popleft()
-                since = self._wait_since.pop(key)
+                replica.waiting.popleft()
+                since = replica.wait_since.pop(key)
                 self.records[key].waited_s += self.now_s - since
             else:
                 return
 
     def _wait_timeout(self, key: int) -> None:
-        since = self._wait_since.pop(key, None)
+        replica = self._replica(key)
+        since = replica.wait_since.pop(key, None)
         if since is None:
             return  # routed meanwhile
-        self._waiting.remove(key)
+        replica.waiting.remove(key)
         self.records[key].waited_s += self.now_s - since
         self._fail(self.records[key], "no_capacity")  # 503 after the bounded wait
 
     def _route_once(self, key: int) -> bool:
         """Route and send ``key``; False when every cache is full of busy adapters (wait for capacity)."""
         record = self.records[key]
+        replica = self._replica(key)
         route_request = self._route_request(record)
         began = time.perf_counter()
         try:
-            decision = self.fleet.route(route_request)
+            decision = replica.fleet.route(route_request)
         except CachesBusy:
             return False
         except NoCapacity:
@@ -298,14 +287,16 @@ class FleetSimulation:
             return True
         elapsed = time.perf_counter() - began
         self.decision_times_s.append(elapsed)
-        ticket = self.fleet.start(decision, route_request)
+        ticket = replica.fleet.start(decision, route_request)
+        self.counters["cold_loads" if decision.send_weights else "warm_routes"] += 1
+        self._share(key, START, ticket, (decision, route_request))
         record.attempts += 1
         depart_s = self.now_s + (elapsed if self.spec.add_decision_time else 0.0)
         adapter = route_request.adapter
         assert adapter is not None
         with_weights = decision.send_weights or decision.loading
         if with_weights and not self.reads:
-            ready_s = self.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
+            ready_s = replica.store.ready_at(adapter.name, adapter.weights_bytes, depart_s)
             link_start = max(ready_s, self.link_free_s[decision.pod])
             self.link_free_s[decision.pod] = link_start + adapter.weights_bytes / self.spec.link_bytes_per_s
             arrive_s = self.link_free_s[decision.pod] + self.spec.one_way_latency_s
@@ -317,8 +308,12 @@ class FleetSimulation:
 
     def _reply_error(self, key: int, ticket: Ticket, kind: str) -> None:
         record = self.records[key]
-        self.fleet.finish(ticket, _OUTCOMES[kind])
-        self._wake()
+        replica = self._replica(key)
+        replica.fleet.finish(ticket, _OUTCOMES[kind])
+        self._share(key, FINISH, ticket, _OUTCOMES[kind])
+        if kind in ("miss", "cache_full"):
+            self.counters["misses" if kind == "miss" else "cache_full"] += 1
+        self._wake(replica)
         if kind == "miss":
             record.misses += 1
         else:
@@ -330,8 +325,10 @@ class FleetSimulation:
 
     def _finish(self, key: int, ticket: Ticket, request: SimRequest) -> None:
         record = self.records[key]
-        self.fleet.finish(ticket, Outcome.OK)
-        self._wake()
+        replica = self._replica(key)
+        replica.fleet.finish(ticket, Outcome.OK)
+        self._share(key, FINISH, ticket, Outcome.OK)
+        self._wake(replica)
         latency = self.spec.one_way_latency_s
         assert request.first_token_s is not None and request.finished_s is not None
         record.ttft_s = request.first_token_s + latency - record.arrival_s
@@ -342,11 +339,11 @@ class FleetSimulation:
         self._open -= 1
 
     def _scrape(self) -> None:
-        for pod_id, pod in self.pods.items():
-            self.fleet.observe_metrics(
-                pod_id, PodMetrics(pod.active, pod.queue_depth, pod.kv_used_fraction(), pod.kv.reused_total,
-                                   pod.kv.missed_total),
-            )
+        for pod_id, pod in self.pods.items():  # every replica scrapes every pod
+            metrics = PodMetrics(pod.active, pod.queue_depth, pod.kv_used_fraction(), pod.kv.reused_total,
+                                 pod.kv.missed_total)
+            for replica in self.replicas:
+                replica.fleet.observe_metrics(pod_id, metrics)
 
     # -- pod side ----------------------------------------------------------------------------------------
     def _deliver(self, pod_id: str, key: int, ticket: Ticket, with_weights: bool) -> None:
@@ -364,7 +361,8 @@ class FleetSimulation:
         except ArrivalError as exc:
             self._push(self.now_s + self.spec.one_way_latency_s, _REPLY_ERROR, (key, ticket, exc.kind))
             return
-        self.fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
+        self._replica(key).fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
+        self._share(key, CONFIRM, ticket, None)
         self.admitted.append(trace_request.adapter)
         record.hit = request.hit and record.misses == 0
         request.ticket = ticket
@@ -388,7 +386,7 @@ class FleetSimulation:
         pod = self.pods[pod_id]
         done = pod.end_step(self.now_s)
         for first in pod.first_tokens:
-            self.fleet.first_token(first.ticket)  # type: ignore[arg-type]
+            self._replica(first.key).fleet.first_token(first.ticket)  # type: ignore[arg-type]
         for request in done:
             reply_s = self.now_s + self.spec.one_way_latency_s
             self._push(reply_s, _FINISH, (request.key, request.ticket, request))

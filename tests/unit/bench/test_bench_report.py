@@ -78,3 +78,21 @@ def test_dyadic_split_sums_to_exactly_one() -> None:
     split = loadgen_external.dyadic_split([f"s{i}" for i in range(50)], weights / weights.sum())
     assert sum(entry["split"] for entry in split) == 1.0  # inference-perf compares with == 1.0
     assert all(entry["split"] > 0 for entry in split)
+
+
+def test_blocks_under_one_heading_keep_the_sections_order(tmp_path: Path) -> None:
+    fresh = tmp_path / "fresh.md"
+    report.write_section("replicas-sim", "simulated", fresh)
+    text = fresh.read_text()
+    assert text.count("## Router replicas") == 1
+    order = [text.index(f"<!-- bench:{key}:start -->") for key in ("replicas-real-shadow", "replicas-real-peers",
+                                                                     "replicas-sim")]
+    assert order == sorted(order) and "simulated" in text
+    written = tmp_path / "written.md"
+    written.write_text("# Benchmarks\n\n## Router replicas\n\nhand-written summary\n")
+    report.write_section("replicas-sim", "BODY-SIM", written)
+    report.write_section("replicas-real-shadow", "BODY-REAL", written)
+    report.write_section("replicas-real-peers", "BODY-PEERS", written)
+    text = written.read_text()
+    assert text.count("## Router replicas") == 1 and "hand-written summary" in text
+    assert text.index("BODY-REAL") < text.index("BODY-PEERS") < text.index("BODY-SIM")
