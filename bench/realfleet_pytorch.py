@@ -62,7 +62,7 @@ class ServeFleet(RealFleet):
                 self._wait(worker)
             with urllib.request.urlopen(self._workers[0].url + "/reference/lora_cache", timeout=10) as response:
                 self.tiers = json.loads(response.read().decode())
-            self._start_router()
+            self._start_routers()
         except BaseException:
             self.stop()
             raise
