@@ -7,6 +7,10 @@ a Deployment, headless Service and PDB of the Adapter's own, named ``<adapter>-m
 ``trtfleet.io/basemodel=<base>, trtfleet.io/adapter=<adapter>, trtfleet.io/role=merged``: the router sends
 this adapter's served name there instead of to the base fleet. No task id (TRT-LLM sees a plain model).
 
+``runtime: reference`` has nothing to build (as for its BaseModels): the worker merges the adapter into
+the float32 base when it starts (``trtfleet worker --merged-adapter``, the same ``--dtype base`` merge the
+plan records) and serves it under the Adapter's served name, with LoRA off.
+
 Phases: Converting while the engine builds, Failed when it cannot be planned, does not fit or the build
 failed, Pending while the pods roll out, Ready when the rollout is complete.
 """
@@ -18,13 +22,16 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec
+from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, Runtime
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
     build_pdb,
     build_service,
+    file_path,
+    reference_merged_args,
+    reference_model_dir,
 )
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import PlanningError
@@ -36,8 +43,8 @@ from trtfleet_operator.names import (
     owner_reference,
 )
 from trtfleet_operator.planning import plan_capacity, plan_merged
-from trtfleet_operator.reconcile.common import engine_inputs, finish, shared_owner
-from trtfleet_operator.reconcile.engine import reconcile_engine, release_stale
+from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, finish, shared_owner
+from trtfleet_operator.reconcile.engine import EngineOutcome, reconcile_engine, release_stale
 from trtfleet_operator.reconcile.serving import serving_state
 from trtfleet_operator.reconcile.types import AdapterObserved, Obj, Reconciliation, job_snapshot
 
@@ -55,6 +62,8 @@ def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
         if base_obj is None:
             return None
         base = BaseModelSpec.model_validate(base_obj.get("spec"))
+        if base.runtime is Runtime.REFERENCE:
+            return None  # nothing to build: no Job for this adapter to own
         return plan_merged(base, spec.source.uri, spec.source.revision).engine_hash
     except (ValidationError, PlanningError):
         return None
@@ -67,6 +76,12 @@ def merged_users(adapters: Sequence[Obj], basemodels: Sequence[Obj]) -> dict[str
         if wanted is not None:
             users.setdefault(wanted, []).append(shared_owner(adapter))
     return {key: tuple(value) for key, value in users.items()}
+
+
+def _reference_engine(base: BaseModelSpec, spec: AdapterSpec, config: OperatorConfig) -> EngineOutcome:
+    message = (f"runtime reference merges {file_path(spec.source.uri)} into {reference_model_dir(base)} when the "
+               f"worker starts ({config.images.worker}); nothing to build")
+    return EngineOutcome("built", cond.make(cond.ENGINE_BUILT, cond.TRUE, NOT_NEEDED, message), {})
 
 
 def reconcile_merged(
@@ -106,7 +121,9 @@ def reconcile_merged(
             delete=deletes,
             set_owners=handovers,
         )
-    deletes, handovers = release_stale(uid, plan.engine_hash, jobs, observed.plan_configmaps, users)
+    deletes, handovers = release_stale(
+        uid, None if base.runtime is Runtime.REFERENCE else plan.engine_hash, jobs, observed.plan_configmaps, users
+    )
     me = shared_owner(obj)
     owners = tuple(
         sorted(
@@ -115,7 +132,7 @@ def reconcile_merged(
         )
     )
     labels = {LABEL_ADAPTER: label_value(name), LABEL_BASEMODEL: label_value(spec.base_model)}
-    engine = reconcile_engine(
+    engine = _reference_engine(base, spec, config) if base.runtime is Runtime.REFERENCE else reconcile_engine(
         engine_inputs(
             namespace,
             plan,
@@ -145,6 +162,9 @@ def reconcile_merged(
         f"merged engine of BaseModel {spec.base_model} with {spec.source.uri} planned ({capacity.message})",
     )
     if engine.state == "built":
+        served_name = spec.served_name or name
+        reference = base.runtime is Runtime.REFERENCE
+        worker_args = tuple(reference_merged_args(spec.source.uri, served_name)) if reference else ()
         model_repo = build_model_repo_configmap(
             plan.render_spec,
             name=serving,
@@ -164,6 +184,7 @@ def reconcile_merged(
             model_repo=model_repo,
             config=config,
             adapter=name,
+            worker_args=worker_args,
         )
         applies += [model_repo, desired]
         state = serving_state(

@@ -17,7 +17,13 @@ import yaml
 from trtfleet_operator.builders.convert import build_convert_job
 from trtfleet_operator.builders.engine import build_engine_job, build_engine_record, build_plan_configmap
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_prepare_job, build_pytorch_deployment
-from trtfleet_operator.builders.serving import build_deployment, build_model_repo_configmap, build_pdb, build_service
+from trtfleet_operator.builders.serving import (
+    build_deployment,
+    build_model_repo_configmap,
+    build_pdb,
+    build_service,
+    reference_merged_args,
+)
 from trtfleet_operator.config import Images, OperatorConfig
 from trtfleet_operator.names import (
     LABEL_ADAPTER,
@@ -121,16 +127,20 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     merged = plan_merged(base.spec, adapter.spec.source.uri, adapter.spec.source.revision)
     labels = {LABEL_ADAPTER: ad_name, LABEL_BASEMODEL: name}
     ad_shared = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=False)
-    out["build-job"] = build_engine_job(
-        base.spec,
-        engine_hash=merged.engine_hash,
-        namespace=NAMESPACE,
-        owners=[ad_shared],
-        attempt=1,
-        config=CONFIG,
-        labels=labels,
-        merged_sources=(adapter.spec.source.uri,),
-    )
+    worker_args: tuple[str, ...] = ()
+    if base.spec.runtime is Runtime.REFERENCE:  # nothing to build: the worker merges when it starts
+        worker_args = tuple(reference_merged_args(adapter.spec.source.uri, adapter.spec.served_name or ad_name))
+    else:
+        out["build-job"] = build_engine_job(
+            base.spec,
+            engine_hash=merged.engine_hash,
+            namespace=NAMESPACE,
+            owners=[ad_shared],
+            attempt=1,
+            config=CONFIG,
+            labels=labels,
+            merged_sources=(adapter.spec.source.uri,),
+        )
     serving = merged_serving_name(ad_name)
     repo = build_model_repo_configmap(
         merged.render_spec,
@@ -152,6 +162,7 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
         model_repo=repo,
         config=CONFIG,
         adapter=ad_name,
+        worker_args=worker_args,
     )
     out["service"] = build_service(name=serving, namespace=NAMESPACE, owner=ad_owner, basemodel=name, adapter=ad_name)
     out["pdb"] = build_pdb(name=serving, namespace=NAMESPACE, owner=ad_owner, basemodel=name, adapter=ad_name)
@@ -205,6 +216,7 @@ def test_cases_exist() -> None:
         "adapter-llama3-sql",
         "adapter-tiny-json",
         "adapter-merged",
+        "adapter-merged-reference",
         "pytorch-llama3-8b",
         "pytorch-llama70b-fp8-tp2",
         "adapter-pytorch-sql",
