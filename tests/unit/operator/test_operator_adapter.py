@@ -187,6 +187,7 @@ def test_merged_mode_on_reference_runtime_serves_the_worker_merge_without_a_job(
     assert deployment["metadata"]["name"] == "shout-merged"
     assert deployment["spec"]["selector"]["matchLabels"]["trtfleet.io/role"] == "merged"
     args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert args[-4:] == ["--merged-adapter", "/opt/trtfleet/adapters/upper", "--merged-adapter-name", "tiny-upper-merged"]
+    merged_flags = ["--merged-adapter", "/opt/trtfleet/adapters/upper", "--merged-adapter-name", "tiny-upper-merged"]
+    assert args[-4:] == merged_flags
     spec = json.loads(by_kind(result.apply, "ConfigMap")[0]["data"]["basemodel.json"])
     assert spec["lora"]["enabled"] is False  # the merged worker runs without the LoRA cache
