@@ -8,60 +8,27 @@ engine is tested against: tests/integration/reference/test_reference_serve.py, t
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
 import openai
 import pytest
 from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTER_NAMES, SAMPLE_ADAPTERS_DIR
-from trtfleet_engines.reference.server import free_port, http_status
+from trtfleet_engines.reference.server import free_port
 from trtfleet_engines.reference.tokenizer import prompt_ids
 
-from tests.integration.reference.triton_client import generate, wait_until
+from tests.integration.reference.serve_process import trtfleet_worker
+from tests.integration.reference.triton_client import generate
 
 pytestmark = pytest.mark.integration
 
 FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
 MAX_TOKENS: int = FIXTURE["max_new_tokens"]
-STARTUP_TIMEOUT_S = 120.0
-
-
-@contextmanager
-def worker(tmp_path: Path, args: Sequence[str], ready: str, port: int) -> Iterator[subprocess.Popen[bytes]]:
-    """``trtfleet worker ARGS`` until ``GET ready`` on ``port`` answers 200; SIGTERM after, a clean exit."""
-    log = tmp_path / f"worker-{port}.log"
-    with log.open("wb") as sink:
-        process = subprocess.Popen([sys.executable, "-m", "trtfleet", "worker", "--host", "127.0.0.1", *args],
-                                   stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
-
-    def up() -> bool:
-        if process.poll() is not None:
-            raise AssertionError(f"worker exited with {process.returncode}:\n{log.read_text()[-3000:]}")
-        return http_status("127.0.0.1", port, ready) == 200
-
-    try:
-        wait_until(up, timeout_s=STARTUP_TIMEOUT_S)
-        yield process
-    finally:
-        process.terminate()
-        try:
-            process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(timeout=30)
-    assert process.returncode == 0, log.read_text()[-3000:]
-
-
 @pytest.mark.parametrize("name", SAMPLE_ADAPTER_NAMES)
 def test_pytorch_worker_serves_a_merged_adapter_under_its_name(name: str, tmp_path: Path) -> None:
     port = free_port()
     args = ["--runtime", "pytorch", "--http-port", str(port), "--merged-adapter", str(SAMPLE_ADAPTERS_DIR / name)]
-    with worker(tmp_path, args, "/health", port):
+    with trtfleet_worker(tmp_path, args, ready_path="/health", port=port):
         models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=30).json()
         assert [m["id"] for m in models["data"]] == [name]
         client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused", max_retries=0, timeout=60)
@@ -75,7 +42,7 @@ def test_triton_worker_serves_a_merged_adapter_without_lora_inputs(name: str, tm
     http, grpc, metrics = free_port(), free_port(), free_port()
     args = ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
             "--merged-adapter", str(SAMPLE_ADAPTERS_DIR / name)]
-    with worker(tmp_path, args, "/v2/health/ready", http):
+    with trtfleet_worker(tmp_path, args, ready_path="/v2/health/ready", port=http):
         url = f"127.0.0.1:{grpc}"
         for prompt, want in zip(FIXTURE["prompts"], FIXTURE["models"][name]["output_ids"], strict=True):
             result = generate(url, prompt_ids(prompt), MAX_TOKENS)
