@@ -24,6 +24,7 @@ from pydantic import ValidationError
 
 from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, Runtime
 from trtfleet_operator import conditions as cond
+from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
@@ -42,9 +43,9 @@ from trtfleet_operator.names import (
     merged_serving_name,
     owner_reference,
 )
-from trtfleet_operator.planning import plan_capacity, plan_merged
+from trtfleet_operator.planning import EnginePlan, plan_capacity, plan_merged
 from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, finish, shared_owner
-from trtfleet_operator.reconcile.engine import EngineOutcome, reconcile_engine, release_stale
+from trtfleet_operator.reconcile.engine import CHECKPOINT_PREPARE, EngineOutcome, reconcile_engine, release_stale
 from trtfleet_operator.reconcile.serving import serving_state
 from trtfleet_operator.reconcile.types import AdapterObserved, Obj, Reconciliation, job_snapshot
 
@@ -82,6 +83,39 @@ def _reference_engine(base: BaseModelSpec, spec: AdapterSpec, config: OperatorCo
     message = (f"runtime reference merges {file_path(spec.source.uri)} into {reference_model_dir(base)} when the "
                f"worker starts ({config.images.worker}); nothing to build")
     return EngineOutcome("built", cond.make(cond.ENGINE_BUILT, cond.TRUE, NOT_NEEDED, message), {})
+
+
+def _serving(
+    plan: EnginePlan,
+    base: BaseModelSpec,
+    spec: AdapterSpec,
+    *,
+    name: str,
+    namespace: str,
+    owner: Obj,
+    labels: dict[str, str],
+    config: OperatorConfig,
+) -> tuple[Obj, Obj]:
+    """The merged pods' configuration (Triton model configs, the worker's spec or the LLM-API options) and
+    Deployment, served under the Adapter's served name."""
+    serving = merged_serving_name(name)
+    served_name = spec.served_name or name
+    if base.runtime is Runtime.PYTORCH:
+        options = build_options_configmap(plan, name=serving, namespace=namespace, owner=owner)
+        return options, build_pytorch_deployment(
+            plan.render_spec, plan, name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model,
+            options=options, config=config, adapter=name, served_name=served_name,
+        )
+    reference = base.runtime is Runtime.REFERENCE
+    model_repo = build_model_repo_configmap(
+        plan.render_spec, name=serving, namespace=namespace, owner=owner, engine_hash=plan.engine_hash,
+        config=config, labels=labels,
+    )
+    return model_repo, build_deployment(
+        plan.render_spec, name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model,
+        engine_hash=plan.engine_hash, model_repo=model_repo, config=config, adapter=name,
+        worker_args=tuple(reference_merged_args(spec.source.uri, served_name)) if reference else (),
+    )
 
 
 def reconcile_merged(
@@ -144,6 +178,7 @@ def reconcile_merged(
             observed.build_pods,
             labels=labels,
             merged_sources=(spec.source.uri,),
+            kind=CHECKPOINT_PREPARE if base.runtime is Runtime.PYTORCH else None,
         ),
         config,
         now,
@@ -151,7 +186,8 @@ def reconcile_merged(
     serving = merged_serving_name(name)
     owner = owner_reference("Adapter", API_VERSION, name, uid, controller=True)
     applies: list[Obj] = [
-        build_service(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
+        build_service(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name,
+                      runtime=base.runtime, server=base.serving.server),
         build_pdb(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
         *engine.apply,
     ]
@@ -162,31 +198,10 @@ def reconcile_merged(
         f"merged engine of BaseModel {spec.base_model} with {spec.source.uri} planned ({capacity.message})",
     )
     if engine.state == "built":
-        served_name = spec.served_name or name
-        reference = base.runtime is Runtime.REFERENCE
-        worker_args = tuple(reference_merged_args(spec.source.uri, served_name)) if reference else ()
-        model_repo = build_model_repo_configmap(
-            plan.render_spec,
-            name=serving,
-            namespace=namespace,
-            owner=owner,
-            engine_hash=plan.engine_hash,
-            config=config,
-            labels=labels,
+        config_map, desired = _serving(
+            plan, base, spec, name=name, namespace=namespace, owner=owner, labels=labels, config=config
         )
-        desired = build_deployment(
-            plan.render_spec,
-            name=serving,
-            namespace=namespace,
-            owner=owner,
-            basemodel=spec.base_model,
-            engine_hash=plan.engine_hash,
-            model_repo=model_repo,
-            config=config,
-            adapter=name,
-            worker_args=worker_args,
-        )
-        applies += [model_repo, desired]
+        applies += [config_map, desired]
         state = serving_state(
             desired,
             observed.deployment,

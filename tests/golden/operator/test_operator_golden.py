@@ -127,6 +127,8 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     merged = plan_merged(base.spec, adapter.spec.source.uri, adapter.spec.source.revision)
     labels = {LABEL_ADAPTER: ad_name, LABEL_BASEMODEL: name}
     ad_shared = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=False)
+    if base.spec.runtime is Runtime.PYTORCH:
+        return render_pytorch_merged(base, adapter, merged, owner=ad_owner, shared=ad_shared)
     worker_args: tuple[str, ...] = ()
     if base.spec.runtime is Runtime.REFERENCE:  # nothing to build: the worker merges when it starts
         worker_args = tuple(reference_merged_args(adapter.spec.source.uri, adapter.spec.served_name or ad_name))
@@ -204,6 +206,33 @@ def render_pytorch(
     }
 
 
+def render_pytorch_merged(
+    base: BaseModel, adapter: Adapter, plan: EnginePlan, *, owner: dict[str, Any], shared: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """A merged Adapter on a ``runtime: pytorch`` BaseModel: its prepare plan and Job, options, Deployment."""
+    name, ad_name = base.metadata["name"], adapter.metadata["name"]
+    serving = merged_serving_name(ad_name)
+    labels = {LABEL_ADAPTER: ad_name, LABEL_BASEMODEL: name}
+    options = build_options_configmap(plan, name=serving, namespace=NAMESPACE, owner=owner)
+    return {
+        "plan-configmap": build_plan_configmap(plan.engine_hash, plan.plan_json, namespace=NAMESPACE, owners=[shared]),
+        "prepare-job": build_prepare_job(
+            base.spec, plan, namespace=NAMESPACE, owners=[shared], attempt=1, config=CONFIG, labels=labels,
+            merged_sources=(adapter.spec.source.uri,),
+        ),
+        "options-configmap": options,
+        "deployment": build_pytorch_deployment(
+            plan.render_spec, plan, name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, options=options,
+            config=CONFIG, adapter=ad_name, served_name=adapter.spec.served_name or ad_name,
+        ),
+        "service": build_service(
+            name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, adapter=ad_name,
+            runtime=base.spec.runtime, server=base.spec.serving.server,
+        ),
+        "pdb": build_pdb(name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, adapter=ad_name),
+    }
+
+
 def dump(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=110)
 
@@ -217,6 +246,7 @@ def test_cases_exist() -> None:
         "adapter-tiny-json",
         "adapter-merged",
         "adapter-merged-reference",
+        "adapter-merged-pytorch",
         "pytorch-llama3-8b",
         "pytorch-llama70b-fp8-tp2",
         "adapter-pytorch-sql",
