@@ -21,7 +21,8 @@ context's):
   ``trtfleet.io/role=merged`` and ``trtfleet.io/adapter=<adapter>``, form a fleet of their own
   (:func:`~trtfleet_router.models_registry.merged_entry`) that takes the adapter's served name; they never
   join the base model's pool. While it has no ready pod the name is served hot-swapped on the base
-  model's pool when an Adapter of that served name is Ready there (``Target.fallback``).
+  model's pool (``Target.fallback``) when an Adapter of that served name is Ready there, or when the merged
+  Adapter's status still carries the ``taskId`` and ``artifact`` of its dynamic days, whatever its phase.
 
 The translation functions are pure; :class:`KubernetesDiscovery` only keeps the latest objects and
 rebuilds the snapshot after every event.
@@ -136,7 +137,10 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
         )
         return None
     status = parsed.status
-    if status is None or status.phase is not AdapterPhase.READY or status.task_id is None:
+    # A merged Adapter keeps the task id and artifact it had when dynamic (status carries them): served
+    # hot-swapped behind its merged pods, whatever the merged phase (switching modes loses nothing).
+    carried = parsed.spec.mode is AdapterMode.MERGED
+    if status is None or (status.phase is not AdapterPhase.READY and not carried) or status.task_id is None:
         return None
     artifact = status.artifact
     if artifact is None or not artifact.uri:

@@ -41,3 +41,14 @@ def test_a_merged_adapter_without_pods_still_owns_its_name() -> None:
     assert snapshot.pods["tiny-upper@merged"] == {}
     assert snapshot.registry.resolve("tiny-upper").fallback is None
     assert snapshot.registry.served_names() == ["tiny", "tiny-upper"]
+
+
+def test_switching_to_merged_keeps_the_dynamic_artifact_behind_the_merged_pods() -> None:
+    # dynamic -> merged on one object: the status still carries the dynamic task id and artifact
+    switched = _adapter("upper", phase="Converting", served="tiny-upper")
+    switched["spec"]["mode"] = "merged"
+    snapshot = build_snapshot([_basemodel()], [switched], [_slice("tiny", [_endpoint("10.1.0.5", "tiny-0", "u0")])])
+    target = snapshot.registry.resolve("tiny-upper")
+    assert target.base.name == "tiny-upper@merged" and snapshot.pods["tiny-upper@merged"] == {}
+    assert target.fallback is not None and target.fallback.adapter is not None
+    assert (target.fallback.base.name, target.fallback.adapter.task_id) == ("tiny", 3)
