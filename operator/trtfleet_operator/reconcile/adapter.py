@@ -41,7 +41,7 @@ from trtfleet_operator.builders.convert import (
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.names import convert_job_name, owner_reference
 from trtfleet_operator.reconcile.common import finish
-from trtfleet_operator.reconcile.merged import reconcile_merged
+from trtfleet_operator.reconcile.merged import merged_leftovers, reconcile_merged
 from trtfleet_operator.reconcile.types import (
     AdapterObserved,
     JobSnapshot,
@@ -305,7 +305,7 @@ def reconcile_adapter(
         {**status, "phase": AdapterPhase.READY.value, "conditions": [valid, converted, ready]},
         now,
         apply=applies,
-        delete=deletes,
+        delete=(*deletes, *merged_leftovers(name, namespace, observed.deployment)),
     )
 
 

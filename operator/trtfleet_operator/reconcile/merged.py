@@ -41,13 +41,15 @@ from trtfleet_operator.names import (
     LABEL_BASEMODEL,
     label_value,
     merged_serving_name,
+    model_repo_configmap_name,
+    options_configmap_name,
     owner_reference,
 )
 from trtfleet_operator.planning import EnginePlan, plan_capacity, plan_merged
 from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, finish, shared_owner
 from trtfleet_operator.reconcile.engine import CHECKPOINT_PREPARE, EngineOutcome, reconcile_engine, release_stale
 from trtfleet_operator.reconcile.serving import serving_state
-from trtfleet_operator.reconcile.types import AdapterObserved, Obj, Reconciliation, job_snapshot
+from trtfleet_operator.reconcile.types import AdapterObserved, Obj, ObjectRef, Reconciliation, job_snapshot
 
 
 def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
@@ -77,6 +79,21 @@ def merged_users(adapters: Sequence[Obj], basemodels: Sequence[Obj]) -> dict[str
         if wanted is not None:
             users.setdefault(wanted, []).append(shared_owner(adapter))
     return {key: tuple(value) for key, value in users.items()}
+
+
+def merged_leftovers(name: str, namespace: str, deployment: Obj | None) -> tuple[ObjectRef, ...]:
+    """What a switch from merged back to dynamic leaves: the merged pods' Deployment, Service, PDB and
+    configuration (deleted once the adapter is served hot-swapped again); nothing without a Deployment."""
+    if deployment is None:
+        return ()
+    serving = merged_serving_name(name)
+    return (
+        ObjectRef.of(deployment),
+        ObjectRef("v1", "Service", namespace, serving),
+        ObjectRef("policy/v1", "PodDisruptionBudget", namespace, serving),
+        ObjectRef("v1", "ConfigMap", namespace, model_repo_configmap_name(serving)),
+        ObjectRef("v1", "ConfigMap", namespace, options_configmap_name(serving)),
+    )
 
 
 def _reference_engine(base: BaseModelSpec, spec: AdapterSpec, config: OperatorConfig) -> EngineOutcome:

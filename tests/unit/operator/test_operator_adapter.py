@@ -191,3 +191,18 @@ def test_merged_mode_on_reference_runtime_serves_the_worker_merge_without_a_job(
     assert args[-4:] == merged_flags
     spec = json.loads(by_kind(result.apply, "ConfigMap")[0]["data"]["basemodel.json"])
     assert spec["lora"]["enabled"] is False  # the merged worker runs without the LoRA cache
+
+
+def test_back_to_dynamic_removes_the_merged_pods_once_served_hot_swapped() -> None:
+    obj, base = adapter(), llama()
+    observed, _ = converted(obj, base, summary())
+    ready = run(obj, observed, task_id=7)
+    leftover = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "sql-merged", "namespace": "default", "uid": "d-1"}}
+    again = run(adapter(status=ready.status), AdapterObserved(basemodel=base, deployment=leftover))
+    assert again.status["phase"] == "Ready"
+    assert sorted((r.kind, r.name) for r in again.delete) == [
+        ("ConfigMap", "sql-merged-llm-api-options"), ("ConfigMap", "sql-merged-model-repo"),
+        ("Deployment", "sql-merged"), ("PodDisruptionBudget", "sql-merged"), ("Service", "sql-merged"),
+    ]
+    assert next(r for r in again.delete if r.kind == "Deployment").uid == "d-1"  # only that Deployment
