@@ -183,21 +183,27 @@ def build_snapshot(
     merged_pods = pods_from_endpointslices(slices, merged=True)
     by_name = {entry.name: entry for entry in entries}
     for obj in adapters:
-        merged = merged_fleet_from_object(obj, by_name)
+        own_pods = merged_pods.get(str(obj.get("metadata", {}).get("name", "")), {})
+        merged = merged_fleet_from_object(obj, by_name, has_pods=bool(own_pods))
         if merged is not None:
             entries.append(merged)
-            fleet_pods[merged.name] = merged_pods.get(str(obj.get("metadata", {}).get("name", "")), {})
+            fleet_pods[merged.name] = own_pods
     return DiscoverySnapshot(ModelRegistry(entries, adapter_entries), fleet_pods)
 
 
-def merged_fleet_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseModelEntry]) -> BaseModelEntry | None:
-    """The merged fleet of an Adapter with ``spec.mode: merged`` on a known base model, else None."""
+def merged_fleet_from_object(
+    obj: Mapping[str, Any], bases: Mapping[str, BaseModelEntry], *, has_pods: bool = False
+) -> BaseModelEntry | None:
+    """The merged fleet of an Adapter with ``spec.mode: merged`` on a known base model, or of one switched
+    back to dynamic whose merged pods still run (``has_pods``: they serve until the operator removes them,
+    once it is Ready hot-swapped); else None."""
     try:
         parsed = AdapterObject.model_validate(obj)
     except ValidationError:
         return None  # logged by adapter_entry_from_object
     base = bases.get(parsed.spec.base_model)
-    if parsed.spec.mode is not AdapterMode.MERGED or base is None or parsed.metadata.get("deletionTimestamp"):
+    wanted = parsed.spec.mode is AdapterMode.MERGED or has_pods
+    if not wanted or base is None or parsed.metadata.get("deletionTimestamp"):
         return None
     status = parsed.status
     name = (status.served_name if status else None) or parsed.spec.served_name or parsed.metadata.get("name", "")

@@ -52,3 +52,15 @@ def test_switching_to_merged_keeps_the_dynamic_artifact_behind_the_merged_pods()
     assert target.base.name == "tiny-upper@merged" and snapshot.pods["tiny-upper@merged"] == {}
     assert target.fallback is not None and target.fallback.adapter is not None
     assert (target.fallback.base.name, target.fallback.adapter.task_id) == ("tiny", 3)
+
+
+def test_switching_back_to_dynamic_keeps_the_merged_pods_until_the_operator_removes_them() -> None:
+    converting = _adapter("upper-merged", phase="Converting", task_id=None, served="tiny-upper")  # mode dynamic
+    pods = [_merged_slice("upper-merged", "10.1.0.9", "m-0")]
+    snapshot = build_snapshot([_basemodel()], [converting], pods)
+    assert snapshot.registry.resolve("tiny-upper").base.name == "tiny-upper@merged"  # nothing lost meanwhile
+    ready = _adapter("upper-merged", served="tiny-upper")
+    target = build_snapshot([_basemodel()], [ready], pods).registry.resolve("tiny-upper")
+    assert target.fallback is not None and target.fallback.base.name == "tiny"
+    gone = build_snapshot([_basemodel()], [ready], []).registry.resolve("tiny-upper")  # the pods deleted
+    assert (gone.base.name, gone.fallback) == ("tiny", None)
