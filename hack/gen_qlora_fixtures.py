@@ -13,7 +13,8 @@ block absmax and the offset) and the dequantized output of bitsandbytes' referen
 in one safetensors file, plus bitsandbytes' NF4, FP4 and 8-bit dynamic code books; the last also to
 engines/trtfleet_engines/lora/bnb_dynamic_code.json (torch.linspace's vectorized CPU kernel rounds some of
 its entries unlike the scalar formula, so trtfleet ships bitsandbytes' own table). Inputs: a weight of the
-committed tiny Llama (so the fixtures cover real weights) and a seeded normal tensor whose size is not a multiple of the block.
+committed tiny Llama (so the fixtures cover real weights) and a seeded normal tensor whose size is not a
+multiple of the block.
 """
 
 from __future__ import annotations
