@@ -14,7 +14,8 @@ LLM-API options rendered from ``--spec`` (or the reference one), adapters by ``l
 
 ``--merged-adapter DIR`` serves one PEFT adapter merged into the model (Adapter ``mode: merged``,
 :mod:`trtfleet_engines.reference.merged`): no LoRA inputs, the adapter's name (``--merged-adapter-name``,
-default the directory's name) as the served model name of ``--runtime pytorch``.
+default the directory's name) as the served model name of ``--runtime pytorch``. ``--base-quantization SPEC``
+serves (and merges into) the base a QLoRA adapter was trained on (:mod:`trtfleet_engines.lora.qlora_base`).
 
 ``--runtime pytorch --server triton`` serves it as Triton with TRT-LLM's ``llmapi`` model (``tensorrt_llm``,
 :mod:`trtfleet_engines.reference.llmapi`): tritonserver on the three ports, ``model.yaml`` rendered from
@@ -92,6 +93,9 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="serve this PEFT adapter merged into the model (Adapter mode: merged), LoRA off")
     parser.add_argument("--merged-adapter-name", default=None,
                         help="the merged adapter's served name (default: the --merged-adapter directory's name)")
+    parser.add_argument("--base-quantization", default=None, metavar="SPEC",
+                        help="serve the base a QLoRA adapter was trained on: TYPE[:BLOCK][:double][:DTYPE], e.g. "
+                        "nf4:64:double:bfloat16 (bitsandbytes' quantize/dequantize of every linear weight)")
     parser.set_defaults(func=run)
 
 
@@ -106,15 +110,21 @@ def _load_spec(path: Path | None) -> BaseModelSpec | None:
 
 
 def prepare_model(args: argparse.Namespace, work_dir: Path) -> BaseModelSpec | None:
-    """With ``--merged-adapter``: merge it into the model under ``work_dir``, point ``args.model`` at the
-    result, name it, and return the spec with LoRA off; else the ``--spec`` as given (None: the default)."""
+    """With ``--base-quantization``: write QLoRA's base variant under ``work_dir`` and serve it. With
+    ``--merged-adapter``: merge it into the model (or that variant) under ``work_dir``, point ``args.model`` at
+    the result, name it, and return the spec with LoRA off; else the ``--spec`` as given (None: the default)."""
     spec = _load_spec(args.spec)
-    if args.merged_adapter is None:
+    if args.merged_adapter is None and args.base_quantization is None:
         return spec
     from trtfleet_engines.plan import merged_spec
-    from trtfleet_engines.reference.merged import MergedAdapter, merged_model_dir
+    from trtfleet_engines.reference.merged import MergedAdapter, base_variant_dir, merged_model_dir
     from trtfleet_engines.reference.repository import default_model_dir, default_reference_spec
 
+    if args.base_quantization is not None:
+        args.model = base_variant_dir(args.model or default_model_dir(), args.base_quantization, work_dir)
+        logger.info("serving the %s base (QLoRA's) of the model", args.base_quantization)
+    if args.merged_adapter is None:
+        return spec
     adapter = MergedAdapter.from_flags(args.merged_adapter, args.merged_adapter_name)
     if args.served_model_name not in (None, adapter.served_name):
         raise RepositoryError(f"--served-model-name {args.served_model_name} differs from the merged adapter's "

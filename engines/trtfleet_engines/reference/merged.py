@@ -11,6 +11,9 @@ dynamically, and its logits equal the dynamic float32 ones up to summation order
 serves that directory with the LoRA plugin off (:func:`trtfleet_engines.plan.merged_spec`) under the
 adapter's served name. Errors: :class:`~trtfleet_engines.reference.errors.RepositoryError` for an adapter
 that cannot be merged into this model (the merge's own text, e.g. another base model's adapter).
+
+:func:`base_variant_dir` (``trtfleet worker --base-quantization SPEC``) first replaces the base by the one a
+QLoRA adapter was trained on: its linear weights quantized and dequantized as bitsandbytes does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from trtfleet_engines.lora.merge import merge_dir
 from trtfleet_engines.reference.errors import RepositoryError
 
 MERGED_SUBDIR: Final = "merged-model"
+BASE_VARIANT_SUBDIR: Final = "base-variant"
 
 
 @dataclass(frozen=True)
@@ -49,4 +53,17 @@ def merged_model_dir(base_dir: Path, adapter: MergedAdapter, work_dir: Path) -> 
         merge_dir(base_dir, adapter.adapter_dir, out, None)
     except LoraConversionError as exc:
         raise RepositoryError(f"cannot merge adapter {adapter.served_name} ({adapter.adapter_dir}): {exc}") from exc
+    return out
+
+
+def base_variant_dir(base_dir: Path, spec_text: str, work_dir: Path) -> Path:
+    """``base_dir`` as QLoRA trained on it (``--base-quantization SPEC``, :mod:`trtfleet_engines.lora.qlora_base`)
+    under ``work_dir``: the model directory to serve or to merge into."""
+    from trtfleet_engines.lora.qlora_base import BaseQuantization, write_base_variant
+
+    out = work_dir / BASE_VARIANT_SUBDIR
+    try:
+        write_base_variant(base_dir, BaseQuantization.parse(spec_text), out)
+    except (LoraConversionError, ValueError, OSError) as exc:
+        raise RepositoryError(f"cannot build the {spec_text} base of {base_dir}: {exc}") from exc
     return out
