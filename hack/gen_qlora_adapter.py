@@ -25,7 +25,7 @@ from transformers import BitsAndBytesConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import gen_reference_assets as g  # noqa: E402
+import gen_reference_assets as g
 
 OUT = g.REPO / "tests" / "fixtures" / "qlora" / "upper-nf4"
 STEPS = 600
