@@ -13,7 +13,9 @@ are data; :mod:`trtfleet_engines.runner` executes them. Steps, in order:
 4. ``trtllm-build`` into ``<workdir>/engine``.
 5. ``stage`` - copy the tokenizer and render the Triton model repository (done by the runner itself).
 
-The reference runtime has no conversion: ``fetch`` then ``stage``, which copies the whole model.
+The reference runtime has no conversion: ``fetch`` then ``stage``, which copies the whole model; a merged
+adapter's plan merges first keeping the base dtype (``--dtype base``: the reference engine computes in
+float32), which is also what ``trtfleet worker --merged-adapter`` does when it starts.
 
 The engine hash is sha256 over canonical JSON of everything that makes engines differ (see
 :func:`engine_identity`); serving knobs, replicas, ``lora.cache``, ``runtime`` and ``secretRef`` are
@@ -49,6 +51,7 @@ from trtfleet_engines.buildplan import StepKind as StepKind
 from trtfleet_engines.constraints import check_release, engine_features
 from trtfleet_engines.errors import UnsupportedError
 from trtfleet_engines.gpus import lookup_gpu
+from trtfleet_engines.lora.merge import KEEP_BASE_DTYPE
 
 DEFAULT_WORKDIR = "/work"
 DEFAULT_TRTLLM_DIR = "/app/tensorrt_llm"
@@ -271,22 +274,21 @@ def _plan(
     fetch = fetch_step("fetch", spec.source.uri, spec.source.revision, workdir, "source")
     steps: list[Step] = [fetch]
     render_spec = spec
+    model_dir = fetch.local_dir
+    if merged_adapter is not None:
+        # The reference engine computes in float32: it keeps the base dtype (trtfleet_engines.reference.merged).
+        dtype = KEEP_BASE_DTYPE if spec.runtime == Runtime.REFERENCE else str(spec.dtype)
+        adapter = fetch_step("fetch-adapter", str(merged_adapter["uri"]), merged_adapter.get("revision"),
+                             workdir, "adapter")
+        merged_dir = f"{workdir}/merged"
+        steps += [adapter, CommandStep("merge-lora", ("trtfleet", "lora", "merge", "--base", model_dir,
+                                                      "--adapter", adapter.local_dir, "--dtype", dtype,
+                                                      "--out", merged_dir))]
+        model_dir = merged_dir
+        render_spec = merged_spec(spec)
     if spec.runtime == Runtime.REFERENCE:
-        if merged_adapter is not None:
-            raise UnsupportedError("merged adapters need runtime tensorrtllm; the reference engine serves "
-                                   "adapters dynamically")
-        steps.append(StageStep("stage", fetch.local_dir, engine_dir, True, serve_engine, serve_engine))
+        steps.append(StageStep("stage", model_dir, engine_dir, True, serve_engine, serve_engine))
     else:
-        model_dir = fetch.local_dir
-        if merged_adapter is not None:
-            adapter = fetch_step("fetch-adapter", str(merged_adapter["uri"]), merged_adapter.get("revision"),
-                                 workdir, "adapter")
-            merged_dir = f"{workdir}/merged"
-            steps += [adapter, CommandStep("merge-lora", ("trtfleet", "lora", "merge", "--base", model_dir,
-                                                          "--adapter", adapter.local_dir, "--dtype",
-                                                          str(spec.dtype), "--out", merged_dir))]
-            model_dir = merged_dir
-            render_spec = merged_spec(spec)
         checkpoint_dir = f"{workdir}/checkpoint"
         steps.append(checkpoint_step(spec, model_dir, checkpoint_dir, trtllm_dir))
         lora = spec.lora.enabled and merged_adapter is None

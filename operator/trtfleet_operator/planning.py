@@ -13,7 +13,7 @@ plan, whose ``max_loras`` / ``max_cpu_loras`` go to ``status.capacity``.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 from trtfleet_engines import plan as engine_plan
@@ -28,7 +28,7 @@ from trtfleet_engines.errors import (
 from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
 from trtfleet_engines.pytorch.llmapi import MODEL_YAML_NAME, render_llmapi_model_yaml
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME, render_llm_api_options
-from trtfleet_engines.pytorch.serving import PreparePlan, plan_prepare
+from trtfleet_engines.pytorch.serving import MergedAdapterSource, PreparePlan, plan_prepare
 
 from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
 from trtfleet_operator.errors import PlanningError
@@ -92,6 +92,10 @@ def plan_engine(spec: BaseModelSpec) -> EnginePlan:
 
 
 def plan_merged(spec: BaseModelSpec, adapter_uri: str, adapter_revision: str | None) -> EnginePlan:
+    """A merged Adapter's engine (tensorrtllm, reference) or prepared checkpoint (pytorch): the adapter folded
+    into the base weights, served with LoRA off (``render_spec``)."""
+    if spec.runtime is Runtime.PYTORCH:
+        return plan_pytorch(spec, MergedAdapterSource(adapter_uri, adapter_revision))
     try:
         plan = engine_plan.plan_merged_engine_build(spec, adapter_uri, adapter_revision)
     except SpecError as exc:
@@ -99,21 +103,23 @@ def plan_merged(spec: BaseModelSpec, adapter_uri: str, adapter_revision: str | N
     return EnginePlan(plan.engine_hash, plan.to_json(), plan.render_spec)
 
 
-def plan_pytorch(spec: BaseModelSpec) -> EnginePlan:
+def plan_pytorch(spec: BaseModelSpec, merged: MergedAdapterSource | None = None) -> EnginePlan:
     """The prepare plan (under :data:`MODEL_CACHE_MOUNT`) and the options file of a ``pytorch`` spec
-    (``model.yaml`` on the staged checkpoint when ``serving.server`` is triton)."""
+    (``model.yaml`` on the staged checkpoint when ``serving.server`` is triton); with ``merged`` the checkpoint
+    has that adapter folded in and the options have no LoRA."""
     triton = spec.serving.server_or_default is ServingServer.TRITON
+    serve_spec = spec if merged is None else engine_plan.merged_spec(spec)
     try:
-        prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT)
+        prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT, merged=merged)
         if triton:
-            options = render_llmapi_model_yaml(spec, checkpoint_dir=prepare.serve_checkpoint_dir)
+            options = render_llmapi_model_yaml(serve_spec, checkpoint_dir=prepare.serve_checkpoint_dir)
         else:
-            options = render_llm_api_options(spec)
+            options = render_llm_api_options(serve_spec)
     except SpecError as exc:
         raise PlanningError(_reason(exc), str(exc)) from exc
-    plan_json = json.dumps(asdict(prepare), sort_keys=True, indent=2) + "\n"
+    plan_json = json.dumps(prepare.to_dict(), sort_keys=True, indent=2) + "\n"
     return EnginePlan(
-        prepare.content_hash, plan_json, spec, prepare=prepare, options_yaml=options,
+        prepare.content_hash, plan_json, serve_spec, prepare=prepare, options_yaml=options,
         options_file=MODEL_YAML_NAME if triton else OPTIONS_FILE_NAME,
     )
 

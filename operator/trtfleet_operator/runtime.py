@@ -241,7 +241,11 @@ class OperatorRuntime:
         )
         pods = await self._pods_of(namespace, [j for j in jobs if job_snapshot(j).finished])
         if spec.get("mode") != AdapterMode.MERGED.value:
-            return AdapterObserved(basemodel=base, convert_jobs=tuple(jobs), convert_pods=tuple(pods))
+            # a Deployment of the Adapter's merged days, removed once it is served hot-swapped again
+            leftover = await client.get(object_path("apps/v1", "Deployment", namespace, merged_serving_name(name)))
+            return AdapterObserved(
+                basemodel=base, convert_jobs=tuple(jobs), convert_pods=tuple(pods), deployment=leftover
+            )
         merged, adapters, deployment = await asyncio.gather(
             self._observe_builds(namespace),
             client.list(collection_path(API_VERSION, "Adapter", namespace)),

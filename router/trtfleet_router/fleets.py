@@ -180,9 +180,10 @@ class FleetSet:
         return [ep for ep in self.pods.get(base_model, {}).values() if ep.ready and ep.pod_id not in ejected]
 
     def serving(self, target: Target) -> Target:
-        """``target``, or its fallback (the same name on the BaseModel it replaces) while the target's base
-        model has no ready pod and the fallback's has one: a migration moves each request the moment the
-        new pods can take it, and back while they cannot."""
+        """``target``, or its fallback (the same name on the BaseModel it replaces, or a merged adapter hot-swapped
+        on the shared pool) while the target's base model has no ready pod and the fallback's has one: a
+        migration or a mode switch moves each request the moment the new pods can take it, and back while they
+        cannot."""
         fallback = target.fallback
         if fallback is None or self.ready_endpoints(target.base.name) or not self.ready_endpoints(fallback.base.name):
             return target

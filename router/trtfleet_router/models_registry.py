@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Final
 
 from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime, ServingServer
@@ -45,6 +45,7 @@ BYTES_PER_TOKEN_DEFAULT: Final = 4.0
 PROMPT_SPECIAL_TOKENS: Final = 2
 """Tokens an engine adds around a prompt (BOS/separator); counted in the estimate."""
 DEFAULT_MAX_TOKENS: Final = 256
+MERGED_FLEET_SUFFIX: Final = "@merged"
 DEFAULT_CACHE_PAGES: Final = 8
 
 
@@ -81,6 +82,15 @@ class BaseModelEntry:
     """``spec.serving.server``: with ``pytorch``, ``triton`` pods run TRT-LLM's llmapi model instead."""
     replaces: str | None = None
     """``spec.serving.replaces``: the BaseModel whose served names this one takes over (a migration)."""
+    merged_adapter: str | None = None
+    """Adapter ``mode: merged``: this fleet's pods serve the adapter of this served name folded into the
+    weights of base model ``merged_base`` (no LoRA inputs); see :func:`merged_entry`."""
+    merged_base: str | None = None
+
+    @property
+    def upstream_name(self) -> str:
+        """The model name the pods serve: the merged adapter's served name, else the base model's."""
+        return self.merged_adapter or self.name
 
     @property
     def serves_openai(self) -> bool:
@@ -167,7 +177,8 @@ class Target:
     """What a request's ``model`` resolved to.
 
     ``fallback``: during a migration (``spec.serving.replaces``) the same name on the BaseModel being
-    replaced; the front ends use it while this target's base model has no pod to take the request.
+    replaced; for a merged adapter (``base.merged_adapter``) the adapter hot-swapped on its base model's
+    pool. The front ends use it while this target's base model has no pod to take the request.
     """
 
     base: BaseModelEntry
@@ -180,7 +191,7 @@ class Target:
 
     @property
     def served_name(self) -> str:
-        return self.base.name if self.adapter is None else self.adapter.served_name
+        return self.base.upstream_name if self.adapter is None else self.adapter.served_name
 
 
 class ModelRegistry:
@@ -189,6 +200,10 @@ class ModelRegistry:
     Migration: a base model whose ``replaces`` names another takes over that one's name and the served
     names of adapters both carry (the replaced one's entries become the targets' ``fallback``); once
     the replaced base model is gone, its name stays an alias of its successor.
+
+    Merged adapters: an entry with ``merged_adapter`` is a fleet of its own (in :attr:`bases`, never a
+    served name itself) that takes its adapter's served name, with the adapter's dynamic target on the
+    shared pool, when there is one, as the ``fallback``.
     """
 
     def __init__(self, bases: Iterable[BaseModelEntry] = (), adapters: Iterable[AdapterEntry] = ()) -> None:
@@ -198,7 +213,9 @@ class ModelRegistry:
         successors = _successors(self.bases.values())
         self.aliases: Mapping[str, str] = {old: new for old, new in successors.items() if old not in self.bases}
         """Names of replaced base models that are gone -> the base model now serving them."""
-        self._targets: dict[str, Target] = {name: Target(b, None) for name, b in self.bases.items()}
+        self._targets: dict[str, Target] = {
+            name: Target(b, None) for name, b in self.bases.items() if b.merged_adapter is None
+        }
         for old, new in successors.items():
             replaced = self._targets.get(old)
             self._targets[old] = Target(self.bases[new], None, fallback=replaced)
@@ -216,6 +233,20 @@ class ModelRegistry:
             twin = by_base_and_name.get((predecessors.get(a.base_model, ""), name))
             fallback = Target(self.bases[twin.base_model], twin) if twin is not None else None
             self._targets[name] = Target(self.bases[a.base_model], a, fallback=fallback)
+        merged: dict[str, BaseModelEntry] = {}
+        for entry in sorted(self.bases.values(), key=lambda b: b.name):
+            served = entry.merged_adapter
+            dynamic = self._targets.get(served) if served is not None else None
+            if served is None or (dynamic is not None and dynamic.adapter is None):
+                continue  # not merged, or a base model's own name: it keeps it
+            self._targets[served] = Target(entry, None, fallback=dynamic)
+            merged[served] = entry
+        self.merged: Mapping[str, BaseModelEntry] = merged
+        """Served names whose requests go first to a merged fleet."""
+
+    def served_bases(self) -> list[str]:
+        """Base model names clients may send (merged fleets are reached by their adapter's name)."""
+        return [name for name, b in self.bases.items() if b.merged_adapter is None]
 
     def resolve(self, name: str) -> Target:
         target = self._targets.get(name)
@@ -239,6 +270,19 @@ class ModelRegistry:
 
     def served_names(self) -> list[str]:
         return sorted(self._targets)
+
+
+def merged_fleet_name(served_name: str) -> str:
+    """The fleet (registry base entry) of a merged adapter's pods; never a valid served name of its own."""
+    return f"{served_name}{MERGED_FLEET_SUFFIX}"
+
+
+def merged_entry(base: BaseModelEntry, served_name: str) -> BaseModelEntry:
+    """The fleet of adapter ``served_name`` merged into ``base``: the same limits, chat template and
+    runtime, its own pods. Its requests carry no adapter, so the shared pool's LoRA cache plays no part."""
+    return replace(
+        base, name=merged_fleet_name(served_name), merged_adapter=served_name, merged_base=base.name, replaces=None
+    )
 
 
 def _successors(bases: Iterable[BaseModelEntry]) -> dict[str, str]:

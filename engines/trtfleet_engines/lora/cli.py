@@ -29,7 +29,7 @@ from trtfleet_engines.lora.convert import (
 from trtfleet_engines.lora.errors import AdapterFormatError, LoraConversionError
 from trtfleet_engines.lora.inspect import CacheSettings, format_report, inspect_dir
 from trtfleet_engines.lora.manifest import verify_dir
-from trtfleet_engines.lora.merge import merge_dir
+from trtfleet_engines.lora.merge import KEEP_BASE_DTYPE, merge_dir
 from trtfleet_engines.modeldims import load_config_json
 
 EXIT_OK = 0
@@ -99,9 +99,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     merge.add_argument("--out", type=Path, required=True, help="output directory (created atomically)")
     merge.add_argument(
         "--dtype",
-        choices=[d.value for d in Dtype],
+        choices=[*(d.value for d in Dtype), KEEP_BASE_DTYPE],
         default=Dtype.FLOAT16.value,
-        help="dtype of the merged weights: the engine's (default float16); other tensors are copied as they are",
+        help="dtype of the merged weights: the engine's (default float16), or 'base' to keep each weight's own "
+        "(summed in float64; the CPU reference engine's float32); other tensors are copied as they are",
     )
     merge.add_argument("--force", action="store_true", help="replace OUT if it exists")
     merge.set_defaults(func=run_merge)
@@ -188,12 +189,13 @@ def run_inspect(args: argparse.Namespace) -> int:
 
 def run_merge(args: argparse.Namespace) -> int:
     try:
-        result = merge_dir(args.base, args.adapter, args.out, Dtype(args.dtype), replace=args.force)
+        dtype = None if args.dtype == KEEP_BASE_DTYPE else Dtype(args.dtype)
+        result = merge_dir(args.base, args.adapter, args.out, dtype, replace=args.force)
     except LoraConversionError as exc:
         return _fail(exc)
     print(
         f"{args.out}: {result.modules} adapter modules merged into {len(result.changed)} weights "
-        f"({result.dtype.value}), {len(result.shards)} shard(s)"
+        f"({result.dtype.value if result.dtype else 'base dtype'}), {len(result.shards)} shard(s)"
     )
     return EXIT_OK
 

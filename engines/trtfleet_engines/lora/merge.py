@@ -8,9 +8,11 @@ base weights that already contain the adapter: for every adapted module
 with PEFT's own ``scale`` (``alpha / r``, ``alpha / sqrt(r)`` with rsLoRA, rank/alpha patterns; read by
 :mod:`.peft`, which also refuses what TRT-LLM could not serve: DoRA, ``modules_to_save``, embeddings).
 The product is computed in float32 and rounded once, to ``dtype`` (the engine's dtype: the checkpoint
-converter casts every weight to it anyway). Every other tensor and every other file of the base
-directory (config, tokenizer, generation config) is copied unchanged, byte for byte; sharded
-checkpoints keep their shards and get an updated ``model.safetensors.index.json``.
+converter casts every weight to it anyway). ``dtype=None`` keeps each weight's own float dtype and
+computes in float64 (one rounding of the exact sum): the CPU reference engine, which computes in
+float32, serves merged models this way (:mod:`trtfleet_engines.reference.merged`). Every other tensor
+and every other file of the base directory (config, tokenizer, generation config) is copied unchanged,
+byte for byte; sharded checkpoints keep their shards and get an updated ``model.safetensors.index.json``.
 
 The base model must be safetensors (``pytorch_model*.bin`` is a torch pickle: loading it can run code,
 so it is refused). Every adapted module must exist in the base model with the adapter's shape, else
@@ -53,6 +55,8 @@ from trtfleet_engines.lora.safetensors_io import RawTensor
 SAFETENSORS_FILE: Final = "model.safetensors"
 SAFETENSORS_INDEX: Final = "model.safetensors.index.json"
 MERGE_RECORD: Final = "merge.json"
+KEEP_BASE_DTYPE: Final = "base"
+"""`trtfleet lora merge --dtype base`: keep each weight's own dtype (``merge_dir(..., dtype=None)``)."""
 _CODES: Final[dict[Dtype, str]] = {Dtype.FLOAT16: "F16", Dtype.BFLOAT16: "BF16"}
 
 
@@ -61,7 +65,7 @@ class MergeResult:
     modules: int
     changed: tuple[str, ...]  # weight names rewritten
     shards: tuple[str, ...]
-    dtype: Dtype
+    dtype: Dtype | None  # None: each weight kept its own dtype
 
 
 def read_safetensors_raw(path: Path) -> tuple[dict[str, RawTensor], dict[str, str] | None]:
@@ -81,6 +85,20 @@ def to_float32(name: str, tensor: RawTensor) -> NDArray[np.float32]:
     return values.reshape(tensor.shape)
 
 
+_NUMPY_FLOATS: Final[dict[str, str]] = {"F16": "<f2", "F32": "<f4", "F64": "<f8"}
+
+
+def _to_float64(name: str, tensor: RawTensor) -> NDArray[np.float64]:
+    """A float weight widened to float64 (exact for F16, F32 and F64)."""
+    if tensor.dtype not in _NUMPY_FLOATS:
+        raise BaseModelFormatError(
+            f"base weight {name} is {tensor.dtype}: keeping the base dtype needs F16, F32 or F64 "
+            "(merge a BF16 model with --dtype bfloat16)"
+        )
+    values: NDArray[np.float64] = np.frombuffer(tensor.data, _NUMPY_FLOATS[tensor.dtype]).astype(np.float64)
+    return values.reshape(tensor.shape)
+
+
 def _from_float32(values: NDArray[np.float32], dtype: Dtype) -> RawTensor:
     if dtype is Dtype.BFLOAT16:
         data = float32_to_bfloat16_bits(values).tobytes()
@@ -89,20 +107,40 @@ def _from_float32(values: NDArray[np.float32], dtype: Dtype) -> RawTensor:
     return RawTensor(_CODES[dtype], tuple(values.shape), data)
 
 
-def merged_weight(name: str, base: RawTensor, modules: list[PeftModule], dtype: Dtype) -> RawTensor:
-    """``base`` plus the deltas of ``modules`` (all adapting this weight), rounded once to ``dtype``."""
+def merged_weight(name: str, base: RawTensor, modules: list[PeftModule], dtype: Dtype | None) -> RawTensor:
+    """``base`` plus the deltas of ``modules`` (all adapting this weight), rounded once to ``dtype``
+    (None: to the base weight's own dtype, the sum computed in float64)."""
+    if dtype is None:
+        return _merged_in_float64(name, base, modules)
     weight = to_float32(name, base).copy()
+    _check_shapes(name, weight.shape, modules)
     for module in modules:
-        expected = (module.b.shape[0], module.a.shape[1])
-        if weight.shape != expected:
-            raise BaseModelMismatchError(
-                f"{module.path}: the adapter's lora_B @ lora_A is {list(expected)} but the base weight {name} is "
-                f"{list(weight.shape)}; is the adapter trained on another base model?"
-            )
         weight += np.float32(module.scale) * (module.b @ module.a)
     if not np.isfinite(weight).all():
         raise NonFiniteWeightsError(f"{name}: the merged weight has NaN or infinite values")
     return _from_float32(weight, dtype)
+
+
+def _merged_in_float64(name: str, base: RawTensor, modules: list[PeftModule]) -> RawTensor:
+    weight = _to_float64(name, base)
+    _check_shapes(name, weight.shape, modules)
+    for module in modules:
+        weight += module.scale * (module.b.astype(np.float64) @ module.a.astype(np.float64))
+    with np.errstate(over="ignore"):
+        rounded = weight.astype(_NUMPY_FLOATS[base.dtype])  # the one rounding
+    if not np.isfinite(rounded).all():
+        raise NonFiniteWeightsError(f"{name}: the merged weight has NaN or values beyond {base.dtype}")
+    return RawTensor(base.dtype, tuple(rounded.shape), rounded.tobytes())
+
+
+def _check_shapes(name: str, shape: tuple[int, ...], modules: list[PeftModule]) -> None:
+    for module in modules:
+        expected = (module.b.shape[0], module.a.shape[1])
+        if shape != expected:
+            raise BaseModelMismatchError(
+                f"{module.path}: the adapter's lora_B @ lora_A is {list(expected)} but the base weight {name} is "
+                f"{list(shape)}; is the adapter trained on another base model?"
+            )
 
 
 def _weight_files(base_dir: Path) -> tuple[dict[str, str], dict[str, Any] | None]:
@@ -128,7 +166,9 @@ def _weight_files(base_dir: Path) -> tuple[dict[str, str], dict[str, Any] | None
     raise BaseModelFormatError(f"{base_dir} has neither {SAFETENSORS_FILE} nor {SAFETENSORS_INDEX}")
 
 
-def merge_dir(base_dir: Path, adapter_dir: Path, out_dir: Path, dtype: Dtype, *, replace: bool = False) -> MergeResult:
+def merge_dir(
+    base_dir: Path, adapter_dir: Path, out_dir: Path, dtype: Dtype | None, *, replace: bool = False
+) -> MergeResult:
     """Write ``base_dir`` with the adapter of ``adapter_dir`` merged in to ``out_dir`` (atomically)."""
     if out_dir.exists() and not replace:
         raise OutputExistsError(f"{out_dir} exists; pass --force to replace it")
@@ -172,7 +212,7 @@ def merge_dir(base_dir: Path, adapter_dir: Path, out_dir: Path, dtype: Dtype, *,
                 "sha256": {f: sha256_file(adapter_dir / f) for f in (ADAPTER_CONFIG, ADAPTER_SAFETENSORS)},
                 "rank": adapter.max_rank,
             },
-            "dtype": dtype.value,
+            "dtype": dtype.value if dtype is not None else "base",
             "merged_weights": sorted(by_weight),
         }
         (staging / MERGE_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")

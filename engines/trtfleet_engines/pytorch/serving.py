@@ -12,8 +12,10 @@
   NVIDIA ModelOpt's ``hf_ptq.py`` to export a quantized HF checkpoint there.
 
 :func:`prepare_hash` covers only what changes the staged checkpoint: the source (URI, revision), and when
-quantizing the ModelOpt format, the KV-cache format and the image that runs ModelOpt. Parallelism, limits,
-LoRA and serving settings change the options file, never the checkpoint, so they never re-stage it.
+quantizing the ModelOpt format, the KV-cache format and the image that runs ModelOpt; for a merged Adapter
+(``mode: merged``, :class:`MergeStep`: the PEFT adapter folded into the staged weights with ``trtfleet lora
+merge`` at the spec's dtype, before any quantization) also the adapter's URI and revision and that dtype.
+Parallelism, limits, LoRA and serving settings change the options file, never the checkpoint, so they never re-stage it.
 Errors: :class:`~trtfleet_engines.errors.UnsupportedError` for a quantization ModelOpt cannot export as an
 HF checkpoint for this backend.
 """
@@ -23,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype, QuantizationMode
 from trtfleet_engines.errors import UnsupportedError
@@ -39,6 +41,8 @@ MODELOPT_HF_PTQ = "/opt/modelopt/examples/llm_ptq/hf_ptq.py"
 CHECKPOINTS_DIR = "checkpoints"
 ORIGINAL_DIR = "original"
 QUANTIZED_DIR = "quantized"
+ADAPTER_DIR = "adapter"
+MERGED_DIR = "merged"
 STARTUP_TIMEOUT_S = 1800
 """Loading weights and capturing CUDA graphs of a large model takes many minutes."""
 
@@ -120,13 +124,24 @@ def _quantization(spec: BaseModelSpec) -> tuple[str, str] | None:
     return _MODELOPT_QFORMATS[mode], _MODELOPT_KV_QFORMATS[kv]
 
 
-def prepare_hash(spec: BaseModelSpec) -> str:
+@dataclass(frozen=True)
+class MergedAdapterSource:
+    """The PEFT adapter of an Adapter with ``mode: merged``."""
+
+    uri: str
+    revision: str | None
+
+
+def prepare_hash(spec: BaseModelSpec, merged: MergedAdapterSource | None = None) -> str:
     """Content address of the staged checkpoint (hex sha256, 16 characters)."""
     identity: dict[str, object] = {
         "format": PREPARE_FORMAT,
         "source": spec.source.uri.rstrip("/"),
         "revision": spec.source.revision,
     }
+    if merged is not None:
+        identity["mergedAdapter"] = {"uri": merged.uri.rstrip("/"), "revision": merged.revision}
+        identity["mergedDtype"] = spec.dtype.value
     quantization = _quantization(spec)
     if quantization is not None:
         identity["qformat"], identity["kvCacheQformat"] = quantization
@@ -153,6 +168,17 @@ class QuantizeStep:
 
 
 @dataclass(frozen=True)
+class MergeStep:
+    """Fetch the PEFT adapter to ``adapter_dir`` and fold it into the staged checkpoint, written to ``output_dir``."""
+
+    adapter_uri: str
+    revision: str | None
+    adapter_dir: str
+    dtype: str
+    output_dir: str
+
+
+@dataclass(frozen=True)
 class PreparePlan:
     """What the prepare Job does for one content hash, and which directory ``trtllm-serve`` then loads."""
 
@@ -160,10 +186,21 @@ class PreparePlan:
     root_dir: str
     stage: StageStep
     quantize: QuantizeStep | None
+    merge: MergeStep | None = None
 
     @property
     def serve_checkpoint_dir(self) -> str:
-        return self.quantize.output_dir if self.quantize is not None else self.stage.destination_dir
+        if self.quantize is not None:
+            return self.quantize.output_dir
+        return self.merge.output_dir if self.merge is not None else self.stage.destination_dir
+
+    def to_dict(self) -> dict[str, object]:
+        """The plan as the prepare Job reads it; without ``merge`` when there is none, so the plans of plain
+        checkpoints stay byte for byte what they were."""
+        data = asdict(self)
+        if self.merge is None:
+            del data["merge"]
+        return data
 
 
 def staged_root(cache_root: str, content_hash: str) -> str:
@@ -171,11 +208,19 @@ def staged_root(cache_root: str, content_hash: str) -> str:
     return posixpath.join(cache_root.rstrip("/"), CHECKPOINTS_DIR, content_hash)
 
 
-def plan_prepare(spec: BaseModelSpec, *, cache_root: str, trust_remote_code: bool = False) -> PreparePlan:
-    """The prepare plan of ``spec`` under the model cache mounted at ``cache_root``."""
-    content_hash = prepare_hash(spec)
+def plan_prepare(
+    spec: BaseModelSpec, *, cache_root: str, trust_remote_code: bool = False, merged: MergedAdapterSource | None = None
+) -> PreparePlan:
+    """The prepare plan of ``spec`` under the model cache mounted at ``cache_root`` (with ``merged``: the
+    checkpoint of that adapter folded into the model)."""
+    content_hash = prepare_hash(spec, merged)
     root = staged_root(cache_root, content_hash)
     stage = StageStep(spec.source.uri, spec.source.revision, posixpath.join(root, ORIGINAL_DIR))
+    merge: MergeStep | None = None
+    if merged is not None:
+        merge = MergeStep(merged.uri, merged.revision, posixpath.join(root, ADAPTER_DIR), spec.dtype.value,
+                          posixpath.join(root, MERGED_DIR))
+    weights_dir = merge.output_dir if merge is not None else stage.destination_dir
     quantization = _quantization(spec)
     quantize: QuantizeStep | None = None
     if quantization is not None:
@@ -183,10 +228,10 @@ def plan_prepare(spec: BaseModelSpec, *, cache_root: str, trust_remote_code: boo
         output = posixpath.join(root, QUANTIZED_DIR)
         argv = (
             "python3", MODELOPT_HF_PTQ,
-            "--pyt_ckpt_path", stage.destination_dir,
+            "--pyt_ckpt_path", weights_dir,
             "--qformat", qformat,
             "--kv_cache_qformat", kv_qformat,
             "--export_path", output,
         )
         quantize = QuantizeStep(argv + (("--trust_remote_code",) if trust_remote_code else ()), output)
-    return PreparePlan(content_hash, root, stage, quantize)
+    return PreparePlan(content_hash, root, stage, quantize, merge)

@@ -12,6 +12,11 @@ LLM-API options rendered from ``--spec`` (or the reference one), adapters by ``l
 
     trtfleet worker --runtime pytorch --http-port 8000 --served-model-name tiny --max-loras 1 --max-cpu-loras 2
 
+``--merged-adapter DIR`` serves one PEFT adapter merged into the model (Adapter ``mode: merged``,
+:mod:`trtfleet_engines.reference.merged`): no LoRA inputs, the adapter's name (``--merged-adapter-name``,
+default the directory's name) as the served model name of ``--runtime pytorch``. ``--base-quantization SPEC``
+serves (and merges into) the base a QLoRA adapter was trained on (:mod:`trtfleet_engines.lora.qlora_base`).
+
 ``--runtime pytorch --server triton`` serves it as Triton with TRT-LLM's ``llmapi`` model (``tensorrt_llm``,
 :mod:`trtfleet_engines.reference.llmapi`): tritonserver on the three ports, ``model.yaml`` rendered from
 ``--spec``, adapters by the ``lora_path`` input, the same tiers (``--max-loras``, ``--max-cpu-loras``).
@@ -34,7 +39,7 @@ from pydantic import ValidationError
 
 from trtfleet.api.basemodel import BaseModel, BaseModelSpec
 from trtfleet_engines.errors import EnginesError
-from trtfleet_engines.reference.errors import ReferenceEngineError, WorkerError
+from trtfleet_engines.reference.errors import ReferenceEngineError, RepositoryError, WorkerError
 from trtfleet_engines.reference.server import READY_TIMEOUT_S, start_worker
 
 logger = logging.getLogger(__name__)
@@ -84,6 +89,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         help="KV-cache block reuse (default: the spec's serving.enableKvCacheReuse, else on)")
     parser.add_argument("--kv-event-buffer-max-size", type=int, default=None,
                         help="pytorch: kv_cache_config.event_buffer_max_size (POST /kv_cache_events; 0: none)")
+    parser.add_argument("--merged-adapter", type=Path, default=None, metavar="DIR",
+                        help="serve this PEFT adapter merged into the model (Adapter mode: merged), LoRA off")
+    parser.add_argument("--merged-adapter-name", default=None,
+                        help="the merged adapter's served name (default: the --merged-adapter directory's name)")
+    parser.add_argument("--base-quantization", default=None, metavar="SPEC",
+                        help="serve the base a QLoRA adapter was trained on: TYPE[:BLOCK][:double][:DTYPE], e.g. "
+                        "nf4:64:double:bfloat16 (bitsandbytes' quantize/dequantize of every linear weight)")
     parser.set_defaults(func=run)
 
 
@@ -95,6 +107,32 @@ def _load_spec(path: Path | None) -> BaseModelSpec | None:
     if isinstance(data, dict) and data.get("kind") == "BaseModel":
         return BaseModel.model_validate(data).spec
     return BaseModelSpec.model_validate(data)
+
+
+def prepare_model(args: argparse.Namespace, work_dir: Path) -> BaseModelSpec | None:
+    """With ``--base-quantization``: write QLoRA's base variant under ``work_dir`` and serve it. With
+    ``--merged-adapter``: merge it into the model (or that variant) under ``work_dir``, point ``args.model`` at
+    the result, name it, and return the spec with LoRA off; else the ``--spec`` as given (None: the default)."""
+    spec = _load_spec(args.spec)
+    if args.merged_adapter is None and args.base_quantization is None:
+        return spec
+    from trtfleet_engines.plan import merged_spec
+    from trtfleet_engines.reference.merged import MergedAdapter, base_variant_dir, merged_model_dir
+    from trtfleet_engines.reference.repository import default_model_dir, default_reference_spec
+
+    if args.base_quantization is not None:
+        args.model = base_variant_dir(args.model or default_model_dir(), args.base_quantization, work_dir)
+        logger.info("serving the %s base (QLoRA's) of the model", args.base_quantization)
+    if args.merged_adapter is None:
+        return spec
+    adapter = MergedAdapter.from_flags(args.merged_adapter, args.merged_adapter_name)
+    if args.served_model_name not in (None, adapter.served_name):
+        raise RepositoryError(f"--served-model-name {args.served_model_name} differs from the merged adapter's "
+                              f"name {adapter.served_name}")
+    args.model = merged_model_dir(args.model or default_model_dir(), adapter, work_dir)
+    args.served_model_name = adapter.served_name
+    logger.info("serving adapter %s merged into %s", adapter.served_name, args.model)
+    return merged_spec(spec or default_reference_spec())
 
 
 def serve_argv(args: argparse.Namespace, options_file: Path | None) -> list[str]:
@@ -137,7 +175,7 @@ def run_serve(args: argparse.Namespace) -> int:
 
     root = Path(tempfile.mkdtemp(prefix="trtfleet-worker-serve-"))
     try:
-        spec = _load_spec(args.spec) or default_reference_spec()
+        spec = prepare_model(args, root) or default_reference_spec()
         options = root / "llm-api-options.yaml"
         options.write_text(render_llm_api_options(spec), encoding="utf-8")
         return serve_main(serve_argv(args, options))
@@ -153,14 +191,15 @@ def build_repository(args: argparse.Namespace, out_dir: Path) -> Path:
     triton`` the llmapi ``tensorrt_llm`` model."""
     from trtfleet_engines.reference.repository import build_reference_repository, default_reference_spec
 
+    spec = prepare_model(args, out_dir.parent)
     if args.runtime == "pytorch":
         from trtfleet_engines.reference.llmapi.repository import build_llmapi_repository
 
-        spec = _load_spec(args.spec) or default_reference_spec()
+        spec = spec or default_reference_spec()
         return build_llmapi_repository(out_dir, spec, model_dir=args.model, serve_args=engine_flags(args))
     return build_reference_repository(
         out_dir,
-        _load_spec(args.spec),
+        spec,
         model_dir=args.model,
         lora_cache_host_bytes=args.lora_host_bytes,
         lora_cache_device_bytes=args.lora_device_bytes,

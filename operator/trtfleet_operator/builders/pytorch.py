@@ -88,10 +88,12 @@ def build_prepare_job(
     attempt: int,
     config: OperatorConfig,
     labels: Mapping[str, str] | None = None,
+    merged_sources: Sequence[str] = (),
 ) -> Obj:
-    """The Job that stages (and, when asked, quantizes) the checkpoint of ``plan.engine_hash``."""
+    """The Job that stages (and, when asked, merges an adapter into and quantizes) the checkpoint of
+    ``plan.engine_hash``; ``merged_sources``: the merged adapter's URI, whose PVC it mounts as well."""
     _prepare_plan(plan)
-    claims = source_claims(spec)
+    claims = source_claims(spec, merged_sources)
     quantizing = spec.quantization.mode is not QuantizationMode.NONE
     container: Obj = {
         "name": PREPARE_CONTAINER,
@@ -198,10 +200,13 @@ def build_pytorch_deployment(
     basemodel: str,
     options: Obj,
     config: OperatorConfig,
+    adapter: str | None = None,
+    served_name: str | None = None,
 ) -> Obj:
     """The ``trtllm-serve`` Deployment of a ``pytorch`` BaseModel (served under the BaseModel's name), or with
-    ``serving.server: triton`` the Triton one (:mod:`.llmapi`)."""
-    selector = selector_labels(basemodel)
+    ``serving.server: triton`` the Triton one (:mod:`.llmapi`); with ``adapter``, a merged Adapter's (its
+    checkpoint in ``plan``, served under ``served_name``)."""
+    selector = selector_labels(basemodel, adapter)
     triton = spec.serving.server_or_default is ServingServer.TRITON
     pod_labels = {
         **metadata("x", namespace, component=COMPONENT_SERVING)["labels"],
@@ -232,7 +237,7 @@ def build_pytorch_deployment(
         pod_spec["containers"] = [container]
         volumes.append(repository_volume())
     else:
-        pod_spec["containers"] = [_serve_container(spec, plan, served_name=basemodel, config=config)]
+        pod_spec["containers"] = [_serve_container(spec, plan, served_name=served_name or basemodel, config=config)]
     pod_spec["volumes"] = sorted(volumes, key=lambda v: str(v["name"]))
     template: Obj = {"metadata": {"labels": pod_labels}, "spec": pod_spec}
     spec_hash = digest({"template": template, "options": options["data"]}, 16)

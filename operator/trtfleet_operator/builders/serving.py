@@ -93,8 +93,17 @@ def _is_reference(spec: BaseModelSpec) -> bool:
 
 def reference_model_dir(spec: BaseModelSpec) -> str:
     """The reference engine's model directory: the ``file://`` path of ``spec.source.uri``."""
-    uri = spec.source.uri
+    return file_path(spec.source.uri)
+
+
+def file_path(uri: str) -> str:
+    """The path of a ``file://`` URI (the reference images bake models and adapters in); others as given."""
     return uri[len("file://") :] if uri.startswith("file://") else uri
+
+
+def reference_merged_args(adapter_uri: str, served_name: str) -> list[str]:
+    """``trtfleet worker`` flags of a merged Adapter on the reference runtime: the worker merges at start."""
+    return ["--merged-adapter", file_path(adapter_uri), "--merged-adapter-name", served_name]
 
 
 def build_model_repo_configmap(
@@ -189,7 +198,9 @@ def _ports() -> list[Obj]:
     ]
 
 
-def _server_container(spec: BaseModelSpec, *, engine_hash: str, config: OperatorConfig) -> Obj:
+def _server_container(
+    spec: BaseModelSpec, *, engine_hash: str, config: OperatorConfig, extra_args: tuple[str, ...] = ()
+) -> Obj:
     reference = _is_reference(spec)
     container: Obj = {"name": "triton", "imagePullPolicy": "IfNotPresent", "ports": _ports()}
     mounts = [{"name": "model-config", "mountPath": MODEL_CONFIG_MOUNT, "readOnly": True}, shm_mount()]
@@ -209,6 +220,7 @@ def _server_container(spec: BaseModelSpec, *, engine_hash: str, config: Operator
             str(GRPC_PORT),
             "--metrics-port",
             str(METRICS_PORT),
+            *extra_args,
         ]
     else:
         world_size = spec.parallelism.tensor * spec.parallelism.pipeline
@@ -253,8 +265,10 @@ def build_deployment(
     model_repo: Obj,
     config: OperatorConfig,
     adapter: str | None = None,
+    worker_args: tuple[str, ...] = (),
 ) -> Obj:
-    """The Triton Deployment serving ``engine_hash`` (a base model, or one merged adapter)."""
+    """The Triton Deployment serving ``engine_hash`` (a base model, or one merged adapter); ``worker_args``:
+    extra ``trtfleet worker`` flags of the reference runtime (:func:`reference_merged_args`)."""
     selector = selector_labels(basemodel, adapter)
     runtime = spec.runtime.value
     pod_labels = {
@@ -294,7 +308,7 @@ def build_deployment(
                 ],
             }
         ]
-    pod_spec["containers"] = [_server_container(spec, engine_hash=engine_hash, config=config)]
+    pod_spec["containers"] = [_server_container(spec, engine_hash=engine_hash, config=config, extra_args=worker_args)]
     pod_spec["volumes"] = sorted(volumes, key=lambda v: str(v["name"]))
     template: Obj = {"metadata": {"labels": pod_labels}, "spec": pod_spec}
     spec_hash = digest({"template": template, "modelRepo": model_repo["data"]}, 16)

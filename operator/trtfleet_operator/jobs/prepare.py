@@ -8,9 +8,12 @@ finished directory never needs redoing):
    downloaded; :func:`trtfleet_operator.jobs.convert.local_source`), copy it into a staging directory
    beside ``stage.destination_dir`` and rename it into place, so a crash never leaves a half checkpoint
    where ``trtllm-serve`` looks. A directory source without ``config.json`` is refused (exit 2).
-2. **Quantize** (when the plan has it): run its argv (ModelOpt's ``hf_ptq.py``), which exports the
+2. **Merge** (a merged Adapter's plan): fetch the PEFT adapter like the checkpoint and fold it into the staged
+   weights at the plan's dtype (``trtfleet lora merge``, :func:`trtfleet_engines.lora.merge.merge_dir`) into
+   ``merge.output_dir``; an adapter that does not fit the model is refused (exit 2).
+3. **Quantize** (when the plan has it): run its argv (ModelOpt's ``hf_ptq.py``), which exports the
    quantized HF checkpoint to ``quantize.output_dir``.
-3. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
+4. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
 
 Any failure writes one line saying what failed to the termination log: exit 2 for a plan or source that
 can never work (the Job fails at once, see ``podFailurePolicy``), exit 1 otherwise (retried).
@@ -87,6 +90,33 @@ def stage(stage_plan: dict[str, Any]) -> bool:
     return True
 
 
+def merge(merge_plan: dict[str, Any], staged_dir: Path) -> bool:
+    """Fold the plan's adapter into ``staged_dir`` once, into ``output_dir``; True when it did."""
+    from trtfleet_engines.lora.errors import LoraConversionError
+    from trtfleet_engines.lora.merge import merge_dir
+
+    from trtfleet.api.basemodel import Dtype
+
+    output = Path(merge_plan["output_dir"])
+    if _done(output):
+        return False
+    adapter_dir = Path(merge_plan["adapter_dir"])
+    download = adapter_dir.with_name(f".{adapter_dir.name}.download")
+    shutil.rmtree(download, ignore_errors=True)
+    try:
+        adapter = local_source(merge_plan["adapter_uri"], merge_plan.get("revision"), download)
+    except FetchError as exc:
+        raise PrepareError(f"fetching adapter {merge_plan['adapter_uri']} failed: {exc}") from exc
+    try:
+        merge_dir(staged_dir, adapter, output, Dtype(merge_plan["dtype"]), replace=True)
+    except (LoraConversionError, ValueError) as exc:
+        raise PrepareError(f"merging {merge_plan['adapter_uri']} failed: {exc}", SPEC_ERROR_EXIT_CODE) from exc
+    finally:
+        shutil.rmtree(download, ignore_errors=True)
+    (output / DONE_MARKER).write_text(json.dumps({"adapter": merge_plan["adapter_uri"]}) + "\n")
+    return True
+
+
 def quantize(quantize_plan: dict[str, Any]) -> bool:
     """Run the quantization argv once; True when it ran."""
     output = Path(quantize_plan["output_dir"])
@@ -111,13 +141,15 @@ def run(args: argparse.Namespace) -> int:
     log = Path(args.termination_log)
     try:
         plan = json.loads(Path(args.plan).read_text())
-        stage_plan, quantize_plan = plan["stage"], plan.get("quantize")
-        serve_dir = quantize_plan["output_dir"] if quantize_plan else stage_plan["destination_dir"]
+        stage_plan, quantize_plan, merge_plan = plan["stage"], plan.get("quantize"), plan.get("merge")
+        weights_dir = merge_plan["output_dir"] if merge_plan else stage_plan["destination_dir"]
+        serve_dir = quantize_plan["output_dir"] if quantize_plan else weights_dir
     except (OSError, ValueError, KeyError, TypeError) as exc:
         _report(log, f"the prepare plan {args.plan} is unreadable: {exc}")
         return SPEC_ERROR_EXIT_CODE
     try:
         staged = stage(stage_plan)
+        merged = merge(merge_plan, Path(stage_plan["destination_dir"])) if merge_plan else False
         quantized = quantize(quantize_plan) if quantize_plan else False
     except PrepareError as exc:
         _report(log, str(exc))
@@ -126,7 +158,8 @@ def run(args: argparse.Namespace) -> int:
         _report(log, f"staging {stage_plan.get('source_uri')} failed: {exc}")
         return 1
     report = json.dumps(
-        {"hash": plan.get("content_hash"), "serveDir": serve_dir, "staged": staged, "quantized": quantized},
+        {"hash": plan.get("content_hash"), "serveDir": serve_dir, "staged": staged, "quantized": quantized}
+        | ({"merged": merged} if merge_plan else {}),
         sort_keys=True,
     )
     _report(log, report)

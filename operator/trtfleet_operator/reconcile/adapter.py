@@ -26,7 +26,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, Runtime
+from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.artifacts import ArtifactSummary, SummaryError, parse_summary
 from trtfleet_operator.builders.convert import (
@@ -41,7 +41,7 @@ from trtfleet_operator.builders.convert import (
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.names import convert_job_name, owner_reference
 from trtfleet_operator.reconcile.common import finish
-from trtfleet_operator.reconcile.merged import reconcile_merged
+from trtfleet_operator.reconcile.merged import merged_leftovers, reconcile_merged
 from trtfleet_operator.reconcile.types import (
     AdapterObserved,
     JobSnapshot,
@@ -68,7 +68,6 @@ VALID = "Valid"
 BASEMODEL_FOUND = "BaseModelFound"
 READY = "Ready"
 INVALID_SPEC = "InvalidSpec"
-MERGED_NOT_SUPPORTED = "MergedNotSupported"
 
 CARRIED = ("taskId", "sourceKey", "artifact")
 """Status fields that survive a reconcile unless it replaces them."""
@@ -164,12 +163,6 @@ def reconcile_adapter(
         base = BaseModelSpec.model_validate(base_obj["spec"])
     except ValidationError:
         return failed(BASEMODEL_INVALID, f"BaseModel {spec.base_model} has a spec this operator cannot read")
-    if spec.mode is AdapterMode.MERGED and base.runtime is Runtime.PYTORCH:
-        return failed(
-            MERGED_NOT_SUPPORTED,
-            f"BaseModel {spec.base_model} has runtime pytorch, and mode merged builds a TensorRT engine (runtime "
-            "tensorrtllm only): use mode dynamic, or merge the adapter into a checkpoint of its own BaseModel",
-        )
     if spec.mode is AdapterMode.MERGED:
         return reconcile_merged(obj, spec, base, observed, config, now, status)
     if not base.lora.enabled:
@@ -312,7 +305,7 @@ def reconcile_adapter(
         {**status, "phase": AdapterPhase.READY.value, "conditions": [valid, converted, ready]},
         now,
         apply=applies,
-        delete=deletes,
+        delete=(*deletes, *merged_leftovers(name, namespace, observed.deployment)),
     )
 
 

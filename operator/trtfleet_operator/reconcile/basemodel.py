@@ -49,8 +49,8 @@ from trtfleet_operator.names import (
     serving_name,
 )
 from trtfleet_operator.planning import CapacityVerdict, EnginePlan, plan_capacity, plan_engine
+from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, engine_users, finish, shared_owner
 from trtfleet_operator.reconcile.common import by_hash as by_hash
-from trtfleet_operator.reconcile.common import engine_inputs, engine_users, finish, shared_owner
 from trtfleet_operator.reconcile.common import planned_hash as planned_hash
 from trtfleet_operator.reconcile.engine import (
     CHECKPOINT_PREPARE,
@@ -66,7 +66,6 @@ from trtfleet_operator.reconcile.types import (
 )
 
 NOT_PLANNED = "NotPlanned"
-NOT_NEEDED = "NotNeeded"
 INVALID_SPEC = "InvalidSpec"
 
 STATUS_KEYS = (

@@ -18,6 +18,9 @@ from trtfleet_operator.reconcile.engine import BuildKind, EngineInputs, rfc3339
 from trtfleet_operator.reconcile.events import status_events
 from trtfleet_operator.reconcile.types import Counter, JobSnapshot, Obj, ObjectRef, Reconciliation, SetOwners
 
+NOT_NEEDED = "NotNeeded"
+"""EngineBuilt reason of ``runtime: reference``: the worker serves the model (merged at start) as it is."""
+
 
 def shared_owner(obj: Mapping[str, object]) -> Obj:
     meta = obj["metadata"]

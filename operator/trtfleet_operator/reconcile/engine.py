@@ -299,12 +299,13 @@ def _engine_job(inputs: EngineInputs, config: OperatorConfig, attempt: int) -> O
 
 def _prepare_job(inputs: EngineInputs, config: OperatorConfig, attempt: int) -> Obj:
     return build_prepare_job(
-        inputs.spec, inputs.plan, namespace=inputs.namespace, owners=inputs.owners, attempt=attempt, config=config
+        inputs.spec, inputs.plan, namespace=inputs.namespace, owners=inputs.owners, attempt=attempt, config=config,
+        labels=inputs.labels, merged_sources=inputs.merged_sources,
     )
 
 
 def _checkpoint_uri(inputs: EngineInputs, config: OperatorConfig) -> str:
-    """``pvc://<engine PVC>/checkpoints/<hash>/<original|quantized>``: what trtllm-serve loads."""
+    """``pvc://<engine PVC>/checkpoints/<hash>/<original|merged|quantized>``: what trtllm-serve loads."""
     prepare = inputs.plan.prepare
     if prepare is None:
         return config.storage.engine_uri(inputs.plan.engine_hash)

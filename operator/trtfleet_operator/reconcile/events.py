@@ -25,7 +25,6 @@ WARNING_REASONS = frozenset(
         "DtypeMismatch",
         "InvalidSpec",
         "LoraNotEnabled",
-        "MergedNotSupported",
         "ModulesNotTargeted",
         "RankTooHigh",
         "ReplicasUnavailable",

@@ -7,6 +7,10 @@ a Deployment, headless Service and PDB of the Adapter's own, named ``<adapter>-m
 ``trtfleet.io/basemodel=<base>, trtfleet.io/adapter=<adapter>, trtfleet.io/role=merged``: the router sends
 this adapter's served name there instead of to the base fleet. No task id (TRT-LLM sees a plain model).
 
+``runtime: reference`` has nothing to build (as for its BaseModels): the worker merges the adapter into
+the float32 base when it starts (``trtfleet worker --merged-adapter``, the same ``--dtype base`` merge the
+plan records) and serves it under the Adapter's served name, with LoRA off.
+
 Phases: Converting while the engine builds, Failed when it cannot be planned, does not fit or the build
 failed, Pending while the pods roll out, Ready when the rollout is complete.
 """
@@ -18,13 +22,17 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec
+from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, Runtime
 from trtfleet_operator import conditions as cond
+from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
     build_pdb,
     build_service,
+    file_path,
+    reference_merged_args,
+    reference_model_dir,
 )
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import PlanningError
@@ -33,13 +41,15 @@ from trtfleet_operator.names import (
     LABEL_BASEMODEL,
     label_value,
     merged_serving_name,
+    model_repo_configmap_name,
+    options_configmap_name,
     owner_reference,
 )
-from trtfleet_operator.planning import plan_capacity, plan_merged
-from trtfleet_operator.reconcile.common import engine_inputs, finish, shared_owner
-from trtfleet_operator.reconcile.engine import reconcile_engine, release_stale
+from trtfleet_operator.planning import EnginePlan, plan_capacity, plan_merged
+from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, finish, shared_owner
+from trtfleet_operator.reconcile.engine import CHECKPOINT_PREPARE, EngineOutcome, reconcile_engine, release_stale
 from trtfleet_operator.reconcile.serving import serving_state
-from trtfleet_operator.reconcile.types import AdapterObserved, Obj, Reconciliation, job_snapshot
+from trtfleet_operator.reconcile.types import AdapterObserved, Obj, ObjectRef, Reconciliation, job_snapshot
 
 
 def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
@@ -55,6 +65,8 @@ def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
         if base_obj is None:
             return None
         base = BaseModelSpec.model_validate(base_obj.get("spec"))
+        if base.runtime is Runtime.REFERENCE:
+            return None  # nothing to build: no Job for this adapter to own
         return plan_merged(base, spec.source.uri, spec.source.revision).engine_hash
     except (ValidationError, PlanningError):
         return None
@@ -67,6 +79,60 @@ def merged_users(adapters: Sequence[Obj], basemodels: Sequence[Obj]) -> dict[str
         if wanted is not None:
             users.setdefault(wanted, []).append(shared_owner(adapter))
     return {key: tuple(value) for key, value in users.items()}
+
+
+def merged_leftovers(name: str, namespace: str, deployment: Obj | None) -> tuple[ObjectRef, ...]:
+    """What a switch from merged back to dynamic leaves: the merged pods' Deployment, Service, PDB and
+    configuration (deleted once the adapter is served hot-swapped again); nothing without a Deployment."""
+    if deployment is None:
+        return ()
+    serving = merged_serving_name(name)
+    return (
+        ObjectRef.of(deployment),
+        ObjectRef("v1", "Service", namespace, serving),
+        ObjectRef("policy/v1", "PodDisruptionBudget", namespace, serving),
+        ObjectRef("v1", "ConfigMap", namespace, model_repo_configmap_name(serving)),
+        ObjectRef("v1", "ConfigMap", namespace, options_configmap_name(serving)),
+    )
+
+
+def _reference_engine(base: BaseModelSpec, spec: AdapterSpec, config: OperatorConfig) -> EngineOutcome:
+    message = (f"runtime reference merges {file_path(spec.source.uri)} into {reference_model_dir(base)} when the "
+               f"worker starts ({config.images.worker}); nothing to build")
+    return EngineOutcome("built", cond.make(cond.ENGINE_BUILT, cond.TRUE, NOT_NEEDED, message), {})
+
+
+def _serving(
+    plan: EnginePlan,
+    base: BaseModelSpec,
+    spec: AdapterSpec,
+    *,
+    name: str,
+    namespace: str,
+    owner: Obj,
+    labels: dict[str, str],
+    config: OperatorConfig,
+) -> tuple[Obj, Obj]:
+    """The merged pods' configuration (Triton model configs, the worker's spec or the LLM-API options) and
+    Deployment, served under the Adapter's served name."""
+    serving = merged_serving_name(name)
+    served_name = spec.served_name or name
+    if base.runtime is Runtime.PYTORCH:
+        options = build_options_configmap(plan, name=serving, namespace=namespace, owner=owner)
+        return options, build_pytorch_deployment(
+            plan.render_spec, plan, name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model,
+            options=options, config=config, adapter=name, served_name=served_name,
+        )
+    reference = base.runtime is Runtime.REFERENCE
+    model_repo = build_model_repo_configmap(
+        plan.render_spec, name=serving, namespace=namespace, owner=owner, engine_hash=plan.engine_hash,
+        config=config, labels=labels,
+    )
+    return model_repo, build_deployment(
+        plan.render_spec, name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model,
+        engine_hash=plan.engine_hash, model_repo=model_repo, config=config, adapter=name,
+        worker_args=tuple(reference_merged_args(spec.source.uri, served_name)) if reference else (),
+    )
 
 
 def reconcile_merged(
@@ -106,7 +172,9 @@ def reconcile_merged(
             delete=deletes,
             set_owners=handovers,
         )
-    deletes, handovers = release_stale(uid, plan.engine_hash, jobs, observed.plan_configmaps, users)
+    deletes, handovers = release_stale(
+        uid, None if base.runtime is Runtime.REFERENCE else plan.engine_hash, jobs, observed.plan_configmaps, users
+    )
     me = shared_owner(obj)
     owners = tuple(
         sorted(
@@ -115,7 +183,7 @@ def reconcile_merged(
         )
     )
     labels = {LABEL_ADAPTER: label_value(name), LABEL_BASEMODEL: label_value(spec.base_model)}
-    engine = reconcile_engine(
+    engine = _reference_engine(base, spec, config) if base.runtime is Runtime.REFERENCE else reconcile_engine(
         engine_inputs(
             namespace,
             plan,
@@ -127,6 +195,7 @@ def reconcile_merged(
             observed.build_pods,
             labels=labels,
             merged_sources=(spec.source.uri,),
+            kind=CHECKPOINT_PREPARE if base.runtime is Runtime.PYTORCH else None,
         ),
         config,
         now,
@@ -134,7 +203,8 @@ def reconcile_merged(
     serving = merged_serving_name(name)
     owner = owner_reference("Adapter", API_VERSION, name, uid, controller=True)
     applies: list[Obj] = [
-        build_service(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
+        build_service(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name,
+                      runtime=base.runtime, server=base.serving.server),
         build_pdb(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
         *engine.apply,
     ]
@@ -145,27 +215,10 @@ def reconcile_merged(
         f"merged engine of BaseModel {spec.base_model} with {spec.source.uri} planned ({capacity.message})",
     )
     if engine.state == "built":
-        model_repo = build_model_repo_configmap(
-            plan.render_spec,
-            name=serving,
-            namespace=namespace,
-            owner=owner,
-            engine_hash=plan.engine_hash,
-            config=config,
-            labels=labels,
+        config_map, desired = _serving(
+            plan, base, spec, name=name, namespace=namespace, owner=owner, labels=labels, config=config
         )
-        desired = build_deployment(
-            plan.render_spec,
-            name=serving,
-            namespace=namespace,
-            owner=owner,
-            basemodel=spec.base_model,
-            engine_hash=plan.engine_hash,
-            model_repo=model_repo,
-            config=config,
-            adapter=name,
-        )
-        applies += [model_repo, desired]
+        applies += [config_map, desired]
         state = serving_state(
             desired,
             observed.deployment,

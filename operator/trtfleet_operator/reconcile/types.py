@@ -212,6 +212,7 @@ class AdapterObserved:
     engine_records: tuple[Obj, ...] = ()
     build_pods: tuple[Obj, ...] = ()
     deployment: Obj | None = None
+    """The ``<adapter>-merged`` Deployment (mode dynamic: one left from a switch away from merged)."""
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any], keys: Sequence[str]) -> Obj:

@@ -17,6 +17,12 @@ context's):
   id ``targetRef.name``, uid ``targetRef.uid`` (a new uid or IP resets that pod's shadow cache), ready
   from ``conditions.ready`` (absent = ready, as the API defines; not ready -> ready also resets the
   shadow: a container restart keeps the uid and IP but empties the LoRA cache).
+* Merged Adapters (``spec.mode: merged``): the EndpointSlices of their own Service, labelled also
+  ``trtfleet.io/role=merged`` and ``trtfleet.io/adapter=<adapter>``, form a fleet of their own
+  (:func:`~trtfleet_router.models_registry.merged_entry`) that takes the adapter's served name; they never
+  join the base model's pool. While it has no ready pod the name is served hot-swapped on the base
+  model's pool (``Target.fallback``) when an Adapter of that served name is Ready there, or when the merged
+  Adapter's status still carries the ``taskId`` and ``artifact`` of its dynamic days, whatever its phase.
 
 The translation functions are pure; :class:`KubernetesDiscovery` only keeps the latest objects and
 rebuilds the snapshot after every event.
@@ -32,7 +38,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from trtfleet.api.adapter import Adapter as AdapterObject
-from trtfleet.api.adapter import AdapterPhase
+from trtfleet.api.adapter import AdapterMode, AdapterPhase
 from trtfleet.api.basemodel import BaseModel as BaseModelObject
 from trtfleet.api.basemodel import Runtime
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
@@ -44,12 +50,17 @@ from trtfleet_router.models_registry import (
     ModelRegistry,
     base_entry_from_spec,
     lora_geometry,
+    merged_entry,
     pages_for_adapter,
 )
 
 log = logging.getLogger(__name__)
 
 BASEMODEL_LABEL: Final = "trtfleet.io/basemodel"
+ADAPTER_LABEL: Final = "trtfleet.io/adapter"
+ROLE_LABEL: Final = "trtfleet.io/role"
+ROLE_MERGED: Final = "merged"
+"""Labels the operator puts on a merged Adapter's Service (and so its EndpointSlices)."""
 UPSTREAM_MODEL_ANNOTATION: Final = "trtfleet.io/upstream-model"
 GRPC_PORT_NAME: Final = "grpc"
 METRICS_PORT_NAME: Final = "metrics"
@@ -61,12 +72,17 @@ def _host_port(ip: str, port: int) -> str:
     return f"[{ip}]:{port}" if ":" in ip else f"{ip}:{port}"
 
 
-def pods_from_endpointslices(slices: Iterable[Mapping[str, Any]]) -> dict[str, dict[str, PodEndpoint]]:
-    """EndpointSlices -> ``{base model: {pod id: PodEndpoint}}``."""
+def pods_from_endpointslices(
+    slices: Iterable[Mapping[str, Any]], *, merged: bool = False
+) -> dict[str, dict[str, PodEndpoint]]:
+    """EndpointSlices -> ``{base model: {pod id: PodEndpoint}}`` of the base models' own pods, or with
+    ``merged`` ``{adapter object name: {pod id: PodEndpoint}}`` of merged Adapters' pods."""
     pods: dict[str, dict[str, PodEndpoint]] = {}
     for slice_ in slices:
-        base = (slice_.get("metadata", {}).get("labels") or {}).get(BASEMODEL_LABEL)
-        if not base:
+        labels = slice_.get("metadata", {}).get("labels") or {}
+        is_merged = labels.get(ROLE_LABEL) == ROLE_MERGED
+        key = labels.get(ADAPTER_LABEL) if merged else labels.get(BASEMODEL_LABEL)
+        if not key or is_merged != merged:
             continue
         ports = {p.get("name"): p.get("port") for p in slice_.get("ports") or []}
         grpc_port, metrics_port = ports.get(GRPC_PORT_NAME), ports.get(METRICS_PORT_NAME)
@@ -75,7 +91,7 @@ def pods_from_endpointslices(slices: Iterable[Mapping[str, Any]]) -> dict[str, d
             grpc_port = http_port  # runtime pytorch: trtllm-serve's HTTP port is the only one
         if not isinstance(grpc_port, int):
             continue
-        target = pods.setdefault(base, {})
+        target = pods.setdefault(key, {})
         for endpoint in slice_.get("endpoints") or []:
             addresses = endpoint.get("addresses") or []
             if not addresses:
@@ -121,7 +137,10 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
         )
         return None
     status = parsed.status
-    if status is None or status.phase is not AdapterPhase.READY or status.task_id is None:
+    # A merged Adapter keeps the task id and artifact it had when dynamic (status carries them): served
+    # hot-swapped behind its merged pods, whatever the merged phase (switching modes loses nothing).
+    carried = parsed.spec.mode is AdapterMode.MERGED
+    if status is None or (status.phase is not AdapterPhase.READY and not carried) or status.task_id is None:
         return None
     artifact = status.artifact
     if artifact is None or not artifact.uri:
@@ -156,11 +175,39 @@ def build_snapshot(
         if entry is not None:
             entries.append(entry)
             parsed_bases[entry.name] = BaseModelObject.model_validate(obj)
+    adapters = list(adapters)
     adapter_entries = [a for a in (adapter_entry_from_object(o, parsed_bases) for o in adapters) if a is not None]
+    slices = list(slices)
     pods = pods_from_endpointslices(slices)
-    return DiscoverySnapshot(
-        ModelRegistry(entries, adapter_entries), {name: pods.get(name, {}) for name in parsed_bases}
-    )
+    fleet_pods = {name: pods.get(name, {}) for name in parsed_bases}
+    merged_pods = pods_from_endpointslices(slices, merged=True)
+    by_name = {entry.name: entry for entry in entries}
+    for obj in adapters:
+        own_pods = merged_pods.get(str(obj.get("metadata", {}).get("name", "")), {})
+        merged = merged_fleet_from_object(obj, by_name, has_pods=bool(own_pods))
+        if merged is not None:
+            entries.append(merged)
+            fleet_pods[merged.name] = own_pods
+    return DiscoverySnapshot(ModelRegistry(entries, adapter_entries), fleet_pods)
+
+
+def merged_fleet_from_object(
+    obj: Mapping[str, Any], bases: Mapping[str, BaseModelEntry], *, has_pods: bool = False
+) -> BaseModelEntry | None:
+    """The merged fleet of an Adapter with ``spec.mode: merged`` on a known base model, or of one switched
+    back to dynamic whose merged pods still run (``has_pods``: they serve until the operator removes them,
+    once it is Ready hot-swapped); else None."""
+    try:
+        parsed = AdapterObject.model_validate(obj)
+    except ValidationError:
+        return None  # logged by adapter_entry_from_object
+    base = bases.get(parsed.spec.base_model)
+    wanted = parsed.spec.mode is AdapterMode.MERGED or has_pods
+    if not wanted or base is None or parsed.metadata.get("deletionTimestamp"):
+        return None
+    status = parsed.status
+    name = (status.served_name if status else None) or parsed.spec.served_name or parsed.metadata.get("name", "")
+    return merged_entry(base, name)
 
 
 class KubernetesDiscovery:

@@ -20,6 +20,9 @@ Fleet file (camelCase or snake_case keys)::
           - {address: 127.0.0.1:9001, metrics: 127.0.0.1:9002, http: 127.0.0.1:9000, podId: w2}
         adapters:
           - {servedName: tiny-upper, taskId: 1, artifact: /data/upper, minPods: 0}
+        mergedAdapters:             # Adapter mode: merged: pods serving one adapter folded into the weights
+          - servedName: tiny-upper  # its requests go there; while none is ready, hot-swapped as above
+            backends: [127.0.0.1:9101/9102/9100]
 
 Runtime ``pytorch``: a backend's ``address`` is the trtllm-serve HTTP ``host:port``; an adapter's
 ``artifact`` is its PEFT directory, sent as ``lora_request.lora_path`` (``loraPath`` overrides it
@@ -66,6 +69,7 @@ from trtfleet_router.models_registry import (
     ModelRegistry,
     base_entry_from_spec,
     lora_geometry,
+    merged_entry,
     pages_for_adapter,
 )
 
@@ -100,6 +104,18 @@ class AdapterConfig(_Model):
     )
 
 
+class MergedAdapterConfig(_Model):
+    served_name: str
+    backends: list[BackendConfig] = Field(
+        default_factory=list, description="Pods serving the adapter merged (trtfleet worker --merged-adapter)."
+    )
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _plain_addresses(cls, value: Any) -> Any:
+        return _plain_backends(value)
+
+
 class BaseModelConfig(_Model):
     name: str
     spec: BaseModelSpec | None = None
@@ -121,13 +137,18 @@ class BaseModelConfig(_Model):
     replaces: str | None = Field(default=None, description="Default: the spec's serving.replaces (a migration).")
     backends: list[BackendConfig] = Field(default_factory=list)
     adapters: list[AdapterConfig] = Field(default_factory=list)
+    merged_adapters: list[MergedAdapterConfig] = Field(default_factory=list)
 
     @field_validator("backends", mode="before")
     @classmethod
     def _plain_addresses(cls, value: Any) -> Any:
-        if isinstance(value, list):
-            return [parse_backend(v) if isinstance(v, str) else v for v in value]
-        return value
+        return _plain_backends(value)
+
+
+def _plain_backends(value: Any) -> Any:
+    if isinstance(value, list):
+        return [parse_backend(v) if isinstance(v, str) else v for v in value]
+    return value
 
 
 class FleetConfig(_Model):
@@ -271,20 +292,28 @@ def adapter_entry(config: AdapterConfig, base: BaseModelConfig, base_dir: Path |
 def snapshot_from_config(config: FleetConfig, base_dir: Path | None = None) -> DiscoverySnapshot:
     bases, adapters, pods = [], [], {}
     for base in config.base_models:
-        bases.append(base_entry(base))
+        entry = base_entry(base)
+        bases.append(entry)
         adapters += [adapter_entry(a, base, base_dir) for a in base.adapters]
-        endpoints = {}
-        for backend in base.backends:
-            pod_id = backend.pod_id or backend.address
-            endpoints[pod_id] = PodEndpoint(
-                pod_id=pod_id,
-                address=backend.address,
-                uid=backend.uid or backend.address,
-                metrics_url=metrics_url(backend.metrics),
-                http_address=backend.http,
-            )
-        pods[base.name] = endpoints
+        pods[base.name] = _endpoints(base.backends)
+        for merged in base.merged_adapters:
+            bases.append(merged_entry(entry, merged.served_name))
+            pods[bases[-1].name] = _endpoints(merged.backends)
     return DiscoverySnapshot(ModelRegistry(bases, adapters), pods)
+
+
+def _endpoints(backends: Sequence[BackendConfig]) -> dict[str, PodEndpoint]:
+    endpoints = {}
+    for backend in backends:
+        pod_id = backend.pod_id or backend.address
+        endpoints[pod_id] = PodEndpoint(
+            pod_id=pod_id,
+            address=backend.address,
+            uid=backend.uid or backend.address,
+            metrics_url=metrics_url(backend.metrics),
+            http_address=backend.http,
+        )
+    return endpoints
 
 
 def load_fleet_config(path: Path) -> FleetConfig:

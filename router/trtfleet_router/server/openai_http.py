@@ -70,13 +70,18 @@ class OpenAIFrontend:
             registry = self.services.fleets.registry
             cards = [
                 model_card(name, self.created, None)
-                for name in [*registry.bases, *registry.aliases]
+                for name in [*registry.served_bases(), *registry.aliases]
                 if self.services.visible(name, key)
             ]
             cards += [
                 model_card(name, self.created, a.base_model)
                 for name, a in registry.adapters.items()
                 if self.services.visible(name, key)
+            ]
+            cards += [
+                model_card(name, self.created, entry.merged_base)
+                for name, entry in registry.merged.items()
+                if name not in registry.adapters and self.services.visible(name, key)
             ]
         except RouterError as exc:
             return error_response(exc)
@@ -88,7 +93,7 @@ class OpenAIFrontend:
             target = self.services.resolve(name, presented_key(request.headers))
         except RouterError as exc:
             return error_response(exc)
-        parent = target.base.name if target.adapter is not None else None
+        parent = target.base.name if target.adapter is not None else target.base.merged_base
         return json_response(model_card(name, self.created, parent))
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:

@@ -67,7 +67,7 @@ def build_openai_body(
 ) -> tuple[str, dict[str, Any]]:
     """The path and body for the pod: chat when ``messages`` are given, else a completion of ``prompt``.
     Greedy requests arrive as ``top_k`` 1 without a temperature (see ``OpenAIRequest.sampling``)."""
-    body: dict[str, Any] = {"model": target.base.name, "max_tokens": params.max_tokens, "stream": stream}
+    body: dict[str, Any] = {"model": target.base.upstream_name, "max_tokens": params.max_tokens, "stream": stream}
     if messages is not None:
         body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
     else:

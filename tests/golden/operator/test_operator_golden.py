@@ -17,7 +17,13 @@ import yaml
 from trtfleet_operator.builders.convert import build_convert_job
 from trtfleet_operator.builders.engine import build_engine_job, build_engine_record, build_plan_configmap
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_prepare_job, build_pytorch_deployment
-from trtfleet_operator.builders.serving import build_deployment, build_model_repo_configmap, build_pdb, build_service
+from trtfleet_operator.builders.serving import (
+    build_deployment,
+    build_model_repo_configmap,
+    build_pdb,
+    build_service,
+    reference_merged_args,
+)
 from trtfleet_operator.config import Images, OperatorConfig
 from trtfleet_operator.names import (
     LABEL_ADAPTER,
@@ -121,16 +127,22 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     merged = plan_merged(base.spec, adapter.spec.source.uri, adapter.spec.source.revision)
     labels = {LABEL_ADAPTER: ad_name, LABEL_BASEMODEL: name}
     ad_shared = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=False)
-    out["build-job"] = build_engine_job(
-        base.spec,
-        engine_hash=merged.engine_hash,
-        namespace=NAMESPACE,
-        owners=[ad_shared],
-        attempt=1,
-        config=CONFIG,
-        labels=labels,
-        merged_sources=(adapter.spec.source.uri,),
-    )
+    if base.spec.runtime is Runtime.PYTORCH:
+        return render_pytorch_merged(base, adapter, merged, owner=ad_owner, shared=ad_shared)
+    worker_args: tuple[str, ...] = ()
+    if base.spec.runtime is Runtime.REFERENCE:  # nothing to build: the worker merges when it starts
+        worker_args = tuple(reference_merged_args(adapter.spec.source.uri, adapter.spec.served_name or ad_name))
+    else:
+        out["build-job"] = build_engine_job(
+            base.spec,
+            engine_hash=merged.engine_hash,
+            namespace=NAMESPACE,
+            owners=[ad_shared],
+            attempt=1,
+            config=CONFIG,
+            labels=labels,
+            merged_sources=(adapter.spec.source.uri,),
+        )
     serving = merged_serving_name(ad_name)
     repo = build_model_repo_configmap(
         merged.render_spec,
@@ -152,6 +164,7 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
         model_repo=repo,
         config=CONFIG,
         adapter=ad_name,
+        worker_args=worker_args,
     )
     out["service"] = build_service(name=serving, namespace=NAMESPACE, owner=ad_owner, basemodel=name, adapter=ad_name)
     out["pdb"] = build_pdb(name=serving, namespace=NAMESPACE, owner=ad_owner, basemodel=name, adapter=ad_name)
@@ -193,6 +206,33 @@ def render_pytorch(
     }
 
 
+def render_pytorch_merged(
+    base: BaseModel, adapter: Adapter, plan: EnginePlan, *, owner: dict[str, Any], shared: dict[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """A merged Adapter on a ``runtime: pytorch`` BaseModel: its prepare plan and Job, options, Deployment."""
+    name, ad_name = base.metadata["name"], adapter.metadata["name"]
+    serving = merged_serving_name(ad_name)
+    labels = {LABEL_ADAPTER: ad_name, LABEL_BASEMODEL: name}
+    options = build_options_configmap(plan, name=serving, namespace=NAMESPACE, owner=owner)
+    return {
+        "plan-configmap": build_plan_configmap(plan.engine_hash, plan.plan_json, namespace=NAMESPACE, owners=[shared]),
+        "prepare-job": build_prepare_job(
+            base.spec, plan, namespace=NAMESPACE, owners=[shared], attempt=1, config=CONFIG, labels=labels,
+            merged_sources=(adapter.spec.source.uri,),
+        ),
+        "options-configmap": options,
+        "deployment": build_pytorch_deployment(
+            plan.render_spec, plan, name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, options=options,
+            config=CONFIG, adapter=ad_name, served_name=adapter.spec.served_name or ad_name,
+        ),
+        "service": build_service(
+            name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, adapter=ad_name,
+            runtime=base.spec.runtime, server=base.spec.serving.server,
+        ),
+        "pdb": build_pdb(name=serving, namespace=NAMESPACE, owner=owner, basemodel=name, adapter=ad_name),
+    }
+
+
 def dump(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=110)
 
@@ -205,6 +245,8 @@ def test_cases_exist() -> None:
         "adapter-llama3-sql",
         "adapter-tiny-json",
         "adapter-merged",
+        "adapter-merged-reference",
+        "adapter-merged-pytorch",
         "pytorch-llama3-8b",
         "pytorch-llama70b-fp8-tp2",
         "adapter-pytorch-sql",

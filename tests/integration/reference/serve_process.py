@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import openai
 from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR
-from trtfleet_engines.reference.server import free_port
+from trtfleet_engines.reference.server import free_port, http_status
 
 from tests.integration.reference.triton_client import wait_until
 
@@ -79,3 +79,31 @@ def serving(tmp_dir: Path, args: Sequence[str] = (), *, clean_exit: bool = True)
             process.kill()
             process.wait(timeout=20)
     assert process.returncode == 0 or not clean_exit, log.read_text()[-3000:]
+
+
+@contextmanager
+def trtfleet_worker(
+    tmp_dir: Path, args: Sequence[str], *, ready_path: str, port: int
+) -> Iterator[subprocess.Popen[bytes]]:
+    """``trtfleet worker ARGS`` until ``GET ready_path`` on ``port`` answers 200; SIGTERM after, a clean exit."""
+    log = tmp_dir / f"worker-{port}.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen([sys.executable, "-m", "trtfleet", "worker", "--host", "127.0.0.1", *args],
+                                   stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+
+    def up() -> bool:
+        if process.poll() is not None:
+            raise AssertionError(f"worker exited with {process.returncode}:\n{log.read_text()[-3000:]}")
+        return http_status("127.0.0.1", port, ready_path) == 200
+
+    try:
+        wait_until(up, timeout_s=STARTUP_TIMEOUT_S)
+        yield process
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=30)
+    assert process.returncode == 0, log.read_text()[-3000:]

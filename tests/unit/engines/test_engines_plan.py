@@ -477,3 +477,21 @@ def test_merged_build_merge_step_runs_with_our_cli(make_spec: MakeSpec, tmp_path
     (tmp_path / "adapter").symlink_to(Path(SAMPLE_ADAPTERS_DIR) / "upper")
     assert argv[0] == "trtfleet" and cli_main(list(argv[1:])) == 0
     assert (tmp_path / "merged" / "model.safetensors").is_file() and (tmp_path / "merged" / "merge.json").is_file()
+
+
+def test_reference_merged_plan_merges_in_the_base_dtype_then_stages_the_merged_model(make_spec: MakeSpec) -> None:
+    spec = make_spec(
+        {
+            "source": {"uri": "file:///opt/trtfleet/models/tiny-llama"},
+            "runtime": "reference",
+            "engine": {"gpu": {"product": "cpu"}},
+        }
+    )
+    plan = plan_merged_engine_build(spec, "file:///opt/trtfleet/adapters/upper", None, workdir="/w")
+    assert [s.name for s in plan.steps] == ["fetch", "fetch-adapter", "merge-lora", "stage"]
+    assert _flag(_command(plan, "merge-lora"), "--dtype") == "base"
+    assert _flag(_command(plan, "merge-lora"), "--adapter") == "/opt/trtfleet/adapters/upper"
+    stage = plan.steps[-1]
+    assert isinstance(stage, StageStep) and stage.model_dir == "/w/merged" and stage.copy_whole_model
+    assert plan.render_spec.lora.enabled is False
+    assert plan.engine_hash != plan_engine_build(spec).engine_hash

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -174,8 +175,34 @@ def test_merged_mode_builds_its_own_engine() -> None:
     assert job["metadata"]["ownerReferences"][0]["kind"] == "Adapter"
 
 
-def test_merged_mode_on_reference_runtime_fails() -> None:
-    obj, base = adapter("tiny", mode="merged"), tiny()
+def test_merged_mode_on_reference_runtime_serves_the_worker_merge_without_a_job() -> None:
+    obj = adapter("tiny", name="shout", mode="merged", source={"uri": "file:///opt/trtfleet/adapters/upper"})
+    obj["spec"]["servedName"] = "tiny-upper-merged"
+    base = tiny()
     result = run(obj, AdapterObserved(basemodel=base, basemodels=(base,), merged_adapters=(obj,)))
-    assert result.status["phase"] == "Failed" and result.apply == ()
-    assert condition(result.status, "Validated")["reason"] == "Unsupported"
+    assert sorted(o["kind"] for o in result.apply) == ["ConfigMap", "Deployment", "PodDisruptionBudget", "Service"]
+    assert result.status["phase"] == "Pending" and "taskId" not in result.status
+    assert condition(result.status, "EngineBuilt")["reason"] == "NotNeeded"
+    deployment = by_kind(result.apply, "Deployment")[0]
+    assert deployment["metadata"]["name"] == "shout-merged"
+    assert deployment["spec"]["selector"]["matchLabels"]["trtfleet.io/role"] == "merged"
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    merged_flags = ["--merged-adapter", "/opt/trtfleet/adapters/upper", "--merged-adapter-name", "tiny-upper-merged"]
+    assert args[-4:] == merged_flags
+    spec = json.loads(by_kind(result.apply, "ConfigMap")[0]["data"]["basemodel.json"])
+    assert spec["lora"]["enabled"] is False  # the merged worker runs without the LoRA cache
+
+
+def test_back_to_dynamic_removes_the_merged_pods_once_served_hot_swapped() -> None:
+    obj, base = adapter(), llama()
+    observed, _ = converted(obj, base, summary())
+    ready = run(obj, observed, task_id=7)
+    leftover = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": "sql-merged", "namespace": "default", "uid": "d-1"}}
+    again = run(adapter(status=ready.status), AdapterObserved(basemodel=base, deployment=leftover))
+    assert again.status["phase"] == "Ready"
+    assert sorted((r.kind, r.name) for r in again.delete) == [
+        ("ConfigMap", "sql-merged-llm-api-options"), ("ConfigMap", "sql-merged-model-repo"),
+        ("Deployment", "sql-merged"), ("PodDisruptionBudget", "sql-merged"), ("Service", "sql-merged"),
+    ]
+    assert next(r for r in again.delete if r.kind == "Deployment").uid == "d-1"  # only that Deployment

@@ -3,6 +3,7 @@ PEFT staging of Adapters (table tests on plain objects, as the API server return
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -181,10 +182,17 @@ def test_adapter_of_a_pytorch_base_stages_its_peft_directory_with_a_pod_path() -
     assert ready.status["phase"] == "Ready"
 
 
-def test_merged_adapter_on_a_pytorch_base_is_refused_before_any_job() -> None:
-    result = run_adapter(adapter(mode="merged"), AdapterObserved(basemodel=torch_llama()))
-    assert condition(result.status, "Ready")["reason"] == "MergedNotSupported"
-    assert result.status["phase"] == "Failed" and not result.apply
+def test_merged_adapter_on_a_pytorch_base_gets_its_own_prepared_checkpoint() -> None:
+    obj, base = adapter(mode="merged"), torch_llama()
+    result = run_adapter(obj, AdapterObserved(basemodel=base, basemodels=(base,), merged_adapters=(obj,)))
+    assert result.status["phase"] == "Converting" and "taskId" not in result.status
+    job = by_kind(result.apply, "Job")[0]
+    plan = json.loads(by_kind(result.apply, "ConfigMap")[0]["data"]["plan.json"])
+    assert plan["merge"]["adapter_uri"] == "s3://adapters/sql" and plan["merge"]["dtype"] == "float16"
+    assert job["metadata"]["ownerReferences"][0]["kind"] == "Adapter"
+    service = by_kind(result.apply, "Service")[0]
+    assert [p["name"] for p in service["spec"]["ports"]] == ["http"]
+    assert service["spec"]["selector"]["trtfleet.io/role"] == "merged"
 
 
 def test_pytorch_base_refuses_a_rank_above_max_rank_before_a_pod_sees_it() -> None:

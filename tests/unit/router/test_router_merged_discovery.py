@@ -1,0 +1,66 @@
+"""Kubernetes discovery of a merged Adapter: its pods form a fleet of their own, never the base model's pool."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from trtfleet_router.discovery.kubernetes import build_snapshot
+
+from tests.unit.router.test_router_discovery import _adapter, _basemodel, _endpoint, _slice
+
+
+def _merged_slice(adapter: str, ip: str, pod: str) -> dict[str, Any]:
+    slice_ = _slice("tiny", [_endpoint(ip, pod, pod)])
+    slice_["metadata"]["labels"] |= {"trtfleet.io/adapter": adapter, "trtfleet.io/role": "merged"}
+    return slice_
+
+
+def _merged_adapter(name: str, served: str) -> dict[str, Any]:
+    obj = _adapter(name, phase="Pending", task_id=None, served=served)  # merged: no task id, no artifact
+    obj["spec"]["mode"] = "merged"
+    del obj["status"]["artifact"]
+    return obj
+
+
+def test_merged_pods_are_the_adapters_fleet_with_its_dynamic_twin_behind() -> None:
+    snapshot = build_snapshot(
+        [_basemodel()],
+        [_merged_adapter("upper-merged", "tiny-upper"), _adapter("upper", served="tiny-upper")],
+        [_slice("tiny", [_endpoint("10.1.0.5", "tiny-0", "u0")]), _merged_slice("upper-merged", "10.1.0.9", "m-0")],
+    )
+    assert set(snapshot.pods["tiny"]) == {"tiny-0"}  # the merged pod is not in the shared pool
+    assert set(snapshot.pods["tiny-upper@merged"]) == {"m-0"}
+    target = snapshot.registry.resolve("tiny-upper")
+    assert (target.base.name, target.adapter) == ("tiny-upper@merged", None)
+    assert target.fallback is not None and target.fallback.base.name == "tiny"
+    assert target.fallback.adapter is not None and target.fallback.adapter.task_id == 3
+
+
+def test_a_merged_adapter_without_pods_still_owns_its_name() -> None:
+    snapshot = build_snapshot([_basemodel()], [_merged_adapter("upper-merged", "tiny-upper")], [])
+    assert snapshot.pods["tiny-upper@merged"] == {}
+    assert snapshot.registry.resolve("tiny-upper").fallback is None
+    assert snapshot.registry.served_names() == ["tiny", "tiny-upper"]
+
+
+def test_switching_to_merged_keeps_the_dynamic_artifact_behind_the_merged_pods() -> None:
+    # dynamic -> merged on one object: the status still carries the dynamic task id and artifact
+    switched = _adapter("upper", phase="Converting", served="tiny-upper")
+    switched["spec"]["mode"] = "merged"
+    snapshot = build_snapshot([_basemodel()], [switched], [_slice("tiny", [_endpoint("10.1.0.5", "tiny-0", "u0")])])
+    target = snapshot.registry.resolve("tiny-upper")
+    assert target.base.name == "tiny-upper@merged" and snapshot.pods["tiny-upper@merged"] == {}
+    assert target.fallback is not None and target.fallback.adapter is not None
+    assert (target.fallback.base.name, target.fallback.adapter.task_id) == ("tiny", 3)
+
+
+def test_switching_back_to_dynamic_keeps_the_merged_pods_until_the_operator_removes_them() -> None:
+    converting = _adapter("upper-merged", phase="Converting", task_id=None, served="tiny-upper")  # mode dynamic
+    pods = [_merged_slice("upper-merged", "10.1.0.9", "m-0")]
+    snapshot = build_snapshot([_basemodel()], [converting], pods)
+    assert snapshot.registry.resolve("tiny-upper").base.name == "tiny-upper@merged"  # nothing lost meanwhile
+    ready = _adapter("upper-merged", served="tiny-upper")
+    target = build_snapshot([_basemodel()], [ready], pods).registry.resolve("tiny-upper")
+    assert target.fallback is not None and target.fallback.base.name == "tiny"
+    gone = build_snapshot([_basemodel()], [ready], []).registry.resolve("tiny-upper")  # the pods deleted
+    assert (gone.base.name, gone.fallback) == ("tiny", None)
