@@ -180,6 +180,7 @@ class FleetSimulation:
         self.routing = routing
         self._waiting: deque[int] = deque()  # keys waiting for LoRA cache capacity, FIFO
         self._wait_since: dict[int, float] = {}
+        self.horizon_s = 0.0  # scrapes go on until then even when nothing is open (bench/simscale.py)
 
     def _push(self, at_s: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -213,7 +214,7 @@ class FleetSimulation:
                 self._wait_timeout(payload)  # type: ignore[arg-type]
             elif kind == _SCRAPE:
                 self._scrape()
-                if remaining_arrivals or self._open:
+                if remaining_arrivals or self._open or at_s < self.horizon_s:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
         self.fleet.check_invariants()
         snapshot = self.fleet.snapshot()
