@@ -1,6 +1,7 @@
 """``python -m bench [--quick] [--only SECTIONS]``: regenerate every table and plot of docs/benchmarks.md.
 
-Sections: ``bound`` (offline bound), ``sim`` (fleet simulation), ``routing`` (real runs: reference-engine
+Sections: ``bound`` (offline bound), ``sim`` (fleet simulation), ``autoscale`` (autoscalers in the
+simulator), ``routing`` (real runs: reference-engine
 workers + the router, every policy on one trace) and ``loadgen`` (the same trace through a public load
 generator; part of the routing section). ``--quick`` keeps the whole run under ten minutes on two cores.
 Raw results go to ``bench/results/`` (ignored), tables to ``docs/benchmarks.md``, plots to ``docs/img/``.
@@ -16,7 +17,7 @@ from collections.abc import Sequence
 
 from bench import report
 
-ALL_SECTIONS = ("bound", "sim", "routing")
+ALL_SECTIONS = ("bound", "sim", "autoscale", "routing")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,6 +59,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("== fleet simulation", flush=True)
         report.write_section("sim", simbench.sim_section(args.quick, calibration))
+    if "autoscale" in wanted:
+        from bench import autoscale
+
+        print("== autoscaling (simulator)", flush=True)
+        report.write_section("autoscale", autoscale.autoscale_report(autoscale.default_setup(args.quick)))
     print(f"done in {time.monotonic() - started:.0f} s: {report.DOC.relative_to(report.ROOT)}", flush=True)
     return 0
 

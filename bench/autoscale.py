@@ -178,13 +178,27 @@ def autoscale_section(setup: Setup) -> str:
     return header + "\n\n" + "\n\n".join(parts)
 
 
+def default_setup(quick: bool) -> Setup:
+    """The documented run (64 pods, 900 s per trace); ``quick``: 16 pods."""
+    return Setup(16 if quick else 64, 900.0, 7)
+
+
+def autoscale_report(setup: Setup) -> str:
+    command = f"python -m bench.autoscale --peak-pods {setup.peak_pods} --duration-s {setup.duration_s:g} --write"
+    return report.provenance(command) + "\n\n" + autoscale_section(setup)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.autoscale", description=__doc__.split("\n")[0])
     parser.add_argument("--peak-pods", type=int, default=64)
     parser.add_argument("--duration-s", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--write", action="store_true", help="write the Autoscaling section of docs/benchmarks.md")
     args = parser.parse_args(argv)
-    print(autoscale_section(Setup(args.peak_pods, args.duration_s, args.seed)))
+    body = autoscale_report(Setup(args.peak_pods, args.duration_s, args.seed))
+    print(body)
+    if args.write:
+        report.write_section("autoscale", body)
     return 0
 
 

@@ -31,6 +31,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("prefix", "## Prefix and adapter"),
     ("overhead", "## Router overhead"),
     ("decision", "## Routing decision time"),
+    ("autoscale", "## Autoscaling"),
 )
 _PREAMBLE = """# Benchmarks
 
