@@ -137,7 +137,7 @@ class KubeAiScaler:
 class TrtfleetScaler:
     spec: AutoscalingSpec
     lora_pages_per_pod: int | None
-    interval_s: float = 10.0
+    interval_s: float = 15.0  # the operator's --autoscale-interval default
     name: str = "trtfleet"
     history: tuple[Recommended, ...] = ()
     last_reason: str = ""
