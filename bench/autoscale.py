@@ -118,7 +118,9 @@ COLUMNS = [("policy", "policy"), ("pod_seconds", "pod-seconds"), ("vs_static_pea
 
 def queue_attainment_at(rows: Sequence[dict[str, Any]], pod_seconds: float) -> float | None:
     """The queue-only autoscaler's attainment at ``pod_seconds``, linear between its runs (None outside)."""
-    points = sorted((r["pod_seconds"], r["attainment"]) for r in rows if r["policy"].startswith("queue-only"))
+    points: list[tuple[float, float]] = sorted(
+        (float(r["pod_seconds"]), float(r["attainment"])) for r in rows if r["policy"].startswith("queue-only")
+    )
     for (x0, y0), (x1, y1) in zip(points, points[1:], strict=False):
         if x0 <= pod_seconds <= x1:
             return y0 if x1 == x0 else y0 + (y1 - y0) * (pod_seconds - x0) / (x1 - x0)

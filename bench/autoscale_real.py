@@ -108,8 +108,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             str(args.max_workers), "--autoscale-zero-after-s", str(args.zero_after_s), "--runtime", args.runtime]
     proc = subprocess.Popen(demo, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=dict(os.environ))
     log = DemoLog()
-    reader = threading.Thread(target=lambda: [log.add(line) for line in iter(proc.stdout.readline, "")],  # type: ignore[union-attr]
-                              daemon=True)
+    def read() -> None:
+        assert proc.stdout is not None
+        for line in iter(proc.stdout.readline, ""):
+            log.add(line)
+
+    reader = threading.Thread(target=read, daemon=True)
     reader.start()
     try:
         wait_for(lambda: proc.poll() is not None or log.count("autoscaler ScaledToZero") >= 1, 420,
