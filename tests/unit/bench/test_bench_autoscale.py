@@ -170,3 +170,12 @@ def test_queue_attainment_is_interpolated_between_its_runs() -> None:
             {"policy": "trtfleet", "pod_seconds": 150, "attainment": 0.99}]
     assert queue_attainment_at(rows, 150) == pytest.approx(0.95)
     assert queue_attainment_at(rows, 250) is None
+
+
+def test_run_ends_after_the_grace_and_open_requests_fail() -> None:
+    trace = [TraceRequest(1.0, "endless", "a", prompt_tokens=10, max_tokens=50_000)]  # 500 s of steps
+    sim = ScalingSimulation(trace, TINY, ScriptedScaler(((0.0, 1),)), initial_pods=1, duration_s=10.0, grace_s=5.0)
+    run = sim.run_scaled()
+    assert [r.error for r in run.result.records] == ["unfinished"]
+    assert run.result.sim_end_s == pytest.approx(15.0)
+    assert run.pod_seconds == pytest.approx(10.0)
