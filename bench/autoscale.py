@@ -135,7 +135,11 @@ def goal_check(rows: Sequence[dict[str, Any]], static_peak_pod_s: float) -> list
         saving = 1 - row["pod_seconds"] / static_peak_pod_s
         savings_ok = saving >= 0.30 and row["attainment"] >= 0.99
         queue = queue_attainment_at(rows, row["pod_seconds"])
-        if queue is None:
+        queues = [r for r in rows if r["policy"].startswith("queue-only")]
+        if queue is None and all(r["pod_seconds"] >= row["pod_seconds"] and r["attainment"] < row["attainment"]
+                                 for r in queues):
+            versus = "better: every queue-only run used more pod-seconds and attained less"
+        elif queue is None:
             versus = "queue-only's runs do not bracket its pod-seconds (no equal-cost comparison)"
         else:
             versus = (f"queue-only at equal pod-seconds {queue:.2%}: "

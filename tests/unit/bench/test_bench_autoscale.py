@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.autoscale import queue_attainment_at
+from bench.autoscale import goal_check, queue_attainment_at
 from bench.podsim import PodSpec, StepTimeModel
 from bench.scalers import FleetSignals, KubeAiScaler, QueueScaler, TrtfleetScaler
 from bench.scaletraces import ScaleTraceSpec, generate_scale_trace, mean_rate, rate_at
@@ -179,3 +179,13 @@ def test_run_ends_after_the_grace_and_open_requests_fail() -> None:
     assert [r.error for r in run.result.records] == ["unfinished"]
     assert run.result.sim_end_s == pytest.approx(15.0)
     assert run.pod_seconds == pytest.approx(10.0)
+
+
+def test_goal_check_states_met_missed_and_dominance() -> None:
+    rows = [{"policy": "queue-only (waiting/pod 1)", "pod_seconds": 900, "attainment": 0.9},
+            {"policy": "queue-only (waiting/pod 4)", "pod_seconds": 800, "attainment": 0.95},
+            {"policy": "trtfleet (a)", "pod_seconds": 600, "attainment": 0.995},
+            {"policy": "trtfleet (b)", "pod_seconds": 850, "attainment": 0.999}]
+    first, second = goal_check(rows, static_peak_pod_s=1000)
+    assert first.startswith("trtfleet (a): 40% fewer") and ": met;" in first and "every queue-only run" in first
+    assert ": missed;" in second and "equal pod-seconds 92.50%: better (+7.40%)" in second
