@@ -168,11 +168,13 @@ def run_trace(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> tup
     return rows, goal_check(rows, static_peak_pod_s)
 
 
-def autoscale_section(setup: Setup) -> str:
-    """The markdown body of the Autoscaling section's simulated part."""
+def autoscale_section(setup: Setup, only: str | None = None) -> str:
+    """The markdown body of the Autoscaling section's simulated part (``only``: that trace alone)."""
     pod_rate = setup.pod_rate_per_s(traces(setup, 1.0)[0])
     parts = []
     for trace in traces(setup, pod_rate):
+        if only is not None and trace.name != only:
+            continue
         rows, goals = run_trace(setup, trace, pod_rate)
         report.save_json(f"autoscale-{trace.name}", {"rows": rows})
         parts.append(f"**{trace.name}** (peak {trace.peak_rate_per_s:.0f} req/s, mean {mean_rate(trace):.0f} req/s)"
@@ -189,9 +191,10 @@ def default_setup(quick: bool) -> Setup:
     return Setup(16 if quick else 64, 900.0, 7)
 
 
-def autoscale_report(setup: Setup) -> str:
-    command = f"python -m bench.autoscale --peak-pods {setup.peak_pods} --duration-s {setup.duration_s:g} --write"
-    return report.provenance(command) + "\n\n" + autoscale_section(setup)
+def autoscale_report(setup: Setup, only: str | None = None) -> str:
+    command = f"python -m bench.autoscale --peak-pods {setup.peak_pods} --duration-s {setup.duration_s:g}"
+    command += f" --trace {only}" if only else " --write"
+    return report.provenance(command) + "\n\n" + autoscale_section(setup, only)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -199,9 +202,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--peak-pods", type=int, default=64)
     parser.add_argument("--duration-s", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--trace", choices=("diurnal", "bursty", "adapter-shift"), help="run one trace only")
     parser.add_argument("--write", action="store_true", help="write the Autoscaling section of docs/benchmarks.md")
     args = parser.parse_args(argv)
-    body = autoscale_report(Setup(args.peak_pods, args.duration_s, args.seed))
+    if args.write and args.trace:
+        parser.error("--write needs every trace (leave out --trace)")
+    body = autoscale_report(Setup(args.peak_pods, args.duration_s, args.seed), args.trace)
     print(body)
     if args.write:
         report.write_section("autoscale", body)
