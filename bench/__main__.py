@@ -1,6 +1,7 @@
 """``python -m bench [--quick] [--only SECTIONS]``: regenerate every table and plot of docs/benchmarks.md.
 
-Sections: ``bound`` (offline bound), ``sim`` (fleet simulation), ``routing`` (real runs: reference-engine
+Sections: ``bound`` (offline bound), ``sim`` (fleet simulation), ``autoscale`` (autoscalers in the
+simulator), ``routing`` (real runs: reference-engine
 workers + the router, every policy on one trace) and ``loadgen`` (the same trace through a public load
 generator; part of the routing section). ``--quick`` keeps the whole run under ten minutes on two cores.
 Run only when named in ``--only``: ``replicas`` (the real runs through 1, 2, 4 router replicas,
@@ -21,7 +22,7 @@ from bench import report
 from bench.replicas import REAL_VIEWS, ReplicaSpecError, parse_replica_counts
 
 ALL_SECTIONS = ("bound", "sim", "routing")
-OPTIONAL_SECTIONS = ("replicas", "replicas-sim")  # run only when named in --only
+OPTIONAL_SECTIONS = ("replicas", "replicas-sim", "autoscale")  # run only when named in --only
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -82,6 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("== router replicas (simulation)", flush=True)
         report.write_section("replicas-sim", simreplicas.sim_replicas_section(counts or simreplicas.DEFAULT_COUNTS))
+    if "autoscale" in wanted:
+        from bench import autoscale
+
+        print("== autoscaling (simulator)", flush=True)
+        report.write_section("autoscale", autoscale.autoscale_report(autoscale.default_setup(args.quick)))
     print(f"done in {time.monotonic() - started:.0f} s: {report.DOC.relative_to(report.ROOT)}", flush=True)
     return 0
 

@@ -35,6 +35,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("replicas-real-shadow", "## Router replicas"),
     ("replicas-real-peers", "## Router replicas"),
     ("replicas-sim", "## Router replicas"),
+    ("autoscale", "## Autoscaling"),
 )
 _PREAMBLE = """# Benchmarks
 

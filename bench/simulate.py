@@ -159,6 +159,7 @@ class FleetSimulation:
         self._open = 0
         self.model_name = model_name
         self.routing = routing
+        self.horizon_s = 0.0  # scrapes go on until then even when nothing is open (bench/simscale.py)
 
     def _push(self, at_s: float, kind: int, payload: object) -> None:
         self._seq += 1
@@ -195,7 +196,7 @@ class FleetSimulation:
                 self._wait_timeout(payload)  # type: ignore[arg-type]
             elif kind == _SCRAPE:
                 self._scrape()
-                if remaining_arrivals or self._open:
+                if remaining_arrivals or self._open or at_s < self.horizon_s:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
         counters = {**self.counters, "open_tickets": 0, "artifact_fetches": 0}  # each request counted once
         for replica in self.replicas:
