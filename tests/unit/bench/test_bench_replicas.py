@@ -84,9 +84,10 @@ def _row(replicas: int, effective: float, misses: int, sends: int) -> dict[str, 
 
 def test_compare_with_single_checks_the_three_issue_goals() -> None:
     rows = [_row(1, 0.50, 0, 100), _row(2, 0.49, 2, 104), _row(4, 0.40, 0, 100), _row(8, 0.50, 3, 100),
-            _row(16, 0.50, 0, 106)]
+            _row(16, 0.50, 0, 106), _row(3, 0.55, 0, 90)]
     compare_with_single(rows)
-    assert [row["goal"] for row in rows] == ["-", "met", "missed", "missed", "missed"]
+    # 3 replicas sending fewer weights than one router at a better hit rate meets the goal
+    assert [row["goal"] for row in rows] == ["-", "met", "missed", "missed", "missed", "met"]
     assert rows[1]["of_single"] == pytest.approx(0.98)
 
 
