@@ -3,7 +3,7 @@
 A decoupled Python model whose stub died stays READY in Triton 2.51: ``/v2/health/ready`` and
 ``/v2/models/<m>/ready`` answer 200 while every request fails with ``Stub process '<m>_0_0' is not
 healthy.`` (python_backend r24.10 ``src/stub_launcher.cc`` ``ReceiveMessageFromStub``; the restart of an
-unhealthy stub is a ``TODO: Implement restart on decoupled`` in ``src/python_be.cc``
+unhealthy stub is an unimplemented "restart on decoupled" (a to-do comment) in ``src/python_be.cc``
 ``TRITONBACKEND_ModelInstanceExecute``, both at triton-inference-server/python_backend@
 01d0ad82f9f5d63978456e26c8a2a9746a9d68d8). Unloading and loading the model again does not help: the dead
 instance never finishes unloading, so the server can no longer stop within its exit timeout.

@@ -11,7 +11,7 @@ by ``KVCacheEventSerializer`` (``tensorrt_llm/_utils.py`` at ed53795b33fc139493f
     {"data": {"type": "created", "num_blocks_per_cache_level": [...]}}
     {"data": {"type": "updated", ...}}   # cache level / priority changes: nothing to do here
 
-``lora_id`` is commented out of the serializer at that commit ("TODO: enable serialization of lora_id"),
+``lora_id`` is commented out of the serializer at that commit (a to-do says to enable its serialization),
 and the reference engine follows upstream. The task id is part of the engine's block key but not of the
 event, so a chain's first block without ``lora_id`` cannot be keyed: it is skipped with its descendants
 (counted as skipped). Blocks whose parent is known inherit the parent's key, so nothing is guessed. Until
