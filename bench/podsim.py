@@ -18,7 +18,10 @@ released (:meth:`SimPod.unblock`); a full device tier makes it wait at schedulin
 
 Steps follow ``guaranteed_no_evict`` in FIFO order: a waiting request joins when a batch slot, its
 whole KV reservation (prompt + max_tokens), its prefill within ``max_num_tokens`` and its device pages
-are available. Each running sequence gains one token per step (the prefill step yields the first one).
+are available. As in TensorRT-LLM's ``GuaranteedNoEvictScheduler``
+(cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp@02a10fe), a request short of KV stops the scan but
+one short of LoRA device pages is skipped: those pages may be held for adapters of requests queued behind it,
+which must be able to run (and release them) or the pod would stall for good. Each running sequence gains one token per step (the prefill step yields the first one).
 Prefill is charged for the tokens the pod's KV cache does not already hold (``SimRequest.blocks``, block
 reuse keyed by adapter: :mod:`bench.podkv`). Step time is :class:`StepTimeModel`. Everything is pure:
 the simulator owns the clock and the events.
@@ -244,8 +247,9 @@ class SimPod:
         copy_bytes = 0
         admitted: list[SimRequest] = []
         budget = spec.max_num_tokens - len(self.running)
-        while self.waiting and len(self.running) + len(admitted) < spec.max_batch_size:
-            head = self.waiting[0]
+        index = 0
+        while index < len(self.waiting) and len(self.running) + len(admitted) < spec.max_batch_size:
+            head = self.waiting[index]
             need = head.prompt_tokens + head.max_tokens
             if head.ready_s > now_s:
                 break
@@ -255,10 +259,11 @@ class SimPod:
                 break
             on_device = self.cache.on_device(head.task_id)
             if not self.cache.ensure_device(head.task_id):
-                break
+                index += 1  # no device pages for its adapter now: skipped, the ones behind it may still run
+                continue
             if not on_device:
                 copy_bytes += head.pages * spec.page_bytes
-            self.waiting.popleft()
+            del self.waiting[index]
             self.reserved_tokens += need
             if head.blocks:
                 head.reused_blocks = self.kv.admit(head.blocks)

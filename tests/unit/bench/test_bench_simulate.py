@@ -72,6 +72,24 @@ def test_batch_limit_queues_the_rest() -> None:
     assert pod.start_step() > 0 and pod.active == 2
 
 
+def test_a_request_short_of_device_pages_is_skipped_not_a_stall() -> None:
+    # One device page. Adapter 1's first request runs; adapter 2's request and adapter 1's second queue
+    # behind it. When the first ends, adapter 1 keeps its device page (its second request pins it), so
+    # adapter 2's request cannot be copied: it is skipped, adapter 1's second runs, then adapter 2's.
+    pod = SimPod("p", dataclasses.replace(SMALL_POD, device_pages=1, host_pages=2), FLAT)
+    first, other, second = request(0, 1, max_tokens=1), request(1, 2, max_tokens=1), request(2, 1, max_tokens=1)
+    pod.arrive(first)
+    assert pod.start_step() > 0 and pod.active == 1
+    pod.arrive(other)
+    pod.arrive(second)
+    assert pod.end_step(0.01) == [first]
+    assert pod.start_step() > 0 and [entry[2] for entry in pod.running] == [second]
+    assert list(pod.waiting) == [other]
+    assert pod.end_step(0.02) == [second]
+    assert pod.start_step() > 0 and [entry[2] for entry in pod.running] == [other]
+    assert pod.end_step(0.03) == [other] and pod.queue_depth == 0
+
+
 def test_step_model_fits_the_published_h100_figures_within_5_percent() -> None:
     assert all(abs(error) < 0.05 for *_rest, error in fit_report())
     assert H100_LLAMA3_8B.step_s(0, 0, 128) == pytest.approx(0.007, rel=0.05)  # published batch-1 TTFT
