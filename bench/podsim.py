@@ -21,7 +21,8 @@ whole KV reservation (prompt + max_tokens), its prefill within ``max_num_tokens`
 are available. As in TensorRT-LLM's ``GuaranteedNoEvictScheduler``
 (cpp/tensorrt_llm/batch_manager/capacityScheduler.cpp@02a10fe), a request short of KV stops the scan but
 one short of LoRA device pages is skipped: those pages may be held for adapters of requests queued behind it,
-which must be able to run (and release them) or the pod would stall for good. Each running sequence gains one token per step (the prefill step yields the first one).
+which must be able to run (and release them) or the pod would stall for good. Each running sequence
+gains one token per step (the prefill step yields the first one).
 Prefill is charged for the tokens the pod's KV cache does not already hold (``SimRequest.blocks``, block
 reuse keyed by adapter: :mod:`bench.podkv`). Step time is :class:`StepTimeModel`. Everything is pure:
 the simulator owns the clock and the events.
