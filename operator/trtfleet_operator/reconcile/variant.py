@@ -166,14 +166,14 @@ def reconcile_variant(
         now,
     )
     status: Obj = {"name": me.serving, "hash": plan.engine_hash, "quantization": quantization.variant_text()}
-    service, pdb = _service_and_pdb(base, me, namespace)
+    service, pdb = variant_service_and_pdb(base, me, namespace)
     applies = [_owned_by(service, owners), _owned_by(pdb, owners), *engine.apply]
     stale = _stale_variants(uid, me, wants, observed.variant_deployments, namespace)
     observed_deployment = next(
         (d for d in observed.variant_deployments if d["metadata"]["name"] == me.serving), None
     )
     if engine.state == "built":
-        config_map, desired = _variant_deployment(plan, base, quantization, me, namespace, config)
+        config_map, desired = variant_deployment(plan, base, quantization, me, namespace, config)
         applies += [_owned_by(config_map, owners), _owned_by(desired, owners)]
         was_ready = (cond.find((obj.get("status") or {}).get("conditions"), BASE_VARIANT_READY) or {}).get("status")
         state = serving_state(desired, observed_deployment, was_serving=was_ready == cond.TRUE)
@@ -199,7 +199,7 @@ def _reference_engine(quantization: BaseQuantizationSpec) -> EngineOutcome:
     return EngineOutcome("built", cond.make(cond.ENGINE_BUILT, cond.TRUE, NOT_NEEDED, message), {})
 
 
-def _service_and_pdb(base: BaseModelSpec, want: VariantWant, namespace: str) -> tuple[Obj, Obj]:
+def variant_service_and_pdb(base: BaseModelSpec, want: VariantWant, namespace: str) -> tuple[Obj, Obj]:
     serving, owner, basemodel = want.serving, want.owner, want.basemodel
     return (
         build_service(name=serving, namespace=namespace, owner=owner, basemodel=basemodel, variant=serving,
@@ -208,7 +208,7 @@ def _service_and_pdb(base: BaseModelSpec, want: VariantWant, namespace: str) -> 
     )
 
 
-def _variant_deployment(
+def variant_deployment(
     plan: EnginePlan,
     base: BaseModelSpec,
     quantization: BaseQuantizationSpec,
