@@ -110,7 +110,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
 
     variant = sub.add_parser("base-variant", help="write the base a QLoRA adapter was trained on: every decoder "
                              "linear weight quantized and dequantized as bitsandbytes does")
-    variant.add_argument("--base", type=Path, required=True, help="the base model directory (one model.safetensors)")
+    variant.add_argument("--base", type=Path, required=True, help="the base model (HF safetensors, sharded or not)")
     variant.add_argument("--quantization", required=True, metavar="SPEC",
                          help="TYPE[:BLOCK][:double][:DTYPE], e.g. nf4:64:double:bfloat16")
     variant.add_argument("--out", type=Path, required=True, help="output directory (must not exist)")
