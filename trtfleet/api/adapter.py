@@ -66,6 +66,11 @@ MERGED_QLORA_MESSAGE = (
 )
 
 
+TRAINING_IMMUTABLE_MESSAGE = (
+    "training is immutable (it decides which base serves the adapter): create a new Adapter instead"
+)
+
+
 class BaseQuantizationSpec(ApiModel):
     """How QLoRA quantized the base model the adapter was trained on (transformers' ``BitsAndBytesConfig``)."""
 
@@ -130,12 +135,8 @@ class AdapterSpec(ApiModel):
     )
     training: TrainingSpec | None = Field(
         default=None,
-        description="How the adapter was trained, where serving depends on it (QLoRA). Immutable.",
-        json_schema_extra={
-            "x-kubernetes-validations": [
-                {"rule": "self == oldSelf", "message": "training is immutable: create a new Adapter instead"}
-            ]
-        },
+        description="How the adapter was trained, where serving depends on it (QLoRA). Immutable: it can be "
+        "neither set, changed nor removed after creation.",
     )
 
     model_config = ApiModel.model_config | {
@@ -145,7 +146,12 @@ class AdapterSpec(ApiModel):
                     "rule": "!(has(self.mode) && self.mode == 'merged' && has(self.training) && "
                     "has(self.training.baseQuantization))",
                     "message": MERGED_QLORA_MESSAGE,
-                }
+                },
+                {
+                    "rule": "has(self.training) == has(oldSelf.training) && "
+                    "(!has(self.training) || self.training == oldSelf.training)",
+                    "message": TRAINING_IMMUTABLE_MESSAGE,
+                },
             ]
         }
     }

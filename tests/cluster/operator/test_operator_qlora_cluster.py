@@ -98,6 +98,13 @@ def test_the_api_server_refuses_merged_qlora_and_keeps_training_immutable(operat
     changed = cp.kubectl("apply", "-n", ns, "-f", "-", input=qlora("fixed", "tiny", {**NF4, "quantType": "fp4"}),
                          check=False)
     assert changed.returncode != 0 and "training is immutable" in changed.stderr
+    plain = yaml.safe_load(qlora("fixed", "tiny", NF4))
+    del plain["spec"]["training"]
+    removed = cp.kubectl("apply", "-n", ns, "-f", "-", input=yaml.safe_dump(plain), check=False)
+    assert removed.returncode != 0 and "training is immutable" in removed.stderr
+    apply(cp, ns, yaml.safe_dump({**plain, "metadata": {"name": "plain"}}))
+    added = cp.kubectl("apply", "-n", ns, "-f", "-", input=qlora("plain", "tiny", NF4), check=False)
+    assert added.returncode != 0 and "training is immutable" in added.stderr
 
 
 def test_a_tensorrtllm_variant_is_built_from_the_dequantized_checkpoint(operator: OperatorProcess) -> None:
