@@ -72,3 +72,41 @@ def test_the_qlora_adapter_is_served_on_its_variant_only(tmp_path: Path) -> None
         assert refused.value.status_code == 503 and refused.value.response.headers.get("retry-after")
         assert served(shared.url) == 0
         assert client.completions.create(model="tiny", prompt="abc", max_tokens=4, temperature=0).choices
+
+
+def test_the_triton_reference_variant_serves_it_by_task_id(tmp_path: Path) -> None:
+    """The operator's reference Deployment: ``trtfleet worker --base-quantization`` (tritonserver), the adapter
+    converted to TRT-LLM's tensors and pushed by task id, as on the base."""
+    from trtfleet_engines.lora.convert import ConversionOptions, convert_dir
+    from trtfleet_engines.reference.repository import build_reference_repository, default_reference_spec
+    from trtfleet_engines.reference.server import start_worker
+
+    from tests.integration.router.test_router_migration import _routes
+
+    converted = tmp_path / "converted"
+    convert_dir(ADAPTER, converted, ConversionOptions())
+    http, grpc, metrics = free_port(), free_port(), free_port()
+    with ExitStack() as stack:
+        plain = start_worker(build_reference_repository(tmp_path / "plain-repo"))
+        stack.callback(plain.stop)
+        stack.enter_context(trtfleet_worker(
+            tmp_path, ["--http-port", str(http), "--grpc-port", str(grpc), "--metrics-port", str(metrics),
+                       "--base-quantization", QUANTIZATION], ready_path="/v2/health/ready", port=http))
+        loop = LoopThread()
+        stack.callback(loop.close)
+        spec = default_reference_spec().model_dump(mode="json", by_alias=True, exclude_none=True)
+        router = RouterThread(loop, {"baseModels": [{
+            "name": "tiny", "spec": spec,
+            "backends": [{"address": plain.grpc_url, "http": f"{plain.host}:{plain.http_port}", "podId": "plain-0"}],
+            "baseVariants": [{
+                "name": "tiny-q-nf4",
+                "backends": [{"address": f"127.0.0.1:{grpc}", "http": f"127.0.0.1:{http}", "podId": "v-0"}],
+                "adapters": [{"servedName": NAME, "taskId": 1, "artifact": str(converted), "pages": 1}],
+            }],
+        }]})
+        stack.callback(router.stop)
+        client = openai.OpenAI(base_url=router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        for prompt, ids in zip(EXPECTED["prompts"], EXPECTED["output_ids"], strict=True):
+            answer = client.completions.create(model=NAME, prompt=prompt, max_tokens=len(ids) + 1, temperature=0)
+            assert answer.choices[0].text == bytes(ids).decode(), prompt
+        assert _routes(router, "tiny-q-nf4@variant") == len(EXPECTED["prompts"]) and _routes(router, "tiny") == 0
