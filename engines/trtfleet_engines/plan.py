@@ -6,7 +6,9 @@ are data; :mod:`trtfleet_engines.runner` executes them. Steps, in order:
 1. ``fetch`` - make the HF checkpoint readable: hf:// and s3:// are downloaded into ``<workdir>/source``,
    pvc:// is read in place under :data:`PVC_MOUNT_ROOT` (the build Job mounts the claim there), file:// in
    place.
-2. (merged adapters only) ``fetch-adapter`` and ``merge-lora`` (``trtfleet lora merge``).
+2. (merged adapters only) ``fetch-adapter`` and ``merge-lora`` (``trtfleet lora merge``); (QLoRA base
+   variants only) ``dequantize-base`` (``trtfleet lora base-variant``: every decoder linear weight quantized and
+   dequantized as bitsandbytes does, :mod:`trtfleet_engines.lora.qlora_base`).
 3. ``convert-checkpoint`` (the architecture's ``convert_checkpoint.py``) or ``quantize`` (TRT-LLM's
    ``examples/quantization/quantize.py``, for fp8, int4_awq, an fp8 KV cache, or an int8 KV cache on a
    converter without ``--int8_kv_cache``) into ``<workdir>/checkpoint``.
@@ -31,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
+from trtfleet.api.adapter import BaseQuantizationSpec
 from trtfleet.api.basemodel import (
     Architecture,
     BaseModelSpec,
@@ -61,6 +64,8 @@ PVC_MOUNT_ROOT = "/mnt/trtfleet/pvc"
 SERVE_ARTIFACT_DIR = "/trtfleet/artifact"
 """Where serving pods mount the published artifact; the rendered repository points inside it."""
 ENGINE_SUBDIR = "engine"
+VARIANT_SUBDIR = "variant"
+"""Where a QLoRA base variant's dequantized checkpoint is written in the workdir."""
 TOKENIZER_SUBDIR = "tokenizer"
 REPOSITORY_SUBDIR = "model_repository"
 PYTHON = "python3"
@@ -69,8 +74,13 @@ TRTLLM_BUILD = "trtllm-build"
 # --- identity ----------------------------------------------------------------------------------------
 
 
-def engine_identity(spec: BaseModelSpec, merged_adapter: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The canonical facts an engine depends on (what :func:`engine_hash` hashes)."""
+def engine_identity(
+    spec: BaseModelSpec,
+    merged_adapter: Mapping[str, Any] | None = None,
+    base_quantization: BaseQuantizationSpec | None = None,
+) -> dict[str, Any]:
+    """The canonical facts an engine depends on (what :func:`engine_hash` hashes). ``baseQuantization`` is
+    only present for a QLoRA base variant, so the hashes of every other engine stay what they were."""
     engine = spec.engine
     lora: dict[str, Any] = {"enabled": spec.lora.enabled and merged_adapter is None}
     if lora["enabled"]:
@@ -96,7 +106,7 @@ def engine_identity(spec: BaseModelSpec, merged_adapter: Mapping[str, Any] | Non
         },
         "lora": lora,
         "mergedAdapter": dict(merged_adapter) if merged_adapter is not None else None,
-    }
+    } | ({"baseQuantization": base_quantization.to_wire()} if base_quantization is not None else {})
 
 
 def _hash(identity: Mapping[str, Any]) -> str:
@@ -259,6 +269,31 @@ def plan_merged_engine_build(
     return _plan(spec, workdir=workdir, trtllm_dir=trtllm_dir, serve_dir=serve_dir, merged_adapter=adapter)
 
 
+def plan_variant_engine_build(
+    spec: BaseModelSpec,
+    base_quantization: BaseQuantizationSpec,
+    *,
+    workdir: str = DEFAULT_WORKDIR,
+    trtllm_dir: str = DEFAULT_TRTLLM_DIR,
+    serve_dir: str = SERVE_ARTIFACT_DIR,
+) -> BuildPlan:
+    """A QLoRA base variant: the base's linear weights quantized and dequantized as bitsandbytes does
+    (``trtfleet lora base-variant``), then converted and built like the base, LoRA plugin included. Its hash
+    covers the base engine's identity plus the quantization."""
+    return _plan(spec, workdir=workdir, trtllm_dir=trtllm_dir, serve_dir=serve_dir, merged_adapter=None,
+                 base_quantization=base_quantization)
+
+
+def check_variant_supported(spec: BaseModelSpec) -> None:
+    """A base variant is served as dequantized: a weight quantization on top would change it again."""
+    if spec.quantization.mode != QuantizationMode.NONE:
+        raise UnsupportedError(
+            f"a QLoRA base variant is served in the base's dtype, but the BaseModel quantizes its weights "
+            f"(quantization.mode {spec.quantization.mode}), which would change the dequantized weights the "
+            "adapter learned against: serve QLoRA adapters on a BaseModel with quantization.mode none"
+        )
+
+
 def _plan(
     spec: BaseModelSpec,
     *,
@@ -266,8 +301,11 @@ def _plan(
     trtllm_dir: str,
     serve_dir: str,
     merged_adapter: Mapping[str, Any] | None,
+    base_quantization: BaseQuantizationSpec | None = None,
 ) -> BuildPlan:
     _check_supported(spec)
+    if base_quantization is not None:
+        check_variant_supported(spec)
     workdir = workdir.rstrip("/") or "/"
     serve_engine = f"{serve_dir}/{ENGINE_SUBDIR}"
     engine_dir = f"{workdir}/{ENGINE_SUBDIR}"
@@ -286,6 +324,12 @@ def _plan(
                                                       "--out", merged_dir))]
         model_dir = merged_dir
         render_spec = merged_spec(spec)
+    if base_quantization is not None:
+        variant_dir = f"{workdir}/{VARIANT_SUBDIR}"
+        steps.append(CommandStep("dequantize-base", ("trtfleet", "lora", "base-variant", "--base", model_dir,
+                                                     "--quantization", base_quantization.variant_text(),
+                                                     "--out", variant_dir)))
+        model_dir = variant_dir
     if spec.runtime == Runtime.REFERENCE:
         steps.append(StageStep("stage", model_dir, engine_dir, True, serve_engine, serve_engine))
     else:
@@ -296,7 +340,7 @@ def _plan(
         steps.append(StageStep("stage", fetch.local_dir, engine_dir, False, serve_engine,
                                f"{serve_dir}/{TOKENIZER_SUBDIR}"))
     return BuildPlan(
-        engine_hash=_hash(engine_identity(spec, merged_adapter)),
+        engine_hash=_hash(engine_identity(spec, merged_adapter, base_quantization)),
         image=spec.engine.image,
         gpu_sm=lookup_gpu(spec.engine.gpu.product).sm,
         workdir=workdir,

@@ -57,7 +57,7 @@ STDERR_TAIL_LINES = 20
 TOKENIZER_FILES = ("tokenizer*", "special_tokens_map.json", "added_tokens.json", "vocab*", "merges.txt",
                    "*.model", "generation_config.json", "config.json", "chat_template*")
 """Files of a HuggingFace checkpoint the tokenizer needs (copied to ``tokenizer/``)."""
-WORK_SUBDIRS = ("checkpoint", "engine", "merged")
+WORK_SUBDIRS = ("checkpoint", "engine", "merged", "variant")
 """Directories of the workdir a build writes; removed before it starts so no leftover leaks in."""
 
 Progress = Callable[[str], None]

@@ -8,6 +8,10 @@ Conventions other components rely on (the router watches them):
 * The headless Service of a BaseModel is named like the BaseModel and labelled
   ``trtfleet.io/basemodel=<name>, trtfleet.io/role=base``; a merged adapter's Service adds
   ``trtfleet.io/adapter=<name>`` and ``trtfleet.io/role=merged``.
+* A QLoRA base variant (the BaseModel dequantized as an Adapter's ``training.baseQuantization`` says) has a
+  Deployment, Service and PDB named :func:`variant_serving_name` (``<base>-q-<10 hex digits of its hash>``),
+  labelled ``trtfleet.io/basemodel=<base>, trtfleet.io/role=variant, trtfleet.io/variant=<that name>`` and
+  owned by every Adapter it serves (so the last one's deletion removes it).
 * Build Jobs are named ``trtfleet-build-<hash16>`` (``-<attempt>`` from the second attempt on), one per
   engine hash and namespace, whoever asks for it. ``runtime: pytorch`` has prepare Jobs instead,
   ``trtfleet-prepare-<hash16>`` per prepare hash, run by the same machinery (and listed with the same
@@ -41,6 +45,7 @@ LABEL_SOURCE_KEY = "trtfleet.io/source-key"
 LABEL_BUILD_ATTEMPT = "trtfleet.io/build-attempt"
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 LABEL_OPTIONS_HASH = "trtfleet.io/options-hash"
+LABEL_VARIANT = "trtfleet.io/variant"
 
 ANNOTATION_ENGINE_HASH = "trtfleet.io/engine-hash"
 ANNOTATION_SPEC_HASH = "trtfleet.io/spec-hash"
@@ -56,6 +61,8 @@ COMPONENT_LLM_API_OPTIONS = "llm-api-options"
 
 ROLE_BASE = "base"
 ROLE_MERGED = "merged"
+ROLE_VARIANT = "variant"
+VARIANT_HASH_CHARS = 10
 
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
@@ -129,6 +136,13 @@ def serving_name(basemodel: str) -> str:
 def merged_serving_name(adapter: str) -> str:
     """Deployment, Service and PodDisruptionBudget of a merged Adapter."""
     return dns_label(f"{adapter}-merged")
+
+
+def variant_serving_name(basemodel: str, variant_hash: str) -> str:
+    """Deployment, Service and PodDisruptionBudget of a QLoRA base variant of ``basemodel`` (at most 63
+    characters: a long BaseModel name is shortened with a digest, the hash part always stays)."""
+    suffix = f"-q-{hash16(variant_hash)[:VARIANT_HASH_CHARS]}"
+    return f"{dns_label(basemodel)[: DNS_LABEL_MAX - len(suffix)].rstrip('-')}{suffix}"
 
 
 def model_repo_configmap_name(serving: str) -> str:

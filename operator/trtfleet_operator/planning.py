@@ -30,6 +30,7 @@ from trtfleet_engines.pytorch.llmapi import MODEL_YAML_NAME, render_llmapi_model
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME, render_llm_api_options
 from trtfleet_engines.pytorch.serving import MergedAdapterSource, PreparePlan, plan_prepare
 
+from trtfleet.api.adapter import BaseQuantizationSpec
 from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
 from trtfleet_operator.errors import PlanningError
 
@@ -103,14 +104,28 @@ def plan_merged(spec: BaseModelSpec, adapter_uri: str, adapter_revision: str | N
     return EnginePlan(plan.engine_hash, plan.to_json(), plan.render_spec)
 
 
-def plan_pytorch(spec: BaseModelSpec, merged: MergedAdapterSource | None = None) -> EnginePlan:
+def plan_variant(spec: BaseModelSpec, base_quantization: BaseQuantizationSpec) -> EnginePlan:
+    """A QLoRA base variant's engine (tensorrtllm, reference) or prepared checkpoint (pytorch): the base's linear
+    weights quantized and dequantized as bitsandbytes does, served with LoRA like the base."""
+    if spec.runtime is Runtime.PYTORCH:
+        return plan_pytorch(spec, base_quantization=base_quantization.variant_text())
+    try:
+        plan = engine_plan.plan_variant_engine_build(spec, base_quantization)
+    except SpecError as exc:
+        raise PlanningError(_reason(exc), str(exc)) from exc
+    return EnginePlan(plan.engine_hash, plan.to_json(), plan.render_spec)
+
+
+def plan_pytorch(
+    spec: BaseModelSpec, merged: MergedAdapterSource | None = None, *, base_quantization: str | None = None
+) -> EnginePlan:
     """The prepare plan (under :data:`MODEL_CACHE_MOUNT`) and the options file of a ``pytorch`` spec
     (``model.yaml`` on the staged checkpoint when ``serving.server`` is triton); with ``merged`` the checkpoint
-    has that adapter folded in and the options have no LoRA."""
+    has that adapter folded in and the options have no LoRA; with ``base_quantization`` it is QLoRA's base variant."""
     triton = spec.serving.server_or_default is ServingServer.TRITON
     serve_spec = spec if merged is None else engine_plan.merged_spec(spec)
     try:
-        prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT, merged=merged)
+        prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT, merged=merged, base_quantization=base_quantization)
         if triton:
             options = render_llmapi_model_yaml(serve_spec, checkpoint_dir=prepare.serve_checkpoint_dir)
         else:

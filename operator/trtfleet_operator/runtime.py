@@ -31,7 +31,9 @@ from trtfleet_operator.names import (
     LABEL_COMPONENT,
     LABEL_JOB_NAME,
     LABEL_MANAGED_BY,
+    LABEL_ROLE,
     MANAGED_BY,
+    ROLE_VARIANT,
     label_value,
     merged_serving_name,
     serving_name,
@@ -65,6 +67,7 @@ ADAPTER_STATUS_KEYS = (
     "sourceKey",
     "servedName",
     "artifact",
+    "baseVariant",
 )
 Key = tuple[str, str, str]
 """(kind, namespace, name)"""
@@ -240,6 +243,8 @@ class OperatorRuntime:
             ),
         )
         pods = await self._pods_of(namespace, [j for j in jobs if job_snapshot(j).finished])
+        if (spec.get("training") or {}).get("baseQuantization"):
+            return await self._observe_qlora(base, tuple(jobs), tuple(pods), namespace, name)
         if spec.get("mode") != AdapterMode.MERGED.value:
             # a Deployment of the Adapter's merged days, removed once it is served hot-swapped again
             leftover = await client.get(object_path("apps/v1", "Deployment", namespace, merged_serving_name(name)))
@@ -262,6 +267,34 @@ class OperatorRuntime:
             engine_records=merged.engine_records,
             build_pods=merged.build_pods,
             deployment=deployment,
+        )
+
+    async def _observe_qlora(
+        self, base: Obj | None, jobs: tuple[Obj, ...], pods: tuple[Obj, ...], namespace: str, name: str
+    ) -> AdapterObserved:
+        """A QLoRA Adapter: its dynamic objects plus who shares which base variant and the variants' builds
+        and Deployments."""
+        client = self.client
+        builds, adapters, variants, leftover = await asyncio.gather(
+            self._observe_builds(namespace),
+            client.list(collection_path(API_VERSION, "Adapter", namespace)),
+            client.list(collection_path("apps/v1", "Deployment", namespace),
+                        label_selector=_selector(**{LABEL_ROLE: ROLE_VARIANT})),
+            client.get(object_path("apps/v1", "Deployment", namespace, merged_serving_name(name))),
+        )
+        return AdapterObserved(
+            basemodel=base,
+            convert_jobs=jobs,
+            convert_pods=pods,
+            basemodels=builds.basemodels,
+            build_jobs=builds.build_jobs,
+            plan_configmaps=builds.plan_configmaps,
+            engine_records=builds.engine_records,
+            build_pods=builds.build_pods,
+            deployment=leftover,
+            qlora_adapters=tuple(a for a in adapters if ((a.get("spec") or {}).get("training") or {}).get(
+                "baseQuantization")),
+            variant_deployments=tuple(variants),
         )
 
     async def adapters_of(self, namespace: str, basemodel: str) -> list[Obj]:

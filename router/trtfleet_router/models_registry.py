@@ -46,6 +46,7 @@ PROMPT_SPECIAL_TOKENS: Final = 2
 """Tokens an engine adds around a prompt (BOS/separator); counted in the estimate."""
 DEFAULT_MAX_TOKENS: Final = 256
 MERGED_FLEET_SUFFIX: Final = "@merged"
+VARIANT_FLEET_SUFFIX: Final = "@variant"
 DEFAULT_CACHE_PAGES: Final = 8
 
 
@@ -86,11 +87,19 @@ class BaseModelEntry:
     """Adapter ``mode: merged``: this fleet's pods serve the adapter of this served name folded into the
     weights of base model ``merged_base`` (no LoRA inputs); see :func:`merged_entry`."""
     merged_base: str | None = None
+    variant_of: str | None = None
+    """QLoRA base variant: this fleet's pods serve base model ``variant_of`` dequantized as bitsandbytes does;
+    only the adapters trained on that quantization are routed here (see :func:`variant_entry`)."""
 
     @property
     def upstream_name(self) -> str:
         """The model name the pods serve: the merged adapter's served name, else the base model's."""
-        return self.merged_adapter or self.name
+        return self.merged_adapter or self.variant_of or self.name
+
+    @property
+    def own_fleet(self) -> bool:
+        """A fleet reached only through its adapters' names (merged adapters, QLoRA base variants)."""
+        return self.merged_adapter is not None or self.variant_of is not None
 
     @property
     def serves_openai(self) -> bool:
@@ -204,6 +213,10 @@ class ModelRegistry:
     Merged adapters: an entry with ``merged_adapter`` is a fleet of its own (in :attr:`bases`, never a
     served name itself) that takes its adapter's served name, with the adapter's dynamic target on the
     shared pool, when there is one, as the ``fallback``.
+
+    QLoRA base variants: an entry with ``variant_of`` is a fleet of its own too (never a served name); the
+    adapters whose ``base_model`` names it are served there and nowhere else (no fallback: the plain base
+    would give other activations), so while it has no ready pod their requests get 503 with Retry-After.
     """
 
     def __init__(self, bases: Iterable[BaseModelEntry] = (), adapters: Iterable[AdapterEntry] = ()) -> None:
@@ -214,7 +227,7 @@ class ModelRegistry:
         self.aliases: Mapping[str, str] = {old: new for old, new in successors.items() if old not in self.bases}
         """Names of replaced base models that are gone -> the base model now serving them."""
         self._targets: dict[str, Target] = {
-            name: Target(b, None) for name, b in self.bases.items() if b.merged_adapter is None
+            name: Target(b, None) for name, b in self.bases.items() if not b.own_fleet
         }
         for old, new in successors.items():
             replaced = self._targets.get(old)
@@ -246,7 +259,7 @@ class ModelRegistry:
 
     def served_bases(self) -> list[str]:
         """Base model names clients may send (merged fleets are reached by their adapter's name)."""
-        return [name for name, b in self.bases.items() if b.merged_adapter is None]
+        return [name for name, b in self.bases.items() if not b.own_fleet]
 
     def resolve(self, name: str) -> Target:
         target = self._targets.get(name)
@@ -283,6 +296,17 @@ def merged_entry(base: BaseModelEntry, served_name: str) -> BaseModelEntry:
     return replace(
         base, name=merged_fleet_name(served_name), merged_adapter=served_name, merged_base=base.name, replaces=None
     )
+
+
+def variant_fleet_name(variant: str) -> str:
+    """The fleet of a QLoRA base variant's pods (``variant``: its Deployment's name); never a served name."""
+    return f"{variant}{VARIANT_FLEET_SUFFIX}"
+
+
+def variant_entry(base: BaseModelEntry, variant: str) -> BaseModelEntry:
+    """The fleet of QLoRA base variant ``variant`` of ``base``: the same limits, chat template, runtime and
+    LoRA cache, its own pods, which serve the base model's name."""
+    return replace(base, name=variant_fleet_name(variant), variant_of=base.name, replaces=None)
 
 
 def _successors(bases: Iterable[BaseModelEntry]) -> dict[str, str]:

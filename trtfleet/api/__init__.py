@@ -11,6 +11,11 @@ from trtfleet.api.adapter import (
     AdapterSpec,
     AdapterStatus,
     ArtifactStatus,
+    BaseQuantizationSpec,
+    BaseVariantStatus,
+    ComputeDtype,
+    QuantType,
+    TrainingSpec,
 )
 from trtfleet.api.basemodel import (
     DEFAULT_TARGET_MODULES,
@@ -53,4 +58,5 @@ __all__ = [
     "ConditionStatus", "Dtype", "EngineSpec", "EngineStatus", "KvCacheDtype", "LoraModule", "LoraSpec",
     "ModelDimensions", "Phase", "QuantizationMode", "Runtime", "Source", "parse_quantity",
     "Batch", "BatchEndpoint", "BatchPhase", "BatchSpec", "BatchStatus",
+    "BaseQuantizationSpec", "BaseVariantStatus", "ComputeDtype", "QuantType", "TrainingSpec",
 ]

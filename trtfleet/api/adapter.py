@@ -13,7 +13,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Any, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trtfleet.api.common import ApiModel, Condition, Source
 
@@ -43,6 +43,72 @@ class WarmSpec(ApiModel):
     )
 
 
+class QuantType(StrEnum):
+    """bitsandbytes' 4-bit data types (``bnb_4bit_quant_type``)."""
+
+    NF4 = "nf4"
+    FP4 = "fp4"
+
+
+class ComputeDtype(StrEnum):
+    """``bnb_4bit_compute_dtype``: the dtype the dequantized weights are multiplied in."""
+
+    FLOAT16 = "float16"
+    BFLOAT16 = "bfloat16"
+    FLOAT32 = "float32"
+
+
+BlockSize = Literal[32, 64, 128, 256, 512, 1024, 2048, 4096]
+"""bitsandbytes' allowed 4-bit block sizes (``bitsandbytes/_ops.py``: ``blocksize in (32, ..., 4096)``)."""
+MERGED_QLORA_MESSAGE = (
+    "mode merged cannot be combined with training.baseQuantization: a QLoRA adapter is served hot-swapped "
+    "(mode dynamic) on its dequantized base variant"
+)
+
+
+TRAINING_IMMUTABLE_MESSAGE = (
+    "training is immutable (it decides which base serves the adapter): create a new Adapter instead"
+)
+
+
+class BaseQuantizationSpec(ApiModel):
+    """How QLoRA quantized the base model the adapter was trained on (transformers' ``BitsAndBytesConfig``)."""
+
+    quant_type: QuantType = Field(
+        description="bnb_4bit_quant_type: nf4 or fp4. Required: bitsandbytes defaults to fp4, QLoRA recipes use "
+        "nf4, and serving on the wrong one changes the adapter's activations."
+    )
+    block_size: BlockSize = Field(
+        default=64,
+        description="Weights per quantization block: 32, 64, 128, 256, 512, 1024, 2048 or 4096 (bitsandbytes' "
+        "default 64, what Linear4bit uses).",
+    )
+    double_quant: bool = Field(
+        default=False,
+        description="bnb_4bit_use_double_quant: the per-block absmax statistics quantized again to 8 bits "
+        "(default false, as BitsAndBytesConfig).",
+    )
+    compute_dtype: ComputeDtype = Field(
+        default=ComputeDtype.FLOAT32,
+        description="bnb_4bit_compute_dtype: float16, bfloat16 or float32 (BitsAndBytesConfig's default "
+        "float32). The dequantized weights are rounded to it.",
+    )
+
+    def variant_text(self) -> str:
+        """The worker's ``--base-quantization`` form (``TYPE:BLOCK[:double]:DTYPE``)."""
+        double = ":double" if self.double_quant else ""
+        return f"{self.quant_type.value}:{self.block_size}{double}:{self.compute_dtype.value}"
+
+
+class TrainingSpec(ApiModel):
+    base_quantization: BaseQuantizationSpec | None = Field(
+        default=None,
+        description="Set for a QLoRA adapter: the base it learned against was quantized to 4 bits by "
+        "bitsandbytes. trtfleet serves it on a base variant dequantized exactly that way, shared by every "
+        "Adapter of the BaseModel trained with the same settings.",
+    )
+
+
 class AdapterSpec(ApiModel):
     base_model: str = Field(
         min_length=1,
@@ -67,6 +133,38 @@ class AdapterSpec(ApiModel):
         pattern=SERVED_NAME_PATTERN,
         description="Model name clients send (OpenAI `model`, Triton model name). Default: the object name.",
     )
+    training: TrainingSpec | None = Field(
+        default=None,
+        description="How the adapter was trained, where serving depends on it (QLoRA). Immutable: it can be "
+        "neither set, changed nor removed after creation.",
+    )
+
+    model_config = ApiModel.model_config | {
+        "json_schema_extra": {
+            "x-kubernetes-validations": [
+                {
+                    "rule": "!(has(self.mode) && self.mode == 'merged' && has(self.training) && "
+                    "has(self.training.baseQuantization))",
+                    "message": MERGED_QLORA_MESSAGE,
+                },
+                {
+                    "rule": "has(self.training) == has(oldSelf.training) && "
+                    "(!has(self.training) || self.training == oldSelf.training)",
+                    "message": TRAINING_IMMUTABLE_MESSAGE,
+                },
+            ]
+        }
+    }
+
+    @model_validator(mode="after")
+    def _merged_qlora(self) -> AdapterSpec:
+        if self.mode is AdapterMode.MERGED and self.base_quantization is not None:
+            raise ValueError(MERGED_QLORA_MESSAGE)
+        return self
+
+    @property
+    def base_quantization(self) -> BaseQuantizationSpec | None:
+        return self.training.base_quantization if self.training is not None else None
 
 
 class ArtifactStatus(ApiModel):
@@ -84,6 +182,12 @@ class ArtifactStatus(ApiModel):
     bytes: int | None = Field(default=None, ge=0, description="Size of the weights tensor in bytes.")
     rank: int | None = Field(default=None, ge=1, description="Largest LoRA rank in the adapter.")
     modules: list[str] | None = Field(default=None, description="TRT-LLM modules the adapter targets.")
+
+
+class BaseVariantStatus(ApiModel):
+    name: str | None = Field(default=None, description="The variant's Deployment and Service (<base>-q-<hash>).")
+    hash: str | None = Field(default=None, description="Content hash of the variant (base identity + quantization).")
+    quantization: str | None = Field(default=None, description="The quantization, as TYPE:BLOCK[:double]:DTYPE.")
 
 
 class AdapterStatus(ApiModel):
@@ -105,6 +209,9 @@ class AdapterStatus(ApiModel):
     )
     served_name: str | None = Field(default=None, description="Resolved served name.")
     artifact: ArtifactStatus | None = Field(default=None, description="The converted adapter.")
+    base_variant: BaseVariantStatus | None = Field(
+        default=None, description="QLoRA adapters: the base variant whose pods serve this adapter."
+    )
 
 
 class Adapter(ApiModel):

@@ -213,6 +213,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Task", "type": "integer", "jsonPath": ".status.taskId"},
             {"name": "Rank", "type": "integer", "jsonPath": ".status.artifact.rank"},
             {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
+            {"name": "Variant", "type": "string", "jsonPath": ".status.baseVariant.name", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     )

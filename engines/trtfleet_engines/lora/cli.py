@@ -7,6 +7,7 @@
     trtfleet lora inspect DIR [--json] [--base-config ...] [--target-modules ...]
                           [--optimal-adapter-size 8] [--max-adapter-size 64] [--max-lora-rank 64]
     trtfleet lora verify OUT_DIR [--source SRC_DIR]
+    trtfleet lora base-variant --base DIR --quantization nf4:64:double:bfloat16 --out DIR
 
 Exit codes: 0 success, 1 a ``LoraConversionError`` (message on stderr), 2 bad arguments (argparse).
 """
@@ -107,6 +108,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
     merge.add_argument("--force", action="store_true", help="replace OUT if it exists")
     merge.set_defaults(func=run_merge)
 
+    variant = sub.add_parser("base-variant", help="write the base a QLoRA adapter was trained on: every decoder "
+                             "linear weight quantized and dequantized as bitsandbytes does")
+    variant.add_argument("--base", type=Path, required=True, help="the base model (HF safetensors, sharded or not)")
+    variant.add_argument("--quantization", required=True, metavar="SPEC",
+                         help="TYPE[:BLOCK][:double][:DTYPE], e.g. nf4:64:double:bfloat16")
+    variant.add_argument("--out", type=Path, required=True, help="output directory (must not exist)")
+    variant.set_defaults(func=run_base_variant)
+
     verify = sub.add_parser("verify", help="check a converted directory against its manifest.json sha256s")
     verify.add_argument("out_dir", type=Path)
     verify.add_argument("--source", type=Path, help="also check the PEFT source files")
@@ -197,6 +206,21 @@ def run_merge(args: argparse.Namespace) -> int:
         f"{args.out}: {result.modules} adapter modules merged into {len(result.changed)} weights "
         f"({result.dtype.value if result.dtype else 'base dtype'}), {len(result.shards)} shard(s)"
     )
+    return EXIT_OK
+
+
+def run_base_variant(args: argparse.Namespace) -> int:
+    from trtfleet_engines.lora.qlora_base import BaseQuantization, write_base_variant
+
+    try:
+        spec = BaseQuantization.parse(args.quantization)
+        replaced = write_base_variant(args.base, spec, args.out)
+    except LoraConversionError as exc:
+        return _fail(exc)
+    except (ValueError, OSError) as exc:
+        print(f"trtfleet lora: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{args.out}: {len(replaced)} linear weights quantized and dequantized as {args.quantization}")
     return EXIT_OK
 
 

@@ -143,7 +143,7 @@ def _check_shapes(name: str, shape: tuple[int, ...], modules: list[PeftModule]) 
             )
 
 
-def _weight_files(base_dir: Path) -> tuple[dict[str, str], dict[str, Any] | None]:
+def weight_files(base_dir: Path) -> tuple[dict[str, str], dict[str, Any] | None]:
     """weight name -> shard file name, and the index document when the checkpoint is sharded."""
     index_file = base_dir / SAFETENSORS_INDEX
     if index_file.is_file():
@@ -176,7 +176,7 @@ def merge_dir(
         raise BaseModelFormatError(f"{base_dir} is not a directory")
     raw_config, adapter_tensors = read_peft_dir(adapter_dir)
     adapter = parse_peft_adapter(raw_config, adapter_tensors)
-    weight_map, index = _weight_files(base_dir)
+    weight_map, index = weight_files(base_dir)
     by_weight: dict[str, list[PeftModule]] = {}
     for module in adapter.modules:
         name = f"{module.path}.weight"

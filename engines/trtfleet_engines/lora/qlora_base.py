@@ -22,7 +22,7 @@ from typing import Final, Literal, cast
 from trtfleet_engines.lora import safetensors_io
 from trtfleet_engines.lora.bnb4bit import BLOCK_SIZES, QuantType, quantize_dequantize, round_to
 from trtfleet_engines.lora.errors import BaseModelFormatError
-from trtfleet_engines.lora.merge import SAFETENSORS_FILE, read_safetensors_raw, to_float32
+from trtfleet_engines.lora.merge import SAFETENSORS_INDEX, read_safetensors_raw, to_float32, weight_files
 from trtfleet_engines.lora.safetensors_io import RawTensor
 
 ComputeDtype = Literal["float32", "float16", "bfloat16"]
@@ -72,18 +72,26 @@ def _variant(name: str, tensor: RawTensor, spec: BaseQuantization) -> RawTensor:
 
 
 def write_base_variant(base_dir: Path, spec: BaseQuantization, out_dir: Path) -> tuple[str, ...]:
-    """``base_dir`` (one ``model.safetensors``) with its linear weights replaced; the names replaced."""
-    tensors, metadata = read_safetensors_raw(base_dir / SAFETENSORS_FILE)
-    replaced = tuple(sorted(n for n in tensors if n.startswith("model.layers.") and n.endswith("_proj.weight")))
+    """``base_dir`` (``model.safetensors``, or shards with ``model.safetensors.index.json``, one shard in memory at
+    a time) with its linear weights replaced; the names replaced. Sharded checkpoints keep their shards and get an
+    index with the new total size."""
+    weight_map, index = weight_files(base_dir)
+    replaced = tuple(sorted(n for n in weight_map if n.startswith("model.layers.") and n.endswith("_proj.weight")))
     if not replaced:
         raise BaseModelFormatError(f"{base_dir}: no decoder linear weights (model.layers.*_proj.weight)")
+    shards = sorted(set(weight_map.values()))
     out_dir.mkdir(parents=True, exist_ok=False)
     for entry in base_dir.iterdir():
-        if entry.name != SAFETENSORS_FILE and entry.is_file():
+        if entry.name not in shards and entry.name != SAFETENSORS_INDEX and entry.is_file():
             shutil.copy2(entry, out_dir / entry.name)
-    safetensors_io.write(out_dir / SAFETENSORS_FILE, {n: (_variant(n, t, spec) if n in replaced else t)
-                                                      for n, t in tensors.items()}, metadata)
+    wanted, total = set(replaced), 0
+    for shard in shards:
+        tensors, metadata = read_safetensors_raw(base_dir / shard)
+        total += safetensors_io.write(out_dir / shard, {n: (_variant(n, t, spec) if n in wanted else t)
+                                                        for n, t in tensors.items()}, metadata)
+    if index is not None:
+        index = {**index, "metadata": {**(index.get("metadata") or {}), "total_size": total}}
+        (out_dir / SAFETENSORS_INDEX).write_text(json.dumps(index, indent=2) + "\n", encoding="utf-8")
     record = {"baseQuantization": asdict(spec), "replaced": list(replaced)}
     (out_dir / VARIANT_RECORD).write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
     return replaced
-

@@ -15,6 +15,8 @@
 quantizing the ModelOpt format, the KV-cache format and the image that runs ModelOpt; for a merged Adapter
 (``mode: merged``, :class:`MergeStep`: the PEFT adapter folded into the staged weights with ``trtfleet lora
 merge`` at the spec's dtype, before any quantization) also the adapter's URI and revision and that dtype.
+For a QLoRA base variant (:class:`BaseVariantStep`: every decoder linear weight quantized and dequantized as
+bitsandbytes does, ``trtfleet lora base-variant``) the quantization is part of the hash too.
 Parallelism, limits, LoRA and serving settings change the options file, never the checkpoint, so they never re-stage it.
 Errors: :class:`~trtfleet_engines.errors.UnsupportedError` for a quantization ModelOpt cannot export as an
 HF checkpoint for this backend.
@@ -43,6 +45,7 @@ ORIGINAL_DIR = "original"
 QUANTIZED_DIR = "quantized"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
+VARIANT_DIR = "variant"
 STARTUP_TIMEOUT_S = 1800
 """Loading weights and capturing CUDA graphs of a large model takes many minutes."""
 
@@ -132,8 +135,11 @@ class MergedAdapterSource:
     revision: str | None
 
 
-def prepare_hash(spec: BaseModelSpec, merged: MergedAdapterSource | None = None) -> str:
-    """Content address of the staged checkpoint (hex sha256, 16 characters)."""
+def prepare_hash(
+    spec: BaseModelSpec, merged: MergedAdapterSource | None = None, base_quantization: str | None = None
+) -> str:
+    """Content address of the staged checkpoint (hex sha256, 16 characters); ``base_quantization``: a QLoRA
+    base variant's ``TYPE:BLOCK[:double]:DTYPE``."""
     identity: dict[str, object] = {
         "format": PREPARE_FORMAT,
         "source": spec.source.uri.rstrip("/"),
@@ -142,6 +148,8 @@ def prepare_hash(spec: BaseModelSpec, merged: MergedAdapterSource | None = None)
     if merged is not None:
         identity["mergedAdapter"] = {"uri": merged.uri.rstrip("/"), "revision": merged.revision}
         identity["mergedDtype"] = spec.dtype.value
+    if base_quantization is not None:
+        identity["baseQuantization"] = base_quantization
     quantization = _quantization(spec)
     if quantization is not None:
         identity["qformat"], identity["kvCacheQformat"] = quantization
@@ -179,6 +187,15 @@ class MergeStep:
 
 
 @dataclass(frozen=True)
+class BaseVariantStep:
+    """Write the staged checkpoint with its linear weights quantized and dequantized as bitsandbytes does
+    (``quantization``: ``TYPE:BLOCK[:double]:DTYPE``) to ``output_dir``: the base a QLoRA adapter learned on."""
+
+    quantization: str
+    output_dir: str
+
+
+@dataclass(frozen=True)
 class PreparePlan:
     """What the prepare Job does for one content hash, and which directory ``trtllm-serve`` then loads."""
 
@@ -187,19 +204,23 @@ class PreparePlan:
     stage: StageStep
     quantize: QuantizeStep | None
     merge: MergeStep | None = None
+    variant: BaseVariantStep | None = None
 
     @property
     def serve_checkpoint_dir(self) -> str:
         if self.quantize is not None:
             return self.quantize.output_dir
+        if self.variant is not None:
+            return self.variant.output_dir
         return self.merge.output_dir if self.merge is not None else self.stage.destination_dir
 
     def to_dict(self) -> dict[str, object]:
         """The plan as the prepare Job reads it; without ``merge`` when there is none, so the plans of plain
         checkpoints stay byte for byte what they were."""
         data = asdict(self)
-        if self.merge is None:
-            del data["merge"]
+        for optional in ("merge", "variant"):
+            if data[optional] is None:
+                del data[optional]
         return data
 
 
@@ -209,11 +230,22 @@ def staged_root(cache_root: str, content_hash: str) -> str:
 
 
 def plan_prepare(
-    spec: BaseModelSpec, *, cache_root: str, trust_remote_code: bool = False, merged: MergedAdapterSource | None = None
+    spec: BaseModelSpec,
+    *,
+    cache_root: str,
+    trust_remote_code: bool = False,
+    merged: MergedAdapterSource | None = None,
+    base_quantization: str | None = None,
 ) -> PreparePlan:
     """The prepare plan of ``spec`` under the model cache mounted at ``cache_root`` (with ``merged``: the
-    checkpoint of that adapter folded into the model)."""
-    content_hash = prepare_hash(spec, merged)
+    checkpoint of that adapter folded into the model; with ``base_quantization``: QLoRA's base variant of it,
+    which no ModelOpt quantization may change again)."""
+    if base_quantization is not None and spec.quantization.mode is not QuantizationMode.NONE:
+        raise UnsupportedError(
+            f"a QLoRA base variant is served as dequantized, but quantization.mode {spec.quantization.mode.value} "
+            "would quantize it again: serve QLoRA adapters on a BaseModel with quantization.mode none"
+        )
+    content_hash = prepare_hash(spec, merged, base_quantization)
     root = staged_root(cache_root, content_hash)
     stage = StageStep(spec.source.uri, spec.source.revision, posixpath.join(root, ORIGINAL_DIR))
     merge: MergeStep | None = None
@@ -221,6 +253,10 @@ def plan_prepare(
         merge = MergeStep(merged.uri, merged.revision, posixpath.join(root, ADAPTER_DIR), spec.dtype.value,
                           posixpath.join(root, MERGED_DIR))
     weights_dir = merge.output_dir if merge is not None else stage.destination_dir
+    variant: BaseVariantStep | None = None
+    if base_quantization is not None:
+        variant = BaseVariantStep(base_quantization, posixpath.join(root, VARIANT_DIR))
+        weights_dir = variant.output_dir
     quantization = _quantization(spec)
     quantize: QuantizeStep | None = None
     if quantization is not None:
@@ -234,4 +270,4 @@ def plan_prepare(
             "--export_path", output,
         )
         quantize = QuantizeStep(argv + (("--trust_remote_code",) if trust_remote_code else ()), output)
-    return PreparePlan(content_hash, root, stage, quantize, merge)
+    return PreparePlan(content_hash, root, stage, quantize, merge, variant)

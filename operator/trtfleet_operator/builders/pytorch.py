@@ -202,11 +202,14 @@ def build_pytorch_deployment(
     config: OperatorConfig,
     adapter: str | None = None,
     served_name: str | None = None,
+    variant: str | None = None,
+    replicas: int | None = None,
 ) -> Obj:
     """The ``trtllm-serve`` Deployment of a ``pytorch`` BaseModel (served under the BaseModel's name), or with
     ``serving.server: triton`` the Triton one (:mod:`.llmapi`); with ``adapter``, a merged Adapter's (its
-    checkpoint in ``plan``, served under ``served_name``)."""
-    selector = selector_labels(basemodel, adapter)
+    checkpoint in ``plan``, served under ``served_name``); with ``variant``, a QLoRA base variant's (served under
+    the BaseModel's name, adapters by ``lora_request`` as on the base); ``replicas``: default the spec's."""
+    selector = selector_labels(basemodel, adapter, variant)
     triton = spec.serving.server_or_default is ServingServer.TRITON
     pod_labels = {
         **metadata("x", namespace, component=COMPONENT_SERVING)["labels"],
@@ -254,7 +257,7 @@ def build_pytorch_deployment(
             owners=[owner],
         ),
         "spec": {
-            "replicas": spec.serving.replicas,
+            "replicas": spec.serving.replicas if replicas is None else replicas,
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_S + 600,
             "selector": {"matchLabels": selector},

@@ -52,8 +52,10 @@ from trtfleet_operator.names import (
     LABEL_NAME,
     LABEL_ROLE,
     LABEL_RUNTIME,
+    LABEL_VARIANT,
     ROLE_BASE,
     ROLE_MERGED,
+    ROLE_VARIANT,
     digest,
     engine_hash_label,
     label_value,
@@ -76,14 +78,15 @@ PRESTOP_SLEEP_S = 10
 PYTHON_BACKEND_MARK = 'backend: "python"'
 
 
-def selector_labels(basemodel: str, adapter: str | None = None) -> dict[str, str]:
-    """The Deployment selector: base pods and each merged adapter's pods never overlap."""
-    labels = {
-        LABEL_BASEMODEL: label_value(basemodel),
-        LABEL_ROLE: ROLE_BASE if adapter is None else ROLE_MERGED,
-    }
+def selector_labels(basemodel: str, adapter: str | None = None, variant: str | None = None) -> dict[str, str]:
+    """The Deployment selector: base pods, each merged adapter's pods and each QLoRA base variant's pods
+    never overlap."""
+    role = ROLE_VARIANT if variant is not None else ROLE_BASE if adapter is None else ROLE_MERGED
+    labels = {LABEL_BASEMODEL: label_value(basemodel), LABEL_ROLE: role}
     if adapter is not None:
         labels[LABEL_ADAPTER] = label_value(adapter)
+    if variant is not None:
+        labels[LABEL_VARIANT] = label_value(variant)
     return labels
 
 
@@ -104,6 +107,11 @@ def file_path(uri: str) -> str:
 def reference_merged_args(adapter_uri: str, served_name: str) -> list[str]:
     """``trtfleet worker`` flags of a merged Adapter on the reference runtime: the worker merges at start."""
     return ["--merged-adapter", file_path(adapter_uri), "--merged-adapter-name", served_name]
+
+
+def reference_variant_args(quantization: str) -> list[str]:
+    """``trtfleet worker`` flags of a QLoRA base variant on the reference runtime: it dequantizes at start."""
+    return ["--base-quantization", quantization]
 
 
 def build_model_repo_configmap(
@@ -266,10 +274,13 @@ def build_deployment(
     config: OperatorConfig,
     adapter: str | None = None,
     worker_args: tuple[str, ...] = (),
+    variant: str | None = None,
+    replicas: int | None = None,
 ) -> Obj:
-    """The Triton Deployment serving ``engine_hash`` (a base model, or one merged adapter); ``worker_args``:
-    extra ``trtfleet worker`` flags of the reference runtime (:func:`reference_merged_args`)."""
-    selector = selector_labels(basemodel, adapter)
+    """The Triton Deployment serving ``engine_hash`` (a base model, one merged adapter, or with ``variant`` a
+    QLoRA base variant); ``worker_args``: extra ``trtfleet worker`` flags of the reference runtime
+    (:func:`reference_merged_args`, :func:`reference_variant_args`); ``replicas``: default the spec's."""
+    selector = selector_labels(basemodel, adapter, variant)
     runtime = spec.runtime.value
     pod_labels = {
         **metadata("x", namespace, component=COMPONENT_SERVING)["labels"],
@@ -328,7 +339,7 @@ def build_deployment(
             owners=[owner],
         ),
         "spec": {
-            "replicas": spec.serving.replicas,
+            "replicas": spec.serving.replicas if replicas is None else replicas,
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_S + 600,
             "selector": {"matchLabels": selector},
@@ -357,9 +368,10 @@ def build_service(
     adapter: str | None = None,
     runtime: Runtime = Runtime.TENSORRTLLM,
     server: ServingServer | None = None,
+    variant: str | None = None,
 ) -> Obj:
     """The headless Service the router resolves to pod addresses (port ``http`` on every runtime)."""
-    selector = selector_labels(basemodel, adapter)
+    selector = selector_labels(basemodel, adapter, variant)
     http_only = runtime in HTTP_ONLY_RUNTIMES and server is not ServingServer.TRITON
     ports = [dict(port) for port in _SERVICE_PORTS if not http_only or port["name"] == "http"]
     return {
@@ -376,10 +388,16 @@ def build_service(
 
 
 def build_pdb(
-    *, name: str, namespace: str, owner: Mapping[str, Any], basemodel: str, adapter: str | None = None
+    *,
+    name: str,
+    namespace: str,
+    owner: Mapping[str, Any],
+    basemodel: str,
+    adapter: str | None = None,
+    variant: str | None = None,
 ) -> Obj:
     """Voluntary disruptions (drains) take one serving pod at a time; broken pods never block a drain."""
-    selector = selector_labels(basemodel, adapter)
+    selector = selector_labels(basemodel, adapter, variant)
     return {
         "apiVersion": "policy/v1",
         "kind": "PodDisruptionBudget",

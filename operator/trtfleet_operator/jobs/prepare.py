@@ -11,9 +11,12 @@ finished directory never needs redoing):
 2. **Merge** (a merged Adapter's plan): fetch the PEFT adapter like the checkpoint and fold it into the staged
    weights at the plan's dtype (``trtfleet lora merge``, :func:`trtfleet_engines.lora.merge.merge_dir`) into
    ``merge.output_dir``; an adapter that does not fit the model is refused (exit 2).
-3. **Quantize** (when the plan has it): run its argv (ModelOpt's ``hf_ptq.py``), which exports the
+3. **Base variant** (a QLoRA base variant's plan): the staged checkpoint with every decoder linear weight
+   quantized and dequantized as bitsandbytes does (:func:`trtfleet_engines.lora.qlora_base.write_base_variant`),
+   written beside ``variant.output_dir`` and renamed into place; a model it cannot take is refused (exit 2).
+4. **Quantize** (when the plan has it): run its argv (ModelOpt's ``hf_ptq.py``), which exports the
    quantized HF checkpoint to ``quantize.output_dir``.
-4. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
+5. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
 
 Any failure writes one line saying what failed to the termination log: exit 2 for a plan or source that
 can never work (the Job fails at once, see ``podFailurePolicy``), exit 1 otherwise (retried).
@@ -117,6 +120,28 @@ def merge(merge_plan: dict[str, Any], staged_dir: Path) -> bool:
     return True
 
 
+def base_variant(variant_plan: dict[str, Any], staged_dir: Path) -> bool:
+    """Write QLoRA's base variant of ``staged_dir`` once, into ``output_dir``; True when it did."""
+    from trtfleet_engines.lora.errors import LoraConversionError
+    from trtfleet_engines.lora.qlora_base import BaseQuantization, write_base_variant
+
+    output = Path(variant_plan["output_dir"])
+    if _done(output):
+        return False
+    partial = output.with_name(f".{output.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    try:
+        write_base_variant(staged_dir, BaseQuantization.parse(str(variant_plan["quantization"])), partial)
+    except (LoraConversionError, ValueError) as exc:
+        shutil.rmtree(partial, ignore_errors=True)
+        message = f"the {variant_plan['quantization']} base variant failed: {exc}"
+        raise PrepareError(message, SPEC_ERROR_EXIT_CODE) from exc
+    (partial / DONE_MARKER).write_text(json.dumps({"baseQuantization": variant_plan["quantization"]}) + "\n")
+    shutil.rmtree(output, ignore_errors=True)
+    partial.rename(output)
+    return True
+
+
 def quantize(quantize_plan: dict[str, Any]) -> bool:
     """Run the quantization argv once; True when it ran."""
     output = Path(quantize_plan["output_dir"])
@@ -142,7 +167,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = json.loads(Path(args.plan).read_text())
         stage_plan, quantize_plan, merge_plan = plan["stage"], plan.get("quantize"), plan.get("merge")
+        variant_plan = plan.get("variant")
         weights_dir = merge_plan["output_dir"] if merge_plan else stage_plan["destination_dir"]
+        weights_dir = variant_plan["output_dir"] if variant_plan else weights_dir
         serve_dir = quantize_plan["output_dir"] if quantize_plan else weights_dir
     except (OSError, ValueError, KeyError, TypeError) as exc:
         _report(log, f"the prepare plan {args.plan} is unreadable: {exc}")
@@ -150,6 +177,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         staged = stage(stage_plan)
         merged = merge(merge_plan, Path(stage_plan["destination_dir"])) if merge_plan else False
+        variant = base_variant(variant_plan, Path(stage_plan["destination_dir"])) if variant_plan else False
         quantized = quantize(quantize_plan) if quantize_plan else False
     except PrepareError as exc:
         _report(log, str(exc))
@@ -159,7 +187,8 @@ def run(args: argparse.Namespace) -> int:
         return 1
     report = json.dumps(
         {"hash": plan.get("content_hash"), "serveDir": serve_dir, "staged": staged, "quantized": quantized}
-        | ({"merged": merged} if merge_plan else {}),
+        | ({"merged": merged} if merge_plan else {})
+        | ({"variant": variant} if variant_plan else {}),
         sort_keys=True,
     )
     _report(log, report)

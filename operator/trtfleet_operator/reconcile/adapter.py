@@ -17,7 +17,9 @@
    id, the source key and the artifact are written in one status patch. A new source (uri or revision)
    converts again and gets a new id; until then the status keeps describing the previous source.
 
-``mode: merged`` is delegated to :mod:`trtfleet_operator.reconcile.merged`.
+``mode: merged`` is delegated to :mod:`trtfleet_operator.reconcile.merged`. A QLoRA adapter
+(``training.baseQuantization``) is a dynamic one whose result also carries its base variant's objects, the
+``BaseVariantReady`` condition and ``status.baseVariant`` (:mod:`trtfleet_operator.reconcile.variant`).
 """
 
 from __future__ import annotations
@@ -52,6 +54,7 @@ from trtfleet_operator.reconcile.types import (
     job_snapshot,
     success_message,
 )
+from trtfleet_operator.reconcile.variant import reconcile_variant, with_variant
 from trtfleet_operator.taskids import source_key
 
 BASEMODEL_NOT_FOUND = "BaseModelNotFound"
@@ -119,6 +122,23 @@ def _summary_of(artifact: Obj) -> ArtifactSummary | None:
 
 
 def reconcile_adapter(
+    obj: Obj, observed: AdapterObserved, config: OperatorConfig, now: datetime, *, task_id: int | None = None
+) -> Reconciliation:
+    result = _reconcile_adapter(obj, observed, config, now, task_id=task_id)
+    try:
+        spec = AdapterSpec.model_validate(obj["spec"])
+        base_obj = observed.basemodel
+        base = BaseModelSpec.model_validate(base_obj["spec"]) if base_obj is not None else None
+    except ValidationError:
+        return result  # said by the dynamic reconcile
+    quantization = spec.base_quantization
+    deleting = base_obj is None or bool(base_obj["metadata"].get("deletionTimestamp"))
+    if quantization is None or base is None or deleting or not base.lora.enabled:
+        return result
+    return with_variant(obj, result, reconcile_variant(obj, spec, quantization, base, observed, config, now), now)
+
+
+def _reconcile_adapter(
     obj: Obj, observed: AdapterObserved, config: OperatorConfig, now: datetime, *, task_id: int | None = None
 ) -> Reconciliation:
     meta = obj["metadata"]

@@ -213,6 +213,11 @@ class AdapterObserved:
     build_pods: tuple[Obj, ...] = ()
     deployment: Obj | None = None
     """The ``<adapter>-merged`` Deployment (mode dynamic: one left from a switch away from merged)."""
+    # QLoRA adapters (training.baseQuantization) only; also basemodels and the build objects above
+    qlora_adapters: tuple[Obj, ...] = ()
+    """The namespace's Adapters with training.baseQuantization (who shares which base variant)."""
+    variant_deployments: tuple[Obj, ...] = ()
+    """The namespace's base-variant Deployments (label ``trtfleet.io/role=variant``)."""
 
 
 def status_patch(old: Mapping[str, Any], new: Mapping[str, Any], keys: Sequence[str]) -> Obj:

@@ -23,6 +23,10 @@ context's):
   join the base model's pool. While it has no ready pod the name is served hot-swapped on the base
   model's pool (``Target.fallback``) when an Adapter of that served name is Ready there, or when the merged
   Adapter's status still carries the ``taskId`` and ``artifact`` of its dynamic days, whatever its phase.
+* QLoRA Adapters (``spec.training.baseQuantization``): served only on the base variant their
+  ``status.baseVariant.name`` names, a fleet of its own (:func:`~trtfleet_router.models_registry.variant_entry`)
+  made of the EndpointSlices labelled ``trtfleet.io/role=variant`` and ``trtfleet.io/variant=<that name>``;
+  never on the base model's pool (other activations), not at all before the operator names the variant.
 
 The translation functions are pure; :class:`KubernetesDiscovery` only keeps the latest objects and
 rebuilds the snapshot after every event.
@@ -52,6 +56,8 @@ from trtfleet_router.models_registry import (
     lora_geometry,
     merged_entry,
     pages_for_adapter,
+    variant_entry,
+    variant_fleet_name,
 )
 
 log = logging.getLogger(__name__)
@@ -61,6 +67,9 @@ ADAPTER_LABEL: Final = "trtfleet.io/adapter"
 ROLE_LABEL: Final = "trtfleet.io/role"
 ROLE_MERGED: Final = "merged"
 """Labels the operator puts on a merged Adapter's Service (and so its EndpointSlices)."""
+ROLE_VARIANT: Final = "variant"
+VARIANT_LABEL: Final = "trtfleet.io/variant"
+"""Labels the operator puts on a QLoRA base variant's Service."""
 UPSTREAM_MODEL_ANNOTATION: Final = "trtfleet.io/upstream-model"
 GRPC_PORT_NAME: Final = "grpc"
 METRICS_PORT_NAME: Final = "metrics"
@@ -73,16 +82,19 @@ def _host_port(ip: str, port: int) -> str:
 
 
 def pods_from_endpointslices(
-    slices: Iterable[Mapping[str, Any]], *, merged: bool = False
+    slices: Iterable[Mapping[str, Any]], *, merged: bool = False, variant: bool = False
 ) -> dict[str, dict[str, PodEndpoint]]:
     """EndpointSlices -> ``{base model: {pod id: PodEndpoint}}`` of the base models' own pods, or with
-    ``merged`` ``{adapter object name: {pod id: PodEndpoint}}`` of merged Adapters' pods."""
+    ``merged`` ``{adapter object name: {pod id: PodEndpoint}}`` of merged Adapters' pods, or with ``variant``
+    ``{variant name: {pod id: PodEndpoint}}`` of QLoRA base variants' pods."""
     pods: dict[str, dict[str, PodEndpoint]] = {}
+    wanted = ROLE_MERGED if merged else ROLE_VARIANT if variant else None
+    key_label = ADAPTER_LABEL if merged else VARIANT_LABEL if variant else BASEMODEL_LABEL
     for slice_ in slices:
         labels = slice_.get("metadata", {}).get("labels") or {}
-        is_merged = labels.get(ROLE_LABEL) == ROLE_MERGED
-        key = labels.get(ADAPTER_LABEL) if merged else labels.get(BASEMODEL_LABEL)
-        if not key or is_merged != merged:
+        role = labels.get(ROLE_LABEL)
+        key = labels.get(key_label)
+        if not key or (role if role in (ROLE_MERGED, ROLE_VARIANT) else None) != wanted:
             continue
         ports = {p.get("name"): p.get("port") for p in slice_.get("ports") or []}
         grpc_port, metrics_port = ports.get(GRPC_PORT_NAME), ports.get(METRICS_PORT_NAME)
@@ -149,9 +161,15 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
     base = bases.get(parsed.spec.base_model)
     geometry = lora_geometry(base.spec) if base is not None else None
     weights_bytes = artifact.bytes or 0
+    fleet = parsed.spec.base_model
+    if parsed.spec.base_quantization is not None:  # QLoRA: its base variant's pods only
+        variant = status.base_variant.name if status.base_variant is not None else None
+        if not variant:
+            return None
+        fleet = variant_fleet_name(variant)
     return AdapterEntry(
         served_name=name,
-        base_model=parsed.spec.base_model,
+        base_model=fleet,
         task_id=status.task_id,
         artifact_uri=artifact.uri,
         sha256=artifact.sha256,
@@ -182,6 +200,11 @@ def build_snapshot(
     fleet_pods = {name: pods.get(name, {}) for name in parsed_bases}
     merged_pods = pods_from_endpointslices(slices, merged=True)
     by_name = {entry.name: entry for entry in entries}
+    variant_pods = pods_from_endpointslices(slices, variant=True)
+    for variant, base_name in sorted(_variants(adapters).items()):
+        if base_name in by_name:
+            entries.append(variant_entry(by_name[base_name], variant))
+            fleet_pods[entries[-1].name] = variant_pods.get(variant, {})
     for obj in adapters:
         own_pods = merged_pods.get(str(obj.get("metadata", {}).get("name", "")), {})
         merged = merged_fleet_from_object(obj, by_name, has_pods=bool(own_pods))
@@ -189,6 +212,18 @@ def build_snapshot(
             entries.append(merged)
             fleet_pods[merged.name] = own_pods
     return DiscoverySnapshot(ModelRegistry(entries, adapter_entries), fleet_pods)
+
+
+def _variants(adapters: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """Base variant name -> its BaseModel, for every QLoRA Adapter whose status names a variant."""
+    variants: dict[str, str] = {}
+    for obj in adapters:
+        spec, status = obj.get("spec") or {}, obj.get("status") or {}
+        variant = (status.get("baseVariant") or {}).get("name")
+        if ((spec.get("training") or {}).get("baseQuantization") and variant and spec.get("baseModel")
+                and not (obj.get("metadata") or {}).get("deletionTimestamp")):
+            variants[str(variant)] = str(spec["baseModel"])
+    return variants
 
 
 def merged_fleet_from_object(

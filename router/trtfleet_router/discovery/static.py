@@ -23,6 +23,10 @@ Fleet file (camelCase or snake_case keys)::
         mergedAdapters:             # Adapter mode: merged: pods serving one adapter folded into the weights
           - servedName: tiny-upper  # its requests go there; while none is ready, hot-swapped as above
             backends: [127.0.0.1:9101/9102/9100]
+        baseVariants:               # QLoRA: pods of the base dequantized as bitsandbytes does (trtfleet worker
+          - name: tiny-q-nf4        # --base-quantization); its adapters are served there and nowhere else
+            backends: [127.0.0.1:9201/9202/9200]
+            adapters: [{servedName: tiny-upper-qlora, taskId: 9, artifact: /data/upper-nf4}]
 
 Runtime ``pytorch``: a backend's ``address`` is the trtllm-serve HTTP ``host:port``; an adapter's
 ``artifact`` is its PEFT directory, sent as ``lora_request.lora_path`` (``loraPath`` overrides it
@@ -71,6 +75,8 @@ from trtfleet_router.models_registry import (
     lora_geometry,
     merged_entry,
     pages_for_adapter,
+    variant_entry,
+    variant_fleet_name,
 )
 
 log = logging.getLogger(__name__)
@@ -116,6 +122,17 @@ class MergedAdapterConfig(_Model):
         return _plain_backends(value)
 
 
+class BaseVariantConfig(_Model):
+    name: str = Field(description="The variant's name (its fleet is <name>@variant).")
+    backends: list[BackendConfig] = Field(default_factory=list)
+    adapters: list[AdapterConfig] = Field(default_factory=list, description="The QLoRA adapters trained on it.")
+
+    @field_validator("backends", mode="before")
+    @classmethod
+    def _plain_addresses(cls, value: Any) -> Any:
+        return _plain_backends(value)
+
+
 class BaseModelConfig(_Model):
     name: str
     spec: BaseModelSpec | None = None
@@ -138,6 +155,7 @@ class BaseModelConfig(_Model):
     backends: list[BackendConfig] = Field(default_factory=list)
     adapters: list[AdapterConfig] = Field(default_factory=list)
     merged_adapters: list[MergedAdapterConfig] = Field(default_factory=list)
+    base_variants: list[BaseVariantConfig] = Field(default_factory=list)
 
     @field_validator("backends", mode="before")
     @classmethod
@@ -299,6 +317,11 @@ def snapshot_from_config(config: FleetConfig, base_dir: Path | None = None) -> D
         for merged in base.merged_adapters:
             bases.append(merged_entry(entry, merged.served_name))
             pods[bases[-1].name] = _endpoints(merged.backends)
+        for variant in base.base_variants:
+            bases.append(variant_entry(entry, variant.name))
+            pods[bases[-1].name] = _endpoints(variant.backends)
+            fleet = variant_fleet_name(variant.name)
+            adapters += [replace(adapter_entry(a, base, base_dir), base_model=fleet) for a in variant.adapters]
     return DiscoverySnapshot(ModelRegistry(bases, adapters), pods)
 
 

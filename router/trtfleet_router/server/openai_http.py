@@ -74,7 +74,7 @@ class OpenAIFrontend:
                 if self.services.visible(name, key)
             ]
             cards += [
-                model_card(name, self.created, a.base_model)
+                model_card(name, self.created, registry.bases[a.base_model].variant_of or a.base_model)
                 for name, a in registry.adapters.items()
                 if self.services.visible(name, key)
             ]
@@ -93,7 +93,7 @@ class OpenAIFrontend:
             target = self.services.resolve(name, presented_key(request.headers))
         except RouterError as exc:
             return error_response(exc)
-        parent = target.base.name if target.adapter is not None else target.base.merged_base
+        parent = (target.base.variant_of or target.base.name) if target.adapter is not None else target.base.merged_base
         return json_response(model_card(name, self.created, parent))
 
     async def _serve(self, request: web.Request, *, chat: bool) -> web.StreamResponse:

@@ -28,12 +28,15 @@ from trtfleet_operator.config import Images, OperatorConfig
 from trtfleet_operator.names import (
     LABEL_ADAPTER,
     LABEL_BASEMODEL,
+    LABEL_VARIANT,
     merged_serving_name,
     owner_reference,
     prepare_job_name,
     serving_name,
+    variant_serving_name,
 )
-from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan, plan_engine, plan_merged
+from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan, plan_engine, plan_merged, plan_variant
+from trtfleet_operator.reconcile.variant import VariantWant, variant_deployment, variant_service_and_pdb
 from trtfleet_operator.taskids import source_key
 
 from trtfleet.api import API_VERSION, Adapter, AdapterMode, BaseModel, Runtime
@@ -113,6 +116,8 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     ad_name = adapter.metadata["name"]
     ad_owner = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=True)
     if adapter.spec.mode is AdapterMode.DYNAMIC:
+        if adapter.spec.base_quantization is not None:
+            out |= render_variant(base, adapter)
         out["convert-job"] = build_convert_job(
             adapter=ad_name,
             namespace=NAMESPACE,
@@ -233,6 +238,36 @@ def render_pytorch_merged(
     }
 
 
+def render_variant(base: BaseModel, adapter: Adapter) -> dict[str, dict[str, Any]]:
+    """A QLoRA Adapter's base variant: its build (or prepare) plan and Job, configuration, Deployment, Service
+    and PDB, owned by the Adapter (and by every other Adapter trained alike)."""
+    quantization = adapter.spec.base_quantization
+    assert quantization is not None
+    name, ad_name = base.metadata["name"], adapter.metadata["name"]
+    plan = plan_variant(base.spec, quantization)
+    ad_shared = owner_reference("Adapter", API_VERSION, ad_name, _uid(ad_name), controller=False)
+    want = VariantWant(ad_shared, name, plan.engine_hash, variant_serving_name(name, plan.engine_hash))
+    labels = {LABEL_BASEMODEL: name, LABEL_VARIANT: want.serving}
+    out: dict[str, dict[str, Any]] = {}
+    if base.spec.runtime is not Runtime.REFERENCE:
+        out["variant-plan-configmap"] = build_plan_configmap(
+            plan.engine_hash, plan.plan_json, namespace=NAMESPACE, owners=[ad_shared]
+        )
+        job = build_prepare_job if base.spec.runtime is Runtime.PYTORCH else build_engine_job_of_plan
+        out["variant-build-job"] = job(
+            base.spec, plan, namespace=NAMESPACE, owners=[ad_shared], attempt=1, config=CONFIG, labels=labels
+        )
+    service, pdb = variant_service_and_pdb(base.spec, want, NAMESPACE)
+    config_map, deployment = variant_deployment(plan, base.spec, quantization, want, NAMESPACE, CONFIG)
+    out |= {"variant-service": service, "variant-pdb": pdb, "variant-config": config_map,
+            "variant-deployment": deployment}
+    return out
+
+
+def build_engine_job_of_plan(spec: Any, plan: EnginePlan, **kwargs: Any) -> dict[str, Any]:
+    return build_engine_job(spec, engine_hash=plan.engine_hash, **kwargs)
+
+
 def dump(obj: dict[str, Any]) -> str:
     return yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, width=110)
 
@@ -251,6 +286,9 @@ def test_cases_exist() -> None:
         "pytorch-llama70b-fp8-tp2",
         "adapter-pytorch-sql",
         "pytorch-llama3-8b-triton",
+        "adapter-qlora",
+        "adapter-qlora-reference",
+        "adapter-qlora-pytorch",
     } <= set(CASES)
 
 

@@ -420,6 +420,16 @@ def test_hash_tables_cover_every_spec_field() -> None:
     assert set(_leaf_paths(BaseModelSpec)) - covered == set()
 
 
+def test_hash_tables_cover_every_adapter_field_that_enters_a_hash() -> None:
+    """Adapter fields in a hash: a QLoRA base variant's quantization (its table and tests:
+    tests/unit/engines/test_engines_variant_plan.py)."""
+    from tests.unit.engines.test_engines_variant_plan import VARIANT_CHANGES_HASH
+    from trtfleet.api.adapter import BaseQuantizationSpec
+
+    prefix = "training.baseQuantization."
+    assert set(_leaf_paths(BaseQuantizationSpec, prefix)) == {f"{prefix}{name}" for name, _ in VARIANT_CHANGES_HASH}
+
+
 def test_lora_settings_do_not_matter_when_lora_is_off(make_spec: MakeSpec) -> None:
     off = make_spec({"lora": {"enabled": False}})
     assert engine_hash(off) == engine_hash(

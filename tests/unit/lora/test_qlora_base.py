@@ -81,3 +81,29 @@ def test_the_worker_merges_a_qlora_adapter_into_the_variant(tmp_path: Path) -> N
         assert_float32_equal(prefill_logits(merged, prompt), prefill_logits(variant, prompt, dynamic))
     original = TinyLlama(LlamaWeights.load(BASE))
     assert np.abs(prefill_logits(variant, "abc") - prefill_logits(original, "abc")).max() > 1e-3  # not the original
+
+
+def test_a_sharded_checkpoint_keeps_its_shards(tmp_path: Path) -> None:
+    from trtfleet_engines.lora import safetensors_io
+    from trtfleet_engines.lora.merge import SAFETENSORS_INDEX
+
+    tensors, metadata = read_safetensors_raw(BASE / "model.safetensors")
+    names = sorted(tensors)
+    halves = {"model-00001-of-00002.safetensors": names[: len(names) // 2],
+              "model-00002-of-00002.safetensors": names[len(names) // 2 :]}
+    sharded = tmp_path / "sharded"
+    sharded.mkdir()
+    (sharded / "config.json").write_bytes((BASE / "config.json").read_bytes())
+    for shard, part in halves.items():
+        safetensors_io.write(sharded / shard, {n: tensors[n] for n in part}, metadata)
+    weight_map = {n: shard for shard, part in halves.items() for n in part}
+    (sharded / SAFETENSORS_INDEX).write_text(json.dumps({"metadata": {"total_size": 1}, "weight_map": weight_map}))
+    spec = BaseQuantization("fp4", 64, True, "float16")
+    assert write_base_variant(sharded, spec, tmp_path / "v2") == write_base_variant(BASE, spec, tmp_path / "v1")
+    whole, _ = read_safetensors_raw(tmp_path / "v1" / "model.safetensors")
+    for shard, part in halves.items():
+        written, _ = read_safetensors_raw(tmp_path / "v2" / shard)
+        assert sorted(written) == sorted(part) and all(written[n] == whole[n] for n in part)
+    index = json.loads((tmp_path / "v2" / SAFETENSORS_INDEX).read_text())
+    assert index["weight_map"] == weight_map and index["metadata"]["total_size"] > 1
+    assert not (tmp_path / "v2" / "model.safetensors").exists()
