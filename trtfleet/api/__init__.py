@@ -11,6 +11,8 @@ from trtfleet.api.adapter import (
     AdapterSpec,
     AdapterStatus,
     ArtifactStatus,
+    chosen_mode,
+    effective_mode,
 )
 from trtfleet.api.basemodel import (
     DEFAULT_TARGET_MODULES,
@@ -44,6 +46,7 @@ from trtfleet.api.common import (
     Source,
     parse_quantity,
 )
+from trtfleet.api.merging import MergeStatus, MergingSpec, Suggestion
 
 __all__ = [
     "API_VERSION", "DEFAULT_TARGET_MODULES", "GROUP", "LORA_MODULE_IDS", "VERSION",
@@ -53,4 +56,5 @@ __all__ = [
     "ConditionStatus", "Dtype", "EngineSpec", "EngineStatus", "KvCacheDtype", "LoraModule", "LoraSpec",
     "ModelDimensions", "Phase", "QuantizationMode", "Runtime", "Source", "parse_quantity",
     "Batch", "BatchEndpoint", "BatchPhase", "BatchSpec", "BatchStatus",
+    "MergeStatus", "MergingSpec", "Suggestion", "chosen_mode", "effective_mode",
 ]

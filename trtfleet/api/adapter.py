@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field
 
 from trtfleet.api.common import ApiModel, Condition, Source
+from trtfleet.api.merging import MergeStatus
 
 
 class AdapterFormat(StrEnum):
@@ -25,6 +26,7 @@ class AdapterFormat(StrEnum):
 class AdapterMode(StrEnum):
     DYNAMIC = "dynamic"
     MERGED = "merged"
+    AUTO = "auto"
 
 
 class AdapterPhase(StrEnum):
@@ -59,7 +61,8 @@ class AdapterSpec(ApiModel):
     mode: AdapterMode = Field(
         default=AdapterMode.DYNAMIC,
         description="dynamic: hot-swapped on the shared base engine through the LoRA cache. merged: merged into "
-        "the base weights in an engine and Deployment of its own.",
+        "the base weights in an engine and Deployment of its own. auto: starts dynamic; the operator switches "
+        "it to merged and back as its BaseModel's spec.merging advises (status.merge.mode).",
     )
     warm: WarmSpec = Field(default_factory=WarmSpec, description="Prewarming.")
     served_name: str | None = Field(
@@ -105,6 +108,25 @@ class AdapterStatus(ApiModel):
     )
     served_name: str | None = Field(default=None, description="Resolved served name.")
     artifact: ArtifactStatus | None = Field(default=None, description="The converted adapter.")
+    merge: MergeStatus | None = Field(
+        default=None,
+        description="Whether a merged Deployment would pay (BaseModel spec.merging), and mode: auto's choice.",
+    )
+
+
+def effective_mode(mode: AdapterMode, chosen: str | None) -> AdapterMode:
+    """How the adapter is served now: its ``spec.mode``, or for ``auto`` the operator's choice ``chosen``
+    (``status.merge.mode``; dynamic until it switches)."""
+    if mode is not AdapterMode.AUTO:
+        return mode
+    return AdapterMode.MERGED if chosen == AdapterMode.MERGED.value else AdapterMode.DYNAMIC
+
+
+def chosen_mode(status: Any) -> str | None:
+    """``status.merge.mode`` of a raw (dict) status, or None."""
+    merge = status.get("merge") if isinstance(status, dict) else None
+    mode = merge.get("mode") if isinstance(merge, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 class Adapter(ApiModel):

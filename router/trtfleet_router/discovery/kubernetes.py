@@ -38,7 +38,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from trtfleet.api.adapter import Adapter as AdapterObject
-from trtfleet.api.adapter import AdapterMode, AdapterPhase
+from trtfleet.api.adapter import AdapterMode, AdapterPhase, effective_mode
 from trtfleet.api.basemodel import BaseModel as BaseModelObject
 from trtfleet.api.basemodel import Runtime
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
@@ -139,7 +139,9 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
     status = parsed.status
     # A merged Adapter keeps the task id and artifact it had when dynamic (status carries them): served
     # hot-swapped behind its merged pods, whatever the merged phase (switching modes loses nothing).
-    carried = parsed.spec.mode is AdapterMode.MERGED
+    # (mode auto: while the operator serves it merged, status.merge.mode)
+    chosen = status.merge.mode if status is not None and status.merge is not None else None
+    carried = effective_mode(parsed.spec.mode, chosen) is AdapterMode.MERGED
     if status is None or (status.phase is not AdapterPhase.READY and not carried) or status.task_id is None:
         return None
     artifact = status.artifact
