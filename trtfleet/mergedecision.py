@@ -130,7 +130,10 @@ def decide(costs: Costs, memory: Memory, rate_per_s: float | None, now_s: float)
         if crossing is not None:
             why = f"below {costs.unmerge_below:.0%} for {held} of {_minutes(sustain)}; merged until then"
         else:
-            why = f"at or above {costs.unmerge_below:.0%} of a pod over {_minutes(sustain)}"
+            why = (
+                f"held {costs.merge_above:.0%} of a pod for {_minutes(sustain)}, merged until below "
+                f"{costs.unmerge_below:.0%} as long"
+            )
         message = f"sustained {share}: {why}; {economics(fraction, costs.lora_step_overhead)}"
         return Advice(Suggestion.MERGED, Reason.CROSSING if crossing else Reason.MERGE_PAYS, message, state, fraction)
     if crossing is not None:
