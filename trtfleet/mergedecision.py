@@ -72,7 +72,7 @@ def smooth(
     """EWMA over irregular readings: the old value's weight halves every ``half_life_s``."""
     if previous is None or previous_at_s is None or half_life_s <= 0:
         return sample
-    weight = 0.5 ** (max(now_s - previous_at_s, 0.0) / half_life_s)
+    weight: float = math.pow(0.5, max(now_s - previous_at_s, 0.0) / half_life_s)
     return weight * previous + (1.0 - weight) * sample
 
 
