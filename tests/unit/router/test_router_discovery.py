@@ -204,3 +204,21 @@ def test_pytorch_base_model_and_adapter_carry_runtime_and_lora_path() -> None:
     assert snapshot.pods["tiny"]["tiny-0"].address == "10.1.0.5:8000"
     triton = build_snapshot([_basemodel()], [adapter], [])
     assert triton.registry.adapters["up"].lora_path == ""  # a Triton base model gets the weights sent
+
+
+@pytest.mark.parametrize(
+    ("mode", "chosen", "served"),
+    [
+        pytest.param("merged", None, True, id="merged-keeps-its-fallback-while-building"),
+        pytest.param("auto", "merged", True, id="auto-served-merged-keeps-it-too"),
+        pytest.param("auto", "dynamic", False, id="auto-dynamic-waits-for-ready"),
+        pytest.param("auto", None, False, id="auto-before-any-advice-is-dynamic"),
+        pytest.param("dynamic", "merged", False, id="a-stale-choice-of-a-non-auto-adapter-is-ignored"),
+    ],
+)
+def test_a_merged_adapter_is_served_hot_swapped_whatever_its_phase(mode: str, chosen: str | None, served: bool) -> None:
+    obj = _adapter("up", phase="Pending")
+    obj["spec"]["mode"] = mode
+    if chosen is not None:
+        obj["status"]["merge"] = {"mode": chosen}
+    assert (adapter_entry_from_object(obj, {}) is not None) == served
