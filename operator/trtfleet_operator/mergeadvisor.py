@@ -7,9 +7,10 @@ left out of this round. No view at all: every Adapter's ``MergeRecommended`` tur
 (``NoDemandSignal``), what the readings so far left is kept.
 
 :meth:`MergeAdvisor.tick` runs on a kopf timer per BaseModel (``--merge-interval``): one read of the
-views, one status patch per Adapter whose advice changed (guarded by the resourceVersion it read, so a
-concurrent reconcile wins and the next tick advises again), its events, and a reconcile of every
-``mode: auto`` Adapter it switched.
+views, one status patch per Adapter whose advice changed enough to be worth one (guarded by the
+resourceVersion it read, so a concurrent reconcile wins and the next tick advises again), its events, and a
+reconcile of every ``mode: auto`` Adapter it switched. It keeps each Adapter's smoothed rate between ticks
+(the status is only its checkpoint), so skipping a write loses nothing.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from trtfleet.api import API_VERSION
+from trtfleet.mergedecision import Memory
 from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
 from trtfleet_operator.errors import ConflictError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
@@ -97,11 +99,14 @@ class MergeAdvisor:
         self.clock = clock
         self.reconcile = reconcile
         """``reconcile(kind, namespace, name)``: the runtime's trigger, for Adapters switched."""
+        self.memories: dict[tuple[str, str], dict[str, Memory]] = {}
+        """Per BaseModel (namespace, name): each Adapter's memory by uid, as the last tick left it."""
 
     async def tick(self, namespace: str, name: str) -> int:
         """Advice for BaseModel ``namespace/name``'s Adapters; how many Adapters' status it wrote."""
         basemodel = await self.client.get(object_path(API_VERSION, "BaseModel", namespace, name))
         if basemodel is None or basemodel["metadata"].get("deletionTimestamp"):
+            self.memories.pop((namespace, name), None)
             return 0
         adapters = [
             a for a in await self.client.list(collection_path(API_VERSION, "Adapter", namespace))
@@ -112,8 +117,12 @@ class MergeAdvisor:
         views = await self.source.read(namespace)
         now = self.clock()
         by_name = {a["metadata"]["name"]: a for a in adapters}
+        advices = advise_basemodel(basemodel, adapters, views, now, self.memories.get((namespace, name)))
+        self.memories[(namespace, name)] = {
+            str(by_name[a.name]["metadata"].get("uid")): a.memory for a in advices
+        }
         written = 0
-        for advice in advise_basemodel(basemodel, adapters, views, now):
+        for advice in advices:
             adapter = by_name[advice.name]
             old = adapter.get("status") or {}
             changed = {k: v for k, v in advice.status.items() if old.get(k) != v}

@@ -10,6 +10,12 @@ whole fleet (without peering it is a lower bound). No view at all: Unknown, memo
 mode): those suggested dynamic switch back first, then those suggested merged, the busiest first, while the
 BaseModel has fewer than ``maxMergedAdapters`` merged (explicit ``mode: merged`` ones count); none switches
 twice within ``minDwellSeconds``. Every switch and every change of suggestion is an Event.
+
+Cheap on the API server: the shell keeps each Adapter's :class:`~trtfleet.mergedecision.Memory` between
+rounds (``memories``; the status is its checkpoint, read after a restart), so a round writes an Adapter's
+status only when the advice, the mode, the clocks or the condition change, its share of a pod moved by
+``FRACTION_STEP`` or more, or its checkpoint is older than ``CHECKPOINT_S``. A quiet long tail costs no
+writes.
 """
 
 from __future__ import annotations
@@ -31,15 +37,22 @@ from trtfleet_operator.reconcile.types import Event, Obj
 CONDITION_STATUS = {Suggestion.MERGED: cond.TRUE, Suggestion.DYNAMIC: cond.FALSE, Suggestion.UNKNOWN: cond.UNKNOWN}
 SWITCHED_TO_MERGED = "SwitchedToMerged"
 SWITCHED_TO_DYNAMIC = "SwitchedToDynamic"
+FRACTION_STEP = 0.05
+"""A change of the share of a pod worth writing (5 % of a pod)."""
+CHECKPOINT_S = 600.0
+"""The oldest ``status.merge.sampledAt`` left as it is: what a restarted operator resumes from."""
+SIGNIFICANT = ("suggested", "decided", "mode", "switchedAt", "crossingSince", "observingSince")
 
 
 @dataclass(frozen=True)
 class AdapterAdvice:
     name: str
     status: Obj
-    """The status fields to write: ``merge`` and ``conditions``."""
+    """The status fields to write, ``merge`` and ``conditions``; empty: nothing worth a write."""
     events: tuple[Event, ...]
     switched: bool
+    memory: Memory
+    """For the shell to pass back next round."""
 
 
 def served_name(adapter: Obj) -> str:
@@ -111,10 +124,27 @@ def _served_merged(adapter: Obj) -> bool:
     return mode == AdapterMode.MERGED.value or (mode == AdapterMode.AUTO.value and chosen == AdapterMode.MERGED.value)
 
 
+def _worth_writing(old: Mapping[str, Any], new: Mapping[str, Any], condition_changed: bool, now_s: float) -> bool:
+    if condition_changed or any(old.get(k) != new.get(k) for k in SIGNIFICANT):
+        return True
+    before, after = old.get("podFraction"), new.get("podFraction")
+    if (before is None) != (after is None):
+        return True
+    if isinstance(before, int | float) and isinstance(after, int | float) and abs(after - before) >= FRACTION_STEP:
+        return True
+    sampled = _epoch(old.get("sampledAt"))
+    return sampled is None or now_s - sampled >= CHECKPOINT_S
+
+
 def advise_basemodel(
-    basemodel: Obj, adapters: Sequence[Obj], views: Sequence[Mapping[str, Any]], now: datetime
+    basemodel: Obj,
+    adapters: Sequence[Obj],
+    views: Sequence[Mapping[str, Any]],
+    now: datetime,
+    memories: Mapping[str, Memory] | None = None,
 ) -> list[AdapterAdvice]:
-    """The advice for every live Adapter of ``basemodel`` (none when its spec is unreadable)."""
+    """The advice for every live Adapter of ``basemodel`` (none when its spec is unreadable); ``memories``:
+    the last round's, by Adapter uid (else each status's checkpoint)."""
     try:
         spec = BaseModelSpec.model_validate(basemodel.get("spec"))
     except ValidationError:
@@ -134,7 +164,8 @@ def advise_basemodel(
     for adapter in live:
         name = adapter["metadata"]["name"]
         old = (adapter.get("status") or {}).get("merge") or {}
-        advices[name] = decide(costs, _memory(old), adapter_rate(views, base_name, served_name(adapter)), now_s)
+        memory = (memories or {}).get(str(adapter["metadata"].get("uid"))) or _memory(old)
+        advices[name] = decide(costs, memory, adapter_rate(views, base_name, served_name(adapter)), now_s)
         merges[name] = _merge_status(advices[name], old)
         if _mode(adapter) == AdapterMode.AUTO.value:
             merges[name].setdefault("mode", AdapterMode.DYNAMIC.value)
@@ -153,12 +184,15 @@ def advise_basemodel(
         )
         others = [c for c in status.get("conditions") or [] if c.get("type") != cond.MERGE_RECOMMENDED]
         conditions = cond.merge(status.get("conditions"), [*others, condition], now=rfc3339(now))
-        before = (status.get("merge") or {}).get("suggested")
-        if before != advice.suggestion.value and advice.suggestion is not Suggestion.UNKNOWN:
+        prior = cond.find(status.get("conditions"), cond.MERGE_RECOMMENDED) or {}
+        condition_changed = (prior.get("status"), prior.get("reason")) != (condition["status"], condition["reason"])
+        old_merge = status.get("merge") or {}
+        if old_merge.get("suggested") != advice.suggestion.value and advice.suggestion is not Suggestion.UNKNOWN:
             events[name].insert(0, Event("Normal", f"{advice.suggestion.value}Recommended", message))
         switched = any(e.reason in (SWITCHED_TO_MERGED, SWITCHED_TO_DYNAMIC) for e in events[name])
-        status_fields = {"merge": merges[name], "conditions": conditions}
-        out.append(AdapterAdvice(name, status_fields, tuple(events[name]), switched))
+        write = _worth_writing(old_merge, merges[name], condition_changed, now_s)
+        status_fields = {"merge": merges[name], "conditions": conditions} if write else {}
+        out.append(AdapterAdvice(name, status_fields, tuple(events[name]), switched, advice.memory))
     return out
 
 

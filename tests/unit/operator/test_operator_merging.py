@@ -143,3 +143,24 @@ def test_the_reconciler_serves_auto_as_chosen_and_keeps_the_condition(chosen: st
     assert bool(deployments) == served_merged
     assert kept in result.status["conditions"]
     assert "merge" not in result.status  # the timer's alone
+
+
+@pytest.mark.parametrize(
+    ("rate", "later_s", "written"),
+    [
+        pytest.param(8.0, 60, False, id="same-share-no-write"),
+        pytest.param(8.2, 60, False, id="a-small-move-no-write"),
+        pytest.param(1.0, 60, True, id="the-advice-changes"),
+        pytest.param(8.0, 600, True, id="checkpoint-for-a-restart"),
+    ],
+)
+def test_a_round_writes_only_what_is_worth_a_write(rate: float, later_s: int, written: bool) -> None:
+    base = basemodel()
+    (first,) = advise_basemodel(base, [adapter("a")], [view(a=8.0)], NOW)
+    assert first.status  # the first advice is always written
+    stored_adapter = adapter("a", merge=first.status["merge"])
+    stored_adapter["status"]["conditions"] = first.status["conditions"]
+    memories = {"uid-a": first.memory}
+    (second,) = advise_basemodel(base, [stored_adapter], [view(a=rate)], NOW + timedelta(seconds=later_s), memories)
+    assert bool(second.status) == written
+    assert second.memory.sampled_at_s == (NOW + timedelta(seconds=later_s)).timestamp()  # the shell keeps it
