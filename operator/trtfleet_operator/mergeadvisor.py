@@ -26,6 +26,7 @@ import aiohttp
 
 from trtfleet.api import API_VERSION
 from trtfleet.mergedecision import Memory
+from trtfleet_operator import metrics
 from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
 from trtfleet_operator.errors import ConflictError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
@@ -137,12 +138,14 @@ class MergeAdvisor:
                 logger.info("merge advice skipped: the Adapter changed", extra={"adapter": key})
                 continue
             written += 1
+            metrics.MERGE_ADVICE_WRITES.inc()
             stamp = rfc3339(now)
             for event in advice.events:
                 await self.client.event(
                     adapter, type_=event.type, reason=event.reason, message=event.message, now=stamp
                 )
             if advice.switched:
+                metrics.MERGE_SWITCHES.labels(str(advice.status["merge"].get("mode"))).inc()
                 logger.info("mode auto switched", extra={"adapter": key, "mode": advice.status["merge"].get("mode")})
                 self.reconcile("Adapter", namespace, advice.name)
         return written

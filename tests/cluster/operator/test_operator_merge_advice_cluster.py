@@ -132,6 +132,9 @@ def test_busy_auto_adapter_is_suggested_and_served_merged(
         assert wait_until(lambda: [e for e in items(cp, ns, "events") if e.get("reason") == "SwitchedToMerged"], 30,
                           "the SwitchedToMerged event")
         assert get(cp, ns, "deployment", "reverse-merged") is None
+        switches = [line for line in operator.metrics().splitlines()
+                    if line.startswith("trtfleet_operator_merge_switches_total")]
+        assert switches == ['trtfleet_operator_merge_switches_total{mode="merged"} 1.0'], switches
         stop.set()
         sender.join(timeout=60)
         assert errors == [] and answers and all(a for a in answers)
