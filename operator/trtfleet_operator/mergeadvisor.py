@@ -31,7 +31,7 @@ from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
 from trtfleet_operator.errors import ConflictError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 from trtfleet_operator.reconcile.engine import rfc3339
-from trtfleet_operator.reconcile.merging import advise_basemodel
+from trtfleet_operator.reconcile.merging import advise_basemodel, status_patch
 from trtfleet_operator.reconcile.types import Obj
 
 logger = logging.getLogger(__name__)
@@ -126,7 +126,7 @@ class MergeAdvisor:
         for advice in advices:
             adapter = by_name[advice.name]
             old = adapter.get("status") or {}
-            changed = {k: v for k, v in advice.status.items() if old.get(k) != v}
+            changed = status_patch(old, advice.status)
             if not changed:
                 continue
             key = f"{namespace}/{advice.name}"

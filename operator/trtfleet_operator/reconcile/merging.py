@@ -169,6 +169,8 @@ def advise_basemodel(
         merges[name] = _merge_status(advices[name], old)
         if _mode(adapter) == AdapterMode.AUTO.value:
             merges[name].setdefault("mode", AdapterMode.DYNAMIC.value)
+        else:  # a stale choice from mode auto days would show in the SERVING column
+            merges[name].pop("mode", None)
     events: dict[str, list[Event]] = {a["metadata"]["name"]: [] for a in live}
     notes: dict[str, str] = {}
     _switch(live, advices, merges, events, notes, merging, now_s)
@@ -194,6 +196,23 @@ def advise_basemodel(
         status_fields = {"merge": merges[name], "conditions": conditions} if write else {}
         out.append(AdapterAdvice(name, status_fields, tuple(events[name]), switched, advice.memory))
     return out
+
+
+def status_patch(old_status: Mapping[str, Any], fields: Mapping[str, Any]) -> Obj:
+    """The JSON merge patch that turns ``old_status`` into one with ``fields``: ``merge`` key by key (a key
+    the new value lacks is removed with null), ``conditions`` whole; {} if nothing changes."""
+    patch: Obj = {}
+    for key, value in fields.items():
+        before = old_status.get(key)
+        if key == "merge" and isinstance(value, Mapping):
+            old_merge = before if isinstance(before, Mapping) else {}
+            diff = {k: v for k, v in value.items() if old_merge.get(k) != v}
+            diff |= {k: None for k in old_merge if k not in value}
+            if diff:
+                patch[key] = diff
+        elif before != value:
+            patch[key] = value
+    return patch
 
 
 def _switch(

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.reconcile.adapter import reconcile_adapter
-from trtfleet_operator.reconcile.merging import adapter_rate, advise_basemodel
+from trtfleet_operator.reconcile.merging import adapter_rate, advise_basemodel, status_patch
 from trtfleet_operator.reconcile.types import AdapterObserved
 
 from tests.unit.operator.helpers import NOW, Obj, example, stored
@@ -164,3 +164,26 @@ def test_a_round_writes_only_what_is_worth_a_write(rate: float, later_s: int, wr
     (second,) = advise_basemodel(base, [stored_adapter], [view(a=rate)], NOW + timedelta(seconds=later_s), memories)
     assert bool(second.status) == written
     assert second.memory.sampled_at_s == (NOW + timedelta(seconds=later_s)).timestamp()  # the shell keeps it
+
+
+@pytest.mark.parametrize(
+    ("old", "fields", "want"),
+    [
+        pytest.param({}, {"merge": {"suggested": "Merged"}}, {"merge": {"suggested": "Merged"}}, id="first"),
+        pytest.param({"merge": {"suggested": "Dynamic", "crossingSince": LONG_AGO}},
+                     {"merge": {"suggested": "Dynamic"}}, {"merge": {"crossingSince": None}},
+                     id="a-cleared-clock-is-removed"),
+        pytest.param({"merge": {"suggested": "Dynamic"}, "conditions": [{"type": "X"}]},
+                     {"merge": {"suggested": "Dynamic"}, "conditions": [{"type": "X"}]}, {}, id="nothing"),
+        pytest.param({"conditions": [{"type": "X"}]}, {"conditions": [{"type": "Y"}]}, {"conditions": [{"type": "Y"}]},
+                     id="conditions-whole"),
+    ],
+)
+def test_status_patch(old: Obj, fields: Obj, want: Obj) -> None:
+    assert status_patch(old, fields) == want
+
+
+def test_a_non_auto_adapter_loses_a_stale_choice() -> None:
+    (advice,) = advise_basemodel(basemodel(), [adapter("a", "dynamic", {"mode": "merged"})], [view(a=1.0)], NOW)
+    assert "mode" not in advice.status["merge"]
+    assert status_patch({"merge": {"mode": "merged"}}, advice.status)["merge"]["mode"] is None
