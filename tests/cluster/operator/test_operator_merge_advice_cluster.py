@@ -3,7 +3,8 @@ stands in for a serving pod, since kwok pods serve nothing) and its demand view 
 operator (a subprocess) reads ``/fleet/v1/demand``, writes ``MergeRecommended`` and ``status.merge`` on
 every Adapter of the BaseModel, ``kubectl get adapters`` shows the suggestion, and the ``mode: auto``
 Adapter the traffic keeps busy gets its merged Deployment. With the router gone the advice turns Unknown
-and nothing switches back."""
+and nothing switches back. On a ``pytorch`` BaseModel, ``mode: auto`` chosen merged gets the merged
+prepare Job, as ``mode: merged`` does."""
 
 from __future__ import annotations
 
@@ -18,8 +19,18 @@ import openai
 import pytest
 import yaml
 
-from tests.cluster.operator.harness import OperatorProcess, apply, cond, get, items, wait_until
+from tests.cluster.operator.harness import (
+    OperatorProcess,
+    apply,
+    cond,
+    finish_job_pod,
+    get,
+    items,
+    patch,
+    wait_until,
+)
 from tests.cluster.operator.test_operator_autoscale_cluster import ROOT, TRTFLEET, _echo_upstream, _stop
+from tests.cluster.operator.test_operator_pytorch_cluster import PREPARES, torch_llama
 from tests.integration.router.support import convert_adapters
 from tests.support.controlplane import ControlPlane
 
@@ -152,3 +163,27 @@ def test_busy_auto_adapter_is_suggested_and_served_merged(
     tracebacks = [line for log in operator.logs for line in log.read_text(errors="replace").splitlines()
                   if "Traceback" in line]
     assert not tracebacks, operator.log_tail(120)
+
+
+def test_auto_chosen_merged_on_pytorch_gets_the_merged_prepare_job(operator: OperatorProcess) -> None:
+    """The operator's observation follows the chosen mode: the merged plan's build objects are read and its
+    prepare Job created (the choice is written here as the merge advice would, with no router to read)."""
+    cp, ns = operator.cp, operator.namespace
+    apply(cp, ns, yaml.safe_dump(torch_llama(ns)))
+    apply(cp, ns, yaml.safe_dump({
+        "apiVersion": "trtfleet.io/v1alpha1", "kind": "Adapter", "metadata": {"name": "sql"},
+        "spec": {"baseModel": "llama3-8b", "mode": "auto", "source": {"uri": "s3://adapters/llama3/sql"}},
+    }))
+    wait_until(lambda: (get(cp, ns, "adapter", "sql") or {}).get("status", {}).get("phase"), 30, "a first status")
+
+    def merged_jobs() -> list[dict[str, Any]]:
+        return [j for j in items(cp, ns, "jobs", PREPARES) if j["metadata"]["labels"].get("trtfleet.io/adapter")]
+
+    assert merged_jobs() == []  # auto starts dynamic
+    patch(cp, ns, "adapter", "sql", {"status": {"merge": {"mode": "merged"}}}, status=True)
+    jobs = wait_until(merged_jobs, 60, "the merged prepare Job of the auto Adapter")
+    assert len(jobs) == 1 and jobs[0]["metadata"]["ownerReferences"][0]["name"] == "sql"
+    finish_job_pod(cp, ns, jobs[0]["metadata"]["name"], "prepare", exit_code=0, message='{"merged": true}')
+    deployment = wait_until(lambda: get(cp, ns, "deployment", "sql-merged"), 60, "the merged Deployment")
+    assert deployment["spec"]["template"]["spec"]["containers"][0]["args"][-2:] == ["--served_model_name", "sql"]
+    assert get(cp, ns, "adapter", "sql")["status"]["merge"]["mode"] == "merged"
