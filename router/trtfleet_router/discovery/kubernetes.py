@@ -196,7 +196,8 @@ def build_snapshot(
 def merged_fleet_from_object(
     obj: Mapping[str, Any], bases: Mapping[str, BaseModelEntry], *, has_pods: bool = False
 ) -> BaseModelEntry | None:
-    """The merged fleet of an Adapter with ``spec.mode: merged`` on a known base model, or of one switched
+    """The merged fleet of an Adapter served merged (``spec.mode: merged``, or ``auto`` with
+    ``status.merge.mode: merged``) on a known base model, or of one switched
     back to dynamic whose merged pods still run (``has_pods``: they serve until the operator removes them,
     once it is Ready hot-swapped); else None."""
     try:
@@ -204,10 +205,11 @@ def merged_fleet_from_object(
     except ValidationError:
         return None  # logged by adapter_entry_from_object
     base = bases.get(parsed.spec.base_model)
-    wanted = parsed.spec.mode is AdapterMode.MERGED or has_pods
+    status = parsed.status
+    chosen = status.merge.mode if status is not None and status.merge is not None else None
+    wanted = effective_mode(parsed.spec.mode, chosen) is AdapterMode.MERGED or has_pods
     if not wanted or base is None or parsed.metadata.get("deletionTimestamp"):
         return None
-    status = parsed.status
     name = (status.served_name if status else None) or parsed.spec.served_name or parsed.metadata.get("name", "")
     return merged_entry(base, name)
 

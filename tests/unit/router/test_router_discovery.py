@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 import yaml
-from trtfleet_router.discovery.kubernetes import adapter_entry_from_object, build_snapshot, pods_from_endpointslices
+from trtfleet_router.discovery.kubernetes import (
+    adapter_entry_from_object,
+    base_entry_from_object,
+    build_snapshot,
+    merged_fleet_from_object,
+    pods_from_endpointslices,
+)
 from trtfleet_router.discovery.static import (
     StaticDiscovery,
     config_from_flags,
@@ -222,3 +228,8 @@ def test_a_merged_adapter_is_served_hot_swapped_whatever_its_phase(mode: str, ch
     if chosen is not None:
         obj["status"]["merge"] = {"mode": chosen}
     assert (adapter_entry_from_object(obj, {}) is not None) == served
+    base = base_entry_from_object(_basemodel())
+    assert base is not None
+    fleet = merged_fleet_from_object(obj, {"tiny": base})
+    assert (fleet is not None) == served  # its merged fleet exists from the switch on, pods or not
+    assert fleet is None or fleet.merged_adapter == "up"
