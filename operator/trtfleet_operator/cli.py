@@ -7,6 +7,7 @@
                       [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--log-level INFO]
                       [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
                       [--router-metrics-port 9090] [--router-metrics-url URL ...]
+                      [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
 
 Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_RUNTIME_IMAGE (see
 :mod:`trtfleet_operator.config`). Exit codes: 0 after a clean stop, 2 for bad flags or environment.
@@ -19,7 +20,14 @@ import os
 import sys
 
 from trtfleet_operator import logs
-from trtfleet_operator.config import AutoscaleConfig, BuildPolicy, OperatorConfig, Storage, images_from_environment
+from trtfleet_operator.config import (
+    AutoscaleConfig,
+    BuildPolicy,
+    MergeAdviceConfig,
+    OperatorConfig,
+    Storage,
+    images_from_environment,
+)
 from trtfleet_operator.errors import ConfigError
 
 EXIT_CONFIG = 2
@@ -100,6 +108,26 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="a router's /metrics URL, instead of looking router pods up (repeatable; the local path)",
     )
+    advice = defaults.merge_advice
+    parser.add_argument(
+        "--merge-interval",
+        type=float,
+        default=advice.interval_s,
+        help="seconds between merge advice rounds (every BaseModel's Adapters, status.merge)",
+    )
+    parser.add_argument(
+        "--router-peer-port",
+        type=int,
+        default=advice.router_peer_port,
+        help="the routers' peer port, which serves GET /fleet/v1/demand",
+    )
+    parser.add_argument(
+        "--router-demand-url",
+        action="append",
+        default=[],
+        metavar="URL",
+        help="a router's /fleet/v1/demand URL, instead of looking router pods up (repeatable; the local path)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("TRTFLEET_LOG_LEVEL", "INFO"))
     parser.set_defaults(func=run)
 
@@ -123,6 +151,11 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             router_namespace=args.router_namespace,
             router_metrics_port=args.router_metrics_port,
             router_metrics_urls=tuple(args.router_metrics_url),
+        ),
+        merge_advice=MergeAdviceConfig(
+            interval_s=args.merge_interval,
+            router_peer_port=args.router_peer_port,
+            router_demand_urls=tuple(args.router_demand_url),
         ),
         convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
     )

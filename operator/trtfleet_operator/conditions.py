@@ -2,8 +2,8 @@
 
 BaseModel conditions: ``CapacityPlanned``, ``EngineBuilt``, ``Ready``, with ``spec.autoscaling`` the
 autoscaler's ``ScalingActive`` and, while a deletion waits for Adapters, ``DeletionBlocked``. Adapter
-conditions: ``Validated``, ``Converted``, ``Ready``. Every reason is CamelCase and every message says
-what to do about it.
+conditions: ``Validated``, ``Converted``, ``Ready``, and the merge timer's ``MergeRecommended`` (kept by
+the reconciler, :func:`keep`). Every reason is CamelCase and every message says what to do about it.
 """
 
 from __future__ import annotations
@@ -19,9 +19,11 @@ SCALING_ACTIVE = "ScalingActive"
 VALIDATED = "Validated"
 CONVERTED = "Converted"
 BASE_VARIANT_READY = "BaseVariantReady"
+MERGE_RECOMMENDED = "MergeRecommended"
 
 _ORDER = (
-    VALIDATED, CAPACITY_PLANNED, ENGINE_BUILT, CONVERTED, BASE_VARIANT_READY, READY, SCALING_ACTIVE, DELETION_BLOCKED
+    VALIDATED, CAPACITY_PLANNED, ENGINE_BUILT, CONVERTED, BASE_VARIANT_READY, READY, SCALING_ACTIVE, MERGE_RECOMMENDED,
+    DELETION_BLOCKED
 )
 
 TRUE = "True"
@@ -60,6 +62,13 @@ def merge(old: Sequence[Condition] | None, new: Iterable[Condition], *, now: str
         stamp = now if changed or not before or not before.get("lastTransitionTime") else before["lastTransitionTime"]
         merged.append({**condition, "lastTransitionTime": stamp})
     return sorted(merged, key=lambda c: (_ORDER.index(c["type"]) if c["type"] in _ORDER else 99, c["type"]))
+
+
+def keep(new: Sequence[Condition], old: Sequence[Condition] | None, types: Iterable[str]) -> list[Condition]:
+    """``new`` plus the conditions of ``types`` from ``old`` that ``new`` lacks (another writer's), in order."""
+    have = {c["type"] for c in new}
+    kept = [c for c in old or () if c.get("type") in set(types) and c.get("type") not in have]
+    return sorted([*new, *kept], key=lambda c: (_ORDER.index(c["type"]) if c["type"] in _ORDER else 99, c["type"]))
 
 
 def find(conditions: Sequence[Condition] | None, type_: str) -> Condition | None:

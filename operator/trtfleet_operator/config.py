@@ -98,6 +98,18 @@ class AutoscaleConfig:
 
 
 @dataclass(frozen=True)
+class MergeAdviceConfig:
+    """How often every BaseModel's Adapters get merge advice, and where the routers' demand views are
+    (router pods: ``--router-selector`` / ``--router-namespace``, as for autoscaling)."""
+
+    interval_s: float = 60.0
+    router_peer_port: int = 8082
+    """The routers' peer port, which serves ``GET /fleet/v1/demand`` (the chart's ``router.peers.port``)."""
+    router_demand_urls: tuple[str, ...] = ()
+    """Fixed ``/fleet/v1/demand`` URLs (the local path); when given, no router pods are looked up."""
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     images: Images = field(default_factory=Images)
     build: BuildPolicy = field(default_factory=BuildPolicy)
@@ -108,6 +120,7 @@ class OperatorConfig:
     """Where adapter-convert Jobs run (CPU nodes, say); empty: anywhere."""
     resync_interval_s: float = 30.0
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
+    merge_advice: MergeAdviceConfig = field(default_factory=MergeAdviceConfig)
     trtllm_models_dir: str = "/app/all_models/inflight_batcher_llm"
     """Where NVIDIA's Triton TRT-LLM image keeps the python models (model.py) of the model repository."""
 
@@ -120,6 +133,8 @@ class OperatorConfig:
             raise ConfigError("--resync-interval must be positive")
         if self.autoscale.interval_s <= 0 or self.autoscale.scrape_timeout_s <= 0:
             raise ConfigError("--autoscale-interval and the scrape timeout must be positive")
+        if self.merge_advice.interval_s <= 0:
+            raise ConfigError("--merge-interval must be positive")
 
 
 def images_from_environment() -> Images:

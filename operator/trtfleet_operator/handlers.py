@@ -1,7 +1,8 @@
 """kopf registration: thin handlers that call the runtime, and the one place errors become kopf's.
 
 Per kind, one reconcile registered for create, update, resume and a resync timer; BaseModels with
-``spec.autoscaling`` also get the autoscaler's timer (``--autoscale-interval``), under the same lock. Child events (the
+``spec.autoscaling`` also get the autoscaler's timer (``--autoscale-interval``), under the same lock, and
+every BaseModel the merge advice timer over its Adapters (``--merge-interval``). Child events (the
 operator's Jobs and Deployments) trigger their owners' reconciles; a BaseModel's create or update
 triggers its Adapters (so ``BaseModelNotFound`` or ``RankTooHigh`` heal at once). Deleting a BaseModel
 runs :func:`delete_basemodel` behind kopf's finalizer, named ``trtfleet.io/adapters``: it holds the
@@ -29,6 +30,7 @@ from trtfleet_operator.errors import (
     OperatorError,
     TaskIdConflictError,
 )
+from trtfleet_operator.mergeadvisor import MergeAdvisor
 from trtfleet_operator.names import LABEL_MANAGED_BY, MANAGED_BY
 from trtfleet_operator.runtime import OperatorRuntime
 
@@ -77,7 +79,11 @@ async def _run(kind: str, reconcile: Callable[[str, str], Awaitable[object]], na
 
 
 def register(
-    registry: kopf.OperatorRegistry, runtime: OperatorRuntime, config: OperatorConfig, autoscaler: Autoscaler
+    registry: kopf.OperatorRegistry,
+    runtime: OperatorRuntime,
+    config: OperatorConfig,
+    autoscaler: Autoscaler,
+    advisor: MergeAdvisor,
 ) -> None:
     basemodels = (GROUP, VERSION, "basemodels")
     adapters = (GROUP, VERSION, "adapters")
@@ -137,6 +143,17 @@ def register(
         interval=config.autoscale.interval_s,
         when=lambda spec, **_: bool(spec.get("autoscaling")),
     )(autoscale)
+
+    async def advise(**kwargs: Any) -> None:
+        await _run("MergeAdvice", advisor.tick, kwargs["namespace"], kwargs["name"])
+
+    kopf.timer(
+        *basemodels,
+        registry=registry,
+        id="merge-advice",
+        interval=config.merge_advice.interval_s,
+        initial_delay=config.merge_advice.interval_s,
+    )(advise)
 
     kopf.on.create(*adapters, registry=registry, id="reconcile")(reconcile_adapter)
     kopf.on.update(*adapters, registry=registry, id="reconcile")(reconcile_adapter)

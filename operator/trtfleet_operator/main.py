@@ -28,6 +28,7 @@ from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConfigError
 from trtfleet_operator.handlers import FINALIZER, register
 from trtfleet_operator.kube import KubeClient
+from trtfleet_operator.mergeadvisor import MergeAdvisor, RouterDemand
 from trtfleet_operator.names import FIELD_MANAGER
 from trtfleet_operator.runtime import OperatorRuntime
 
@@ -115,7 +116,10 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
     runtime = OperatorRuntime(config, client)
     kopf.on.login(registry=registry)(login)
     autoscaler = Autoscaler(client, ScrapeSignals(client, config.autoscale), runtime.clock)
-    register(registry, runtime, config, autoscaler)
+    advisor = MergeAdvisor(
+        client, RouterDemand(client, config.autoscale, config.merge_advice), runtime.clock, runtime.trigger
+    )
+    register(registry, runtime, config, autoscaler, advisor)
     if options.metrics_port:
         metrics.serve(options.metrics_port)
     logger.info(

@@ -1,7 +1,7 @@
 """Every metric of the operator, in one place (prefix ``trtfleet_operator_``, base units in names).
 
-No unbounded labels: ``kind`` is BaseModel, Adapter or Autoscale (the autoscaler's timer), ``result`` and
-``reason`` one of a fixed set.
+No unbounded labels: ``kind`` is BaseModel, Adapter, Autoscale (the autoscaler's timer) or MergeAdvice
+(the merge advice timer), ``result``, ``reason`` and ``mode`` one of a fixed set.
 """
 
 from __future__ import annotations
@@ -44,6 +44,18 @@ SCALINGS = Counter(
     f"{PREFIX}_scalings_total",
     "Replica changes the autoscaler wrote, by reason (ScaledUp, ScaledDown, ScaledToZero, ScaledFromZero).",
     ["reason"],
+    registry=REGISTRY,
+)
+
+MERGE_ADVICE_WRITES = Counter(
+    f"{PREFIX}_merge_advice_writes_total",
+    "Adapter status patches the merge advice timer sent (rounds that changed nothing worth a write send none).",
+    registry=REGISTRY,
+)
+MERGE_SWITCHES = Counter(
+    f"{PREFIX}_merge_switches_total",
+    "mode auto Adapters switched by the merge advice, by the mode switched to (merged, dynamic).",
+    ["mode"],
     registry=REGISTRY,
 )
 

@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from trtfleet.api import API_VERSION, AdapterMode
+from trtfleet.api import API_VERSION, AdapterMode, chosen_mode, effective_mode
 from trtfleet_operator import metrics
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConflictError, KubeError
@@ -71,6 +71,16 @@ ADAPTER_STATUS_KEYS = (
 )
 Key = tuple[str, str, str]
 """(kind, namespace, name)"""
+
+
+def _served_mode(adapter: Obj) -> AdapterMode:
+    """``spec.mode``, or for ``auto`` the merge advice's choice (an unknown mode: dynamic, which the
+    reconciler then reports as an invalid spec)."""
+    try:
+        mode = AdapterMode((adapter.get("spec") or {}).get("mode") or AdapterMode.DYNAMIC.value)
+    except ValueError:
+        return AdapterMode.DYNAMIC
+    return effective_mode(mode, chosen_mode(adapter.get("status")))
 
 
 def _selector(**labels: str) -> str:
@@ -245,7 +255,7 @@ class OperatorRuntime:
         pods = await self._pods_of(namespace, [j for j in jobs if job_snapshot(j).finished])
         if (spec.get("training") or {}).get("baseQuantization"):
             return await self._observe_qlora(base, tuple(jobs), tuple(pods), namespace, name)
-        if spec.get("mode") != AdapterMode.MERGED.value:
+        if _served_mode(obj) is not AdapterMode.MERGED:
             # a Deployment of the Adapter's merged days, removed once it is served hot-swapped again
             leftover = await client.get(object_path("apps/v1", "Deployment", namespace, merged_serving_name(name)))
             return AdapterObserved(
@@ -261,7 +271,7 @@ class OperatorRuntime:
             convert_jobs=tuple(jobs),
             convert_pods=tuple(pods),
             basemodels=merged.basemodels,
-            merged_adapters=tuple(a for a in adapters if (a.get("spec") or {}).get("mode") == "merged"),
+            merged_adapters=tuple(a for a in adapters if _served_mode(a) is AdapterMode.MERGED),
             build_jobs=merged.build_jobs,
             plan_configmaps=merged.plan_configmaps,
             engine_records=merged.engine_records,

@@ -157,6 +157,14 @@ INVALID: dict[str, tuple[str, tuple[str, ...]]] = {
         ('unknown field "spec.engine.maxBatchSise"',),
     ),
     "runtime-enum": (basemodel(f"{VALID_BM}\nruntime: vllm"), ("spec.runtime", "Unsupported value")),
+    "merging-band-inverted": (
+        basemodel(f"{VALID_BM}\nmerging: {{mergeAbovePodFraction: 0.3, unmergeBelowPodFraction: 0.4}}"),
+        ("spec.merging.unmergeBelowPodFraction", "must be below merging.mergeAbovePodFraction"),
+    ),
+    "merging-capacity-zero": (
+        basemodel(f"{VALID_BM}\nmerging: {{podRequestsPerSecond: 0}}"),
+        ("spec.merging.podRequestsPerSecond", "greater than 0"),
+    ),
     "batch-bad-input-scheme": (
         batch("input: 'http://example.com/in.jsonl'"),
         ("spec.input", "should match"),

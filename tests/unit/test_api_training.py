@@ -28,6 +28,7 @@ class Refusal:
         pytest.param(Refusal({"quantType": "nf4", "blockSize": 100}, "32, 64, 128"), id="block-size"),
         pytest.param(Refusal({"quantType": "nf4", "computeDtype": "fp8"}, "'float16', 'bfloat16'"), id="dtype"),
         pytest.param(Refusal({"quantType": "nf4"}, "mode merged cannot be combined", mode="merged"), id="merged"),
+        pytest.param(Refusal({"quantType": "nf4"}, "nor mode auto", mode="auto"), id="auto"),
         pytest.param(Refusal({"quantType": "nf4", "bits": 4}, "Extra inputs"), id="unknown-field"),
     ],
 )

@@ -16,6 +16,8 @@ from trtfleet.api.adapter import (
     ComputeDtype,
     QuantType,
     TrainingSpec,
+    chosen_mode,
+    effective_mode,
 )
 from trtfleet.api.basemodel import (
     DEFAULT_TARGET_MODULES,
@@ -49,6 +51,7 @@ from trtfleet.api.common import (
     Source,
     parse_quantity,
 )
+from trtfleet.api.merging import MergeStatus, MergingSpec, Suggestion
 
 __all__ = [
     "API_VERSION", "DEFAULT_TARGET_MODULES", "GROUP", "LORA_MODULE_IDS", "VERSION",
@@ -59,4 +62,5 @@ __all__ = [
     "ModelDimensions", "Phase", "QuantizationMode", "Runtime", "Source", "parse_quantity",
     "Batch", "BatchEndpoint", "BatchPhase", "BatchSpec", "BatchStatus",
     "BaseQuantizationSpec", "BaseVariantStatus", "ComputeDtype", "QuantType", "TrainingSpec",
+    "MergeStatus", "MergingSpec", "Suggestion", "chosen_mode", "effective_mode",
 ]

@@ -16,6 +16,7 @@ from typing import Any, Literal
 from pydantic import Field, model_validator
 
 from trtfleet.api.common import ApiModel, Condition, Source
+from trtfleet.api.merging import MergeStatus
 
 
 class AdapterFormat(StrEnum):
@@ -25,6 +26,7 @@ class AdapterFormat(StrEnum):
 class AdapterMode(StrEnum):
     DYNAMIC = "dynamic"
     MERGED = "merged"
+    AUTO = "auto"
 
 
 class AdapterPhase(StrEnum):
@@ -61,8 +63,8 @@ class ComputeDtype(StrEnum):
 BlockSize = Literal[32, 64, 128, 256, 512, 1024, 2048, 4096]
 """bitsandbytes' allowed 4-bit block sizes (``bitsandbytes/_ops.py``: ``blocksize in (32, ..., 4096)``)."""
 MERGED_QLORA_MESSAGE = (
-    "mode merged cannot be combined with training.baseQuantization: a QLoRA adapter is served hot-swapped "
-    "(mode dynamic) on its dequantized base variant"
+    "mode merged cannot be combined with training.baseQuantization (nor mode auto, which may choose merged): "
+    "a QLoRA adapter is served hot-swapped (mode dynamic) on its dequantized base variant"
 )
 
 
@@ -125,7 +127,8 @@ class AdapterSpec(ApiModel):
     mode: AdapterMode = Field(
         default=AdapterMode.DYNAMIC,
         description="dynamic: hot-swapped on the shared base engine through the LoRA cache. merged: merged into "
-        "the base weights in an engine and Deployment of its own.",
+        "the base weights in an engine and Deployment of its own. auto: starts dynamic; the operator switches "
+        "it to merged and back as its BaseModel's spec.merging advises (status.merge.mode).",
     )
     warm: WarmSpec = Field(default_factory=WarmSpec, description="Prewarming.")
     served_name: str | None = Field(
@@ -143,7 +146,7 @@ class AdapterSpec(ApiModel):
         "json_schema_extra": {
             "x-kubernetes-validations": [
                 {
-                    "rule": "!(has(self.mode) && self.mode == 'merged' && has(self.training) && "
+                    "rule": "!(has(self.mode) && self.mode in ['merged', 'auto'] && has(self.training) && "
                     "has(self.training.baseQuantization))",
                     "message": MERGED_QLORA_MESSAGE,
                 },
@@ -158,7 +161,7 @@ class AdapterSpec(ApiModel):
 
     @model_validator(mode="after")
     def _merged_qlora(self) -> AdapterSpec:
-        if self.mode is AdapterMode.MERGED and self.base_quantization is not None:
+        if self.mode in (AdapterMode.MERGED, AdapterMode.AUTO) and self.base_quantization is not None:
             raise ValueError(MERGED_QLORA_MESSAGE)
         return self
 
@@ -212,6 +215,25 @@ class AdapterStatus(ApiModel):
     base_variant: BaseVariantStatus | None = Field(
         default=None, description="QLoRA adapters: the base variant whose pods serve this adapter."
     )
+    merge: MergeStatus | None = Field(
+        default=None,
+        description="Whether a merged Deployment would pay (BaseModel spec.merging), and mode: auto's choice.",
+    )
+
+
+def effective_mode(mode: AdapterMode, chosen: str | None) -> AdapterMode:
+    """How the adapter is served now: its ``spec.mode``, or for ``auto`` the operator's choice ``chosen``
+    (``status.merge.mode``; dynamic until it switches)."""
+    if mode is not AdapterMode.AUTO:
+        return mode
+    return AdapterMode.MERGED if chosen == AdapterMode.MERGED.value else AdapterMode.DYNAMIC
+
+
+def chosen_mode(status: Any) -> str | None:
+    """``status.merge.mode`` of a raw (dict) status, or None."""
+    merge = status.get("merge") if isinstance(status, dict) else None
+    mode = merge.get("mode") if isinstance(merge, dict) else None
+    return mode if isinstance(mode, str) else None
 
 
 class Adapter(ApiModel):

@@ -28,6 +28,7 @@ from trtfleet.api.lora import LORA_MODULE_IDS as LORA_MODULE_IDS
 from trtfleet.api.lora import LoraCacheSpec as LoraCacheSpec
 from trtfleet.api.lora import LoraModule as LoraModule
 from trtfleet.api.lora import LoraSpec as LoraSpec
+from trtfleet.api.merging import MergingSpec as MergingSpec
 from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
 from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
 from trtfleet.api.serving import Resources as Resources
@@ -303,6 +304,12 @@ class BaseModelSpec(ApiModel):
         description="Demand-driven sizing; when set, serving.replicas is the operator's to set. Unset: "
         "serving.replicas is fixed by hand or by whatever drives the scale subresource (kubectl scale, an HPA, "
         "a KEDA ScaledObject).",
+    )
+    merging: MergingSpec | None = Field(
+        default=None,
+        description="Whether a dedicated merged Deployment pays per adapter (status.merge and the MergeRecommended "
+        "condition of its Adapters), and how mode: auto Adapters act on it. Unset: the defaults, with no pod "
+        "capacity, so no advice.",
     )
 
     model_config = ApiModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": _SPEC_CEL_RULES}}

@@ -214,6 +214,10 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Rank", "type": "integer", "jsonPath": ".status.artifact.rank"},
             {"name": "Ready", "type": "string", "jsonPath": ".status.conditions[?(@.type==\"Ready\")].status"},
             {"name": "Variant", "type": "string", "jsonPath": ".status.baseVariant.name", "priority": 1},
+            {"name": "Mode", "type": "string", "jsonPath": ".spec.mode"},
+            {"name": "Serving", "type": "string", "jsonPath": ".status.merge.mode", "priority": 1},
+            {"name": "Suggested", "type": "string", "jsonPath": ".status.merge.suggested"},
+            {"name": "PodFraction", "type": "number", "jsonPath": ".status.merge.podFraction", "priority": 1},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     )

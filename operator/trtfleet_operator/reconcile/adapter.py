@@ -17,9 +17,11 @@
    id, the source key and the artifact are written in one status patch. A new source (uri or revision)
    converts again and gets a new id; until then the status keeps describing the previous source.
 
-``mode: merged`` is delegated to :mod:`trtfleet_operator.reconcile.merged`. A QLoRA adapter
-(``training.baseQuantization``) is a dynamic one whose result also carries its base variant's objects, the
-``BaseVariantReady`` condition and ``status.baseVariant`` (:mod:`trtfleet_operator.reconcile.variant`).
+``mode: merged`` is delegated to :mod:`trtfleet_operator.reconcile.merged`; ``mode: auto`` is served as
+``status.merge.mode`` says (the merge timer's choice, :mod:`trtfleet_operator.reconcile.merging`), dynamic
+until then. A QLoRA adapter (``training.baseQuantization``) is a dynamic one whose result also carries its
+base variant's objects, the ``BaseVariantReady`` condition and ``status.baseVariant``
+(:mod:`trtfleet_operator.reconcile.variant`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec
+from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, chosen_mode, effective_mode
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.artifacts import ArtifactSummary, SummaryError, parse_summary
 from trtfleet_operator.builders.convert import (
@@ -183,7 +185,7 @@ def _reconcile_adapter(
         base = BaseModelSpec.model_validate(base_obj["spec"])
     except ValidationError:
         return failed(BASEMODEL_INVALID, f"BaseModel {spec.base_model} has a spec this operator cannot read")
-    if spec.mode is AdapterMode.MERGED:
+    if effective_mode(spec.mode, chosen_mode(old)) is AdapterMode.MERGED:
         return reconcile_merged(obj, spec, base, observed, config, now, status)
     if not base.lora.enabled:
         return failed(

@@ -102,9 +102,14 @@ def finish(
     counters: Sequence[Counter] = (),
     needs_task_id: bool = False,
 ) -> Reconciliation:
-    """Stamp condition transition times, derive events and counters from the status change."""
+    """Stamp condition transition times (keeping the merge timer's condition), derive events and counters
+    from the status change."""
     old = obj.get("status") or {}
-    new_status["conditions"] = cond.merge(old.get("conditions"), new_status["conditions"], now=rfc3339(now))
+    new_status["conditions"] = cond.keep(
+        cond.merge(old.get("conditions"), new_status["conditions"], now=rfc3339(now)),
+        old.get("conditions"),
+        (cond.MERGE_RECOMMENDED,),  # the merge timer's
+    )
     events, transition_counters = status_events(old, new_status)
     return Reconciliation(
         status=new_status,

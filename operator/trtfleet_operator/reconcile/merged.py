@@ -22,7 +22,16 @@ from datetime import datetime
 
 from pydantic import ValidationError
 
-from trtfleet.api import API_VERSION, AdapterMode, AdapterPhase, AdapterSpec, BaseModelSpec, Runtime
+from trtfleet.api import (
+    API_VERSION,
+    AdapterMode,
+    AdapterPhase,
+    AdapterSpec,
+    BaseModelSpec,
+    Runtime,
+    chosen_mode,
+    effective_mode,
+)
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
 from trtfleet_operator.builders.serving import (
@@ -59,7 +68,7 @@ def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
         return None
     try:
         spec = AdapterSpec.model_validate(adapter.get("spec"))
-        if spec.mode is not AdapterMode.MERGED:
+        if effective_mode(spec.mode, chosen_mode(adapter.get("status"))) is not AdapterMode.MERGED:
             return None
         base_obj = next((b for b in basemodels if b["metadata"]["name"] == spec.base_model), None)
         if base_obj is None:

@@ -42,7 +42,7 @@ from typing import Any, Final
 from pydantic import ValidationError
 
 from trtfleet.api.adapter import Adapter as AdapterObject
-from trtfleet.api.adapter import AdapterMode, AdapterPhase
+from trtfleet.api.adapter import AdapterMode, AdapterPhase, effective_mode
 from trtfleet.api.basemodel import BaseModel as BaseModelObject
 from trtfleet.api.basemodel import Runtime
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
@@ -151,7 +151,9 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
     status = parsed.status
     # A merged Adapter keeps the task id and artifact it had when dynamic (status carries them): served
     # hot-swapped behind its merged pods, whatever the merged phase (switching modes loses nothing).
-    carried = parsed.spec.mode is AdapterMode.MERGED
+    # (mode auto: while the operator serves it merged, status.merge.mode)
+    chosen = status.merge.mode if status is not None and status.merge is not None else None
+    carried = effective_mode(parsed.spec.mode, chosen) is AdapterMode.MERGED
     if status is None or (status.phase is not AdapterPhase.READY and not carried) or status.task_id is None:
         return None
     artifact = status.artifact
@@ -229,7 +231,8 @@ def _variants(adapters: Iterable[Mapping[str, Any]]) -> dict[str, str]:
 def merged_fleet_from_object(
     obj: Mapping[str, Any], bases: Mapping[str, BaseModelEntry], *, has_pods: bool = False
 ) -> BaseModelEntry | None:
-    """The merged fleet of an Adapter with ``spec.mode: merged`` on a known base model, or of one switched
+    """The merged fleet of an Adapter served merged (``spec.mode: merged``, or ``auto`` with
+    ``status.merge.mode: merged``) on a known base model, or of one switched
     back to dynamic whose merged pods still run (``has_pods``: they serve until the operator removes them,
     once it is Ready hot-swapped); else None."""
     try:
@@ -237,10 +240,11 @@ def merged_fleet_from_object(
     except ValidationError:
         return None  # logged by adapter_entry_from_object
     base = bases.get(parsed.spec.base_model)
-    wanted = parsed.spec.mode is AdapterMode.MERGED or has_pods
+    status = parsed.status
+    chosen = status.merge.mode if status is not None and status.merge is not None else None
+    wanted = effective_mode(parsed.spec.mode, chosen) is AdapterMode.MERGED or has_pods
     if not wanted or base is None or parsed.metadata.get("deletionTimestamp"):
         return None
-    status = parsed.status
     name = (status.served_name if status else None) or parsed.spec.served_name or parsed.metadata.get("name", "")
     return merged_entry(base, name)
 

@@ -92,6 +92,8 @@ def test_the_api_server_refuses_merged_qlora_and_keeps_training_immutable(operat
     assert refused.returncode != 0 and "mode merged cannot be combined with training.baseQuantization" in (
         refused.stderr
     )
+    auto = cp.kubectl("apply", "-n", ns, "-f", "-", input=qlora("a", "tiny", NF4, mode="auto"), check=False)
+    assert auto.returncode != 0 and "nor mode auto" in auto.stderr
     odd = cp.kubectl("apply", "-n", ns, "-f", "-", input=qlora("odd", "tiny", {**NF4, "blockSize": 100}), check=False)
     assert odd.returncode != 0 and "blockSize" in odd.stderr
     apply(cp, ns, qlora("fixed", "tiny", NF4))

@@ -374,6 +374,7 @@ KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("replaces", ("serving.replaces",), {"serving": {"replaces": "older-model"}}),
     ("server", ("serving.server",), {"serving": {"server": "trtllm-serve"}}),
     ("autoscaling", ("autoscaling",), {"autoscaling": {"minReplicas": 0, "maxReplicas": 4}}),
+    ("merging", ("merging",), {"merging": {"podRequestsPerSecond": 3.5, "mergeAbovePodFraction": 0.6}}),
     ("kv fraction", ("serving.kvCacheFreeGpuMemFraction",), {"serving": {"kvCacheFreeGpuMemFraction": 0.5}}),
     ("kv reuse", ("serving.enableKvCacheReuse",), {"serving": {"enableKvCacheReuse": False}}),
     ("chunked context", ("serving.enableChunkedContext",), {"serving": {"enableChunkedContext": False}}),

@@ -7,7 +7,13 @@ from typing import Any
 
 import pytest
 import yaml
-from trtfleet_router.discovery.kubernetes import adapter_entry_from_object, build_snapshot, pods_from_endpointslices
+from trtfleet_router.discovery.kubernetes import (
+    adapter_entry_from_object,
+    base_entry_from_object,
+    build_snapshot,
+    merged_fleet_from_object,
+    pods_from_endpointslices,
+)
 from trtfleet_router.discovery.static import (
     StaticDiscovery,
     config_from_flags,
@@ -204,3 +210,26 @@ def test_pytorch_base_model_and_adapter_carry_runtime_and_lora_path() -> None:
     assert snapshot.pods["tiny"]["tiny-0"].address == "10.1.0.5:8000"
     triton = build_snapshot([_basemodel()], [adapter], [])
     assert triton.registry.adapters["up"].lora_path == ""  # a Triton base model gets the weights sent
+
+
+@pytest.mark.parametrize(
+    ("mode", "chosen", "served"),
+    [
+        pytest.param("merged", None, True, id="merged-keeps-its-fallback-while-building"),
+        pytest.param("auto", "merged", True, id="auto-served-merged-keeps-it-too"),
+        pytest.param("auto", "dynamic", False, id="auto-dynamic-waits-for-ready"),
+        pytest.param("auto", None, False, id="auto-before-any-advice-is-dynamic"),
+        pytest.param("dynamic", "merged", False, id="a-stale-choice-of-a-non-auto-adapter-is-ignored"),
+    ],
+)
+def test_a_merged_adapter_is_served_hot_swapped_whatever_its_phase(mode: str, chosen: str | None, served: bool) -> None:
+    obj = _adapter("up", phase="Pending")
+    obj["spec"]["mode"] = mode
+    if chosen is not None:
+        obj["status"]["merge"] = {"mode": chosen}
+    assert (adapter_entry_from_object(obj, {}) is not None) == served
+    base = base_entry_from_object(_basemodel())
+    assert base is not None
+    fleet = merged_fleet_from_object(obj, {"tiny": base})
+    assert (fleet is not None) == served  # its merged fleet exists from the switch on, pods or not
+    assert fleet is None or fleet.merged_adapter == "up"
