@@ -10,7 +10,8 @@ context's):
   set; served name ``status.servedName`` (else ``spec.servedName``, else the object name); base model
   ``spec.baseModel``; weights size, rank and modules from ``status.artifact``; on a ``pytorch`` base
   model ``status.artifact.path`` (the staged PEFT directory) is sent as ``lora_request.lora_path``.
-* ``EndpointSlice`` labelled ``trtfleet.io/basemodel=<name>`` (the label is copied from the Service):
+* ``EndpointSlice`` labelled ``trtfleet.io/basemodel=<label_value(name)>`` (copied from the Service; names go
+  through :func:`trtfleet.api.labels.label_value` as the operator's do, so long names match):
   one pod per endpoint, address ``<ip>:<port named grpc>`` (``pytorch``: trtllm-serve's port named
   ``http``), metrics ``<ip>:<port named metrics>``,
   Triton HTTP ``<ip>:<port named http>`` (used for warm requests when present), pod
@@ -18,7 +19,7 @@ context's):
   from ``conditions.ready`` (absent = ready, as the API defines; not ready -> ready also resets the
   shadow: a container restart keeps the uid and IP but empties the LoRA cache).
 * Merged Adapters (``spec.mode: merged``): the EndpointSlices of their own Service, labelled also
-  ``trtfleet.io/role=merged`` and ``trtfleet.io/adapter=<adapter>``, form a fleet of their own
+  ``trtfleet.io/role=merged`` and ``trtfleet.io/adapter=<label_value(adapter)>``, form a fleet of their own
   (:func:`~trtfleet_router.models_registry.merged_entry`) that takes the adapter's served name; they never
   join the base model's pool. While it has no ready pod the name is served hot-swapped on the base
   model's pool (``Target.fallback``) when an Adapter of that served name is Ready there, or when the merged
@@ -41,6 +42,7 @@ from trtfleet.api.adapter import Adapter as AdapterObject
 from trtfleet.api.adapter import AdapterMode, AdapterPhase
 from trtfleet.api.basemodel import BaseModel as BaseModelObject
 from trtfleet.api.basemodel import Runtime
+from trtfleet.api.labels import LABEL_ADAPTER, LABEL_BASEMODEL, LABEL_ROLE, ROLE_MERGED, label_value
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
 from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
@@ -56,11 +58,6 @@ from trtfleet_router.models_registry import (
 
 log = logging.getLogger(__name__)
 
-BASEMODEL_LABEL: Final = "trtfleet.io/basemodel"
-ADAPTER_LABEL: Final = "trtfleet.io/adapter"
-ROLE_LABEL: Final = "trtfleet.io/role"
-ROLE_MERGED: Final = "merged"
-"""Labels the operator puts on a merged Adapter's Service (and so its EndpointSlices)."""
 UPSTREAM_MODEL_ANNOTATION: Final = "trtfleet.io/upstream-model"
 GRPC_PORT_NAME: Final = "grpc"
 METRICS_PORT_NAME: Final = "metrics"
@@ -75,13 +72,14 @@ def _host_port(ip: str, port: int) -> str:
 def pods_from_endpointslices(
     slices: Iterable[Mapping[str, Any]], *, merged: bool = False
 ) -> dict[str, dict[str, PodEndpoint]]:
-    """EndpointSlices -> ``{base model: {pod id: PodEndpoint}}`` of the base models' own pods, or with
-    ``merged`` ``{adapter object name: {pod id: PodEndpoint}}`` of merged Adapters' pods."""
+    """EndpointSlices -> ``{base model label value: {pod id: PodEndpoint}}`` of the base models' own pods, or
+    with ``merged`` ``{adapter label value: {pod id: PodEndpoint}}`` of merged Adapters' pods. Keys are the
+    labels' values: look a name up by ``label_value(name)`` (names over 63 characters are hashed)."""
     pods: dict[str, dict[str, PodEndpoint]] = {}
     for slice_ in slices:
         labels = slice_.get("metadata", {}).get("labels") or {}
-        is_merged = labels.get(ROLE_LABEL) == ROLE_MERGED
-        key = labels.get(ADAPTER_LABEL) if merged else labels.get(BASEMODEL_LABEL)
+        is_merged = labels.get(LABEL_ROLE) == ROLE_MERGED
+        key = labels.get(LABEL_ADAPTER) if merged else labels.get(LABEL_BASEMODEL)
         if not key or is_merged != merged:
             continue
         ports = {p.get("name"): p.get("port") for p in slice_.get("ports") or []}
@@ -179,11 +177,11 @@ def build_snapshot(
     adapter_entries = [a for a in (adapter_entry_from_object(o, parsed_bases) for o in adapters) if a is not None]
     slices = list(slices)
     pods = pods_from_endpointslices(slices)
-    fleet_pods = {name: pods.get(name, {}) for name in parsed_bases}
+    fleet_pods = {name: pods.get(label_value(name), {}) for name in parsed_bases}
     merged_pods = pods_from_endpointslices(slices, merged=True)
     by_name = {entry.name: entry for entry in entries}
     for obj in adapters:
-        own_pods = merged_pods.get(str(obj.get("metadata", {}).get("name", "")), {})
+        own_pods = merged_pods.get(label_value(str(obj.get("metadata", {}).get("name", ""))), {})
         merged = merged_fleet_from_object(obj, by_name, has_pods=bool(own_pods))
         if merged is not None:
             entries.append(merged)
@@ -224,7 +222,7 @@ class KubernetesDiscovery:
         return {
             "bm": (f"{group}/basemodels", None),
             "ad": (f"{group}/adapters", None),
-            "es": (f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices", BASEMODEL_LABEL),
+            "es": (f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices", LABEL_BASEMODEL),
         }
 
     def initial(self) -> DiscoverySnapshot:
