@@ -26,7 +26,13 @@ from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.events import EventKind, Journal
-from trtfleet_router.routing.fleetreport import check_books, fleet_snapshot, prewarm_plan
+from trtfleet_router.routing.fleetreport import (
+    PodLoadSummary,
+    check_books,
+    fleet_snapshot,
+    pod_load_summary,
+    prewarm_plan,
+)
 from trtfleet_router.routing.fleetresets import PodResets
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
@@ -341,6 +347,10 @@ class Fleet(PodResets):
         """Whether ``pod``'s shadow could store ``pages`` now, evicting idle adapters only."""
         state = self._pods.get(pod)
         return state is not None and state.residency.has_evictable_slot(pages)
+
+    def pod_load(self) -> PodLoadSummary:
+        """The ready pods' scraped load as of now (what the router exports for the operator's autoscaler)."""
+        return pod_load_summary(self._pods, self._now())
 
     def snapshot(self) -> FleetSnapshot:
         return fleet_snapshot(self._model, self._policy.name, self._now(), self._pods, self._prefix, len(self._open))
