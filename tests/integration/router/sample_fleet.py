@@ -4,22 +4,18 @@ fleets must pass through the official openai client."""
 
 from __future__ import annotations
 
-import json
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
-from pathlib import Path
 from typing import Any
 
 import httpx
 import openai
 from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR
 
+from tests.support.lora_outputs import OUTPUTS, PROMPTS, SAMPLE_ADAPTERS
 from tests.unit.router.harness import LoopThread, RouterThread
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
-PROMPTS: list[str] = FIXTURE["prompts"]
-OUTPUTS: dict[str, list[str]] = {name: model["outputs"] for name, model in FIXTURE["models"].items()}
-ADAPTERS = ("upper", "reverse", "json")
+ADAPTERS = SAMPLE_ADAPTERS
 TASK_IDS = {"upper": 11, "reverse": 12, "json": 13}
 MAX_TOKENS = 64
 
