@@ -54,13 +54,13 @@ CLUSTER_DIR ?= .tmp/cluster
 # A local control plane (etcd, kube-apiserver, controller-manager, scheduler, kwok node) in the background.
 cluster-up: install control-plane
 	@mkdir -p $(dir $(CLUSTER_DIR))
-	@nohup $(PY) tests/support/controlplane.py up --dir $(CLUSTER_DIR) > $(CLUSTER_DIR).log 2>&1 & echo $$! > $(CLUSTER_DIR).pid
+	@nohup $(PY) -m tests.support.controlplane_cli up --dir $(CLUSTER_DIR) > $(CLUSTER_DIR).log 2>&1 & echo $$! > $(CLUSTER_DIR).pid
 	@until grep -q '^export KUBECONFIG' $(CLUSTER_DIR).log; do \
 	  kill -0 $$(cat $(CLUSTER_DIR).pid) 2>/dev/null || { cat $(CLUSTER_DIR).log; exit 1; }; sleep 0.5; done
 	@grep '^export KUBECONFIG' $(CLUSTER_DIR).log
 
 cluster-down:
-	$(PY) tests/support/controlplane.py down --dir $(CLUSTER_DIR)
+	$(PY) -m tests.support.controlplane_cli down --dir $(CLUSTER_DIR)
 	@rm -f $(CLUSTER_DIR).pid $(CLUSTER_DIR).log
 
 demo: install

@@ -1,4 +1,10 @@
-"""A shared view with a propagation delay, for the simulator's router replicas (:mod:`bench.simulate`).
+"""The simulator's router replicas (:mod:`bench.simulate`): each replica's view, and a shared view with a
+propagation delay.
+
+:func:`build_router_views` makes the replicas of a :class:`~bench.simtypes.FleetSpec`: with
+``router_view="shadow"`` one :class:`RouterReplica` per replica, each fed only by its own requests; with
+``shared`` one view fed by every request (the single router exactly), or with ``router_view_delay_s`` one view
+per replica fed by all through a :class:`DelayedMirror`.
 
 Each replica keeps its own :class:`~trtfleet_router.routing.fleet.Fleet`; every bookkeeping call a replica
 makes for its own request (``start`` with the decision, ``confirm``, ``finish`` with the outcome) is replayed,
@@ -10,13 +16,31 @@ called from its event queue); its own counters count each request once, on the r
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import random
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.fleet import Fleet
+from trtfleet_router.routing.policies import build_policy
 from trtfleet_router.routing.types import Decision, Outcome, RouteRequest, Ticket
 
+from bench.replicas import assign_replicas
+from bench.simtypes import FleetSpec, WeightStoreModel
+
 START, CONFIRM, FINISH = "start", "confirm", "finish"
+
+
+@dataclass(slots=True)
+class RouterReplica:
+    """One router process: its view of the pods (a :class:`Fleet`), weight store and capacity queue."""
+
+    fleet: Fleet
+    store: WeightStoreModel
+    waiting: deque[int] = field(default_factory=deque)  # keys waiting for LoRA cache capacity, FIFO
+    wait_since: dict[int, float] = field(default_factory=dict)
 
 
 class DelayedMirror:
@@ -52,3 +76,49 @@ class DelayedMirror:
     def pending(self) -> int:
         """Tickets whose finish has not been replayed yet."""
         return len(self._copies)
+
+
+@dataclass(frozen=True, slots=True)
+class RouterViews:
+    """The replicas' views, the mirror between them (None: no delay to model), and each request's replica."""
+
+    replicas: list[RouterReplica]
+    mirror: DelayedMirror | None
+    replica_of: list[int]
+
+
+def build_router_views(
+    spec: FleetSpec,
+    routing: RoutingConfig,
+    *,
+    seed: int,
+    model_name: str,
+    now: Callable[[], float],
+    requests: int,
+    replica_of: Sequence[int] | None,
+) -> RouterViews:
+    """The views of ``spec``'s router replicas for ``requests`` requests; ``replica_of`` (the replica each
+    request goes to in the ``shadow`` view) defaults to seeded draws."""
+    # shared: one view fed by every request (the single router, whatever the replica count), or with a
+    # delay one view per replica fed by all; shadow: one view per replica, fed only by its own requests
+    delayed = spec.router_view == "shared" and spec.router_view_delay_s > 0
+    views = spec.router_replicas if spec.router_view == "shadow" or delayed else 1
+    replicas = [
+        RouterReplica(
+            Fleet(build_policy(routing), now=now,
+                  rng=random.Random(seed if index == 0 else f"{seed}/replica-{index}"), config=routing,
+                  model=model_name),
+            WeightStoreModel(spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s),
+        )
+        for index in range(views)
+    ]
+    mirror = DelayedMirror([r.fleet for r in replicas]) if delayed and views > 1 else None
+    if views == 1:
+        chosen = [0] * requests
+    elif replica_of is None:
+        chosen = assign_replicas(requests, views, random.Random(f"{seed}/assign"))
+    elif len(replica_of) != requests or not all(0 <= index < views for index in replica_of):
+        raise ValueError(f"replica_of needs one replica in 0..{views - 1} per request ({requests})")
+    else:
+        chosen = list(replica_of)
+    return RouterViews(replicas, mirror, chosen)

@@ -43,15 +43,11 @@ from __future__ import annotations
 import dataclasses
 import heapq
 import math
-import random
 import time
-from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 
 from trtfleet_router.routing.config import RoutingConfig
-from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.policies import build_policy, parse_routing_config
+from trtfleet_router.routing.policies import parse_routing_config
 from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.routing.types import (
     AdapterTooLarge,
@@ -65,14 +61,12 @@ from trtfleet_router.routing.types import (
 )
 
 from bench.podsim import ArrivalError, SimPod, SimRequest
-from bench.replicas import assign_replicas
-from bench.simpeers import CONFIRM, FINISH, START, DelayedMirror
+from bench.simpeers import CONFIRM, FINISH, START, RouterReplica, build_router_views
 from bench.simtypes import (
     RUNTIMES,
     FleetSpec,
     RequestRecord,
     SimResult,
-    WeightStoreModel,
     adapter_refs,
 )
 from bench.traces import TraceRequest
@@ -81,16 +75,6 @@ __all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResu
 
 _ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR = range(9)
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
-
-
-@dataclass(slots=True)
-class RouterReplica:
-    """One router process: its view of the pods (a :class:`Fleet`), weight store and capacity queue."""
-
-    fleet: Fleet
-    store: WeightStoreModel
-    waiting: deque[int] = field(default_factory=deque)  # keys waiting for LoRA cache capacity, FIFO
-    wait_since: dict[int, float] = field(default_factory=dict)
 
 
 class FleetSimulation:
@@ -112,30 +96,11 @@ class FleetSimulation:
         routing = config if config is not None else parse_routing_config({"policy": policy})
         if routing.policy != policy:
             routing = routing.model_copy(update={"policy": policy})
-        # shared: one view fed by every request (the single router, whatever the replica count), or with a
-        # delay one view per replica fed by all; shadow: one view per replica, fed only by its own requests
-        delayed = spec.router_view == "shared" and spec.router_view_delay_s > 0
-        views = spec.router_replicas if spec.router_view == "shadow" or delayed else 1
-        self.replicas = [
-            RouterReplica(
-                Fleet(build_policy(routing), now=lambda: self.now_s,
-                      rng=random.Random(seed if index == 0 else f"{seed}/replica-{index}"), config=routing,
-                      model=model_name),
-                WeightStoreModel(spec.router_store_bytes, spec.artifact_fetch_latency_s, spec.artifact_bytes_per_s),
-            )
-            for index in range(views)
-        ]
+        views = build_router_views(spec, routing, seed=seed, model_name=model_name, now=lambda: self.now_s,
+                                   requests=len(trace), replica_of=replica_of)
+        self.replicas, self.mirror, self.replica_of = views.replicas, views.mirror, views.replica_of
         self.fleet = self.replicas[0].fleet
-        self.mirror = DelayedMirror([r.fleet for r in self.replicas]) if delayed and views > 1 else None
         self.counters = dict.fromkeys(("warm_routes", "cold_loads", "misses", "cache_full"), 0)
-        if views == 1:
-            self.replica_of = [0] * len(trace)
-        elif replica_of is None:
-            self.replica_of = assign_replicas(len(trace), views, random.Random(f"{seed}/assign"))
-        elif len(replica_of) != len(trace) or not all(0 <= index < views for index in replica_of):
-            raise ValueError(f"replica_of needs one replica in 0..{views - 1} per request ({len(trace)})")
-        else:
-            self.replica_of = list(replica_of)
         self.reads = spec.runtime == "pytorch"
         pod_spec = dataclasses.replace(spec.pod, read_bytes_per_s=spec.pod_read_bytes_per_s) if self.reads else spec.pod
         self.block_tokens = spec.pod.kv_tokens_per_block

@@ -29,21 +29,19 @@ The model: a Llama (RMSNorm, RoPE, GQA, SwiGLU) over a byte vocabulary, trained 
 ``upper`` echoes in upper case, ``reverse`` echoes the characters reversed, ``json`` answers
 ``{"echo": "<prompt>"}``. The base model is trained on lowercase prompts, then (curriculum) also on
 mixed-case prompts with digits and punctuation; the adapters on lowercase prompts.
+
+The tasks, batches, training loop and decoding live in hack/reference_training.py; writing files and
+directories in hack/reference_files.py.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
-import shutil
-import string
 import sys
-import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -60,6 +58,16 @@ from transformers import LlamaConfig, LlamaForCausalLM
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "engines"))
 
+from reference_files import clean_adapter_config, replace_dir, save_adapter, write_json  # noqa: E402
+from reference_training import (  # noqa: E402  (hack/ is this script's directory)
+    MAX_NEW_TOKENS,
+    accuracy,
+    greedy,
+    last_logits,
+    log,
+    random_prompt,
+    train,
+)
 from trtfleet_engines.reference import numpy_llama as nl  # noqa: E402
 from trtfleet_engines.reference.tokenizer import (  # noqa: E402
     BOS_ID,
@@ -68,7 +76,6 @@ from trtfleet_engines.reference.tokenizer import (  # noqa: E402
     SEP_ID,
     VOCAB_SIZE,
     decode,
-    encode,
     prompt_ids,
 )
 
@@ -88,23 +95,10 @@ DIMENSIONS = {
     "max_position_embeddings": 256,
 }
 TARGET_MODULES = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
-MAX_PROMPT_CHARS = 48
-ALPHABET = string.ascii_lowercase
-# Mixed prompts are still mostly lowercase: each character is lowercase with probability ~0.6.
-MIXED_ALPHABET = string.ascii_lowercase * 3 + string.ascii_uppercase + string.digits + "{}\":,.!?-'"
-BASE_MIXED_FRACTION = 0.3
-BASE_LOWERCASE_SHARE = 0.4  # of the base model's steps, before mixed prompts start
-MAX_NEW_TOKENS = MAX_PROMPT_CHARS + 16
 SAMPLE_ADAPTERS = ("upper", "reverse", "json")
 # Reversal needs new attention (the token *before* each match), so it trains longer than the others.
 ADAPTER_STEPS = {"upper": 600, "reverse": 2500, "json": 600}
 
-TASKS: dict[str, Callable[[str], str]] = {
-    "base": lambda p: p,
-    "upper": str.upper,
-    "reverse": lambda p: p[::-1],
-    "json": lambda p: json.dumps({"echo": p}),
-}
 SAMPLE_PROMPTS = [
     "hello world",
     "the quick brown fox",
@@ -114,120 +108,6 @@ SAMPLE_PROMPTS = [
     "one base model many adapters",
 ]
 LOGIT_PROMPTS = ["hello world", "tiny llama"]
-
-
-def log(message: str) -> None:
-    print(f"[gen-reference-assets] {message}", file=sys.stderr, flush=True)
-
-
-def random_prompt(rng: random.Random, max_chars: int = MAX_PROMPT_CHARS, alphabet: str = ALPHABET) -> str:
-    """Words (1-8 characters of ``alphabet``) joined by single spaces, 1..max_chars characters."""
-    target = rng.randint(1, max_chars)
-    words: list[str] = []
-    while sum(len(w) + 1 for w in words) < target:
-        words.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 8))))
-    return " ".join(words)[:target].strip() or rng.choice(alphabet)
-
-
-def make_batch(
-    rng: random.Random, task: str, batch_size: int, mixed_fraction: float = 0.0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    seqs = []
-    for _ in range(batch_size):
-        mixed = rng.random() < mixed_fraction
-        p = random_prompt(rng, alphabet=MIXED_ALPHABET if mixed else ALPHABET)
-        seqs.append((prompt_ids(p), [*encode(TASKS[task](p)), EOS_ID]))
-    width = max(len(a) + len(b) for a, b in seqs)
-    ids = torch.full((batch_size, width), PAD_ID, dtype=torch.long)
-    labels = torch.full((batch_size, width), -100, dtype=torch.long)
-    for row, (prompt, answer) in enumerate(seqs):
-        full = prompt + answer
-        ids[row, : len(full)] = torch.tensor(full)
-        labels[row, len(prompt) : len(full)] = torch.tensor(answer)
-    return ids, labels
-
-
-def train(model: torch.nn.Module, task: str, *, steps: int, lr: float, batch_size: int, seed: int) -> None:
-    rng = random.Random(seed)
-    params = [p for p in model.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=0.0, betas=(0.9, 0.98))
-    warmup = max(1, steps // 20)
-
-    def schedule(step: int) -> float:
-        if step < warmup:
-            return (step + 1) / warmup
-        return 0.5 * (1 + math.cos(math.pi * (step - warmup) / max(1, steps - warmup))) * 0.95 + 0.05
-
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, schedule)
-    model.train()
-    start = time.monotonic()
-    for step in range(steps):
-        # Curriculum for the base model: plain lowercase echo until the copy circuit has formed, then also
-        # mixed-case text with digits and punctuation, so the embeddings and lm_head rows of every character
-        # an adapter writes (upper case, {"}:) are trained: a LoRA adapter alone cannot make an untrained
-        # token id likely.
-        mixed = BASE_MIXED_FRACTION if task == "base" and step >= steps * BASE_LOWERCASE_SHARE else 0.0
-        ids, labels = make_batch(rng, task, batch_size, mixed)
-        loss = model(input_ids=ids, labels=labels).loss
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-        scheduler.step()
-        if step % 200 == 0 or step == steps - 1:
-            log(f"{task}: step {step}/{steps} loss {loss.item():.4f} ({time.monotonic() - start:.0f} s)")
-    model.eval()
-
-
-@torch.no_grad()
-def greedy(model: torch.nn.Module, prompt: str, max_new_tokens: int = MAX_NEW_TOKENS) -> list[int]:
-    """Greedy decoding with the real model (KV cache, one sequence, no padding); new ids without EOS."""
-    ids = torch.tensor([prompt_ids(prompt)])
-    out = model(input_ids=ids, use_cache=True)
-    past, generated = out.past_key_values, []
-    for _ in range(max_new_tokens):
-        token = int(out.logits[0, -1].argmax())
-        if token == EOS_ID:
-            break
-        generated.append(token)
-        out = model(input_ids=torch.tensor([[token]]), past_key_values=past, use_cache=True)
-        past = out.past_key_values
-    return generated
-
-
-@torch.no_grad()
-def last_logits(model: torch.nn.Module, prompt: str) -> list[float]:
-    logits = model(input_ids=torch.tensor([prompt_ids(prompt)])).logits[0, -1]
-    return [float(x) for x in logits.float().numpy()]
-
-
-def accuracy(model: torch.nn.Module, task: str, prompts: list[str]) -> float:
-    hits = sum(decode(greedy(model, p)) == TASKS[task](p) for p in prompts)
-    return hits / len(prompts)
-
-
-def write_json(path: Path, data: object) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, sort_keys=False) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
-def replace_dir(target: Path, build: Callable[[Path], None]) -> None:
-    """Build a directory next to ``target`` and swap it in, so no half-written assets are left."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{target.name}.", dir=target.parent))
-    try:
-        build(staging)
-        staging.chmod(0o755)  # mkdtemp makes 0700; the assets are read by other users in containers
-        for file in staging.iterdir():
-            file.chmod(0o644)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
-    finally:
-        if staging.exists():
-            shutil.rmtree(staging)
 
 
 def save_base(model: LlamaForCausalLM, target: Path) -> None:
@@ -240,24 +120,6 @@ def save_base(model: LlamaForCausalLM, target: Path) -> None:
         config["rope_theta"] = DIMENSIONS["rope_theta"]
         config["torch_dtype"] = "float32"
         write_json(out / "config.json", dict(sorted(config.items())))
-
-    replace_dir(target, build)
-
-
-def clean_adapter_config(path: Path, **overrides: object) -> None:
-    config = json.loads(path.read_text())
-    config["base_model_name_or_path"] = "tiny-llama"
-    config.update(overrides)
-    if isinstance(config.get("target_modules"), list):  # PEFT writes a set: order varies with PYTHONHASHSEED
-        config["target_modules"] = sorted(config["target_modules"])
-    write_json(path, dict(sorted(config.items())))
-
-
-def save_adapter(peft_model: PeftModel, target: Path) -> None:
-    def build(out: Path) -> None:
-        peft_model.save_pretrained(str(out), safe_serialization=True)
-        (out / "README.md").unlink(missing_ok=True)
-        clean_adapter_config(out / "adapter_config.json")
 
     replace_dir(target, build)
 

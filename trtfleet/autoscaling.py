@@ -70,7 +70,8 @@ class DemandSignals:
     held_requests: float = 0.0
     """Of ``router_requests``, held for want of a ready pod (scale-from-zero demand)."""
     pod_requests: float = 0.0
-    """In the pods: running plus queued (Triton's request metrics, trtllm-serve's iteration stats)."""
+    """In the pods: running plus queued (Triton's request metrics, trtllm-serve's iteration stats), as the
+    routers scraped them."""
     kv_cache_fraction: float | None = None
     """Mean fraction of KV-cache blocks in use over the pods that reported it."""
     active_adapter_pages: int | None = None

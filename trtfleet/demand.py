@@ -2,8 +2,9 @@
 
 Pure: Prometheus text in, one base model's numbers out. The names are the router's
 (``router/trtfleet_router/metrics.py``): requests in the router (at a pod, waiting for LoRA capacity, or
-held), held requests (no ready pod), and the LoRA pages of the adapters active in the router's window,
-each a gauge labelled ``base_model``.
+held), held requests (no ready pod), the LoRA pages of the adapters active in the router's window, and the
+load the base model's pods report as the router scraped them (pods reporting, their running + queued
+requests, their mean KV-cache fraction), each a gauge labelled ``base_model``.
 """
 
 from __future__ import annotations
@@ -17,6 +18,9 @@ from prometheus_client.parser import text_string_to_metric_families
 ROUTER_REQUESTS: Final = "trtfleet_router_base_model_requests"
 ROUTER_HELD: Final = "trtfleet_router_held_requests"
 ROUTER_ADAPTER_PAGES: Final = "trtfleet_router_active_adapter_pages"
+ROUTER_PODS_REPORTING: Final = "trtfleet_router_pods_reporting_load"
+ROUTER_POD_REQUESTS: Final = "trtfleet_router_pod_requests"
+ROUTER_POD_KV: Final = "trtfleet_router_pod_kv_cache_used_ratio"
 
 
 class MetricsParseError(ValueError):
@@ -28,6 +32,12 @@ class RouterReading:
     requests: float = 0.0
     held: float = 0.0
     active_adapter_pages: int = 0
+    pods_reporting: int = 0
+    """The base model's ready pods whose scraped load this replica holds fresh (each replica scrapes every pod)."""
+    pod_requests: float = 0.0
+    """Running + queued on those pods."""
+    pod_kv_fraction: float | None = None
+    """Their mean KV-cache fraction; None when none reports it."""
 
 
 def prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -43,9 +53,22 @@ def prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 
 
 def parse_router_metrics(text: str, base_model: str) -> RouterReading:
-    """One router replica's demand for ``base_model`` (zeros when it has seen none)."""
-    values = {ROUTER_REQUESTS: 0.0, ROUTER_HELD: 0.0, ROUTER_ADAPTER_PAGES: 0.0}
+    """One router replica's demand for ``base_model`` and its pods' load (zeros when it has seen none)."""
+    summed = (ROUTER_REQUESTS, ROUTER_HELD, ROUTER_ADAPTER_PAGES, ROUTER_PODS_REPORTING, ROUTER_POD_REQUESTS)
+    values = dict.fromkeys(summed, 0.0)
+    kv: float | None = None
     for name, labels, value in prometheus_samples(text):
-        if name in values and labels.get("base_model") == base_model and math.isfinite(value):
+        if labels.get("base_model") != base_model or not math.isfinite(value):
+            continue
+        if name in values:
             values[name] += value
-    return RouterReading(values[ROUTER_REQUESTS], values[ROUTER_HELD], int(values[ROUTER_ADAPTER_PAGES]))
+        elif name == ROUTER_POD_KV:
+            kv = value
+    return RouterReading(
+        values[ROUTER_REQUESTS],
+        values[ROUTER_HELD],
+        int(values[ROUTER_ADAPTER_PAGES]),
+        int(values[ROUTER_PODS_REPORTING]),
+        values[ROUTER_POD_REQUESTS],
+        kv,
+    )

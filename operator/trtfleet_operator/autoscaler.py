@@ -1,10 +1,11 @@
 """The I/O shell of autoscaling: scrape the signals, decide (:mod:`.reconcile.autoscale`), write the result.
 
 :class:`ScrapeSignals` is the real :class:`SignalSource`: it reads every router replica's ``/metrics``
-(the pods matching ``--router-selector``, or the fixed ``--router-metrics-url`` list) and each ready
-serving pod's own metrics (Triton's Prometheus text on port ``metrics``; trtllm-serve's JSON ``/metrics``
-on its serving port), all at once with one timeout; a source that does not answer is left out of this
-round. With no source answering at all, there are no signals and the decision keeps the size.
+(the pods matching ``--router-selector``, or the fixed ``--router-metrics-url`` list), all at once with one
+timeout, and counts the base model's ready serving pods from the API server. The serving pods' own load
+comes through the routers, which scrape them anyway (:mod:`.signals` says why the operator does not). A
+router that does not answer is left out of this round; with none answering there are no signals and the
+decision keeps the size.
 
 :meth:`Autoscaler.tick` runs on a kopf timer under the BaseModel's reconcile lock: it reads the object
 fresh, decides, writes ``spec.serving.replicas`` (a merge patch guarded by the resourceVersion it read, so
@@ -14,7 +15,6 @@ a concurrent edit wins and the next tick decides again), then the status, then t
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -22,27 +22,18 @@ from datetime import datetime
 from typing import Protocol
 
 import aiohttp
-from trtfleet_engines.pytorch.serving import SERVE_PORT
 
-from trtfleet.api import API_VERSION, Runtime
+from trtfleet.api import API_VERSION
 from trtfleet.autoscaling import DemandSignals
 from trtfleet_operator import metrics
-from trtfleet_operator.builders.serving import METRICS_PORT, selector_labels
+from trtfleet_operator.builders.serving import selector_labels
 from trtfleet_operator.config import AutoscaleConfig
 from trtfleet_operator.errors import ConflictError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
 from trtfleet_operator.reconcile.engine import rfc3339
 from trtfleet_operator.reconcile.types import Obj
-from trtfleet_operator.signals import (
-    MetricsParseError,
-    PodReading,
-    RouterReading,
-    combine,
-    parse_router_metrics,
-    parse_triton_metrics,
-    parse_trtllm_serve_stats,
-)
+from trtfleet_operator.signals import MetricsParseError, RouterReading, combine, parse_router_metrics
 
 logger = logging.getLogger(__name__)
 
@@ -85,30 +76,21 @@ class ScrapeSignals:
             self._router_urls(namespace),
             self.client.list(collection_path("v1", "Pod", namespace), label_selector=selector),
         )
-        ready = [p for p in pods if _ready(p) and (p.get("status") or {}).get("podIP")]
-        pytorch = (basemodel.get("spec") or {}).get("runtime", Runtime.PYTORCH.value) == Runtime.PYTORCH.value
-        port = SERVE_PORT if pytorch else METRICS_PORT
-        pod_urls = [f"http://{p['status']['podIP']}:{port}/metrics" for p in ready]
+        ready = [p for p in pods if _ready(p)]
         timeout = aiohttp.ClientTimeout(total=self.config.scrape_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            bodies = await asyncio.gather(*(self._get(session, url) for url in [*router_urls, *pod_urls]))
+            bodies = await asyncio.gather(*(self._get(session, url) for url in router_urls))
         routers: list[RouterReading] = []
-        readings: list[PodReading] = []
-        for index, body in enumerate(bodies):
+        for body in bodies:
             if body is None:
                 continue
             try:
-                if index < len(router_urls):
-                    routers.append(parse_router_metrics(body, name))
-                else:
-                    reading = parse_trtllm_serve_stats(json.loads(body)) if pytorch else parse_triton_metrics(body)
-                    readings.append(reading)
-            except (MetricsParseError, ValueError) as exc:
+                routers.append(parse_router_metrics(body, name))
+            except MetricsParseError as exc:
                 logger.info("unreadable metrics", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
-        sources = len(routers) + len(readings)
-        if sources == 0:
+        if not routers:
             return Reading(None, 0)
-        return Reading(combine(routers, readings, len(ready)), sources)
+        return Reading(combine(routers, len(ready)), len(routers))
 
     @staticmethod
     async def _get(session: aiohttp.ClientSession, url: str) -> str | None:

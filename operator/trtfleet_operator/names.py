@@ -2,9 +2,11 @@
 
 Conventions other components rely on (the router watches them):
 
-* Serving pods carry ``trtfleet.io/basemodel=<BaseModel>``, ``trtfleet.io/engine-hash=<first 16 hex digits
-  of the engine hash>`` and ``trtfleet.io/role`` = ``base`` or ``merged``; merged pods add
-  ``trtfleet.io/adapter=<Adapter>``. The full engine hash is in the ``trtfleet.io/engine-hash`` annotation.
+* Serving pods carry ``trtfleet.io/basemodel=<BaseModel>`` (every object name in a label value passes
+  through ``label_value`` of :mod:`trtfleet.api.labels`, which the router uses too),
+  ``trtfleet.io/engine-hash=<first 16 hex digits of the engine hash>`` and ``trtfleet.io/role`` = ``base``
+  or ``merged``; merged pods add ``trtfleet.io/adapter=<Adapter>``. The full engine hash is in the
+  ``trtfleet.io/engine-hash`` annotation.
 * The headless Service of a BaseModel is named like the BaseModel and labelled
   ``trtfleet.io/basemodel=<name>, trtfleet.io/role=base``; a merged adapter's Service adds
   ``trtfleet.io/adapter=<name>`` and ``trtfleet.io/role=merged``.
@@ -22,10 +24,18 @@ Conventions other components rely on (the router watches them):
 
 from __future__ import annotations
 
-import hashlib
-import json
 import re
 from typing import Any
+
+from trtfleet.api.labels import LABEL_ADAPTER as LABEL_ADAPTER
+from trtfleet.api.labels import LABEL_BASEMODEL as LABEL_BASEMODEL
+from trtfleet.api.labels import LABEL_ROLE as LABEL_ROLE
+from trtfleet.api.labels import LABEL_VARIANT as LABEL_VARIANT
+from trtfleet.api.labels import ROLE_BASE as ROLE_BASE
+from trtfleet.api.labels import ROLE_MERGED as ROLE_MERGED
+from trtfleet.api.labels import ROLE_VARIANT as ROLE_VARIANT
+from trtfleet.api.labels import digest as digest
+from trtfleet.api.labels import label_value as label_value
 
 FIELD_MANAGER = "trtfleet-operator"
 MANAGED_BY = "trtfleet-operator"
@@ -36,16 +46,12 @@ LABEL_INSTANCE = "app.kubernetes.io/instance"
 LABEL_COMPONENT = "app.kubernetes.io/component"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_PART_OF = "app.kubernetes.io/part-of"
-LABEL_BASEMODEL = "trtfleet.io/basemodel"
-LABEL_ADAPTER = "trtfleet.io/adapter"
 LABEL_ENGINE_HASH = "trtfleet.io/engine-hash"
-LABEL_ROLE = "trtfleet.io/role"
 LABEL_RUNTIME = "trtfleet.io/runtime"
 LABEL_SOURCE_KEY = "trtfleet.io/source-key"
 LABEL_BUILD_ATTEMPT = "trtfleet.io/build-attempt"
 LABEL_JOB_NAME = "batch.kubernetes.io/job-name"
 LABEL_OPTIONS_HASH = "trtfleet.io/options-hash"
-LABEL_VARIANT = "trtfleet.io/variant"
 
 ANNOTATION_ENGINE_HASH = "trtfleet.io/engine-hash"
 ANNOTATION_SPEC_HASH = "trtfleet.io/spec-hash"
@@ -59,20 +65,10 @@ COMPONENT_MODEL_REPO = "model-repository"
 COMPONENT_ADAPTER_CONVERT = "adapter-convert"
 COMPONENT_LLM_API_OPTIONS = "llm-api-options"
 
-ROLE_BASE = "base"
-ROLE_MERGED = "merged"
-ROLE_VARIANT = "variant"
 VARIANT_HASH_CHARS = 10
 
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
-
-
-def digest(value: Any, length: int = 64) -> str:
-    """sha256 hex of ``value``'s canonical JSON (sorted keys), cut to ``length`` characters."""
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode()).hexdigest()[:length]
 
 
 def hash16(engine_hash: str) -> str:
@@ -82,14 +78,6 @@ def hash16(engine_hash: str) -> str:
         tail = tail[len("sha256-") :]
     cleaned = re.sub(r"[^a-z0-9]", "", tail.lower())
     return (cleaned or digest(engine_hash))[:16]
-
-
-def label_value(value: str) -> str:
-    """``value`` if it is a valid label value, else a valid label value derived from it (stable)."""
-    if len(value) <= DNS_LABEL_MAX and _LABEL_VALUE.match(value):
-        return value
-    cleaned = re.sub(r"[^A-Za-z0-9_.-]", "-", value)[: DNS_LABEL_MAX - 9].strip("-_.")
-    return f"{cleaned}-{digest(value, 8)}" if cleaned else digest(value, 16)
 
 
 def engine_hash_label(engine_hash: str) -> str:

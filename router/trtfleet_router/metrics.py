@@ -357,6 +357,12 @@ class RouterMetrics:
         self.peer_stream_gaps = counter(
             "peer_stream_gaps", "Reconnects to a peer whose event ring no longer held the events missed."
         )
+        # the pods' own load as this replica scraped it: the operator reads pods only through the routers
+        self.pods_reporting_load = gauge("pods_reporting_load", "Ready pods with fresh scraped load.", "base_model")
+        self.pod_requests = gauge("pod_requests", "Running + queued requests the pods report, summed.", "base_model")
+        self.pod_kv_cache_used_ratio = gauge(
+            "pod_kv_cache_used_ratio", "Mean KV-cache fraction the pods report (NaN: none does).", "base_model"
+        )
         self.fleet_inflight_requests = gauge(
             "fleet_inflight_requests", "Requests in flight per base model, every router replica's.", "base_model"
         )

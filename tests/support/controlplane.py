@@ -5,15 +5,12 @@ hack/build-control-plane.sh into a cache outside the checkout.
     with ControlPlane() as cp:
         cp.kubectl("get", "ns")
 
-CLI (foreground until SIGINT/SIGTERM; `down` stops one started by `up`):
-
-    python tests/support/controlplane.py up --dir .tmp/cluster
-    python tests/support/controlplane.py down --dir .tmp/cluster
+The certificates and kubeconfigs come from :mod:`tests.support.kubepki`; the command line that starts one in
+the foreground (``make cluster-up``) is :mod:`tests.support.controlplane_cli`.
 """
 
 from __future__ import annotations
 
-import argparse
 import atexit
 import ctypes
 import functools
@@ -31,6 +28,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from tests.support.kubepki import make_pki, write_kubeconfig
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S_VERSION = "v1.36.3"
@@ -123,53 +122,6 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
     except OSError:
         pass
-
-
-def _openssl(*args: str, cwd: Path) -> None:
-    subprocess.run(["openssl", *args], cwd=cwd, check=True, capture_output=True)
-
-
-def _ec_key(name: str, cwd: Path) -> None:
-    _openssl("genpkey", "-algorithm", "EC", "-pkeyopt", "ec_paramgen_curve:P-256", "-out", name, cwd=cwd)
-
-
-def make_pki(pki: Path) -> None:
-    """Self-signed CA, apiserver serving cert, client certs and the SA key pair."""
-    pki.mkdir(parents=True, exist_ok=True)
-    _ec_key("ca.key", pki)
-    _openssl(*"req -x509 -new -key ca.key -days 3650 -subj /CN=trtfleet-test-ca -out ca.crt".split(), cwd=pki)
-    certs = {
-        # name: (subject, extensions)
-        "apiserver": ("/CN=kube-apiserver", "extendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,"
-                      "IP:10.96.0.1,DNS:localhost,DNS:kubernetes,DNS:kubernetes.default.svc\n"),
-        "admin": ("/O=system:masters/CN=trtfleet-admin", "extendedKeyUsage=clientAuth\n"),
-        "controller-manager": ("/CN=system:kube-controller-manager", "extendedKeyUsage=clientAuth\n"),
-        "scheduler": ("/CN=system:kube-scheduler", "extendedKeyUsage=clientAuth\n"),
-    }
-    for name, (subject, ext) in certs.items():
-        _ec_key(f"{name}.key", pki)
-        (pki / f"{name}.ext").write_text("basicConstraints=CA:FALSE\nkeyUsage=digitalSignature\n" + ext)
-        _openssl("req", "-new", "-key", f"{name}.key", "-subj", subject, "-out", f"{name}.csr", cwd=pki)
-        _openssl(*f"x509 -req -in {name}.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 3650 "
-                   f"-extfile {name}.ext -out {name}.crt".split(), cwd=pki)
-    _ec_key("sa.key", pki)
-    _openssl("pkey", "-in", "sa.key", "-pubout", "-out", "sa.pub", cwd=pki)
-    for p in pki.iterdir():
-        if p.suffix == ".key":
-            p.chmod(0o600)
-
-
-def write_kubeconfig(path: Path, server: str, pki: Path, user: str) -> None:
-    path.write_text(
-        "apiVersion: v1\nkind: Config\n"
-        f"clusters:\n- name: trtfleet-test\n  cluster:\n    server: {server}\n"
-        f"    certificate-authority: {pki / 'ca.crt'}\n"
-        f"users:\n- name: {user}\n  user:\n    client-certificate: {pki / (user + '.crt')}\n"
-        f"    client-key: {pki / (user + '.key')}\n"
-        f"contexts:\n- name: trtfleet-test\n  context:\n    cluster: trtfleet-test\n    user: {user}\n"
-        "current-context: trtfleet-test\n"
-    )
-    path.chmod(0o600)
 
 
 class ControlPlane:
@@ -408,100 +360,3 @@ class ControlPlane:
             sa = "/api/v1/namespaces/default/serviceaccounts/default"
             self._wait("kube-controller-manager", lambda: self._request(api_port, sa)[0] == 200,
                        "the default ServiceAccount")
-
-
-# ---------------------------------------------------------------------- CLI
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-        return True
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
-def cmd_up(args: argparse.Namespace) -> int:
-    root = Path(args.dir).resolve()
-    cp = ControlPlane(root, scheduler=args.scheduler, kwok=not args.no_kwok)
-    stop = {"flag": False}
-
-    def on_signal(signum: int, _frame: object) -> None:
-        stop["flag"] = True
-
-    signal.signal(signal.SIGTERM, on_signal)
-    signal.signal(signal.SIGINT, on_signal)
-    cp.start()
-    lines = [f"up {os.getpid()}"] + [f"{n} {p.pid}" for n, p in cp.procs.items()]
-    (root / "pids").write_text("\n".join(lines) + "\n")
-    print(f"# control plane ready in {cp.startup_seconds:.1f}s ({cp.server}); logs in {cp.logs}",
-          file=sys.stderr)
-    print(f"export KUBECONFIG={cp.kubeconfig}", flush=True)
-    try:
-        while not stop["flag"]:
-            dead = [n for n, p in cp.procs.items() if p.poll() is not None]
-            if dead:
-                print(f"# {', '.join(dead)} exited:\n{cp.log_tail(dead[0])}", file=sys.stderr)
-                return 1
-            time.sleep(0.5)
-    finally:
-        cp.stop()
-    return 0
-
-
-def cmd_down(args: argparse.Namespace, timeout: float = 20.0) -> int:
-    root = Path(args.dir).resolve()
-    pidfile = root / "pids"
-    if not pidfile.exists():
-        print(f"no control plane running in {root}", file=sys.stderr)
-        return 0
-    entries = [line.split() for line in pidfile.read_text().splitlines() if line.strip()]
-    # Only signal processes that still are ours (pid reuse): the supervisor's or
-    # children's command line names the directory or the cached binaries.
-    def ours(name: str, pid: int) -> bool:
-        cmd = _cmdline(pid)
-        return str(root) in cmd or str(cache_bin_dir()) in cmd or (name == "up" and "controlplane.py" in cmd)
-
-    alive = [(n, int(p)) for n, p in entries if _pid_alive(int(p)) and ours(n, int(p))]
-    for n, pid in alive:  # the supervisor first: it stops its children cleanly
-        if n == "up":
-            os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline and any(_pid_alive(pid) for _, pid in alive):
-        time.sleep(0.2)
-    for _n, pid in alive:
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-    pidfile.unlink(missing_ok=True)
-    print(f"control plane in {root} stopped", file=sys.stderr)
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    up = sub.add_parser("up", help="start a control plane in the foreground")
-    up.add_argument("--dir", required=True)
-    up.add_argument("--no-kwok", action="store_true", help="no kube-scheduler, kwok or simulated node")
-    up.add_argument("--scheduler", action="store_true", help="run kube-scheduler even with --no-kwok")
-    down = sub.add_parser("down", help="stop the control plane started by `up --dir DIR`")
-    down.add_argument("--dir", required=True)
-    sub.add_parser("build", help="build the binaries into the cache (hack/build-control-plane.sh)")
-    args = ap.parse_args(argv)
-    if args.cmd == "up":
-        return cmd_up(args)
-    if args.cmd == "down":
-        return cmd_down(args)
-    print("\n".join(str(p) for p in binaries().values()))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -10,7 +10,8 @@ context's):
   set; served name ``status.servedName`` (else ``spec.servedName``, else the object name); base model
   ``spec.baseModel``; weights size, rank and modules from ``status.artifact``; on a ``pytorch`` base
   model ``status.artifact.path`` (the staged PEFT directory) is sent as ``lora_request.lora_path``.
-* ``EndpointSlice`` labelled ``trtfleet.io/basemodel=<name>`` (the label is copied from the Service):
+* ``EndpointSlice`` labelled ``trtfleet.io/basemodel=<label_value(name)>`` (copied from the Service; names go
+  through :func:`trtfleet.api.labels.label_value` as the operator's do, so long names match):
   one pod per endpoint, address ``<ip>:<port named grpc>`` (``pytorch``: trtllm-serve's port named
   ``http``), metrics ``<ip>:<port named metrics>``,
   Triton HTTP ``<ip>:<port named http>`` (used for warm requests when present), pod
@@ -18,7 +19,7 @@ context's):
   from ``conditions.ready`` (absent = ready, as the API defines; not ready -> ready also resets the
   shadow: a container restart keeps the uid and IP but empties the LoRA cache).
 * Merged Adapters (``spec.mode: merged``): the EndpointSlices of their own Service, labelled also
-  ``trtfleet.io/role=merged`` and ``trtfleet.io/adapter=<adapter>``, form a fleet of their own
+  ``trtfleet.io/role=merged`` and ``trtfleet.io/adapter=<label_value(adapter)>``, form a fleet of their own
   (:func:`~trtfleet_router.models_registry.merged_entry`) that takes the adapter's served name; they never
   join the base model's pool. While it has no ready pod the name is served hot-swapped on the base
   model's pool (``Target.fallback``) when an Adapter of that served name is Ready there, or when the merged
@@ -45,6 +46,15 @@ from trtfleet.api.adapter import Adapter as AdapterObject
 from trtfleet.api.adapter import AdapterMode, AdapterPhase, effective_mode
 from trtfleet.api.basemodel import BaseModel as BaseModelObject
 from trtfleet.api.basemodel import Runtime
+from trtfleet.api.labels import (
+    LABEL_ADAPTER,
+    LABEL_BASEMODEL,
+    LABEL_ROLE,
+    LABEL_VARIANT,
+    ROLE_MERGED,
+    ROLE_VARIANT,
+    label_value,
+)
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
 from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
@@ -62,14 +72,6 @@ from trtfleet_router.models_registry import (
 
 log = logging.getLogger(__name__)
 
-BASEMODEL_LABEL: Final = "trtfleet.io/basemodel"
-ADAPTER_LABEL: Final = "trtfleet.io/adapter"
-ROLE_LABEL: Final = "trtfleet.io/role"
-ROLE_MERGED: Final = "merged"
-"""Labels the operator puts on a merged Adapter's Service (and so its EndpointSlices)."""
-ROLE_VARIANT: Final = "variant"
-VARIANT_LABEL: Final = "trtfleet.io/variant"
-"""Labels the operator puts on a QLoRA base variant's Service."""
 UPSTREAM_MODEL_ANNOTATION: Final = "trtfleet.io/upstream-model"
 GRPC_PORT_NAME: Final = "grpc"
 METRICS_PORT_NAME: Final = "metrics"
@@ -84,15 +86,16 @@ def _host_port(ip: str, port: int) -> str:
 def pods_from_endpointslices(
     slices: Iterable[Mapping[str, Any]], *, merged: bool = False, variant: bool = False
 ) -> dict[str, dict[str, PodEndpoint]]:
-    """EndpointSlices -> ``{base model: {pod id: PodEndpoint}}`` of the base models' own pods, or with
-    ``merged`` ``{adapter object name: {pod id: PodEndpoint}}`` of merged Adapters' pods, or with ``variant``
-    ``{variant name: {pod id: PodEndpoint}}`` of QLoRA base variants' pods."""
+    """EndpointSlices -> ``{base model label value: {pod id: PodEndpoint}}`` of the base models' own pods, or
+    with ``merged`` ``{adapter label value: {pod id: PodEndpoint}}`` of merged Adapters' pods, or with ``variant``
+    ``{variant label value: {pod id: PodEndpoint}}`` of QLoRA base variants' pods. Keys are the labels' values:
+    look a name up by ``label_value(name)`` (names over 63 characters are hashed)."""
     pods: dict[str, dict[str, PodEndpoint]] = {}
     wanted = ROLE_MERGED if merged else ROLE_VARIANT if variant else None
-    key_label = ADAPTER_LABEL if merged else VARIANT_LABEL if variant else BASEMODEL_LABEL
+    key_label = LABEL_ADAPTER if merged else LABEL_VARIANT if variant else LABEL_BASEMODEL
     for slice_ in slices:
         labels = slice_.get("metadata", {}).get("labels") or {}
-        role = labels.get(ROLE_LABEL)
+        role = labels.get(LABEL_ROLE)
         key = labels.get(key_label)
         if not key or (role if role in (ROLE_MERGED, ROLE_VARIANT) else None) != wanted:
             continue
@@ -199,16 +202,16 @@ def build_snapshot(
     adapter_entries = [a for a in (adapter_entry_from_object(o, parsed_bases) for o in adapters) if a is not None]
     slices = list(slices)
     pods = pods_from_endpointslices(slices)
-    fleet_pods = {name: pods.get(name, {}) for name in parsed_bases}
+    fleet_pods = {name: pods.get(label_value(name), {}) for name in parsed_bases}
     merged_pods = pods_from_endpointslices(slices, merged=True)
     by_name = {entry.name: entry for entry in entries}
     variant_pods = pods_from_endpointslices(slices, variant=True)
     for variant, base_name in sorted(_variants(adapters).items()):
         if base_name in by_name:
             entries.append(variant_entry(by_name[base_name], variant))
-            fleet_pods[entries[-1].name] = variant_pods.get(variant, {})
+            fleet_pods[entries[-1].name] = variant_pods.get(label_value(variant), {})
     for obj in adapters:
-        own_pods = merged_pods.get(str(obj.get("metadata", {}).get("name", "")), {})
+        own_pods = merged_pods.get(label_value(str(obj.get("metadata", {}).get("name", ""))), {})
         merged = merged_fleet_from_object(obj, by_name, has_pods=bool(own_pods))
         if merged is not None:
             entries.append(merged)
@@ -263,7 +266,7 @@ class KubernetesDiscovery:
         return {
             "bm": (f"{group}/basemodels", None),
             "ad": (f"{group}/adapters", None),
-            "es": (f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices", BASEMODEL_LABEL),
+            "es": (f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices", LABEL_BASEMODEL),
         }
 
     def initial(self) -> DiscoverySnapshot:

@@ -13,8 +13,8 @@ cache's eviction walk; ``set_pods`` is O(pods + adapters resident on changed pod
 
 Router replicas: with a :class:`~trtfleet_router.routing.events.Journal`, every change ``start``,
 ``confirm``, ``finish`` and a pod reset make is also handed to it as an event, and
-:meth:`Fleet.apply_remote` applies other replicas' events to the same residency
-(:mod:`trtfleet_router.routing.remote`), so ``route`` sees their warm adapters, pins and load.
+:meth:`Fleet.apply_remote` (:mod:`trtfleet_router.routing.fleetresets`) applies other replicas' events to the
+same residency (:mod:`trtfleet_router.routing.remote`), so ``route`` sees their warm adapters, pins and load.
 """
 
 from __future__ import annotations
@@ -25,8 +25,15 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
-from trtfleet_router.routing.events import EventKind, Journal, ResidencyEvent
-from trtfleet_router.routing.fleetreport import check_books, fleet_snapshot, prewarm_plan
+from trtfleet_router.routing.events import EventKind, Journal
+from trtfleet_router.routing.fleetreport import (
+    PodLoadSummary,
+    check_books,
+    fleet_snapshot,
+    pod_load_summary,
+    prewarm_plan,
+)
+from trtfleet_router.routing.fleetresets import PodResets
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
@@ -55,13 +62,9 @@ log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
 ACTIVITY_WINDOW_S = 60
-RESET_DEDUPE_S = 5.0
-"""A pod reset (another replica's event, or our scrape seeing Triton's counters go back) within this long
-after the pod's view was last emptied is the same restart seen twice: applying it would empty adapters
-stored since."""
 
 
-class Fleet:
+class Fleet(PodResets):
     """Routing state and decisions for the pods of one base model."""
 
     def __init__(
@@ -287,59 +290,6 @@ class Fleet:
                 journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.MARK_COLD, 0, task_id)
         log.debug("request ended %s", outcome.value, extra={"pod": pod.pod_id, "task_id": task_id})
 
-    # -- other router replicas -------------------------------------------------------------------
-    def _reset(self, info: PodInfo) -> PodState:
-        """An empty view of the pod: LoRA shadow and KV prefix blocks."""
-        residency = self._residency.reset_pod(info.pod_id, info.host_pages, info.device_pages)
-        state = self._pods[info.pod_id] = PodState(info, residency)
-        self._prefix.reset_pod(info.pod_id, info.kv_blocks)
-        state.reset_at_s = self._now()
-        return state
-
-    def apply_remote(self, event: ResidencyEvent) -> bool:
-        """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket)."""
-        if event.kind is not EventKind.POD_RESET:
-            return self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
-        old = self._pods.get(event.pod_id)
-        if old is None or old.discovered_uid != event.pod_uid:
-            return False
-        if self._now() - old.reset_at_s < RESET_DEDUPE_S:
-            return False  # the same restart, already applied
-        self._reset_in_place(old)
-        log.info("pod reset by a peer", extra={"pod": event.pod_id, "origin": event.origin, "model": self._model})
-        return True
-
-    def reset_pod(self, pod_id: str, reason: str) -> None:
-        """The pod's Triton restarted in place (same uid and address, empty LoRA cache): an empty shadow,
-        its requests' tickets void, and the other replicas told. Unknown pods, and a pod whose view was
-        emptied less than ``RESET_DEDUPE_S`` ago (the same restart), are left alone."""
-        old = self._pods.get(pod_id)
-        if old is None or self._now() - old.reset_at_s < RESET_DEDUPE_S:
-            return  # unknown, or the same restart already seen (by a peer, or as not ready -> ready)
-        self._reset_in_place(old)
-        if self._journal is not None:
-            self._journal.record(self._model, pod_id, old.discovered_uid, EventKind.POD_RESET)
-        log.info("pod restarted in place", extra={"pod": pod_id, "reason": reason, "model": self._model})
-
-    def _reset_in_place(self, old: PodState) -> None:
-        blocks = self._prefix.pod(old.pod_id)
-        info = PodInfo(old.pod_id, old.address, old.discovered_uid, old.host_pages, old.device_pages, old.ready,
-                       kv_blocks=blocks.capacity_blocks if blocks is not None else 0)
-        state = self._reset(info)
-        state.uid = f"{info.uid}#{next(self._epochs)}"
-        state.load.metrics, state.load.fresh_until_s = old.load.metrics, old.load.fresh_until_s
-        state.unready_at_s = old.unready_at_s
-        if old.ready:
-            self._ready = [state if pod is old else pod for pod in self._ready]
-
-    def forget_origin(self, origin: str) -> int:
-        """Another replica is gone (or its stream had a gap): end its requests, unpin its adapters."""
-        return self._remote.forget_origin(origin, self._pods, self._residency, self._demand)
-
-    @property
-    def remote(self) -> RemoteBook:
-        return self._remote
-
     @property
     def residency(self) -> Residency:
         return self._residency
@@ -397,6 +347,10 @@ class Fleet:
         """Whether ``pod``'s shadow could store ``pages`` now, evicting idle adapters only."""
         state = self._pods.get(pod)
         return state is not None and state.residency.has_evictable_slot(pages)
+
+    def pod_load(self) -> PodLoadSummary:
+        """The ready pods' scraped load as of now (what the router exports for the operator's autoscaler)."""
+        return pod_load_summary(self._pods, self._now())
 
     def snapshot(self) -> FleetSnapshot:
         return fleet_snapshot(self._model, self._policy.name, self._now(), self._pods, self._prefix, len(self._open))

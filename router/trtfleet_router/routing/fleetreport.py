@@ -1,9 +1,11 @@
 """What :class:`~trtfleet_router.routing.fleet.Fleet` reports and plans off the request path: the prewarm
-plan, the snapshot, the consistency check of its books (pure functions of the fleet's state)."""
+plan, the snapshot, the pods' scraped load for the operator's autoscaler, the consistency check of its books
+(pure functions of the fleet's state)."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.podstate import PodState
@@ -74,6 +76,25 @@ def fleet_snapshot(
             )
         )
     return FleetSnapshot(model, policy, now_s, tuple(snapshots), open_tickets)
+
+
+@dataclass(frozen=True, slots=True)
+class PodLoadSummary:
+    """The scraped load of a base model's ready pods whose metrics are fresh."""
+
+    pods_reporting: int
+    requests: int
+    """Running plus queued on those pods (the engines' own counts)."""
+    kv_cache_used_fraction: float | None
+    """Mean over those that export it; None when none does."""
+
+
+def pod_load_summary(pods: Mapping[str, PodState], now_s: float) -> PodLoadSummary:
+    fresh = [m for m in (p.load.fresh_metrics(now_s) for p in pods.values() if p.ready) if m is not None]
+    kv = [m.kv_cache_used_fraction for m in fresh if m.kv_cache_used_fraction is not None]
+    return PodLoadSummary(
+        len(fresh), sum(m.active_requests + m.waiting_requests for m in fresh), sum(kv) / len(kv) if kv else None
+    )
 
 
 def check_books(

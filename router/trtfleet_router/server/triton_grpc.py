@@ -31,7 +31,8 @@ from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import RequestRecord, Services
 from trtfleet_router.server.tensor_calls import prepare_tensor_call, travel_as_generate_json
 from trtfleet_router.server.triton_http import EXTENSIONS, SERVER_NAME
-from trtfleet_router.server.triton_protocol import merge_responses, renamed_config, renamed_metadata
+from trtfleet_router.server.triton_models import renamed_config, renamed_metadata
+from trtfleet_router.server.triton_protocol import merge_responses
 from trtfleet_router.upstream.protocol import EMPTY_FINAL_PARAM, FINAL_RESPONSE_PARAM
 
 FRONTEND = "triton_grpc"

@@ -35,15 +35,14 @@ from trtfleet_router.server.common import (
 )
 from trtfleet_router.server.sse import LazySse, json_event
 from trtfleet_router.server.tensor_calls import prepare_tensor_call, travel_as_generate_json
+from trtfleet_router.server.triton_models import config_json, metadata_json
 from trtfleet_router.server.triton_protocol import (
     HEADER_LENGTH,
-    config_json,
     config_view,
     encode_infer_response,
     generate_http_body,
     generate_output_json,
     merge_responses,
-    metadata_json,
     parse_generate_request,
     parse_infer_request,
 )

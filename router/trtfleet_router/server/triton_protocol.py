@@ -6,7 +6,7 @@
 * ``/generate`` and ``/generate_stream``: top-level JSON keys are input names, typed by the upstream
   model's config; ``parameters`` become request parameters (:func:`parse_generate_request`); outputs
   come back as flat JSON keys, single elements as scalars (:func:`generate_output_json`).
-* metadata and config JSON under the served name the client asked for.
+* metadata and config under the served name the client asked for: :mod:`.triton_models`.
 * :func:`merge_responses`: the one answer for a unary call when the upstream model streamed several
   (``BYTES`` outputs concatenated element-wise, other outputs from the last response).
 """
@@ -18,7 +18,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from google.protobuf import json_format
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from trtfleet_router import jsoncodec
@@ -357,44 +356,6 @@ def merge_responses(responses: Sequence[service_pb2.ModelInferResponse]) -> serv
         joined = [b"".join(p[k] for p in parts if k < len(p)) for k in range(width)]
         merged.raw_output_contents[index] = encode_bytes(joined)
     return merged
-
-
-def _shapes_to_int(obj: Any) -> Any:
-    """MessageToDict writes int64 fields as strings; Triton's JSON has numbers for dims/shapes."""
-    if isinstance(obj, dict):
-        return {
-            k: ([int(x) for x in v] if k in ("shape", "dims") and isinstance(v, list) else _shapes_to_int(v))
-            for k, v in obj.items()
-        }
-    if isinstance(obj, list):
-        return [_shapes_to_int(v) for v in obj]
-    return obj
-
-
-def metadata_json(metadata: service_pb2.ModelMetadataResponse, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = _shapes_to_int(json_format.MessageToDict(metadata, preserving_proto_field_name=True))
-    doc["name"] = name
-    return doc
-
-
-def config_json(config: model_config_pb2.ModelConfig, name: str) -> dict[str, Any]:
-    doc: dict[str, Any] = _shapes_to_int(json_format.MessageToDict(config, preserving_proto_field_name=True))
-    doc["name"] = name
-    return doc
-
-
-def renamed_metadata(metadata: service_pb2.ModelMetadataResponse, name: str) -> service_pb2.ModelMetadataResponse:
-    copy = service_pb2.ModelMetadataResponse()
-    copy.CopyFrom(metadata)
-    copy.name = name
-    return copy
-
-
-def renamed_config(config: model_config_pb2.ModelConfig, name: str) -> model_config_pb2.ModelConfig:
-    copy = model_config_pb2.ModelConfig()
-    copy.CopyFrom(config)
-    copy.name = name
-    return copy
 
 
 def requested_parameters(request: service_pb2.ModelInferRequest) -> Mapping[str, Any]:

@@ -11,6 +11,12 @@ iterations since the last call; ``tensorrt_llm/executor/iteration_stats.py``): t
 missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last scrape) says
 nothing.
 
+Each round also exports the ready pods' scraped load per base model (``trtfleet_router_pods_reporting_load``,
+``trtfleet_router_pod_requests``, ``trtfleet_router_pod_kv_cache_used_ratio``): the operator's autoscaler reads
+the pods through these and scrapes no pod itself, because trtllm-serve's JSON ``/metrics`` hands each reader
+only the iterations since the previous read (``get_iteration_stats`` drains ``get_stats_async``), so every
+extra reader takes entries from the others.
+
 Restarts in place: ``nv_inference_request_success`` + ``nv_inference_request_failure`` (summed over
 models) count requests since Triton started (triton-inference-server/server
 ``docs/user_guide/metrics.md``). A sum lower than the last one scraped from the same pod means its
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import re
 from dataclasses import dataclass
 from typing import Final
@@ -155,7 +162,19 @@ class MetricsScraper:
                         )
                 for base in self.fleets.registry.bases:
                     self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))
+                    self._export_pod_load(base)
                 await asyncio.sleep(self.interval_s)
+
+    def _export_pod_load(self, base: str) -> None:
+        """The base model's pods' load as scraped, for the operator (which never scrapes pods itself)."""
+        fleet = self.fleets.fleets.get(base)
+        if fleet is None:
+            return
+        load = fleet.pod_load()
+        kv = load.kv_cache_used_fraction
+        self.metrics.pods_reporting_load.labels(base).set(load.pods_reporting)
+        self.metrics.pod_requests.labels(base).set(load.requests)
+        self.metrics.pod_kv_cache_used_ratio.labels(base).set(math.nan if kv is None else kv)
 
     def _check_restart(self, base: str, pod_id: str, uid: str, requests: int | None) -> None:
         key = (base, pod_id, uid)

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import yaml
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 
 from tests.support.controlplane import ControlPlane, eventually, free_port
@@ -34,6 +35,10 @@ IMAGES = {
 }
 
 Obj = dict[str, Any]
+
+BUILDS = "app.kubernetes.io/component=engine-build"
+PREPARES = f"{BUILDS},trtfleet.io/runtime=pytorch"
+CONVERTS = "app.kubernetes.io/component=adapter-convert"
 
 
 @dataclass
@@ -130,6 +135,40 @@ class OperatorProcess:
         return "\n".join(self.logs[-1].read_text(errors="replace").splitlines()[-lines:]) if self.logs else ""
 
 
+# ----------------------------------------------------------------------------------------- documents
+def example(file_name: str) -> Obj:
+    """One of the repository's ``examples/*.yaml`` documents."""
+    return dict(yaml.safe_load((ROOT / "examples" / file_name).read_text()))
+
+
+def llama_doc(ns: str, *, name: str = "llama3-8b", runtime: str | None = None, **spec: Any) -> Obj:
+    """The llama3-8b example, scheduled on a GPU product label only this namespace's nodes carry; ``spec``
+    entries are merged into the example's spec sections of the same name."""
+    doc = example("basemodel-llama3-8b-h100.yaml")
+    doc["metadata"]["name"] = name
+    if runtime is not None:
+        doc["spec"]["runtime"] = runtime
+    doc["spec"]["serving"]["nodeSelector"] = {"nvidia.com/gpu.product": f"H100-{ns}"}
+    for key, value in spec.items():
+        doc["spec"][key] = {**doc["spec"].get(key, {}), **value}
+    return doc
+
+
+def adapter_doc(name: str, base: str = "tiny", uri: str | None = None, **spec: Any) -> Obj:
+    """An Adapter of ``base`` (its source ``uri`` defaults to a per-name local path); ``spec`` adds fields."""
+    return {
+        "apiVersion": "trtfleet.io/v1alpha1",
+        "kind": "Adapter",
+        "metadata": {"name": name},
+        "spec": {"baseModel": base, "source": {"uri": uri or f"file:///opt/trtfleet/adapters/{name}"}, **spec},
+    }
+
+
+def apply_tiny(cp: ControlPlane, ns: str) -> None:
+    """The reference-runtime ``tiny`` BaseModel example."""
+    apply(cp, ns, (ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text())
+
+
 # --------------------------------------------------------------------------------------------- reads
 def get(cp: ControlPlane, ns: str, kind: str, name: str) -> Obj | None:
     res = cp.kubectl("get", kind, name, "-n", ns, "-o", "json", check=False)
@@ -139,6 +178,16 @@ def get(cp: ControlPlane, ns: str, kind: str, name: str) -> Obj | None:
 def items(cp: ControlPlane, ns: str, kind: str, selector: str | None = None) -> list[Obj]:
     args = ["get", kind, "-n", ns, "-o", "json"] + (["-l", selector] if selector else [])
     return list(json.loads(cp.kubectl(*args).stdout)["items"])
+
+
+def live_jobs(cp: ControlPlane, ns: str, selector: str) -> list[Obj]:
+    """The Jobs matching ``selector`` that are not being deleted."""
+    return [j for j in items(cp, ns, "jobs", selector) if not j["metadata"].get("deletionTimestamp")]
+
+
+def first_live_job(cp: ControlPlane, ns: str, selector: str, what: str, timeout: float = 30) -> Obj:
+    """Wait for a live Job matching ``selector`` and return the first."""
+    return dict(wait_until(lambda: (live_jobs(cp, ns, selector) or [None])[0], timeout, what))
 
 
 def cond(obj: Obj | None, type_: str) -> Obj:
@@ -163,8 +212,9 @@ def wait_phase(cp: ControlPlane, ns: str, kind: str, name: str, want: str, timeo
         raise AssertionError(f"{exc}; now: {json.dumps((get(cp, ns, kind, name) or {}).get('status'))}") from exc
 
 
-def apply(cp: ControlPlane, ns: str, doc: str) -> None:
-    cp.kubectl("apply", "-n", ns, "-f", "-", input=doc)
+def apply(cp: ControlPlane, ns: str, doc: str | Obj) -> None:
+    """``kubectl apply`` of a YAML text or of one document."""
+    cp.kubectl("apply", "-n", ns, "-f", "-", input=doc if isinstance(doc, str) else yaml.safe_dump(doc))
 
 
 def patch(cp: ControlPlane, ns: str, kind: str, name: str, body: Obj, *, status: bool = False) -> None:

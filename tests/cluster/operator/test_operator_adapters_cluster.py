@@ -6,57 +6,39 @@ from __future__ import annotations
 
 import json
 import time
-from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from trtfleet_operator.artifacts import ArtifactSummary
 
 from tests.cluster.operator.harness import (
+    CONVERTS,
     AsyncKube,
     OperatorProcess,
+    adapter_doc,
     apply,
+    apply_tiny,
     cond,
     finish_job_pod,
     get,
     items,
+    live_jobs,
     wait_phase,
     wait_until,
 )
-from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[3]
-CONVERTS = "app.kubernetes.io/component=adapter-convert"
 ADAPTERS = 200
-
-
-def tiny(cp: ControlPlane, ns: str) -> None:
-    apply(cp, ns, (ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text())
-
-
-def adapter_doc(name: str, base: str = "tiny", uri: str | None = None) -> dict[str, Any]:
-    return {
-        "apiVersion": "trtfleet.io/v1alpha1",
-        "kind": "Adapter",
-        "metadata": {"name": name},
-        "spec": {"baseModel": base, "source": {"uri": uri or f"file:///opt/trtfleet/adapters/{name}"}},
-    }
 
 
 def report(rank: int = 4) -> str:
     return ArtifactSummary(rank, ("attn_q", "attn_v"), "c0" * 32, 4096 * rank, "float16").to_json()
 
 
-def convert_jobs(cp: ControlPlane, ns: str) -> list[dict[str, Any]]:
-    return [j for j in items(cp, ns, "jobs", CONVERTS) if not j["metadata"].get("deletionTimestamp")]
-
-
 def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    tiny(cp, ns)
+    apply_tiny(cp, ns)
     wait_phase(cp, ns, "basemodel", "tiny", "Ready", timeout=60)
     names = [f"a{i:03d}" for i in range(ADAPTERS)]
     started = time.monotonic()
@@ -71,7 +53,7 @@ def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorP
     created_s = time.monotonic() - started
 
     def one_job_each() -> list[dict[str, Any]] | None:
-        jobs = convert_jobs(cp, ns)
+        jobs = live_jobs(cp, ns, CONVERTS)
         owners = [j["metadata"]["labels"]["trtfleet.io/adapter"] for j in jobs]
         assert len(owners) == len(set(owners)), f"duplicate convert Jobs: {sorted(owners)}"
         return jobs if len(jobs) == ADAPTERS else None
@@ -110,7 +92,7 @@ def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorP
     finish(set(job_names[ADAPTERS // 2 :]))
 
     def all_ready() -> bool:
-        jobs_now = convert_jobs(cp, ns)
+        jobs_now = live_jobs(cp, ns, CONVERTS)
         owners = [j["metadata"]["labels"]["trtfleet.io/adapter"] for j in jobs_now]
         assert len(owners) == len(set(owners)), "a second convert Job for an Adapter"
         adapters = items(cp, ns, "adapters")
@@ -123,7 +105,7 @@ def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorP
     assert len(ids) == ADAPTERS and len(set(ids.values())) == ADAPTERS, "task ids are unique"
     counter = get(cp, ns, "basemodel", "tiny")["status"]["nextTaskId"]
     assert max(ids.values()) < counter, "the counter is past every id handed out"
-    wait_until(lambda: convert_jobs(cp, ns) == [], 60, "finished convert Jobs cleaned up")
+    wait_until(lambda: live_jobs(cp, ns, CONVERTS) == [], 60, "finished convert Jobs cleaned up")
     sample = get(cp, ns, "adapter", "a000")
     assert sample["status"]["artifact"]["rank"] == 4 and sample["status"]["sourceKey"]
     assert sample["status"]["artifact"]["uri"].startswith("pvc://trtfleet-adapters/")
@@ -136,35 +118,35 @@ def test_200_adapters_get_distinct_task_ids_across_a_restart(operator: OperatorP
 
 def test_unknown_base_fails_creates_nothing_and_heals(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, yaml.safe_dump(adapter_doc("orphan")))
+    apply(cp, ns, (adapter_doc("orphan")))
     ad = wait_phase(cp, ns, "adapter", "orphan", "Failed")
     assert cond(ad, "Validated")["reason"] == "BaseModelNotFound"
     assert "tiny" in cond(ad, "Ready")["message"]
     assert items(cp, ns, "jobs") == []
-    tiny(cp, ns)
+    apply_tiny(cp, ns)
     wait_phase(cp, ns, "adapter", "orphan", "Converting", timeout=30)
-    assert len(convert_jobs(cp, ns)) == 1
+    assert len(live_jobs(cp, ns, CONVERTS)) == 1
 
 
 def test_rank_too_high_fails_without_task_id_or_jobs(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    tiny(cp, ns)
-    apply(cp, ns, yaml.safe_dump(adapter_doc("big")))
-    job = wait_until(lambda: (convert_jobs(cp, ns) or [None])[0], 30, "the convert Job")
+    apply_tiny(cp, ns)
+    apply(cp, ns, (adapter_doc("big")))
+    job = wait_until(lambda: (live_jobs(cp, ns, CONVERTS) or [None])[0], 30, "the convert Job")
     finish_job_pod(cp, ns, job["metadata"]["name"], "convert", exit_code=0, message=report(rank=16))
     ad = wait_phase(cp, ns, "adapter", "big", "Failed")
     assert cond(ad, "Validated")["reason"] == "RankTooHigh"
     assert "rank 16 exceeds BaseModel tiny lora.maxRank 8" in cond(ad, "Validated")["message"]
     assert "taskId" not in ad["status"]
-    wait_until(lambda: convert_jobs(cp, ns) == [], 30, "the convert Job deleted")
+    wait_until(lambda: live_jobs(cp, ns, CONVERTS) == [], 30, "the convert Job deleted")
     assert get(cp, ns, "basemodel", "tiny")["status"].get("nextTaskId") is None, "no id was taken"
 
 
 def test_conversion_failure_reports_the_message(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    tiny(cp, ns)
-    apply(cp, ns, yaml.safe_dump(adapter_doc("broken")))
-    job = wait_until(lambda: (convert_jobs(cp, ns) or [None])[0], 30, "the convert Job")
+    apply_tiny(cp, ns)
+    apply(cp, ns, (adapter_doc("broken")))
+    job = wait_until(lambda: (live_jobs(cp, ns, CONVERTS) or [None])[0], 30, "the convert Job")
     for _ in range(3):  # backoffLimit 2: three pods fail before the Job does
         finish_job_pod(
             cp,
@@ -181,8 +163,8 @@ def test_conversion_failure_reports_the_message(operator: OperatorProcess) -> No
 
 def test_basemodel_deletion_waits_for_its_adapters(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    tiny(cp, ns)
-    apply(cp, ns, yaml.safe_dump(adapter_doc("keep")))
+    apply_tiny(cp, ns)
+    apply(cp, ns, (adapter_doc("keep")))
     wait_phase(cp, ns, "adapter", "keep", "Converting")
     cp.kubectl("delete", "basemodel", "tiny", "-n", ns, "--wait=false")
     blocked = wait_until(

@@ -21,17 +21,16 @@ import openai
 import pytest
 import yaml
 
-from tests.cluster.operator.harness import OperatorProcess, apply, cond, get, items, wait_phase, wait_until
+from tests.cluster.operator.harness import OperatorProcess, apply, cond, example, get, items, wait_phase, wait_until
 from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[3]
 TRTFLEET = str(Path(sys.executable).parent / "trtfleet")
 
 
 def tiny(name: str, replicas: int, autoscaling: dict[str, Any] | None) -> str:
-    doc = yaml.safe_load((ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text())
+    doc = example("basemodel-reference-tiny.yaml")
     doc["metadata"]["name"] = name
     doc["spec"]["serving"]["replicas"] = replicas
     if autoscaling is not None:

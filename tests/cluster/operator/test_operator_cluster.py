@@ -13,16 +13,20 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from trtfleet_operator.names import build_job_name
 
 from tests.cluster.operator.harness import (
+    BUILDS,
     OperatorProcess,
+    adapter_doc,
     apply,
     cond,
     finish_job_pod,
+    first_live_job,
     get,
     items,
+    live_jobs,
+    llama_doc,
     patch,
     phase,
     wait_phase,
@@ -32,26 +36,8 @@ from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[3]
-BUILDS = "app.kubernetes.io/component=engine-build"
-
-
-def llama(ns: str, name: str = "llama3-8b", **spec: Any) -> tuple[str, dict[str, Any]]:
-    """The llama3-8b example, scheduled on a GPU product label only this test's nodes carry."""
-    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-h100.yaml").read_text())
-    doc["metadata"]["name"] = name
-    doc["spec"]["serving"]["nodeSelector"] = {"nvidia.com/gpu.product": f"H100-{ns}"}
-    for key, value in spec.items():
-        doc["spec"][key] = {**doc["spec"].get(key, {}), **value}
-    return yaml.safe_dump(doc), doc
-
-
-def build_jobs(cp: ControlPlane, ns: str) -> list[dict[str, Any]]:
-    return [j for j in items(cp, ns, "jobs", BUILDS) if not j["metadata"].get("deletionTimestamp")]
-
-
 def the_build_job(cp: ControlPlane, ns: str) -> dict[str, Any]:
-    return dict(wait_until(lambda: (build_jobs(cp, ns) or [None])[0], 30, "a build Job"))
+    return first_live_job(cp, ns, BUILDS, "a build Job")
 
 
 def serve(cp: ControlPlane, ns: str) -> None:
@@ -94,8 +80,7 @@ def engine_volume(cp: ControlPlane, ns: str, claim: str = "trtfleet-engines") ->
 
 def test_build_then_serve_then_ready(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    doc, _ = llama(ns)
-    apply(cp, ns, doc)
+    apply(cp, ns, llama_doc(ns))
     job = the_build_job(cp, ns)
     bm = wait_phase(cp, ns, "basemodel", "llama3-8b", "Building")
     engine_hash = bm["status"]["engine"]["hash"]
@@ -141,7 +126,7 @@ def test_build_then_serve_then_ready(operator: OperatorProcess) -> None:
     wait_until(lambda: get(cp, ns, "deployment", "llama3-8b")["spec"]["replicas"] == 3, 30, "3 replicas")
     bm = wait_phase(cp, ns, "basemodel", "llama3-8b", "Ready", timeout=60)
     assert bm["status"]["readyReplicas"] == 3 and bm["status"]["observedGeneration"] == 2
-    assert len(build_jobs(cp, ns)) == 1
+    assert len(live_jobs(cp, ns, BUILDS)) == 1
     spec_hash = template["metadata"]["annotations"]["trtfleet.io/spec-hash"]
     assert (
         get(cp, ns, "deployment", "llama3-8b")["spec"]["template"]["metadata"]["annotations"]["trtfleet.io/spec-hash"]
@@ -165,7 +150,7 @@ def test_build_then_serve_then_ready(operator: OperatorProcess) -> None:
 
 def test_build_failure_reports_the_message_and_retries(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, llama(ns)[0])
+    apply(cp, ns, llama_doc(ns))
     job = the_build_job(cp, ns)
     message = "trtfleet engines build failed at step 4/5 (trtllm-build) with exit code 1: CUDA out of memory"
     finish_job_pod(cp, ns, job["metadata"]["name"], "build", exit_code=1, message=message)
@@ -184,27 +169,28 @@ def test_build_failure_reports_the_message_and_retries(operator: OperatorProcess
 
 def test_two_basemodels_with_one_engine_share_one_job(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    first, doc = llama(ns)
-    second = copy.deepcopy(doc)
+    first = llama_doc(ns)
+    second = copy.deepcopy(first)
     second["metadata"]["name"] = "llama3-8b-canary"
     second["spec"]["serving"]["replicas"] = 1
     apply(cp, ns, first)
-    apply(cp, ns, yaml.safe_dump(second))
+    apply(cp, ns, second)
     wait_phase(cp, ns, "basemodel", "llama3-8b-canary", "Building")
 
     def owners() -> list[str] | None:
-        jobs = build_jobs(cp, ns)
+        jobs = live_jobs(cp, ns, BUILDS)
         names = sorted(o["name"] for o in jobs[0]["metadata"].get("ownerReferences", [])) if jobs else []
         return names if len(jobs) == 1 and len(names) == 2 else None
 
     assert wait_until(owners, 30, "one Job owned by both") == ["llama3-8b", "llama3-8b-canary"]
     a = get(cp, ns, "basemodel", "llama3-8b")["status"]["engine"]["buildJob"]
     b = get(cp, ns, "basemodel", "llama3-8b-canary")["status"]["engine"]["buildJob"]
-    assert a == b == build_jobs(cp, ns)[0]["metadata"]["name"]
+    assert a == b == live_jobs(cp, ns, BUILDS)[0]["metadata"]["name"]
     # deleting one user keeps the build for the other.
     cp.kubectl("delete", "basemodel", "llama3-8b-canary", "-n", ns, "--wait=true", "--timeout=60s")
     wait_until(
-        lambda: [o["name"] for o in build_jobs(cp, ns)[0]["metadata"].get("ownerReferences", [])] == ["llama3-8b"],
+        lambda: [o["name"] for o in live_jobs(cp, ns, BUILDS)[0]["metadata"].get("ownerReferences", [])]
+        == ["llama3-8b"],
         30,
         "the Job owned by the remaining BaseModel",
     )
@@ -212,8 +198,7 @@ def test_two_basemodels_with_one_engine_share_one_job(operator: OperatorProcess)
 
 def test_spec_that_does_not_fit_fails_and_creates_nothing(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    doc, _ = llama(ns, engine={"maxSeqLen": 131072, "gpu": {"product": "A10G", "count": 1}})
-    apply(cp, ns, doc)
+    apply(cp, ns, llama_doc(ns, engine={"maxSeqLen": 131072, "gpu": {"product": "A10G", "count": 1}}))
     bm = wait_phase(cp, ns, "basemodel", "llama3-8b", "Failed")
     planned = cond(bm, "CapacityPlanned")
     assert (planned["status"], planned["reason"]) == ("False", "DoesNotFit")
@@ -224,22 +209,20 @@ def test_spec_that_does_not_fit_fails_and_creates_nothing(operator: OperatorProc
 
 def test_merged_adapter_gets_its_own_build_and_fleet(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, llama(ns)[0])
-    merged = {
-        "apiVersion": "trtfleet.io/v1alpha1",
-        "kind": "Adapter",
-        "metadata": {"name": "sql"},
-        "spec": {
-            "baseModel": "llama3-8b",
-            "mode": "merged",
-            "servedName": "sql-merged",
-            "source": {"uri": "s3://example-adapters/llama3/sql-lora", "revision": "3"},
-        },
-    }
-    apply(cp, ns, yaml.safe_dump(merged))
+    apply(cp, ns, llama_doc(ns))
+    merged = adapter_doc(
+        "sql", "llama3-8b", mode="merged", servedName="sql-merged",
+        source={"uri": "s3://example-adapters/llama3/sql-lora", "revision": "3"},
+    )
+    apply(cp, ns, merged)
     ad = wait_phase(cp, ns, "adapter", "sql", "Converting")
     assert cond(ad, "EngineBuilt")["reason"] == "Building" and "taskId" not in ad["status"]
-    jobs = wait_until(lambda: build_jobs(cp, ns) if len(build_jobs(cp, ns)) == 2 else None, 30, "two builds")
+
+    def two_builds() -> list[dict[str, Any]] | None:
+        jobs = live_jobs(cp, ns, BUILDS)
+        return jobs if len(jobs) == 2 else None
+
+    jobs = wait_until(two_builds, 30, "two builds")
     mine = [j for j in jobs if j["metadata"]["labels"].get("trtfleet.io/adapter") == "sql"]
     assert len(mine) == 1 and mine[0]["metadata"]["ownerReferences"][0]["kind"] == "Adapter"
     finish_job_pod(cp, ns, mine[0]["metadata"]["name"], "build", exit_code=0)
@@ -289,11 +272,11 @@ def test_standby_replica_takes_over(crds: ControlPlane, kube_namespace: str, tmp
     active = OperatorProcess(cp, ns, tmp_path / "active", extra=("--peering", "trtfleet", "--priority", "100")).start()
     standby = OperatorProcess(cp, ns, tmp_path / "standby", extra=("--peering", "trtfleet", "--standby")).start()
     try:
-        apply(cp, ns, llama(ns, name="first")[0])
+        apply(cp, ns, llama_doc(ns, name="first"))
         wait_phase(cp, ns, "basemodel", "first", "Building")
         assert "Handler 'reconcile'" not in standby.log_tail(400), "the standby starts paused and stays so"
         active.stop(kill=True)
-        apply(cp, ns, llama(ns, name="second", engine={"maxBatchSize": 32})[0])
+        apply(cp, ns, llama_doc(ns, name="second", engine={"maxBatchSize": 32}))
         wait_phase(cp, ns, "basemodel", "second", "Building", timeout=90)  # after the peer's lease expires
         assert "Resuming operations" in standby.log_tail(400)
     finally:

@@ -14,7 +14,7 @@ import pytest
 from trtfleet_operator.errors import ConflictError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 
-from tests.cluster.operator.harness import IMAGES, ROOT, OperatorProcess, apply, wait_phase
+from tests.cluster.operator.harness import IMAGES, OperatorProcess, apply_tiny, wait_phase
 from tests.support.controlplane import ControlPlane
 from tests.support.kubecreds import CredentialKit
 from trtfleet.api import API_VERSION
@@ -117,7 +117,7 @@ def test_operator_logs_in_through_an_exec_plugin(kit: CredentialKit, tmp_path: P
     process = OperatorProcess(kit.cp, kit.namespace, tmp_path, env={"KUBECONFIG": str(kubeconfig), **IMAGES})
     process.start()
     try:
-        apply(kit.cp, kit.namespace, (ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text())
+        apply_tiny(kit.cp, kit.namespace)
         wait_phase(kit.cp, kit.namespace, "basemodel", "tiny", "Ready", timeout=60)
     finally:
         process.stop()

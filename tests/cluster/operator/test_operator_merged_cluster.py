@@ -7,7 +7,6 @@ at start (nothing to build). The test plays the kubelet for Job pods, as the oth
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,37 +15,33 @@ from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME
 from trtfleet_operator.names import plan_configmap_name
 
 from tests.cluster.operator.harness import (
+    PREPARES,
     OperatorProcess,
+    adapter_doc,
     apply,
+    apply_tiny,
     cond,
     finish_job_pod,
     get,
     items,
+    llama_doc,
     wait_phase,
     wait_until,
 )
-from tests.cluster.operator.test_operator_pytorch_cluster import PREPARES, torch_llama
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[3]
-
 
 def merged_adapter(name: str, base: str, uri: str, served: str) -> dict[str, Any]:
-    return {
-        "apiVersion": "trtfleet.io/v1alpha1",
-        "kind": "Adapter",
-        "metadata": {"name": name},
-        "spec": {"baseModel": base, "mode": "merged", "servedName": served, "source": {"uri": uri}},
-    }
+    return adapter_doc(name, base, uri, mode="merged", servedName=served)
 
 
 def test_merged_adapter_on_pytorch_gets_a_merging_prepare_job_and_trtllm_serve_without_lora(
     operator: OperatorProcess,
 ) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, yaml.safe_dump(torch_llama(ns)))
-    apply(cp, ns, yaml.safe_dump(merged_adapter("sql", "llama3-8b", "s3://adapters/llama3/sql", "sql-merged")))
+    apply(cp, ns, llama_doc(ns, runtime="pytorch"))
+    apply(cp, ns, merged_adapter("sql", "llama3-8b", "s3://adapters/llama3/sql", "sql-merged"))
     ad = wait_phase(cp, ns, "adapter", "sql", "Converting")
     assert cond(ad, "EngineBuilt")["reason"] == "Preparing" and "taskId" not in ad["status"]
     mine = wait_until(
@@ -74,8 +69,8 @@ def test_merged_adapter_on_pytorch_gets_a_merging_prepare_job_and_trtllm_serve_w
 
 def test_merged_adapter_on_reference_gets_a_worker_that_merges_at_start(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, (ROOT / "examples" / "basemodel-reference-tiny.yaml").read_text())
-    apply(cp, ns, yaml.safe_dump(merged_adapter("shout", "tiny", "file:///opt/trtfleet/adapters/upper", "tiny-shout")))
+    apply_tiny(cp, ns)
+    apply(cp, ns, merged_adapter("shout", "tiny", "file:///opt/trtfleet/adapters/upper", "tiny-shout"))
     deployment = wait_until(lambda: get(cp, ns, "deployment", "shout-merged"), 30, "the merged worker Deployment")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["trtfleet", "worker"]

@@ -7,7 +7,6 @@ The test plays the kubelet for Job pods (their termination messages), as the oth
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,12 +16,16 @@ from trtfleet_operator.artifacts import ArtifactSummary
 from trtfleet_operator.names import prepare_job_name
 
 from tests.cluster.operator.harness import (
+    CONVERTS,
+    PREPARES,
     OperatorProcess,
+    adapter_doc,
     apply,
     cond,
     finish_job_pod,
+    first_live_job,
     get,
-    items,
+    llama_doc,
     wait_phase,
     wait_until,
 )
@@ -30,30 +33,12 @@ from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[3]
-CONVERTS = "app.kubernetes.io/component=adapter-convert"
-PREPARES = "app.kubernetes.io/component=engine-build,trtfleet.io/runtime=pytorch"
-
-
-def torch_llama(ns: str, **spec: Any) -> dict[str, Any]:
-    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-h100.yaml").read_text())
-    doc["spec"]["runtime"] = "pytorch"
-    doc["spec"]["serving"]["nodeSelector"] = {"nvidia.com/gpu.product": f"H100-{ns}"}
-    for key, value in spec.items():
-        doc["spec"][key] = {**doc["spec"].get(key, {}), **value}
-    return dict(doc)
-
-
-def live(cp: ControlPlane, ns: str, selector: str) -> list[dict[str, Any]]:
-    return [j for j in items(cp, ns, "jobs", selector) if not j["metadata"].get("deletionTimestamp")]
-
-
 def test_pytorch_basemodel_and_adapter_get_prepare_job_options_trtllm_serve_and_peft_path(
     operator: OperatorProcess,
 ) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, yaml.safe_dump(torch_llama(ns)))
-    job = wait_until(lambda: (live(cp, ns, PREPARES) or [None])[0], 30, "the prepare Job")
+    apply(cp, ns, llama_doc(ns, runtime="pytorch"))
+    job = first_live_job(cp, ns, PREPARES, "the prepare Job")
     bm = wait_phase(cp, ns, "basemodel", "llama3-8b", "Building")
     content_hash = bm["status"]["engine"]["hash"]
     assert job["metadata"]["name"] == prepare_job_name(content_hash)
@@ -81,14 +66,8 @@ def test_pytorch_basemodel_and_adapter_get_prepare_job_options_trtllm_serve_and_
     assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("http", 8000)]
     assert cond(get(cp, ns, "basemodel", "llama3-8b"), "EngineBuilt")["reason"] == "Prepared"
 
-    adapter = {
-        "apiVersion": "trtfleet.io/v1alpha1",
-        "kind": "Adapter",
-        "metadata": {"name": "sql"},
-        "spec": {"baseModel": "llama3-8b", "source": {"uri": "s3://adapters/llama3/sql", "revision": "3"}},
-    }
-    apply(cp, ns, yaml.safe_dump(adapter))
-    convert = wait_until(lambda: (live(cp, ns, CONVERTS) or [None])[0], 30, "the convert Job")
+    apply(cp, ns, adapter_doc("sql", "llama3-8b", source={"uri": "s3://adapters/llama3/sql", "revision": "3"}))
+    convert = first_live_job(cp, ns, CONVERTS, "the convert Job")
     args = convert["spec"]["template"]["spec"]["containers"][0]["args"]
     assert "--stage-peft" in args
     summary = ArtifactSummary(16, ("attn_q", "attn_v"), "c0" * 32, 65536, "float16").to_json()
@@ -117,17 +96,18 @@ def test_api_server_refuses_values_the_pytorch_runtime_cannot_serve(
     crds: ControlPlane, kube_namespace: str, spec: dict[str, Any], message: str
 ) -> None:
     refused = crds.kubectl(
-        "apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(torch_llama(kube_namespace, **spec)),
+        "apply", "-n", kube_namespace, "-f", "-",
+        input=yaml.safe_dump(llama_doc(kube_namespace, runtime="pytorch", **spec)),
         check=False,
     )
     assert refused.returncode != 0 and message in refused.stderr, refused.stderr
-    allowed = torch_llama(kube_namespace, **spec)
+    allowed = llama_doc(kube_namespace, runtime="pytorch", **spec)
     allowed["spec"]["runtime"] = "tensorrtllm"
     crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(allowed))
 
 
 def test_api_server_takes_the_triton_llmapi_server_only_for_pytorch(crds: ControlPlane, kube_namespace: str) -> None:
-    triton = torch_llama(kube_namespace, serving={"server": "triton"})
+    triton = llama_doc(kube_namespace, runtime="pytorch", serving={"server": "triton"})
     crds.kubectl("apply", "--dry-run=server", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton))
     triton["spec"]["runtime"] = "tensorrtllm"
     refused = crds.kubectl("apply", "-n", kube_namespace, "-f", "-", input=yaml.safe_dump(triton), check=False)
@@ -140,8 +120,8 @@ def test_a_triton_served_pytorch_basemodel_gets_the_llmapi_repository_and_triton
     operator: OperatorProcess,
 ) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, yaml.safe_dump(torch_llama(ns, serving={"server": "triton"})))
-    job = wait_until(lambda: (live(cp, ns, PREPARES) or [None])[0], 30, "the prepare Job")
+    apply(cp, ns, llama_doc(ns, runtime="pytorch", serving={"server": "triton"}))
+    job = first_live_job(cp, ns, PREPARES, "the prepare Job")
     content_hash = wait_phase(cp, ns, "basemodel", "llama3-8b", "Building")["status"]["engine"]["hash"]
     finish_job_pod(cp, ns, job["metadata"]["name"], "prepare", exit_code=0, message='{"staged": true}')
     deployment = wait_until(lambda: get(cp, ns, "deployment", "llama3-8b"), 30, "the Triton Deployment")

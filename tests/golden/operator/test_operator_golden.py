@@ -39,6 +39,7 @@ from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan, plan_engin
 from trtfleet_operator.reconcile.variant import VariantWant, variant_deployment, variant_service_and_pdb
 from trtfleet_operator.taskids import source_key
 
+from tests.support.golden import check_golden_dir
 from trtfleet.api import API_VERSION, Adapter, AdapterMode, BaseModel, Runtime
 
 pytestmark = pytest.mark.golden
@@ -299,16 +300,4 @@ def test_golden(case: str, update_golden: bool) -> None:
         kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     assert render_case(case) == objects, "builders must be deterministic"
     files = {f"{name}.yaml": dump(obj) for name, obj in objects.items()}
-    expected_dir = HERE / case / "expected"
-    if update_golden:
-        expected_dir.mkdir(exist_ok=True)
-        for stale in expected_dir.iterdir():
-            if stale.name not in files:
-                stale.unlink()
-        for name, text in files.items():
-            (expected_dir / name).write_text(text)
-        return
-    assert expected_dir.is_dir(), f"no golden files for {case}: run pytest --update-golden"
-    assert sorted(p.name for p in expected_dir.iterdir()) == sorted(files)
-    for name, text in files.items():
-        assert (expected_dir / name).read_text() == text, f"{case}/{name} differs: review, then --update-golden"
+    check_golden_dir(HERE / case / "expected", files, update=update_golden, case=case)

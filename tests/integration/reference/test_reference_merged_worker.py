@@ -7,7 +7,6 @@ engine is tested against: tests/integration/reference/test_reference_serve.py, t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import httpx
@@ -19,11 +18,13 @@ from trtfleet_engines.reference.tokenizer import prompt_ids
 
 from tests.integration.reference.serve_process import trtfleet_worker
 from tests.integration.reference.triton_client import generate
+from tests.support.lora_outputs import FIXTURE
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
 MAX_TOKENS: int = FIXTURE["max_new_tokens"]
+
+
 @pytest.mark.parametrize("name", SAMPLE_ADAPTER_NAMES)
 def test_pytorch_worker_serves_a_merged_adapter_under_its_name(name: str, tmp_path: Path) -> None:
     port = free_port()

@@ -7,7 +7,6 @@ reference engine is tested against (``tests/fixtures/lora/expected_outputs.json`
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,13 +21,11 @@ from trtfleet_engines.reference.repository import default_reference_spec
 
 from tests.integration.reference.serve_process import ServeProcess, lora_request, serving
 from tests.integration.reference.triton_client import wait_until
+from tests.support.lora_outputs import OUTPUTS, PROMPTS, SAMPLE_ADAPTERS
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
-PROMPTS: list[str] = FIXTURE["prompts"]
-OUTPUTS: dict[str, list[str]] = {name: model["outputs"] for name, model in FIXTURE["models"].items()}
-ADAPTERS = ("upper", "reverse", "json")
+ADAPTERS = SAMPLE_ADAPTERS
 TASK_IDS = {"upper": 1, "reverse": 2, "json": 3}
 MAX_TOKENS = 64
 

@@ -9,18 +9,14 @@ the Triton reference engine and the trtllm-serve reference are tested against.
 
 from __future__ import annotations
 
-import json
 import queue
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import httpx
 import numpy as np
-import openai
 import pytest
 import tritonclient.grpc as grpcclient
 import yaml
@@ -31,16 +27,23 @@ from trtfleet_engines.reference.repository import default_reference_spec
 from trtfleet_engines.reference.serve.app import ServeApp
 from trtfleet_engines.reference.server import WorkerProcess, start_worker
 
-from tests.unit.router.harness import LoopThread, RouterThread
+from tests.integration.router.sample_fleet import (
+    ADAPTERS,
+    MAX_TOKENS,
+    OUTPUTS,
+    PROMPTS,
+    TASK_IDS,
+    check_each_prompts_output,
+    check_more_adapters_than_a_tier,
+    check_triton_endpoints_refused,
+    openai_client,
+    pytorch_fleet_config,
+    start_router,
+)
+from tests.unit.router.harness import RouterThread
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
-PROMPTS: list[str] = FIXTURE["prompts"]
-OUTPUTS: dict[str, list[str]] = {name: model["outputs"] for name, model in FIXTURE["models"].items()}
-ADAPTERS = ("upper", "reverse", "json")
-TASK_IDS = {"upper": 11, "reverse": 12, "json": 13}
-MAX_TOKENS = 64
 SERVE_ARGS = ["--max-loras", "1", "--max-cpu-loras", "2"]
 TIMEOUT_S = 60.0
 
@@ -50,9 +53,6 @@ class LlmapiFleet:
     workers: list[WorkerProcess]
     router: RouterThread
     repository: Path
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
 
 
 def tier_pages(repository: Path) -> dict[str, Any]:
@@ -65,16 +65,9 @@ def tier_pages(repository: Path) -> dict[str, Any]:
 
 
 def fleet_config(workers: list[WorkerProcess], repository: Path) -> dict[str, Any]:
-    cache = tier_pages(repository)
-    adapter_pages = cache["devicePages"] // cache["deviceAdapters"]
-    return {"baseModels": [{
-        "name": "tiny", "runtime": "pytorch", "server": "triton", "architecture": "reference",
-        "maxInputLen": 128, "maxSeqLen": 256, "hostPages": cache["hostPages"], "devicePages": cache["devicePages"],
-        "backends": [{"address": f"127.0.0.1:{w.grpc_port}", "http": f"127.0.0.1:{w.http_port}", "podId": f"w{i}"}
-                     for i, w in enumerate(workers)],
-        "adapters": [{"servedName": f"tiny-{n}", "taskId": TASK_IDS[n], "artifact": str(SAMPLE_ADAPTERS_DIR / n),
-                      "pages": adapter_pages} for n in ADAPTERS],
-    }]}
+    backends = [{"address": f"127.0.0.1:{w.grpc_port}", "http": f"127.0.0.1:{w.http_port}", "podId": f"w{i}"}
+                for i, w in enumerate(workers)]
+    return pytorch_fleet_config(backends, tier_pages(repository), server="triton")
 
 
 @pytest.fixture(scope="module")
@@ -87,10 +80,7 @@ def llmapi_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlmapiFle
             worker = start_worker(repository)
             stack.callback(worker.stop)
             workers.append(worker)
-        loop = LoopThread()
-        stack.callback(loop.close)
-        router = RouterThread(loop, fleet_config(workers, repository))
-        stack.callback(router.stop)
+        router = start_router(stack, fleet_config(workers, repository))
         yield LlmapiFleet(workers, router, repository)
 
 
@@ -162,42 +152,14 @@ def test_a_lora_path_the_worker_cannot_see_is_refused_with_upstreams_text(llmapi
     assert "lora_path does not exist on the Triton server's filesystem: /nowhere/ghost" in error
 
 
-def _model(name: str) -> str:
-    return "tiny" if name == "base" else f"tiny-{name}"
-
-
 @pytest.mark.parametrize("name", ["base", *ADAPTERS])
 def test_openai_client_through_the_router_gets_each_adapters_outputs(llmapi_fleet: LlmapiFleet, name: str) -> None:
-    client = llmapi_fleet.client()
-    model = _model(name)
-    for prompt, want in zip(PROMPTS, OUTPUTS[name], strict=True):
-        completion = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
-        assert completion.choices[0].text == want, (name, prompt)
-        stream = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
-                                           stream=True)
-        assert "".join(chunk.choices[0].text for chunk in stream if chunk.choices) == want
-        chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
-                                              max_tokens=MAX_TOKENS, temperature=0)
-        assert chat.choices[0].message.content == want
+    check_each_prompts_output(openai_client(llmapi_fleet.router), name, usage=False)
 
 
 def test_more_adapters_than_a_tier_holds_wait_or_spread_never_fail(llmapi_fleet: LlmapiFleet) -> None:
-    client = llmapi_fleet.client()
-    jobs = [(name, index) for _ in range(2) for name in ADAPTERS for index in range(len(PROMPTS))]
-
-    def ask(job: tuple[str, int]) -> tuple[str, str]:
-        name, index = job
-        answer = client.completions.create(model=_model(name), prompt=PROMPTS[index], max_tokens=MAX_TOKENS,
-                                           temperature=0)
-        return answer.choices[0].text, OUTPUTS[name][index]
-
-    with ThreadPoolExecutor(max_workers=6) as pool:
-        answers = list(pool.map(ask, jobs))
-    assert all(got == want for got, want in answers)
-    llmapi_fleet.router.check_books()
+    check_more_adapters_than_a_tier(llmapi_fleet.router, rounds=2, threads=6)
 
 
 def test_triton_endpoints_of_the_router_say_to_use_the_openai_api(llmapi_fleet: LlmapiFleet) -> None:
-    answer = httpx.post(llmapi_fleet.router.http_url + "/v2/models/tiny-upper/generate", timeout=30,
-                        json={"text_input": "hello", "max_tokens": 4})
-    assert answer.status_code == 400 and "use the OpenAI API" in answer.json()["error"]
+    check_triton_endpoints_refused(llmapi_fleet.router)

@@ -23,11 +23,11 @@ from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
 from tests.integration.reference.serve_process import serving, trtfleet_worker
 from tests.integration.reference.triton_client import wait_until
 from tests.integration.router.test_router_migration import Traffic, _routes
+from tests.support.lora_outputs import FIXTURE
 from tests.unit.router.harness import LoopThread, RouterThread
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
 MAX_TOKENS: int = FIXTURE["max_new_tokens"]
 SHARED_ARGS = ["--served_model_name", "tiny", "--max-loras", "1", "--max-cpu-loras", "3", "--max-lora-rank", "8"]
 

@@ -10,7 +10,6 @@ a ready pod, gets one, then the old BaseModel is deleted and its pod stopped. Ev
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -25,11 +24,11 @@ from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
 from tests.integration.reference.serve_process import serving
 from tests.integration.reference.triton_client import wait_until
 from tests.integration.router.support import CACHE_ADAPTERS_PER_WORKER, reference_workers
+from tests.support.lora_outputs import FIXTURE
 from tests.unit.router.harness import LoopThread, RouterThread
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
 PROMPT: str = FIXTURE["prompts"][0]
 WANT = {"tiny": FIXTURE["models"]["base"]["outputs"][0], "tiny-upper": FIXTURE["models"]["upper"]["outputs"][0]}
 MAX_TOKENS = 64

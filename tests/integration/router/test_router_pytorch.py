@@ -8,9 +8,7 @@ outputs are the fixture the Triton reference engine is tested against.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -18,47 +16,33 @@ from typing import Any
 import httpx
 import openai
 import pytest
-from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR
 
 from tests.integration.reference.serve_process import ServeProcess, serving
 from tests.integration.reference.triton_client import wait_until
-from tests.unit.router.harness import LoopThread, RouterThread
+from tests.integration.router.sample_fleet import (
+    ADAPTERS,
+    MAX_TOKENS,
+    OUTPUTS,
+    PROMPTS,
+    TASK_IDS,
+    check_each_prompts_output,
+    check_more_adapters_than_a_tier,
+    check_triton_endpoints_refused,
+    openai_client,
+    pytorch_fleet_config,
+    served_name,
+    start_router,
+)
+from tests.unit.router.harness import RouterThread
 
 pytestmark = pytest.mark.integration
 
-FIXTURE = json.loads((Path(__file__).resolve().parents[2] / "fixtures/lora/expected_outputs.json").read_text())
-PROMPTS: list[str] = FIXTURE["prompts"]
-OUTPUTS: dict[str, list[str]] = {name: model["outputs"] for name, model in FIXTURE["models"].items()}
-ADAPTERS = ("upper", "reverse", "json")
-TASK_IDS = {"upper": 11, "reverse": 12, "json": 13}
-MAX_TOKENS = 64
 WORKER_ARGS = ["--served_model_name", "tiny", "--max-loras", "1", "--max-cpu-loras", "2", "--max-lora-rank", "8"]
 
 
 def fleet(workers: list[ServeProcess]) -> dict[str, Any]:
-    cache = workers[0].lora_cache()
-    adapter_pages = cache["devicePages"] // cache["deviceAdapters"]  # the sample adapters are of the max rank
-    return {
-        "baseModels": [
-            {
-                "name": "tiny",
-                "runtime": "pytorch",
-                "architecture": "reference",
-                "maxInputLen": 128,
-                "maxSeqLen": 256,
-                "hostPages": cache["hostPages"],
-                "devicePages": cache["devicePages"],
-                "backends": [
-                    {"address": w.url.removeprefix("http://"), "podId": f"w{i}"} for i, w in enumerate(workers)
-                ],
-                "adapters": [
-                    {"servedName": f"tiny-{n}", "taskId": TASK_IDS[n], "artifact": str(SAMPLE_ADAPTERS_DIR / n),
-                     "pages": adapter_pages}
-                    for n in ADAPTERS
-                ],
-            }
-        ]
-    }
+    backends = [{"address": w.url.removeprefix("http://"), "podId": f"w{i}"} for i, w in enumerate(workers)]
+    return pytorch_fleet_config(backends, workers[0].lora_cache())
 
 
 class Fleet:
@@ -67,7 +51,7 @@ class Fleet:
         self.router = router
 
     def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=self.router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        return openai_client(self.router)
 
     def metric(self, name: str) -> float:
         text = httpx.get(self.router.metrics_url, timeout=10).text
@@ -79,79 +63,37 @@ def _started(stack: ExitStack, tmp: Path, count: int, *, killed: int = 0) -> lis
     return [stack.enter_context(serving(tmp, WORKER_ARGS, clean_exit=i >= killed)) for i in range(count)]
 
 
-def _router(stack: ExitStack, workers: list[ServeProcess]) -> RouterThread:
-    loop = LoopThread()
-    stack.callback(loop.close)
-    router = RouterThread(loop, fleet(workers))
-    stack.callback(router.stop)
-    return router
-
-
 @pytest.fixture(scope="module")
 def pytorch_fleet(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Fleet]:
     with ExitStack() as stack:
         workers = _started(stack, tmp_path_factory.mktemp("pytorch-fleet"), 3)
-        yield Fleet(workers, _router(stack, workers))
-
-
-def _model(name: str) -> str:
-    return "tiny" if name == "base" else f"tiny-{name}"
+        yield Fleet(workers, start_router(stack, fleet(workers)))
 
 
 @pytest.mark.parametrize("name", ["base", *ADAPTERS])
 def test_openai_client_gets_each_adapters_outputs(pytorch_fleet: Fleet, name: str) -> None:
-    client = pytorch_fleet.client()
-    model = _model(name)
-    for prompt, want in zip(PROMPTS, OUTPUTS[name], strict=True):
-        completion = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
-        assert completion.choices[0].text == want, (name, prompt)
-        assert completion.usage is not None and completion.usage.completion_tokens == len(want.encode())
-        stream = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
-                                           stream=True)
-        assert "".join(chunk.choices[0].text for chunk in stream if chunk.choices) == want
-        chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
-                                              max_tokens=MAX_TOKENS, temperature=0)
-        assert chat.choices[0].message.content == want and chat.model == model
-        chunks = list(client.chat.completions.create(
-            model=model, messages=[{"role": "user", "content": prompt}], max_tokens=MAX_TOKENS, temperature=0,
-            stream=True, stream_options={"include_usage": True},
-        ))
-        assert chunks[0].choices[0].delta.role == "assistant"
-        assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == want
-        assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == len(want.encode())
+    check_each_prompts_output(pytorch_fleet.client(), name, usage=True)
 
 
 def test_more_adapters_than_a_tier_holds_spread_or_wait_never_fail(pytorch_fleet: Fleet) -> None:
     """Three adapters in flight at once, each pod's device tier holds one: every answer is right."""
-    client = pytorch_fleet.client()
-    jobs = [(name, index) for _ in range(4) for name in ADAPTERS for index in range(len(PROMPTS))]
-
-    def ask(job: tuple[str, int]) -> tuple[str, str]:
-        name, index = job
-        answer = client.completions.create(model=_model(name), prompt=PROMPTS[index], max_tokens=MAX_TOKENS,
-                                           temperature=0)
-        return answer.choices[0].text, OUTPUTS[name][index]
-
-    with ThreadPoolExecutor(max_workers=9) as pool:
-        answers = list(pool.map(ask, jobs))
-    assert all(got == want for got, want in answers)
+    check_more_adapters_than_a_tier(pytorch_fleet.router, rounds=4, threads=9)
     loaded = [set(w.lora_cache()["loads"]) for w in pytorch_fleet.workers]
     assert sum(1 for ids in loaded if ids) >= 2, loaded  # spread over pods, not all on one
-    pytorch_fleet.router.check_books()
 
 
 def test_a_killed_workers_requests_are_retried(tmp_path: Path) -> None:
     """A worker killed with SIGKILL: requests routed there (refused before any token) go to another pod."""
     with ExitStack() as stack:
         workers = _started(stack, tmp_path, 2, killed=1)
-        fleet_ = Fleet(workers, _router(stack, workers))
+        fleet_ = Fleet(workers, start_router(stack, fleet(workers)))
         victim = workers[0].process
         victim.kill()
         wait_until(lambda: victim.poll() is not None, timeout_s=30)
         client = fleet_.client()
         for name in ("base", *ADAPTERS):
             for index, prompt in enumerate(PROMPTS[:3]):
-                answer = client.completions.create(model=_model(name), prompt=prompt, max_tokens=MAX_TOKENS,
+                answer = client.completions.create(model=served_name(name), prompt=prompt, max_tokens=MAX_TOKENS,
                                                    temperature=0)
                 assert answer.choices[0].text == OUTPUTS[name][index]
         assert fleet_.metric('trtfleet_router_upstream_retries_total{reason="pod_failed"}') >= 1
@@ -173,7 +115,7 @@ def test_a_client_that_goes_away_cancels_the_request_on_the_pod(tmp_path: Path) 
     prompt = "the quick brown fox jumps over the lazy dog " * 2
     with ExitStack() as stack:
         workers = [stack.enter_context(serving(tmp_path, [*WORKER_ARGS, "--min-step-ms", "50"]))]
-        fleet_ = Fleet(workers, _router(stack, workers))
+        fleet_ = Fleet(workers, start_router(stack, fleet(workers)))
         worker = workers[0]
         before = _cancelled(worker)
         stream = fleet_.client().completions.create(model="tiny-upper", prompt=prompt, max_tokens=128,
@@ -188,9 +130,7 @@ def test_a_client_that_goes_away_cancels_the_request_on_the_pod(tmp_path: Path) 
 
 
 def test_triton_endpoints_say_to_use_the_openai_api(pytorch_fleet: Fleet) -> None:
-    answer = httpx.post(pytorch_fleet.router.http_url + "/v2/models/tiny-upper/generate", timeout=30,
-                        json={"text_input": "hello", "max_tokens": 4})
-    assert answer.status_code == 400 and "use the OpenAI API" in answer.json()["error"]
+    check_triton_endpoints_refused(pytorch_fleet.router)
 
 
 def test_min_pods_prewarm_makes_the_pod_read_the_adapter(tmp_path: Path) -> None:
@@ -199,9 +139,6 @@ def test_min_pods_prewarm_makes_the_pod_read_the_adapter(tmp_path: Path) -> None
         workers = _started(stack, tmp_path, 1)
         config = fleet(workers)
         config["baseModels"][0]["adapters"][1]["minPods"] = 1  # tiny-reverse
-        loop = LoopThread()
-        stack.callback(loop.close)
-        router = RouterThread(loop, config, prewarm_interval_s=0.2)
-        stack.callback(router.stop)
+        start_router(stack, config, prewarm_interval_s=0.2)
         wait_until(lambda: workers[0].lora_cache()["loads"] == [TASK_IDS["reverse"]], timeout_s=30)
         assert workers[0].lora_cache()["loads"] == [TASK_IDS["reverse"]]  # read once, by the prewarm alone

@@ -20,7 +20,9 @@ import tritonclient.http as httpclient
 
 from tests.integration.router.direct import direct_generate
 from tests.integration.router.support import ConvertedAdapter, reference_workers, router_for
+from tests.support.controlplane import eventually
 from tests.unit.router.harness import RouterThread
+from trtfleet.demand import RouterReading, parse_router_metrics
 
 pytestmark = pytest.mark.integration
 
@@ -356,3 +358,17 @@ def test_bad_input_is_a_400_and_no_pod_failure(
     assert status == 200 and doc["text_output"], doc
     assert _metric(router, "trtfleet_router_pod_failures_total") == failures_before
     assert router.router.fleets.ejected("tiny") == frozenset()
+
+
+def test_the_pods_load_reaches_the_operator_through_the_router(fleet: tuple[list[Any], RouterThread]) -> None:
+    """The router exports the load it scraped from every worker; the operator's parser reads it from there
+    (the operator scrapes no pod: trtllm-serve's JSON /metrics gives each reader only part of the stream)."""
+    workers, router = fleet
+
+    def reading() -> RouterReading | None:
+        text = urllib.request.urlopen(router.metrics_url, timeout=10).read().decode()
+        got = parse_router_metrics(text, "tiny")
+        return got if got.pods_reporting == len(workers) else None
+
+    got = eventually(reading, timeout=30, what="every worker's load in the router's metrics")
+    assert got.pod_requests >= 0 and got.pod_kv_fraction is not None and 0 <= got.pod_kv_fraction <= 1

@@ -16,7 +16,7 @@ from google.protobuf import descriptor_pb2, descriptor_pool
 from tritonclient.grpc import service_pb2, service_pb2_grpc
 from trtfleet_router.upstream.protocol import FINAL_RESPONSE_PARAM, read_text
 
-from bench import grpc_floor, native_loadgen, overhead_native, router_overhead
+from bench import grpc_floor, native_loadgen, overhead_calls, overhead_native
 
 WRK_OUTPUT = """\
 Running 2s test @ http://127.0.0.1:40139/v2/models/tensorrt_llm_bls/generate
@@ -103,14 +103,14 @@ def test_alternating_runs_flip_the_order_every_round_and_keep_medians() -> None:
 def test_latency_pair_interleaves_the_two_sides() -> None:
     calls: list[str] = []
 
-    def fake(name: str, seconds: float) -> router_overhead.Call:
+    def fake(name: str, seconds: float) -> overhead_calls.Call:
         async def call() -> tuple[float, float]:
             calls.append(name)
             return seconds, seconds
 
         return call
 
-    direct, routed = asyncio.run(router_overhead.latency_pair(fake("d", 0.001), fake("r", 0.003), 4))
+    direct, routed = asyncio.run(overhead_calls.latency_pair(fake("d", 0.001), fake("r", 0.003), 4))
     assert calls[40:] == ["d", "r", "r", "d", "d", "r", "r", "d"]  # after 20 warm-up pairs
     assert direct.p50_ms == pytest.approx(1.0) and routed.p50_ms == pytest.approx(3.0)
 

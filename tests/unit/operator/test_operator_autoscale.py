@@ -1,22 +1,16 @@
-"""Autoscaling in the operator: the signal parsers (against the router's real exposition), and the pure
-decision on a BaseModel object (what it writes, the condition, the events, restart safety)."""
+"""Autoscaling in the operator: the signal parser (against the router's real exposition), the combination
+over router replicas, and the pure decision on a BaseModel object (what it writes, the condition, the events,
+restart safety)."""
 
 from __future__ import annotations
 
+import math
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
 from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
-from trtfleet_operator.signals import (
-    MetricsParseError,
-    PodReading,
-    RouterReading,
-    combine,
-    parse_router_metrics,
-    parse_triton_metrics,
-    parse_trtllm_serve_stats,
-)
+from trtfleet_operator.signals import MetricsParseError, RouterReading, combine, parse_router_metrics
 from trtfleet_router.metrics import RouterMetrics
 
 from trtfleet.autoscaling import DemandSignals
@@ -36,43 +30,38 @@ def test_router_exposition_is_read_per_base_model() -> None:
     assert parse_router_metrics(text, "absent") == RouterReading(0, 0, 0)
 
 
-TRITON = """# TYPE nv_trt_llm_request_metrics gauge
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="active",version="1"} 3
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="waiting",version="1"} 4
-nv_trt_llm_request_metrics{model="tensorrt_llm",request_type="max",version="1"} 64
-# TYPE nv_trt_llm_kv_cache_block_metrics gauge
-nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction",model="tensorrt_llm",version="1"} 0.5
-"""
+def test_the_pods_load_is_read_from_the_router() -> None:
+    """The operator scrapes no pod: the load the router scraped comes with the router's exposition."""
+    metrics = RouterMetrics()
+    metrics.pods_reporting_load.labels("tiny").set(2)
+    metrics.pod_requests.labels("tiny").set(7)
+    metrics.pod_kv_cache_used_ratio.labels("tiny").set(0.25)
+    metrics.pod_kv_cache_used_ratio.labels("cold").set(math.nan)  # no pod exports a KV fraction
+    text = metrics.exposition().decode()
+    assert parse_router_metrics(text, "tiny") == RouterReading(0, 0, 0, 2, 7, 0.25)
+    assert parse_router_metrics(text, "cold").pod_kv_fraction is None
+    with pytest.raises(MetricsParseError):
+        parse_router_metrics("{not prometheus", "tiny")
 
 
 @pytest.mark.parametrize(
-    ("body", "want"),
+    ("routers", "want"),
     [
-        pytest.param([], PodReading(), id="no-iterations-yet"),
+        pytest.param([], DemandSignals(0, 0, 0, None, None, 2), id="no-router"),
         pytest.param(
-            [{"numActiveRequests": 1}, {"numActiveRequests": 2, "numQueuedRequests": 3,
-                                        "kvCacheStats": {"maxNumBlocks": 10, "usedNumBlocks": 4}}],
-            PodReading(5.0, 0.4),
-            id="newest-entry",
+            [RouterReading(3, 1, 5, 2, 4, 0.2), RouterReading(2, 0, 4, 2, 4, 0.2)],
+            DemandSignals(5, 1, 4, 0.2, 9, 2),
+            id="router-demand-summed-pod-load-once",
         ),
-        pytest.param([{"kvCacheStats": {"maxNumBlocks": 0}}], PodReading(), id="no-blocks"),
+        pytest.param(
+            [RouterReading(1, 0, 0, 1, 3, 0.5), RouterReading(1, 0, 0, 2, 6, 0.4)],
+            DemandSignals(2, 0, 6, 0.4, 0, 2),
+            id="pod-load-of-the-replica-seeing-most-pods",
+        ),
     ],
 )
-def test_trtllm_serve_stats(body: Any, want: PodReading) -> None:
-    assert parse_trtllm_serve_stats(body) == want
-
-
-def test_pod_parsers() -> None:
-    assert parse_triton_metrics(TRITON) == PodReading(7.0, 0.5)
-    with pytest.raises(MetricsParseError):
-        parse_trtllm_serve_stats({"not": "a list"})
-
-
-def test_combine_sums_routers_and_averages_kv() -> None:
-    signals = combine(
-        [RouterReading(3, 1, 5), RouterReading(2, 0, 4)], [PodReading(4, 0.2), PodReading(None, 0.6)], ready_pods=2
-    )
-    assert signals == DemandSignals(5, 1, 4, pytest.approx(0.4), 9, 2)
+def test_combine(routers: list[RouterReading], want: DemandSignals) -> None:
+    assert combine(routers, ready_pods=2) == want
 
 
 def _basemodel(replicas: int, *, status: dict[str, Any] | None = None, **scaling: Any) -> dict[str, Any]:

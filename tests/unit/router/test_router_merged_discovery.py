@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from trtfleet_operator.builders.serving import build_service
+from trtfleet_operator.names import merged_serving_name, serving_name
 from trtfleet_router.discovery.kubernetes import build_snapshot
 
 from tests.unit.router.test_router_discovery import _adapter, _basemodel, _endpoint, _slice
@@ -64,3 +66,31 @@ def test_switching_back_to_dynamic_keeps_the_merged_pods_until_the_operator_remo
     assert target.fallback is not None and target.fallback.base.name == "tiny"
     gone = build_snapshot([_basemodel()], [ready], []).registry.resolve("tiny-upper")  # the pods deleted
     assert (gone.base.name, gone.fallback) == ("tiny", None)
+
+
+def _slice_of_service(service: dict[str, Any], ip: str, pod: str) -> dict[str, Any]:
+    """The EndpointSlice the controller makes for ``service``: its labels are the Service's."""
+    slice_ = _slice("unused", [_endpoint(ip, pod, pod)], [{"name": "grpc", "port": 8001}])
+    slice_["metadata"]["labels"] = dict(service["metadata"]["labels"])
+    return slice_
+
+
+def test_names_over_63_characters_match_the_labels_the_operator_writes() -> None:
+    """The operator hashes names that do not fit a label value; the router must look them up the same way."""
+    base_name, adapter_name = "b" * 70, "merged-" + "a" * 63
+    assert len(adapter_name) == 70
+    owner = {"apiVersion": "trtfleet.io/v1alpha1", "kind": "BaseModel", "name": base_name, "uid": "u"}
+    base_service = build_service(name=serving_name(base_name), namespace="ns", owner=owner, basemodel=base_name)
+    merged_service = build_service(
+        name=merged_serving_name(adapter_name), namespace="ns", owner=owner, basemodel=base_name, adapter=adapter_name
+    )
+    assert merged_service["metadata"]["labels"]["trtfleet.io/adapter"] != adapter_name  # hashed to fit
+    adapter = _merged_adapter(adapter_name, "long-merged")
+    adapter["spec"]["baseModel"] = base_name
+    snapshot = build_snapshot(
+        [_basemodel(base_name)],
+        [adapter],
+        [_slice_of_service(base_service, "10.1.0.5", "base-0"), _slice_of_service(merged_service, "10.1.0.9", "m-0")],
+    )
+    assert set(snapshot.pods[base_name]) == {"base-0"}
+    assert set(snapshot.pods["long-merged@merged"]) == {"m-0"}

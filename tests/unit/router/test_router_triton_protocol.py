@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from tritonclient.grpc import model_config_pb2, service_pb2
 from trtfleet_router.errors import MalformedRequest
+from trtfleet_router.server.triton_models import config_json
 from trtfleet_router.server.triton_protocol import (
-    config_json,
     encode_infer_response,
     generate_answer_reader,
     generate_body_for_tensors,

@@ -22,6 +22,7 @@ from trtfleet_router.routing import (
     parse_routing_config,
     policy_names,
 )
+from trtfleet_router.routing.fleetreport import PodLoadSummary
 from trtfleet_router.routing.framework import Choice, RoutingContext
 from trtfleet_router.routing.hashing import rendezvous_rank
 
@@ -203,6 +204,23 @@ def test_scraped_metrics_go_stale(make_harness: Callable[..., Harness]) -> None:
     assert h.route(None).pod == "p0"
     pod = h.fleet.snapshot().pods[0]
     assert (pod.waiting_requests, pod.kv_cache_used_fraction) == (None, None)
+
+
+def test_pod_load_sums_the_fresh_readings_of_ready_pods(make_harness: Callable[..., Harness]) -> None:
+    """What the router exports for the operator: fresh readings of ready pods only, KV averaged where known."""
+    h = make_harness("least-load", pods=4, config={"metricsStaleAfterS": 5})
+    assert h.fleet.pod_load() == PodLoadSummary(0, 0, None)
+    h.fleet.observe_metrics("p0", PodMetrics(2, 1, kv_cache_used_fraction=0.2))
+    h.fleet.observe_metrics("p1", PodMetrics(4, 0, kv_cache_used_fraction=0.6))
+    h.fleet.observe_metrics("p2", PodMetrics(1, 1))  # no KV fraction exported
+    h.ready["p3"] = False
+    h.sync_pods()
+    h.fleet.observe_metrics("p3", PodMetrics(9, 9, kv_cache_used_fraction=1.0))  # not ready: left out
+    summary = h.fleet.pod_load()
+    assert (summary.pods_reporting, summary.requests) == (3, 9)
+    assert summary.kv_cache_used_fraction == pytest.approx(0.4)
+    h.now_s += 5.01
+    assert h.fleet.pod_load() == PodLoadSummary(0, 0, None)
 
 
 def test_prewarm_plan_follows_the_rendezvous_ranking(make_harness: Callable[..., Harness]) -> None:
