@@ -153,7 +153,7 @@ def save_json(name: str, data: Any) -> Path:
 
 
 CALIBRATION_HEAD = "**Calibration against the real runs**"
-KEPT_NOTE = "_The calibration above comes from the real runs of the section's earlier run"
+KEPT_NOTE = "_The calibration above was made by an earlier run of this section"
 
 
 def kept_calibration(doc: Path = DOC) -> dict[str, Any] | None:
@@ -169,8 +169,8 @@ def kept_calibration(doc: Path = DOC) -> dict[str, Any] | None:
     block = CALIBRATION_HEAD + old.split(CALIBRATION_HEAD, 1)[1].rstrip()
     if KEPT_NOTE not in block:
         made = re.search(r"Date: ([^.]+)\. Commit: ([^\n]+?)\.(?:\n|$)", old)
-        when = f" ({made.group(1)}, commit {made.group(2)})" if made else ""
-        block += f"\n\n{KEPT_NOTE}{when}; they were not re-run with this one._"
+        when = f", on {made.group(1)} at commit {made.group(2)}" if made else ""
+        block += f"\n\n{KEPT_NOTE}{when}; the real runs were not repeated for this one._"
     return {"text": block}
 
 

@@ -77,7 +77,7 @@ def test_kept_calibration_carries_the_earlier_runs_date_and_commit(tmp_path: Pat
     report.write_section("sim", body, doc)
     kept = report.kept_calibration(doc)
     assert kept is not None and kept["text"].startswith(f"{report.CALIBRATION_HEAD} (text)\n\n| a |")
-    assert kept["text"].endswith("(2026-11-20, commit abc1234); they were not re-run with this one._")
+    assert kept["text"].endswith(", on 2026-11-20 at commit abc1234; the real runs were not repeated for this one._")
     report.write_section("sim", "Date: 2026-11-30. Commit: def5678.\n\n" + kept["text"], doc)
     assert report.kept_calibration(doc) == kept  # kept again: the note still names the run that made it
     report.write_section("sim", "no calibration", doc)
