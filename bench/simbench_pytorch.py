@@ -6,12 +6,12 @@ The pods are TensorRT-LLM PyTorch-backend pods as :mod:`bench.podsim` models the
 "pytorch")``): the pod reads a cold adapter's PEFT directory itself, one read at a time, never answers a miss,
 and holds a request whose adapter finds the host tier pinned full. Their tiers come from the PyTorch capacity
 plan of ``examples/basemodel-llama3-8b-pytorch.yaml`` (:func:`trtfleet_engines.pytorch.capacity.
-plan_pytorch_capacity`): ``max_cpu_loras`` host slots, ``max_loras`` device slots and the plan's KV tokens.
-Upstream sizes each slot for one adapter of ``lora.maxRank``, so every adapter takes one slot
-(``adapter_pages = 1``) whatever its rank. Scenarios as :mod:`bench.simbench` (quick sizes in brackets):
-scale (64 pods, 5,000 adapters, 1,000 req/s, 60 s [10 s]), the load sweep and the trace shapes; not the small
-caches (the plan's host tier is already smaller than that scenario's) nor growth (decision time does not
-depend on the runtime).
+plan_pytorch_capacity`): the pages that ``max_cpu_loras`` / ``max_loras`` allocate upstream, an adapter taking
+the pages of its rank (what the router gets from ``status.capacity``), and the plan's KV tokens; at scale also
+with the tiers counted in adapters (``max_cpu_loras`` / ``max_loras`` slots, one per adapter whatever its rank).
+Scenarios as :mod:`bench.simbench` (quick sizes in brackets): scale (64 pods, 5,000 adapters, 1,000 req/s,
+60 s [10 s]), the load sweep and the trace shapes; not the small caches (a ``hostMemoryBytes`` variant of the
+engine flow) nor growth (decision time does not depend on the runtime).
 """
 
 from __future__ import annotations
@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from trtfleet_engines.cli import load_basemodel
-from trtfleet_engines.pytorch.capacity import plan_pytorch_capacity
+from trtfleet_engines.modeldims import resolve_dimensions
+from trtfleet_engines.pytorch.capacity import lora_geometry, plan_pytorch_capacity
 
 from bench import report
 from bench.optimal import BoundResult
@@ -32,6 +33,7 @@ from bench.profiles import h100_llama3_8b_fleet
 from bench.simbench import SIM_COLUMNS, fleet_load, run_policies, trace_at_load, verdict
 from bench.simulate import FleetSpec
 from bench.traces import TraceRequest, TraceSpec, generate
+from trtfleet.loracache import adapter_pages
 
 COMMAND = ".venv/bin/python -m bench{quick} --only sim --runtime pytorch"
 EXAMPLE = report.ROOT / "examples" / "basemodel-llama3-8b-pytorch.yaml"
@@ -56,6 +58,9 @@ class PytorchTiers:
     source: str
     max_cpu_loras: int
     max_loras: int
+    host_pages: int  # the pages those counts allocate upstream (status.capacity.loraHostPages)
+    device_pages: int
+    adapter_pages: int  # pages one ADAPTER_RANK adapter takes in them
     kv_cache_tokens: int
     max_batch_size: int
     max_num_tokens: int
@@ -68,20 +73,30 @@ def plan_tiers(path: Path = EXAMPLE) -> PytorchTiers:
     plan = plan_pytorch_capacity(spec)
     if plan.problems or plan.lora is None:
         raise PlanError(f"{path.name}: no usable LoRA plan ({'; '.join(plan.problems) or 'LoRA disabled'})")
-    return PytorchTiers(path.name, plan.lora.max_cpu_loras, plan.lora.max_loras, plan.kv_cache_tokens,
-                        spec.engine.max_batch_size, spec.engine.max_num_tokens, plan.lora.max_lora_rank)
+    lora = plan.lora
+    pages = adapter_pages(lora_geometry(spec, resolve_dimensions(spec)), ADAPTER_RANK)
+    return PytorchTiers(path.name, lora.max_cpu_loras, lora.max_loras, lora.host.pages, lora.device.pages, pages,
+                        plan.kv_cache_tokens, spec.engine.max_batch_size, spec.engine.max_num_tokens,
+                        lora.max_lora_rank)
 
 
-def pytorch_fleet(pods: int, tiers: PytorchTiers, *, read_bytes_per_s: float = POD_READ_BYTES_PER_S) -> FleetSpec:
+def pytorch_fleet(
+    pods: int, tiers: PytorchTiers, *, slots: bool = False, read_bytes_per_s: float = POD_READ_BYTES_PER_S
+) -> FleetSpec:
     """The tensorrt profile's pods, step model and rank-8 adapters, with the PyTorch plan's tiers and reads.
 
-    One slot per adapter; a host -> device copy moves the adapter's own weights (``page_bytes``).
+    Tiers in the pages upstream allocates, an adapter taking the pages of its rank (what the router gets from
+    ``status.capacity``); ``slots``: in adapters instead, ``max_cpu_loras`` / ``max_loras`` of one slot each
+    whatever the rank. A host -> device copy moves the adapter's own weights.
     """
     base = h100_llama3_8b_fleet(pods, rank=ADAPTER_RANK, max_batch_size=tiers.max_batch_size)
-    pod = dataclasses.replace(base.pod, host_pages=tiers.max_cpu_loras, device_pages=tiers.max_loras,
-                              page_bytes=base.adapter_weights_bytes, kv_capacity_tokens=tiers.kv_cache_tokens,
+    host, device, pages = ((tiers.max_cpu_loras, tiers.max_loras, 1) if slots
+                           else (tiers.host_pages, tiers.device_pages, tiers.adapter_pages))
+    pod = dataclasses.replace(base.pod, host_pages=host, device_pages=device,
+                              page_bytes=base.adapter_weights_bytes // pages, kv_capacity_tokens=tiers.kv_cache_tokens,
                               max_num_tokens=tiers.max_num_tokens)
-    return dataclasses.replace(base, pod=pod, adapter_pages=1, runtime="pytorch", pod_read_bytes_per_s=read_bytes_per_s)
+    return dataclasses.replace(base, pod=pod, adapter_pages=pages, runtime="pytorch",
+                               pod_read_bytes_per_s=read_bytes_per_s)
 
 
 def policy_rows(trace: Sequence[TraceRequest], spec: FleetSpec) -> tuple[list[dict[str, Any]], BoundResult]:
@@ -92,22 +107,36 @@ def policy_rows(trace: Sequence[TraceRequest], spec: FleetSpec) -> tuple[list[di
     return rows, bound
 
 
+def _verdict(rows: Sequence[dict[str, Any]], label: str) -> str:
+    """:func:`bench.simbench.verdict` against the baselines only (not trtfleet's own adapter-only variant)."""
+    return verdict([row for row in rows if row["policy"] != "trtfleet-adapter"], label)
+
+
 def _scale(quick: bool, tiers: PytorchTiers) -> str:
-    spec = pytorch_fleet(64, tiers)
     duration_s = 10 if quick else 60
     trace = generate(TraceSpec(name="scale", num_adapters=5000, zipf_alpha=1.0, rate_per_s=1000.0,
                                num_requests=1000 * duration_s, seed=11))
-    print(f"scale (pytorch): 64 pods x 5,000 adapters x 1,000 req/s, {len(trace):,} requests", flush=True)
-    rows, bound = policy_rows(trace, spec)
-    report.save_json("sim-pytorch-scale", {"bound": bound.hit_rate, "spec": dataclasses.asdict(spec), "rows": rows})
-    return "\n\n".join([
-        verdict(rows, "At scale"),
-        f"**At scale**: 64 pods, 5,000 adapters, Zipf 1.0, Poisson 1,000 req/s, {len(trace):,} requests (the "
-        f"trace of the tensorrt section); fleet load {fleet_load(trace, spec):.0%} of compute capacity. Bound "
-        f"{bound.hit_rate:.3f} (K = {bound.capacity_slots:,} = 64 x {tiers.max_cpu_loras}; ceiling "
-        f"{bound.compulsory_ceiling:.3f}).",
-        report.table(rows, COLUMNS),
-    ])
+    texts = []
+    for slots, label in ((False, "At scale"), (True, "At scale, one slot per adapter")):
+        spec = pytorch_fleet(64, tiers, slots=slots)
+        print(f"scale (pytorch, {'slots' if slots else 'pages'}): 64 pods x 5,000 adapters x 1,000 req/s, "
+              f"{len(trace):,} requests", flush=True)
+        rows, bound = policy_rows(trace, spec)
+        report.save_json(f"sim-pytorch-scale{'-slots' if slots else ''}",
+                         {"bound": bound.hit_rate, "spec": dataclasses.asdict(spec), "rows": rows})
+        tier_text = (f"host `max_cpu_loras` {tiers.max_cpu_loras} and device `max_loras` {tiers.max_loras} "
+                     "adapters, one slot each" if slots else
+                     f"host {tiers.host_pages} and device {tiers.device_pages} pages, a rank-{ADAPTER_RANK} adapter "
+                     f"{tiers.adapter_pages} page")
+        texts += [
+            _verdict(rows, label),
+            f"**{label}** ({tier_text}): 64 pods, 5,000 adapters, Zipf 1.0, Poisson 1,000 req/s, {len(trace):,} "
+            f"requests (the tensorrt section's trace); fleet load {fleet_load(trace, spec):.0%} of compute "
+            f"capacity. Bound {bound.hit_rate:.3f} (K = {bound.capacity_slots:,}; ceiling "
+            f"{bound.compulsory_ceiling:.3f}).",
+            report.table(rows, COLUMNS),
+        ]
+    return "\n\n".join(texts)
 
 
 def _load_sweep(quick: bool, tiers: PytorchTiers) -> str:
@@ -121,7 +150,7 @@ def _load_sweep(quick: bool, tiers: PytorchTiers) -> str:
         print(f"load sweep (pytorch): {load:.0%}", flush=True)
         rows, bound = policy_rows(trace, spec)
         sweep += [{"load": load, "bound": bound.hit_rate, **row} for row in rows]
-        lines.append(verdict(rows, f"At {load:.0%} load"))
+        lines.append(_verdict(rows, f"At {load:.0%} load"))
     report.save_json("sim-pytorch-load-sweep", sweep)
     columns = [("load", "load"), ("policy", "policy"), ("effective_hit_rate", "effective"), ("bound", "bound"),
                ("of_bound", "of bound"), ("ttft_p50_ms", "TTFT p50 ms"), ("ttft_p99_ms", "TTFT p99 ms"),
@@ -143,16 +172,19 @@ def _shapes(quick: bool, tiers: PytorchTiers) -> str:
     ]
     out: list[dict[str, Any]] = []
     for case in cases:
+        case_spec = spec
+        if case.popularity == "gie-regression":  # 15 adapters fit everywhere: host tiers cut to 4 pages, as there
+            case_spec = dataclasses.replace(spec, pod=dataclasses.replace(spec.pod, host_pages=4))
         print(f"shape (pytorch) {case.name}", flush=True)
-        rows, bound = policy_rows(trace_at_load(spec, 0.6, case), spec)
+        rows, bound = policy_rows(trace_at_load(case_spec, 0.6, case), case_spec)
         out += [{"trace": case.name, "bound": bound.hit_rate, **row} for row in rows]
     report.save_json("sim-pytorch-shapes", out)
     columns = [("trace", "trace"), ("policy", "policy"), ("effective_hit_rate", "effective"), ("bound", "bound"),
                ("of_bound", "of bound"), ("ttft_p99_ms", "TTFT p99 ms"), ("e2e_p99_s", "e2e p99 s"),
                ("read_gb", "read GB"), ("errors", "errors")]
-    return (f"**Trace shapes** at 60 % load on 16 pods ({requests:,} requests each), the plan's tiers for every "
-            f"shape: 15 GIE-regression adapters do not fit {tiers.max_cpu_loras} host slots, so no cut is needed."
-            "\n\n" + report.table(out, columns))
+    return (f"**Trace shapes** at 60 % load on 16 pods ({requests:,} requests each); the GIE regression shape "
+            "(15 adapters) with host tiers cut to 4 pages, as in the tensorrt section.\n\n"
+            + report.table(out, columns))
 
 
 def sim_section(quick: bool) -> str:
@@ -162,15 +194,19 @@ def sim_section(quick: bool) -> str:
     model = (
         f"The `sim` section's simulator, traces, policies and GPU step model on trtllm-serve pods "
         f"(`FleetSpec(runtime=\"pytorch\")`, `bench/podsim.py`). Tiers from the PyTorch capacity plan of "
-        f"`examples/{tiers.source}` (`trtfleet engines capacity`, `plan_pytorch_capacity`): host tier "
-        f"`max_cpu_loras` {tiers.max_cpu_loras}, device tier `max_loras` {tiers.max_loras}, KV cache "
-        f"{tiers.kv_cache_tokens:,} tokens, max batch {tiers.max_batch_size}. Each slot holds one adapter of "
-        f"`lora.maxRank` {tiers.max_lora_rank}, so each rank-{ADAPTER_RANK} adapter "
-        f"({spec.adapter_weights_bytes / 2**20:.0f} MiB) takes one slot. Nothing travels with a request: a cold "
-        f"adapter is read by its pod at {spec.pod_read_bytes_per_s / 1e9:.1f} GB/s ({read_ms:.0f} ms per adapter, "
-        f"one read at a time per pod), {READ_SOURCE}; a request whose adapter finds every host slot pinned "
-        "waits in the pod, never a miss or a cache-full error. `loads` are the pods' reads, `read GB` what they "
-        "read."
+        f"`examples/{tiers.source}` (`trtfleet engines capacity`, `plan_pytorch_capacity`): `max_cpu_loras` "
+        f"{tiers.max_cpu_loras} and `max_loras` {tiers.max_loras} adapters of `lora.maxRank` {tiers.max_lora_rank} "
+        f"allocate a host tier of {tiers.host_pages} pages and a device tier of {tiers.device_pages} "
+        f"(`status.capacity.loraHostPages` / `loraDevicePages`, what the router is given), where a "
+        f"rank-{ADAPTER_RANK} adapter ({spec.adapter_weights_bytes / 2**20:.0f} MiB) takes {tiers.adapter_pages} "
+        f"page: the tables below use these pages, as `docs/pytorch-backend.md` says a residency model must. The "
+        f"second scale table counts adapters instead ({tiers.max_cpu_loras} host / {tiers.max_loras} device "
+        f"slots, one per adapter whatever its rank), the strictest reading of `max_loras`. KV cache "
+        f"{tiers.kv_cache_tokens:,} tokens, max batch {tiers.max_batch_size}. Nothing travels with a request: a "
+        f"cold adapter is read by its pod at {spec.pod_read_bytes_per_s / 1e9:.1f} GB/s ({read_ms:.0f} ms per "
+        f"adapter, one read at a time per pod), {READ_SOURCE}; a request whose adapter finds the host tier "
+        "pinned full waits in the pod, never a miss or a cache-full error. `loads` are the pods' reads, "
+        "`read GB` what they read."
     )
     started = os.getloadavg()[0]
     parts = [_scale(quick, tiers), _load_sweep(quick, tiers), _shapes(quick, tiers)]

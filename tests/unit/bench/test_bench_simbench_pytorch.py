@@ -7,13 +7,15 @@ from pathlib import Path
 import pytest
 import yaml
 from trtfleet_engines.cli import load_basemodel
-from trtfleet_engines.pytorch.capacity import plan_pytorch_capacity
+from trtfleet_engines.modeldims import resolve_dimensions
+from trtfleet_engines.pytorch.capacity import lora_geometry, plan_pytorch_capacity
 from trtfleet_router.routing import policy_names
 
 from bench import __main__ as bench_main
 from bench import report, simbench_pytorch
 from bench.simbench_pytorch import EXAMPLE, PlanError, PytorchTiers, plan_tiers, policy_rows, pytorch_fleet
 from tests.unit.bench.test_bench_simulate import small_trace
+from trtfleet.loracache import adapter_pages
 
 
 def test_tiers_are_the_capacity_plans_of_the_example() -> None:
@@ -24,11 +26,22 @@ def test_tiers_are_the_capacity_plans_of_the_example() -> None:
     assert (tiers.max_cpu_loras, tiers.max_loras, tiers.kv_cache_tokens) == (
         plan.lora.max_cpu_loras, plan.lora.max_loras, plan.kv_cache_tokens)
     assert (tiers.max_batch_size, tiers.max_num_tokens) == (spec.engine.max_batch_size, spec.engine.max_num_tokens)
-    fleet = pytorch_fleet(4, tiers)
-    assert (fleet.pods, fleet.runtime, fleet.adapter_pages) == (4, "pytorch", 1)  # one max-rank slot per adapter
-    assert (fleet.pod.host_pages, fleet.pod.device_pages) == (tiers.max_cpu_loras, tiers.max_loras)
-    assert fleet.pod.kv_capacity_tokens == tiers.kv_cache_tokens
+    assert (tiers.host_pages, tiers.device_pages) == (plan.lora.host.pages, plan.lora.device.pages)
+    geometry = lora_geometry(spec, resolve_dimensions(spec))
+    assert tiers.adapter_pages == adapter_pages(geometry, simbench_pytorch.ADAPTER_RANK)
+    assert 1 <= tiers.adapter_pages <= plan.lora.max_adapter_pages  # a rank-8 adapter: no more than a max-rank one
+
+
+@pytest.mark.parametrize("slots", [False, True])
+def test_fleet_takes_the_tiers_in_pages_or_in_adapters(slots: bool) -> None:
+    tiers = plan_tiers()
+    fleet = pytorch_fleet(4, tiers, slots=slots)
+    expected = ((tiers.max_cpu_loras, tiers.max_loras, 1) if slots
+                else (tiers.host_pages, tiers.device_pages, tiers.adapter_pages))
+    assert (fleet.pod.host_pages, fleet.pod.device_pages, fleet.adapter_pages) == expected
+    assert (fleet.pods, fleet.runtime, fleet.pod.kv_capacity_tokens) == (4, "pytorch", tiers.kv_cache_tokens)
     assert fleet.pod_read_bytes_per_s == simbench_pytorch.POD_READ_BYTES_PER_S
+    assert fleet.pod.page_bytes * fleet.adapter_pages <= fleet.adapter_weights_bytes  # a copy moves the adapter
 
 
 @pytest.mark.parametrize(("lora", "problem"), [
@@ -45,8 +58,8 @@ def test_a_basemodel_without_usable_tiers_is_refused(tmp_path: Path, lora: dict[
 
 
 def test_rows_count_the_pods_reads_and_send_no_weights() -> None:
-    tiers = PytorchTiers("small", max_cpu_loras=3, max_loras=2, kv_cache_tokens=100_000, max_batch_size=8,
-                         max_num_tokens=2048, max_lora_rank=64)
+    tiers = PytorchTiers("small", max_cpu_loras=3, max_loras=2, host_pages=3, device_pages=2, adapter_pages=1,
+                         kv_cache_tokens=100_000, max_batch_size=8, max_num_tokens=2048, max_lora_rank=64)
     spec = pytorch_fleet(3, tiers)
     rows, bound = policy_rows(small_trace(5), spec)
     assert [row["policy"] for row in rows] == list(policy_names())
