@@ -75,6 +75,7 @@ def test_runtime_picks_the_sim_section(monkeypatch: pytest.MonkeyPatch, runtime:
     from bench import simbench
 
     written: list[tuple[str, str]] = []
+    monkeypatch.setattr(bench_main.signal, "signal", lambda *_args: None)  # keep pytest's own SIGTERM handler
     monkeypatch.setattr(report, "write_section", lambda key, body: written.append((key, body)))
     monkeypatch.setattr(report, "kept_calibration", lambda: None)
     monkeypatch.setattr(simbench_pytorch, "sim_section", lambda quick: f"pytorch quick={quick}")
