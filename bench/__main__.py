@@ -7,6 +7,8 @@ generator; part of the routing section). ``--quick`` keeps the whole run under t
 Run only when named in ``--only``: ``replicas`` (the real runs through 1, 2, 4 router replicas,
 ``--replicas`` and ``--view shadow|peers``; a few minutes) and ``replicas-sim`` (the simulator's 64-pod
 scenario through 1, 2, 4, 8 replicas in both views; ``--replicas`` overrides the counts).
+``--runtime pytorch`` runs ``routing`` and ``sim`` on trtllm-serve workers / pods instead (sections
+``routing-pytorch``, ``sim-pytorch``). ``sim`` without ``routing`` keeps the calibration block already in the doc.
 Raw results go to ``bench/results/`` (ignored), tables to ``docs/benchmarks.md``, plots to ``docs/img/``.
 """
 
@@ -33,7 +35,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-loadgen", action="store_true", help="skip the external load generator")
     parser.add_argument("--runtime", choices=("tensorrtllm", "pytorch"), default="tensorrtllm",
                         help="routing real runs on Triton workers (default) or reference trtllm-serve workers "
-                        "(section routing-pytorch)")
+                        "(section routing-pytorch); sim on TensorRT-engine pods (default) or trtllm-serve pods "
+                        "(section sim-pytorch)")
     parser.add_argument("--replicas", help="router replica counts, e.g. 1,2,4 (sections replicas: default 1,2,4; "
                         "replicas-sim: default 1,2,4,8)")
     parser.add_argument("--view", choices=REAL_VIEWS, default="shadow",
@@ -67,10 +70,17 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("== offline bound", flush=True)
         report.write_section("bound", simbench.bound_section(args.quick))
-    if "sim" in wanted:
+    if "sim" in wanted and args.runtime == "pytorch":
+        from bench import simbench_pytorch
+
+        print("== fleet simulation (runtime pytorch)", flush=True)
+        report.write_section("sim-pytorch", simbench_pytorch.sim_section(args.quick))
+    elif "sim" in wanted:
         from bench import simbench
 
         print("== fleet simulation", flush=True)
+        if calibration is None:  # no real runs this time: the last ones' calibration, said to be so
+            calibration = report.kept_calibration()
         report.write_section("sim", simbench.sim_section(args.quick, calibration))
     if "replicas" in wanted:
         from bench import replicas_real

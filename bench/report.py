@@ -13,6 +13,7 @@ import json
 import math
 import os
 import platform
+import re
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -28,6 +29,7 @@ SECTIONS: tuple[tuple[str, str], ...] = (
     ("routing-pytorch", "## Routing quality (real runs, runtime pytorch)"),
     ("bound", "## Offline bound"),
     ("sim", "## Fleet simulation"),
+    ("sim-pytorch", "## Fleet simulation (runtime pytorch)"),
     ("prefix", "## Prefix and adapter"),
     ("overhead", "## Router overhead"),
     ("decision", "## Routing decision time"),
@@ -148,6 +150,28 @@ def save_json(name: str, data: Any) -> Path:
     path = RESULTS / f"{name}.json"
     path.write_text(json.dumps(data, indent=2, default=str) + "\n", encoding="utf-8")
     return path
+
+
+CALIBRATION_HEAD = "**Calibration against the real runs**"
+KEPT_NOTE = "_The calibration above was made by an earlier run of this section"
+
+
+def kept_calibration(doc: Path = DOC) -> dict[str, Any] | None:
+    """The calibration block of the ``sim`` section now in ``doc``, to keep when the real runs are not re-run:
+    its text, marked with the date and commit of the run that made it; None when there is none."""
+    text = doc.read_text(encoding="utf-8") if doc.exists() else ""
+    start, end = _markers("sim")
+    if start not in text or end not in text:
+        return None
+    old = text.split(start, 1)[1].split(end, 1)[0]
+    if CALIBRATION_HEAD not in old:
+        return None
+    block = CALIBRATION_HEAD + old.split(CALIBRATION_HEAD, 1)[1].rstrip()
+    if KEPT_NOTE not in block:
+        made = re.search(r"Date: ([^.]+)\. Commit: ([^\n]+?)\.(?:\n|$)", old)
+        when = f", on {made.group(1)} at commit {made.group(2)}" if made else ""
+        block += f"\n\n{KEPT_NOTE}{when}; the real runs were not repeated for this one._"
+    return {"text": block}
 
 
 def pyplot() -> Any:
