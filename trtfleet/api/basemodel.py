@@ -23,6 +23,7 @@ from trtfleet.api.autoscaling import REPLICAS_RANGE_MESSAGE, REPLICAS_RANGE_RULE
 from trtfleet.api.autoscaling import AutoscalingSpec as AutoscalingSpec
 from trtfleet.api.autoscaling import AutoscalingStatus as AutoscalingStatus
 from trtfleet.api.common import ApiModel, Condition, Source
+from trtfleet.api.dimensions import ModelDimensions as ModelDimensions
 from trtfleet.api.lora import DEFAULT_TARGET_MODULES as DEFAULT_TARGET_MODULES
 from trtfleet.api.lora import LORA_MODULE_IDS as LORA_MODULE_IDS
 from trtfleet.api.lora import LoraCacheSpec as LoraCacheSpec
@@ -186,22 +187,6 @@ class EngineSpec(ApiModel):
                 "at least one output token)"
             )
         return self
-
-
-class ModelDimensions(ApiModel):
-    """Architecture numbers, normally read from the checkpoint's config.json."""
-
-    hidden_size: int = Field(ge=1, description="hidden_size")
-    intermediate_size: int = Field(ge=1, description="intermediate_size")
-    num_layers: int = Field(ge=1, description="num_hidden_layers")
-    num_attention_heads: int = Field(ge=1, description="num_attention_heads")
-    num_kv_heads: int = Field(ge=1, description="num_key_value_heads")
-    head_dim: int | None = Field(default=None, ge=1, description="head_dim (default hidden/heads)")
-    vocab_size: int = Field(ge=1, description="vocab_size")
-
-    @property
-    def head_size(self) -> int:
-        return self.head_dim or self.hidden_size // self.num_attention_heads
 
 
 @dataclass(frozen=True)

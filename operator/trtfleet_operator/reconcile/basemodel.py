@@ -32,11 +32,10 @@ from pydantic import ValidationError
 from trtfleet.api import API_VERSION, BaseModelSpec, Phase, Runtime
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
+from trtfleet_operator.builders.service import build_pdb, build_service
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
-    build_pdb,
-    build_service,
     reference_model_dir,
     selector_labels,
 )

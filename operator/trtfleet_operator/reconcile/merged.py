@@ -34,11 +34,10 @@ from trtfleet.api import (
 )
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
+from trtfleet_operator.builders.service import build_pdb, build_service
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
-    build_pdb,
-    build_service,
     file_path,
     reference_merged_args,
     reference_model_dir,

@@ -29,11 +29,10 @@ from pydantic import ValidationError
 from trtfleet.api import AdapterSpec, BaseModelSpec, BaseQuantizationSpec, Runtime
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_pytorch_deployment
+from trtfleet_operator.builders.service import build_pdb, build_service
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
-    build_pdb,
-    build_service,
     reference_variant_args,
 )
 from trtfleet_operator.config import OperatorConfig

@@ -17,11 +17,10 @@ import yaml
 from trtfleet_operator.builders.convert import build_convert_job
 from trtfleet_operator.builders.engine import build_engine_job, build_engine_record, build_plan_configmap
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_prepare_job, build_pytorch_deployment
+from trtfleet_operator.builders.service import build_pdb, build_service
 from trtfleet_operator.builders.serving import (
     build_deployment,
     build_model_repo_configmap,
-    build_pdb,
-    build_service,
     reference_merged_args,
 )
 from trtfleet_operator.config import Images, OperatorConfig

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from trtfleet_operator.builders.serving import build_service
+from trtfleet_operator.builders.service import build_service
 from trtfleet_operator.names import merged_serving_name, serving_name
 from trtfleet_router.discovery.kubernetes import build_snapshot
 
