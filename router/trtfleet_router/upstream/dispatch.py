@@ -49,7 +49,6 @@ a request multiplexed on a shared stream is only abandoned (see :mod:`.transport
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import AsyncGenerator
@@ -73,6 +72,7 @@ from trtfleet_router.routing.types import (
     UnknownPod,
 )
 from trtfleet_router.upstream.attempt import Attempts
+from trtfleet_router.upstream.attempt_log import log_done, log_failure
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.failures import UpstreamCallFailed
@@ -93,7 +93,6 @@ from trtfleet_router.weights import ArtifactRef, WeightStore
 
 __all__ = ["Dispatcher", "UpstreamCall", "UpstreamCalls"]
 
-log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS_DEFAULT: Final = 3
 MISS_RECOVERY_REASON: Final = "miss-recovery"
@@ -217,25 +216,13 @@ class Dispatcher:
                 outcome = Outcome.OK
                 if adapter is not None and not decision.send_weights:
                     self.metrics.adapter_cache_hits.labels(adapter_label).inc()
-                log.debug(
-                    "upstream done",
-                    extra={
-                        "ctx": {
-                            "request_id": call.request_id,
-                            "pod": decision.pod,
-                            "adapter": adapter_label,
-                            "warm": decision.warm,
-                            "reason": decision.reason,
-                            "attempts": attempts,
-                        }
-                    },
-                )
+                log_done(call, decision, adapter_label, attempts)
                 return
             except UpstreamCallFailed as exc:
                 # recover
                 failure = exc.failure
                 outcome = _OUTCOMES.get(failure.kind, Outcome.FAILED)
-                self._log_failure(call, decision, failure, yielded)
+                log_failure(call, decision, failure, yielded)
                 state = AttemptState(
                     attempts, max_attempts, yielded, miss_recovered, decision.send_weights, adapter is not None
                 )
@@ -399,23 +386,6 @@ class Dispatcher:
 
     async def close(self) -> None:
         await self.attempts.close()
-
-    @staticmethod
-    def _log_failure(call: UpstreamCall, decision: Decision, failure: UpstreamFailure, yielded: bool) -> None:
-        log.warning(
-            "upstream attempt failed",
-            extra={
-                "ctx": {
-                    "request_id": call.request_id,
-                    "pod": decision.pod,
-                    "warm": decision.warm,
-                    "adapter": call.target.adapter.served_name if call.target.adapter else None,
-                    "kind": failure.kind.value,
-                    "after_first_response": yielded,
-                    "error": failure.message[:500],
-                }
-            },
-        )
 
 
 def _no_capacity_error(exc: NoCapacity, last: UpstreamFailure | None) -> RouterError:

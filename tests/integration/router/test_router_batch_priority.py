@@ -62,7 +62,15 @@ def test_interactive_requests_go_ahead_of_batch_lines_held_for_headroom(router: 
         return fleet.start(fleet.route(request), request)
 
     ticket = router.loop.run(hold())
-    rows = [
+    started: list[str] = []  # request ids in the order the router started them on the pod
+    real_start = fleet.start
+
+    def recording_start(decision: Any, request: RouteRequest) -> Any:  # a spy: records, then the real start
+        started.append("batch" if request.request_id.startswith("batch_req_") else "interactive")
+        return real_start(decision, request)
+
+    fleet.start = recording_start
+    rows: list[dict[str, Any]] = [
         {
             "custom_id": f"line-{i}",
             "method": "POST",
@@ -81,10 +89,10 @@ def test_interactive_requests_go_ahead_of_batch_lines_held_for_headroom(router: 
         for i in range(INTERACTIVE)
     ]
     assert all(a.choices[0].text for a in answers)  # every interactive request answered ...
-    assert waits.waiting("tiny") == 0  # ... without waiting in the router
-    assert waits.batch_waiting("tiny") == CONCURRENCY  # ... while every batch line stayed held
+    assert waits.waiting("tiny") == 0  # ... without waiting in the router ...
+    _until(lambda: waits.batch_waiting("tiny") == CONCURRENCY, "the woken batch lines are held again")
+    assert started == ["interactive"] * INTERACTIVE  # ... and no batch line started on the pod meanwhile
     assert app.batch is not None and app.batch.runner.lines_started == CONCURRENCY
-    assert client.batches.retrieve(batch.id).request_counts.completed == 0  # type: ignore[union-attr]
 
     async def release() -> None:
         fleet.finish(ticket, Outcome.OK)
@@ -96,4 +104,6 @@ def test_interactive_requests_go_ahead_of_batch_lines_held_for_headroom(router: 
     assert done.request_counts is not None and (done.request_counts.completed, done.request_counts.failed) == (LINES, 0)
     output = client.files.content(done.output_file_id or "").text.splitlines()
     assert sorted(json.loads(line)["custom_id"] for line in output) == sorted(r["custom_id"] for r in rows)
+    assert started[INTERACTIVE:] == ["batch"] * LINES  # every line started once, after the headroom returned
+    fleet.start = real_start
     router.check_books()
