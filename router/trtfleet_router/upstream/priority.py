@@ -14,7 +14,7 @@ or ``batch`` (a line of the batch runner). The classes differ in two places only
 
 TensorRT-LLM's executor has a per-request ``priority`` (``Request(..., PriorityType priority =
 kDefaultPriority)``, 0.5, ``cpp/include/tensorrt_llm/executor/executor.h``), but the Triton
-``tensorrt_llm`` model's inputs carry none (docs/batch.md), so a batch line already queued in a pod
+``tensorrt_llm`` model's inputs carry none (docs/operations.md, Batches), so a batch line already queued in a pod
 cannot be overtaken there: the router keeps batch lines out of the pod's queue instead.
 
 :class:`InteractiveSignal` is what the batch runner backs off on (:mod:`trtfleet.batch.runner`):
