@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import random
 import sys
 import threading
@@ -51,11 +52,13 @@ class BatchScenario:
     prompt_tokens: int = 32
     max_tokens: int = 16
     interactive_rps: float = 2.0
-    interactive_s: float = 30.0
+    interactive_s: float = 120.0
     batch_concurrency: int = 24
     batch_pod_slots: int = 6
     """Batch lines are admitted while a pod's load is below this: max batch 8 minus 2 slots kept for
     interactive requests (an engine does not preempt a running sequence)."""
+    batch_ttft_target_ms: float | None = 30.0
+    """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
     seed: int = 0
 
 
@@ -123,6 +126,8 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
         "errors": len(errors),
         "ttft_p50_ms": percentile(ttfts, 50) * 1000,
         "ttft_p99_ms": percentile(ttfts, 99) * 1000,
+        "ttft_top5_ms": [round(t * 1000) for t in sorted(ttfts)[-5:]],
+        "ttft_mean_ms": round(1000 * sum(ttfts) / max(1, len(ttfts)), 1),
     }
 
 
@@ -155,6 +160,8 @@ def run_case(
         "--batch-store", str(work / "store"), "--batch-order", order,
         "--batch-concurrency", str(scenario.batch_concurrency), "--batch-pod-slots", str(scenario.batch_pod_slots),
     ]
+    if scenario.batch_ttft_target_ms is not None:
+        router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
     fleet = RealFleet("trtfleet", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
                       seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args)
     names = [name for name, _, _ in adapters]
@@ -218,6 +225,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interactive-s", type=float, default=BatchScenario.interactive_s)
     parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
     parser.add_argument("--batch-pod-slots", type=int, default=BatchScenario.batch_pod_slots)
+    parser.add_argument("--batch-ttft-target-ms", type=float, default=BatchScenario.batch_ttft_target_ms,
+                        help="AIMD target for interactive first answers (0: off)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
     args = parser.parse_args(argv)
@@ -225,30 +234,52 @@ def main(argv: Sequence[str] | None = None) -> int:
     if set(cases) - set(CASES):
         parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
-                             interactive_rps=args.interactive_rps, batch_pod_slots=args.batch_pod_slots)
+                             interactive_rps=args.interactive_rps, batch_pod_slots=args.batch_pod_slots,
+                             batch_ttft_target_ms=args.batch_ttft_target_ms or None)
+    load_before = os.getloadavg()
     rows = run(scenario, cases)
+    loads = (load_before, os.getloadavg())
     WORK.mkdir(parents=True, exist_ok=True)
-    (WORK / "results.json").write_text(json.dumps({"scenario": asdict(scenario), "rows": rows}, indent=2))
+    (WORK / "results.json").write_text(
+        json.dumps({"scenario": asdict(scenario), "rows": rows, "loadavg_before_after": loads}, indent=2)
+    )
     print(table(rows))
     if args.write_doc:
         given = sys.argv[1:] if argv is None else list(argv)
-        report.write_section("batch", section(scenario, rows, " ".join([".venv/bin/python -m bench.batch", *given])))
+        command = " ".join([".venv/bin/python -m bench.batch", *given])
+        report.write_section("batch", section(scenario, rows, command, loads))
     return 0
 
 
-def section(scenario: BatchScenario, rows: Sequence[dict[str, Any]], command: str) -> str:
+def section(
+    scenario: BatchScenario,
+    rows: Sequence[dict[str, Any]],
+    command: str,
+    loads: tuple[tuple[float, float, float], tuple[float, float, float]],
+) -> str:
     s = scenario
+    aimd = (
+        f"`--batch-ttft-target-ms {s.batch_ttft_target_ms:g}` (an interactive first answer slower than that "
+        "halves the runner's lines in flight, at most once a second; they grow back by one per window of "
+        "finished lines)"
+        if s.batch_ttft_target_ms is not None
+        else "no TTFT target"
+    )
+    before, after = loads
     return f"""{report.provenance(command)}
 
 {s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
 {s.min_step_ms:g} ms: a pretend GPU step), host LoRA cache {s.host_cache_pages} pages each, {s.adapters} synthetic
 rank-8 adapters, `trtfleet router --batch-store` with `--batch-concurrency {s.batch_concurrency}
---batch-pod-slots {s.batch_pod_slots}`. The batch: {s.lines:,} `/v1/completions` lines ({s.prompt_tokens}-token
-prompts, `max_tokens` {s.max_tokens}, greedy), each line's adapter drawn at random (input order = what online
-arrival order would be). Interactive load: Poisson {s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed,
-random adapters; TTFT is the first streamed text. A fresh fleet (cold caches) per case. `adapter_loads`: the
-router's `adapter_loads_total` over the case (requests that carried weights); `loads_per_adapter_per_pod` divides
-it by adapters x workers (1.0 = each adapter loaded once on each pod).
+--batch-pod-slots {s.batch_pod_slots}` and {aimd}; batch lines start on a pod only while its load is below
+the slots and no interactive request waits in the router (interactive first). The batch: {s.lines:,}
+`/v1/completions` lines ({s.prompt_tokens}-token prompts, `max_tokens` {s.max_tokens}, greedy), each line's
+adapter drawn at random (input order = what online arrival order would be). Interactive load: Poisson
+{s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed, random adapters; TTFT is the first streamed
+text. A fresh fleet (cold caches) per case. `adapter_loads`: the router's `adapter_loads_total` over the case
+(requests that carried weights); `loads_per_adapter_per_pod` divides it by adapters x workers (1.0 = each
+adapter loaded once on each pod). Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f}
+at the start and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
 
 {table(rows)}"""
 

@@ -156,6 +156,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="requests per pod up to which batch lines are admitted (interactive ones go first)",
     )
     batch.add_argument(
+        "--batch-ttft-target-ms",
+        type=float,
+        default=None,
+        help="an interactive first answer slower than this halves the batch runner's lines in flight (AIMD)",
+    )
+    batch.add_argument(
         "--batch-max-file-bytes",
         type=int,
         default=MAX_FILE_BYTES_DEFAULT,
@@ -261,6 +267,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             store=args.batch_store,
             runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),
             pod_slots=args.batch_pod_slots,
+            ttft_target_ms=args.batch_ttft_target_ms,
             max_file_bytes=args.batch_max_file_bytes,
         ),
     )

@@ -316,7 +316,8 @@ class RouterMetrics:
         )
         self.capacity_waits = counter(
             "capacity_waits",
-            "Ends of a wait for LoRA cache capacity: routed, timed_out, queue_full (turned away at once).",
+            "Ends of a wait for LoRA cache capacity: routed, timed_out, queue_full (turned away at once); "
+            "batch_bound (a batch line that waited for headroom its whole capacityWaitS and went anyway).",
             "base_model",
             "result",
         )

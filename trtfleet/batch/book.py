@@ -47,7 +47,7 @@ class BatchBook:
     def put_file(self, record: FileRecord, data: bytes) -> None:
         """Bytes first, then the record: a file is listed only once its content is whole."""
         self.store.put(f"files/{record.id}.data", data)
-        self.store.put(f"files/{record.id}.json", json.dumps(record.to_openai()).encode())
+        self.store.put(f"files/{record.id}.json", json.dumps(record.to_json()).encode())
 
     def file(self, file_id: str) -> FileRecord:
         try:
@@ -132,7 +132,8 @@ class BatchBook:
                 ids.append(None)
                 continue
             data = _jsonl(rows)
-            self.put_file(FileRecord(file_id, "batch_output", len(data), f"{record.id}_{suffix}.jsonl", now_s), data)
+            name = f"{record.id}_{suffix}.jsonl"
+            self.put_file(FileRecord(file_id, "batch_output", len(data), name, now_s, record.owner), data)
             ids.append(file_id)
         return ids[0], ids[1], len(outputs), len(errors)
 

@@ -67,6 +67,16 @@ class FileRecord:
     bytes: int
     filename: str
     created_at: int
+    owner: str | None = None
+    """Who may see the file: the sha256 of the creator's API key (None: everyone; keys off, or a Batch
+    resource's own file); see :func:`visible_to`."""
+
+    def to_json(self) -> dict[str, Any]:
+        """The stored form: OpenAI's object plus ``owner``."""
+        stored = self.to_openai()
+        if self.owner is not None:
+            stored["owner"] = self.owner
+        return stored
 
     def to_openai(self) -> dict[str, Any]:
         return {
@@ -82,7 +92,15 @@ class FileRecord:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> FileRecord:
-        return cls(raw["id"], raw["purpose"], int(raw["bytes"]), raw["filename"], int(raw["created_at"]))
+        return cls(
+            raw["id"], raw["purpose"], int(raw["bytes"]), raw["filename"], int(raw["created_at"]), raw.get("owner")
+        )
+
+
+def visible_to(owner: str | None, caller: str | None) -> bool:
+    """Whether a file or batch of ``owner`` is visible to ``caller`` (pure): every object to an unrestricted
+    caller (None: API keys off, or the runner itself), an unowned object to everyone, else only to its owner."""
+    return caller is None or owner is None or owner == caller
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +147,8 @@ class BatchRecord:
     """Higher runs first among unfinished batches (a Batch resource's ``spec.priority``; 0 from the API)."""
     allowed_models: tuple[str, ...] | None = None
     """The models the creator's API key may use (None: every model); other lines are ``model_not_found``."""
+    owner: str | None = None
+    """The sha256 of the creator's API key (None: everyone may see it); its result files get the same."""
 
     def moved_to(self, status: BatchStatus, now_s: int) -> BatchRecord:
         """The record in ``status``, its timestamp set (a repeated move keeps the first timestamp)."""
@@ -143,6 +163,8 @@ class BatchRecord:
         stored = {**self.to_openai(), "source": self.source, "priority": self.priority}
         if self.allowed_models is not None:
             stored["allowed_models"] = list(self.allowed_models)
+        if self.owner is not None:
+            stored["owner"] = self.owner
         return stored
 
     def to_openai(self) -> dict[str, Any]:
@@ -194,6 +216,7 @@ class BatchRecord:
             source=raw.get("source", "api"),
             priority=int(raw.get("priority", 0)),
             allowed_models=tuple(raw["allowed_models"]) if raw.get("allowed_models") is not None else None,
+            owner=raw.get("owner"),
             **{stamp: raw.get(stamp) for stamp in _STATUS_TIMESTAMP.values()},
         )
 
@@ -236,6 +259,7 @@ def new_batch(
     source: str = "api",
     priority: int = 0,
     allowed_models: tuple[str, ...] | None = None,
+    owner: str | None = None,
 ) -> BatchRecord:
     """A validated new batch in ``validating`` (raises :class:`InvalidBatchRequest` as OpenAI answers 400)."""
     if endpoint not in ENDPOINTS:
@@ -258,6 +282,7 @@ def new_batch(
         source=source,
         priority=priority,
         allowed_models=allowed_models,
+        owner=owner,
     )
 
 

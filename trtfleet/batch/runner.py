@@ -2,7 +2,10 @@
 
 Per batch: validate the input (rejected lines to chunk 0, then ``in_progress``); run the lines not yet
 in a committed chunk, grouped by model (:func:`~trtfleet.batch.lines.order_by_model`), at most
-``concurrency`` at once, each admitted by :func:`admit` (free capacity, or the minimum rate); commit
+``window`` at once, each admitted by :func:`admit` (free capacity, or the minimum rate); the window
+follows interactive load AIMD-style (:func:`next_window`: halved at most once per ``backoff_interval_s``
+while the gate reports interactive pressure, grown by one line per window of finished lines up to
+``concurrency`` otherwise); commit
 answers in chunks of ``chunk_lines`` (or every ``chunk_interval_s``); then finalize. A runner killed at
 any point resumes from the chunks: a line whose answer was not committed runs again, a committed one
 never does. Retryable answers (the fleet is busy, has no pod, or is shutting down) are retried after
@@ -63,6 +66,11 @@ class CapacityGate(Protocol):
         """Whether the pods serving ``model`` have a free slot beyond interactive traffic."""
         ...
 
+    def interactive_pressure(self, model: str, since_s: float) -> bool:
+        """Whether interactive requests for ``model``'s pods waited (or answered slowly) at or after
+        ``since_s`` (on the runner's monotonic clock)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RunnerSettings:
@@ -77,13 +85,37 @@ class RunnerSettings:
     """Between scans of the store when nothing changed (a Batch resource or another writer)."""
     group_by_model: bool = True
     """Run each model's lines together (False: input order, for comparison in bench.batch)."""
+    backoff_interval_s: float = 1.0
+    """The window is halved at most this often while interactive pressure lasts."""
 
 
-def admit(*, free_capacity: bool, inflight: int, since_last_admit_s: float, settings: RunnerSettings) -> bool:
-    """Whether the next line may start: below ``concurrency``, and free capacity or the minimum rate due."""
-    if inflight >= settings.concurrency:
+def admit(
+    *,
+    free_capacity: bool,
+    inflight: int,
+    since_last_admit_s: float,
+    settings: RunnerSettings,
+    window: float | None = None,
+) -> bool:
+    """Whether the next line may start: below the window (``concurrency`` when None), and free capacity or
+    the minimum rate due."""
+    limit = settings.concurrency if window is None else max(1, int(window))
+    if inflight >= limit:
         return False
     return free_capacity or since_last_admit_s >= settings.min_interval_s
+
+
+def next_window(
+    window: float, *, pressure: bool, finished: int, since_cut_s: float, settings: RunnerSettings
+) -> tuple[float, bool]:
+    """AIMD on the lines in flight (pure): (new window, whether this was a cut). Under interactive pressure
+    the window halves (down to 1) once per ``backoff_interval_s`` and does not grow; without it, each
+    finished line adds ``1 / window`` (one line per window's worth), up to ``concurrency``."""
+    if pressure:
+        if since_cut_s >= settings.backoff_interval_s:
+            return max(1.0, window / 2), True
+        return window, False
+    return min(float(settings.concurrency), window + finished / max(window, 1.0)), False
 
 
 class BatchRunner:
@@ -103,6 +135,7 @@ class BatchRunner:
         self.settings = settings or RunnerSettings()
         self.monotonic = monotonic
         self.lines_started = 0
+        self.window_cuts = 0
 
     async def run(self) -> None:
         """Forever: run every unfinished batch (highest priority, then oldest first), then wait for a change
@@ -183,10 +216,20 @@ class BatchRunner:
         buffer: list[dict[str, Any]] = []
         inflight: set[asyncio.Task[dict[str, Any] | None]] = set()
         stop = asyncio.Event()
-        last_admit_s = last_commit_s = self.monotonic()
+        last_admit_s = last_commit_s = checked_s = cut_s = self.monotonic()
+        window, finished_count = float(s.concurrency), 0
         current = record
         while (pending and not stop.is_set()) or inflight:
             now = self.monotonic()
+            if pending:
+                pressure = self.gate.interactive_pressure(pending[0].model, checked_s)
+                window, cut = next_window(
+                    window, pressure=pressure, finished=finished_count, since_cut_s=now - cut_s, settings=s
+                )
+                checked_s, finished_count = now, 0
+                if cut:
+                    cut_s = now
+                    self.window_cuts += 1
             if not stop.is_set() and (
                 current.status is not BatchStatus.IN_PROGRESS or self.service.now_s() >= current.expires_at
             ):
@@ -198,6 +241,7 @@ class BatchRunner:
                     inflight=len(inflight),
                     since_last_admit_s=now - last_admit_s,
                     settings=s,
+                    window=window,
                 ):
                     pending.popleft()
                     last_admit_s = now
@@ -207,6 +251,7 @@ class BatchRunner:
             finished, _ = await asyncio.wait(inflight, timeout=s.poll_interval_s) if inflight else (set(), set())
             if not inflight:
                 await asyncio.sleep(s.poll_interval_s)
+            finished_count += len(finished)
             for task in finished:
                 inflight.discard(task)
                 result = task.result()

@@ -5,6 +5,10 @@ Writers: a batch record is written by the process that creates it and afterwards
 whichever router answers ``POST /v1/batches/{id}/cancel``; reads overlay it (a cancellable batch with a
 marker reads as ``cancelling``) and the runner's next write makes that durable in the record. So any
 router replica may serve the API while one runner works. Store calls run in a worker thread.
+
+Ownership: every read, list, delete and cancel takes the ``caller`` (the sha256 of the API key that
+asks; None: unrestricted, when keys are off and for the runner). An object another key owns answers as
+if it did not exist (404 ``No such ... object``), as OpenAI does (:func:`~trtfleet.batch.records.visible_to`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from typing import Any, Final
 
 from trtfleet.batch.book import BatchBook
 from trtfleet.batch.errors import InvalidBatchRequest, NotFound
-from trtfleet.batch.records import BatchRecord, BatchStatus, FileRecord, new_batch
+from trtfleet.batch.records import BatchRecord, BatchStatus, FileRecord, new_batch, visible_to
 
 UPLOAD_PURPOSES: Final = ("batch",)
 LIST_LIMIT_DEFAULT: Final = 20
@@ -43,32 +47,39 @@ class BatchService:
         return await asyncio.to_thread(call, *args)
 
     # -- files -----------------------------------------------------------------------------------------
-    async def upload(self, *, filename: str, purpose: str, data: bytes, file_id: str | None = None) -> FileRecord:
+    async def upload(
+        self, *, filename: str, purpose: str, data: bytes, file_id: str | None = None, owner: str | None = None
+    ) -> FileRecord:
         if purpose not in UPLOAD_PURPOSES:
             raise InvalidBatchRequest(
                 f"purpose must be one of {', '.join(UPLOAD_PURPOSES)} on this server, not {purpose!r}", param="purpose"
             )
         if not data:
             raise InvalidBatchRequest("the file is empty", param="file")
-        record = FileRecord(file_id or _new_id("file-"), purpose, len(data), filename, self.now_s())
+        record = FileRecord(file_id or _new_id("file-"), purpose, len(data), filename, self.now_s(), owner)
         await self._io(self.book.put_file, record, data)
         return record
 
-    async def file(self, file_id: str) -> FileRecord:
+    async def file(self, file_id: str, caller: str | None = None) -> FileRecord:
         record: FileRecord = await self._io(self.book.file, file_id)
+        if not visible_to(record.owner, caller):
+            raise NotFound(f"No such File object: {file_id}", param="file_id")
         return record
 
-    async def files(self, purpose: str | None = None) -> list[FileRecord]:
+    async def files(self, purpose: str | None = None, caller: str | None = None) -> list[FileRecord]:
         records: list[FileRecord] = await self._io(self.book.files)
         return sorted(
-            (r for r in records if purpose is None or r.purpose == purpose), key=lambda r: (-r.created_at, r.id)
+            (r for r in records if (purpose is None or r.purpose == purpose) and visible_to(r.owner, caller)),
+            key=lambda r: (-r.created_at, r.id),
         )
 
-    async def file_content(self, file_id: str) -> bytes:
+    async def file_content(self, file_id: str, caller: str | None = None) -> bytes:
+        await self.file(file_id, caller)
         data: bytes = await self._io(self.book.file_content, file_id)
         return data
 
-    async def delete_file(self, file_id: str) -> None:
+    async def delete_file(self, file_id: str, caller: str | None = None) -> None:
+        await self.file(file_id, caller)
         async with self.lock:
             batches: list[BatchRecord] = await self._io(self.book.batches)
             users = [b.id for b in batches if b.input_file_id == file_id and not b.status.is_final]
@@ -90,11 +101,12 @@ class BatchService:
         batch_id: str | None = None,
         priority: int = 0,
         allowed_models: tuple[str, ...] | None = None,
+        owner: str | None = None,
     ) -> BatchRecord:
         if not isinstance(input_file_id, str):
             raise InvalidBatchRequest("input_file_id must be a string", param="input_file_id")
         try:
-            input_file = await self.file(input_file_id)
+            input_file = await self.file(input_file_id, owner)
         except NotFound as exc:
             raise InvalidBatchRequest(f"No such File object: {input_file_id}", param="input_file_id") from exc
         record = new_batch(
@@ -107,15 +119,18 @@ class BatchService:
             source=source,
             priority=priority,
             allowed_models=allowed_models,
+            owner=owner,
         )
         async with self.lock:
             await self._io(self.book.put_batch, record)
         self.changed.set()
         return record
 
-    async def batch(self, batch_id: str) -> BatchRecord:
+    async def batch(self, batch_id: str, caller: str | None = None) -> BatchRecord:
         """The record with a pending cancel request applied."""
         record: BatchRecord = await self._io(self.book.batch, batch_id)
+        if not visible_to(record.owner, caller):
+            raise NotFound(f"No such Batch object: {batch_id}", param="batch_id")
         if record.status.cancellable:
             requested_at = await self._io(self.book.cancel_requested_at, batch_id)
             if requested_at is not None:
@@ -123,12 +138,12 @@ class BatchService:
         return record
 
     async def batches(
-        self, *, limit: int = LIST_LIMIT_DEFAULT, after: str | None = None
+        self, *, limit: int = LIST_LIMIT_DEFAULT, after: str | None = None, caller: str | None = None
     ) -> tuple[list[BatchRecord], bool]:
         """A page of batches, newest first, after the batch ``after``; and whether more follow."""
         if not 1 <= limit <= LIST_LIMIT_MAX:
             raise InvalidBatchRequest(f"limit must be from 1 to {LIST_LIMIT_MAX}", param="limit")
-        records: list[BatchRecord] = await self._io(self.book.batches)
+        records: list[BatchRecord] = [r for r in await self._io(self.book.batches) if visible_to(r.owner, caller)]
         cancelled: set[str] = set(await self._io(self.book.cancel_requests))
         records = [await self.batch(r.id) if r.id in cancelled and r.status.cancellable else r for r in records]
         start = 0
@@ -140,10 +155,10 @@ class BatchService:
         page = records[start : start + limit]
         return page, start + limit < len(records)
 
-    async def cancel(self, batch_id: str) -> BatchRecord:
+    async def cancel(self, batch_id: str, caller: str | None = None) -> BatchRecord:
         """``validating``/``in_progress`` -> ``cancelling`` (the runner finishes the lines in flight, then
         ``cancelled``); a batch already cancelling or cancelled is answered as it is; others are refused."""
-        record = await self.batch(batch_id)
+        record = await self.batch(batch_id, caller)
         if record.status in (BatchStatus.CANCELLING, BatchStatus.CANCELLED):
             return record
         if not record.status.cancellable:

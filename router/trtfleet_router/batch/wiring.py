@@ -29,6 +29,9 @@ class BatchSettings:
     """A directory, ``file://`` path or ``s3://bucket/prefix``; batches are off when None."""
     runner: RunnerSettings = field(default_factory=RunnerSettings)
     pod_slots: int = POD_SLOTS_DEFAULT
+    """Batch lines start on a pod only while its load is below this (interactive requests go first)."""
+    ttft_target_ms: float | None = None
+    """An interactive first answer slower than this halves the runner's window (None: not compared)."""
     max_file_bytes: int = MAX_FILE_BYTES_DEFAULT
 
 
@@ -72,10 +75,15 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
             return False
         return True
 
+    dispatcher = services.dispatcher
+    dispatcher.batch_pod_slots = settings.pod_slots
+    if settings.ttft_target_ms is not None:
+        dispatcher.interactive.ttft_target_s = settings.ttft_target_ms / 1000
+    gate = FleetCapacity(services.fleets, settings.pod_slots, dispatcher.capacity_waits, dispatcher.interactive)
     runner = BatchRunner(
         service,
         DispatchExecutor(OpenAIFrontend(services)),
-        FleetCapacity(services.fleets, settings.pod_slots),
+        gate,
         serves,
         settings.runner,
     )

@@ -55,6 +55,8 @@ class ApiKeysFile(BaseModel):
 class Principal:
     name: str
     models: frozenset[str] | None  # None: every model
+    owner: str | None = None
+    """The sha256 hex of the key: what owns its files and batches (the key itself is never stored)."""
 
     def may_use(self, served_name: str) -> bool:
         return self.models is None or served_name in self.models
@@ -70,7 +72,7 @@ class ApiKeys:
         for entry in spec.keys:
             digest = entry.sha256 if entry.sha256 is not None else _digest(entry.key or "")
             allowed = entry.models if entry.models is not None else entry.adapters
-            self._by_digest[digest] = Principal(entry.name, None if allowed is None else frozenset(allowed))
+            self._by_digest[digest] = Principal(entry.name, None if allowed is None else frozenset(allowed), digest)
 
     @classmethod
     def load(cls, path: Path) -> ApiKeys:

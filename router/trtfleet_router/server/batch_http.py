@@ -44,6 +44,12 @@ def _allowed_models(request: web.Request) -> tuple[str, ...] | None:
     return tuple(sorted(principal.models))
 
 
+def _caller(request: web.Request) -> str | None:
+    """Who asks: the sha256 of the API key (None with keys off: every object is visible)."""
+    principal = request.get(PRINCIPAL)
+    return None if principal is None else principal.owner
+
+
 def _translate(exc: BatchLayerError) -> RouterError:
     if isinstance(exc, NotFound):
         return ObjectNotFound(exc.message, param=exc.param, code=exc.code)
@@ -91,8 +97,9 @@ class BatchFrontend:
         ]
 
     def _handler(self, handler: Handler) -> Handler:
-        """API keys (when configured: any valid key may use the endpoints; a batch's lines may use only
-        the models of the key that created it), then the errors as OpenAI's bodies."""
+        """API keys (when configured: any valid key may use the endpoints; files and batches are private to
+        the key that created them, others get 404; a batch's lines may use only the models of the key that
+        created it), then the errors as OpenAI's bodies."""
 
         async def handle(request: web.Request) -> web.StreamResponse:
             try:
@@ -132,7 +139,9 @@ class BatchFrontend:
             raise MalformedRequest("the form needs a 'file' part with the JSONL file", param="file")
         if "purpose" not in fields:
             raise MalformedRequest("the form needs a 'purpose' field", param="purpose")
-        record = await self.batches.upload(filename=filename or "upload.jsonl", purpose=fields["purpose"], data=data)
+        record = await self.batches.upload(
+            filename=filename or "upload.jsonl", purpose=fields["purpose"], data=data, owner=_caller(request)
+        )
         return json_response(record.to_openai())
 
     async def _next_part(self, reader: MultipartReader) -> BodyPartReader | None:
@@ -159,22 +168,22 @@ class BatchFrontend:
         return asyncio.timeout(self.services.settings.body_timeout_s)
 
     async def list_files(self, request: web.Request) -> web.StreamResponse:
-        records = await self.batches.files(request.query.get("purpose"))
+        records = await self.batches.files(request.query.get("purpose"), _caller(request))
         limit, after = _limit(request), request.query.get("after")
         start = next((i + 1 for i, r in enumerate(records) if r.id == after), 0) if after else 0
         page: list[FileRecord] = records[start : start + limit]
         return json_response(_list([r.to_openai() for r in page], start + limit < len(records)))
 
     async def file(self, request: web.Request) -> web.StreamResponse:
-        return json_response((await self.batches.file(request.match_info["file_id"])).to_openai())
+        return json_response((await self.batches.file(request.match_info["file_id"], _caller(request))).to_openai())
 
     async def content(self, request: web.Request) -> web.StreamResponse:
-        data = await self.batches.file_content(request.match_info["file_id"])
+        data = await self.batches.file_content(request.match_info["file_id"], _caller(request))
         return web.Response(body=data, content_type="application/octet-stream")
 
     async def delete_file(self, request: web.Request) -> web.StreamResponse:
         file_id = request.match_info["file_id"]
-        await self.batches.delete_file(file_id)
+        await self.batches.delete_file(file_id, _caller(request))
         return json_response({"id": file_id, "object": "file", "deleted": True})
 
     # -- batches ---------------------------------------------------------------------------------------
@@ -192,15 +201,18 @@ class BatchFrontend:
             completion_window=body["completion_window"],
             metadata=body.get("metadata"),
             allowed_models=_allowed_models(request),
+            owner=_caller(request),
         )
         return json_response(record.to_openai())
 
     async def list_batches(self, request: web.Request) -> web.StreamResponse:
-        page, has_more = await self.batches.batches(limit=_limit(request), after=request.query.get("after"))
+        page, has_more = await self.batches.batches(
+            limit=_limit(request), after=request.query.get("after"), caller=_caller(request)
+        )
         return json_response(_list([r.to_openai() for r in page], has_more))
 
     async def batch(self, request: web.Request) -> web.StreamResponse:
-        return json_response((await self.batches.batch(request.match_info["batch_id"])).to_openai())
+        return json_response((await self.batches.batch(request.match_info["batch_id"], _caller(request))).to_openai())
 
     async def cancel(self, request: web.Request) -> web.StreamResponse:
-        return json_response((await self.batches.cancel(request.match_info["batch_id"])).to_openai())
+        return json_response((await self.batches.cancel(request.match_info["batch_id"], _caller(request))).to_openai())

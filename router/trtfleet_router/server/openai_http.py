@@ -30,6 +30,7 @@ from trtfleet_router.server.openai_protocol import (
     parse_completion,
 )
 from trtfleet_router.server.sse import DONE_EVENT, LazySse, json_event
+from trtfleet_router.upstream.priority import Priority
 from trtfleet_router.upstream.text import TextRequest, Usage, finish_reason
 
 FRONTEND = "openai"
@@ -148,6 +149,7 @@ class OpenAIFrontend:
             timeout_s=services.settings.request_timeout_s,
             messages=tuple(parsed.messages) if parsed.messages is not None else None,
             blocks=target.base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0),
+            priority=Priority.BATCH if internal else Priority.INTERACTIVE,
         )
         usage = Usage(prompt_tokens)
         response_id = ("chatcmpl-" if chat else "cmpl-") + record.request_id

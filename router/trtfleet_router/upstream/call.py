@@ -13,6 +13,7 @@ from trtfleet_router.models_registry import Target
 from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.routing.types import Decision
 from trtfleet_router.upstream.http_transport import AnswerReader
+from trtfleet_router.upstream.priority import Priority
 
 
 @dataclass(slots=True)
@@ -36,6 +37,7 @@ class UpstreamCall:
     openai_body: Mapping[str, Any] | None = None  # runtime pytorch: the request for trtllm-serve (see openai_upstream)
     openai_path: str = ""  # /v1/completions or /v1/chat/completions
     blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV block hashes, computed once by the front end
+    priority: Priority = Priority.INTERACTIVE  # batch lines wait for headroom (see priority.py)
 
     def grpc_request(self) -> service_pb2.ModelInferRequest:
         """The gRPC request, built on first use."""

@@ -8,6 +8,10 @@ A slot frees only when a request ends, so the dispatcher holds such a request he
 again; if it fails again it goes back to the head of the queue, if it succeeds it wakes the next one
 (the freed capacity may hold more than one request). Pure asyncio on the event loop thread.
 
+**Interactive first.** Batch lines (:class:`~.priority.Priority` ``batch``) wait in a lane of their own
+per base model, woken only when no interactive request waits; they neither count toward
+``max_waiting`` nor toward the drain estimate's queue.
+
 **Fast rejection.** Every request end of a base model also feeds a drain-rate estimate (an exponentially
 weighted mean of the time between ends, stretched to the time since the last end when that is longer).
 A request that would wait behind ``n`` others is expected to wait ``(n + 1) x`` that time; when that
@@ -23,6 +27,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 from typing import Final
+
+from trtfleet_router.upstream.priority import Priority
 
 DRAIN_SMOOTHING: Final = 0.2
 RETRY_AFTER_S_UNKNOWN: Final = 1
@@ -66,6 +72,7 @@ class CapacityWaits:
     def __init__(self, max_waiting: int, *, now: Callable[[], float] = time.monotonic) -> None:
         self.max_waiting = max_waiting
         self._queues: dict[str, deque[asyncio.Future[None]]] = {}
+        self._batch: dict[str, deque[asyncio.Future[None]]] = {}
         self.drain = DrainRate(now)
 
     def expected_wait_s(self, base_model: str) -> float | None:
@@ -80,13 +87,20 @@ class CapacityWaits:
         return min(RETRY_AFTER_S_MAX, max(1, math.ceil(wait_s)))
 
     def waiting(self, base_model: str) -> int:
+        """Interactive requests waiting for ``base_model``."""
         queue = self._queues.get(base_model)
+        return len(queue) if queue is not None else 0
+
+    def batch_waiting(self, base_model: str) -> int:
+        queue = self._batch.get(base_model)
         return len(queue) if queue is not None else 0
 
     def can_wait(self, base_model: str) -> bool:
         return self.waiting(base_model) < self.max_waiting
 
-    async def wait(self, base_model: str, timeout_s: float, *, first: bool = False) -> bool:
+    async def wait(
+        self, base_model: str, timeout_s: float, *, first: bool = False, priority: Priority = Priority.INTERACTIVE
+    ) -> bool:
         """Wait until :meth:`notify` wakes this waiter (True) or ``timeout_s`` passes (False).
 
         ``first``: rejoin at the head (a woken waiter whose new attempt found no room either).
@@ -94,7 +108,8 @@ class CapacityWaits:
         if timeout_s <= 0:
             return False
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        queue = self._queues.setdefault(base_model, deque())
+        lanes = self._queues if priority is Priority.INTERACTIVE else self._batch
+        queue = lanes.setdefault(base_model, deque())
         if first:
             queue.appendleft(future)
         else:
@@ -115,8 +130,8 @@ class CapacityWaits:
                     queue.remove(future)
                 except ValueError:
                     pass
-            if not queue and self._queues.get(base_model) is queue:
-                del self._queues[base_model]
+            if not queue and lanes.get(base_model) is queue:
+                del lanes[base_model]
         return woken
 
     def notify(self, base_model: str) -> None:
@@ -125,10 +140,11 @@ class CapacityWaits:
         self.wake(base_model)
 
     def wake(self, base_model: str) -> None:
-        """Wake the first waiter (without counting a request end)."""
-        queue = self._queues.get(base_model)
-        while queue:
-            future = queue.popleft()
-            if not future.done():
-                future.set_result(None)
-                return
+        """Wake the first interactive waiter, else the first batch waiter (without counting a request end)."""
+        for lanes in (self._queues, self._batch):
+            queue = lanes.get(base_model)
+            while queue:
+                future = queue.popleft()
+                if not future.done():
+                    future.set_result(None)
+                    return

@@ -16,6 +16,8 @@ generate JSON). :meth:`Dispatcher.stream` yields the pod's responses:
   engine would say "Cache is full"), the request waits in a bounded FIFO per base model
   (:mod:`.capacity`, ``capacityWaitS`` / ``capacityQueueMax``, capped by its deadline) and routes again
   each time a request of that base model ends; 503 only after that;
+* **interactive first** (:mod:`.priority`): a batch line starts on its pod only while the pod has
+  headroom and no interactive request waits; otherwise it waits in the batch lane and routes again;
 * **holding for a pod**: when the base model has no ready pod at all (``NoReadyPod``: scaled to zero, or
   its first pods starting), the request is held (:mod:`.hold`, ``holdWaitS`` / ``holdQueueMax``, capped by
   its deadline) and routes again whenever discovery hands the fleet new pods; 503 with ``Retry-After``
@@ -47,7 +49,6 @@ a request multiplexed on a shared stream is only abandoned (see :mod:`.transport
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 from collections.abc import AsyncGenerator
@@ -71,12 +72,14 @@ from trtfleet_router.routing.types import (
     UnknownPod,
 )
 from trtfleet_router.upstream.attempt import Attempts
+from trtfleet_router.upstream.attempt_log import log_done, log_failure
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.hold import RETRY_AFTER_S_HELD, HoldsFull, PodHolds
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
+from trtfleet_router.upstream.priority import InteractiveSignal, Priority, batch_may_start
 from trtfleet_router.upstream.protocol import (
     FailureKind,
     UpstreamFailure,
@@ -90,7 +93,6 @@ from trtfleet_router.weights import ArtifactRef, WeightStore
 
 __all__ = ["Dispatcher", "UpstreamCall", "UpstreamCalls"]
 
-log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS_DEFAULT: Final = 3
 MISS_RECOVERY_REASON: Final = "miss-recovery"
@@ -126,6 +128,9 @@ class Dispatcher:
         )
         self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
         self.holds = PodHolds(fleets.routing_config.hold_queue_max)
+        self.batch_pod_slots: int | None = None
+        """Batch lines start on a pod only while its load is below this (None: no batch headroom rule)."""
+        self.interactive = InteractiveSignal()
         fleets.pod_listeners.append(self.holds.pods_changed)
 
     async def stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
@@ -170,9 +175,16 @@ class Dispatcher:
         last: UpstreamFailure | None = None
         adapter_label = self.metrics.adapter_label(adapter.served_name if adapter else None)
         timeouts = self.fleets.routing_config.timeouts_for(base_name)
+        started_s = time.monotonic()
+        batch = call.priority is Priority.BATCH
         while True:
             # decide
-            decision = forced if forced is not None else await self._route(fleet, route, last, call.deadline_s)
+            if forced is not None:
+                decision = forced
+            elif batch and self.batch_pod_slots is not None:
+                decision = await self._route_batch(fleet, route, last, call.deadline_s, self.batch_pod_slots)
+            else:
+                decision = await self._route(fleet, route, last, call.deadline_s)
             forced = None
             endpoint = self.fleets.endpoint(base_name, decision.pod)
             try:
@@ -197,30 +209,20 @@ class Dispatcher:
                         fleet.confirm(ticket)
                         fleet.first_token(ticket)
                         self.fleets.record_success(base_name, decision.pod)
+                        if not batch:
+                            self.interactive.first_answer(base_name, time.monotonic() - started_s)
                     outcome = Outcome.OK
                     yield response
                 outcome = Outcome.OK
                 if adapter is not None and not decision.send_weights:
                     self.metrics.adapter_cache_hits.labels(adapter_label).inc()
-                log.debug(
-                    "upstream done",
-                    extra={
-                        "ctx": {
-                            "request_id": call.request_id,
-                            "pod": decision.pod,
-                            "adapter": adapter_label,
-                            "warm": decision.warm,
-                            "reason": decision.reason,
-                            "attempts": attempts,
-                        }
-                    },
-                )
+                log_done(call, decision, adapter_label, attempts)
                 return
             except UpstreamCallFailed as exc:
                 # recover
                 failure = exc.failure
                 outcome = _OUTCOMES.get(failure.kind, Outcome.FAILED)
-                self._log_failure(call, decision, failure, yielded)
+                log_failure(call, decision, failure, yielded)
                 state = AttemptState(
                     attempts, max_attempts, yielded, miss_recovered, decision.send_weights, adapter is not None
                 )
@@ -276,7 +278,12 @@ class Dispatcher:
         self.attempts.end_first_answer_waits(base_name, pod)
 
     async def _route(
-        self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float
+        self,
+        fleet: Fleet,
+        route: RouteRequest,
+        last: UpstreamFailure | None,
+        deadline_s: float,
+        priority: Priority = Priority.INTERACTIVE,
     ) -> Decision:
         """The fleet's decision; while every cache is full of busy adapters, wait for capacity (see
         :mod:`.capacity`) until ``capacityWaitS`` or the deadline, then the client-facing error. A request
@@ -301,7 +308,7 @@ class Dispatcher:
                 waiting = self.metrics.capacity_waiting.labels(base)
                 waiting.inc()
                 try:
-                    woken = await waits.wait(base, wait_until_s - time.monotonic(), first=woken)
+                    woken = await waits.wait(base, wait_until_s - time.monotonic(), first=woken, priority=priority)
                 finally:
                     waiting.dec()
                 if woken:
@@ -321,6 +328,22 @@ class Dispatcher:
                 self.metrics.capacity_waits.labels(base, "routed").inc()
                 waits.wake(base)  # the freed capacity may hold the next waiter too
             return decision
+
+    async def _route_batch(
+        self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float, pod_slots: int
+    ) -> Decision:
+        """A batch line's decision: routed as any request, then held in the batch lane while
+        :func:`~.priority.batch_may_start` says no; after ``capacityWaitS`` it goes anyway (progress)."""
+        base = route.model
+        until_s = min(time.monotonic() + self.fleets.routing_config.capacity_wait_s, deadline_s)
+        while True:
+            decision = await self._route(fleet, route, last, deadline_s, Priority.BATCH)
+            waiting = self.capacity_waits.waiting(base)
+            if batch_may_start(pod_load=fleet.pod_load(decision.pod), pod_slots=pod_slots, interactive_waiting=waiting):
+                return decision
+            if not await self.capacity_waits.wait(base, until_s - time.monotonic(), priority=Priority.BATCH):
+                self.metrics.capacity_waits.labels(base, "batch_bound").inc()
+                return await self._route(fleet, route, last, deadline_s, Priority.BATCH)
 
     async def _hold(self, base: str, exc: NoReadyPod, until_s: float) -> bool:
         """Hold a request of ``base`` until discovery hands its fleet new pods (True: route again); 503 with
@@ -363,23 +386,6 @@ class Dispatcher:
 
     async def close(self) -> None:
         await self.attempts.close()
-
-    @staticmethod
-    def _log_failure(call: UpstreamCall, decision: Decision, failure: UpstreamFailure, yielded: bool) -> None:
-        log.warning(
-            "upstream attempt failed",
-            extra={
-                "ctx": {
-                    "request_id": call.request_id,
-                    "pod": decision.pod,
-                    "warm": decision.warm,
-                    "adapter": call.target.adapter.served_name if call.target.adapter else None,
-                    "kind": failure.kind.value,
-                    "after_first_response": yielded,
-                    "error": failure.message[:500],
-                }
-            },
-        )
 
 
 def _no_capacity_error(exc: NoCapacity, last: UpstreamFailure | None) -> RouterError:

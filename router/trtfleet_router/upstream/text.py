@@ -24,6 +24,7 @@ from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall
 from trtfleet_router.upstream.llmapi_upstream import CumulativeText, build_llmapi_request
 from trtfleet_router.upstream.openai_upstream import build_openai_body
+from trtfleet_router.upstream.priority import Priority
 from trtfleet_router.upstream.protocol import (
     SamplingParams,
     TextPiece,
@@ -45,6 +46,7 @@ class TextRequest:
     timeout_s: float
     messages: tuple[ChatMessage, ...] | None = None  # a chat request's messages (``prompt`` is them rendered)
     blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV block hashes for routing (routing/prefix.py)
+    priority: Priority = Priority.INTERACTIVE  # batch: a line of the batch runner
 
 
 @dataclass(slots=True)
@@ -102,6 +104,7 @@ class TextGenerator:
             max_tokens=request.params.max_tokens,
             deadline_s=time.monotonic() + request.timeout_s,
             client_streaming=request.stream,
+            priority=request.priority,
             blocks=request.blocks,
             http_body=body,
             build_request=functools.partial(
@@ -131,6 +134,7 @@ def openai_call(request: TextRequest) -> UpstreamCall:
         max_tokens=request.params.max_tokens,
         deadline_s=time.monotonic() + request.timeout_s,
         client_streaming=request.stream,
+        priority=request.priority,
         blocks=request.blocks,
         openai_body=body,
         openai_path=path,
@@ -149,6 +153,7 @@ def llmapi_call(request: TextRequest) -> UpstreamCall:
         max_tokens=request.params.max_tokens,
         deadline_s=time.monotonic() + request.timeout_s,
         client_streaming=request.stream,
+        priority=request.priority,
         build_request=functools.partial(
             build_llmapi_request,
             request.prompt,

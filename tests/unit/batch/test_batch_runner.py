@@ -50,6 +50,9 @@ class AlwaysFree:
     def has_free_capacity(self, model: str) -> bool:
         return True
 
+    def interactive_pressure(self, model: str, since_s: float) -> bool:
+        return False
+
 
 def _input(n: int, models: tuple[str, ...] = ("m1", "m2")) -> bytes:
     rows = [
