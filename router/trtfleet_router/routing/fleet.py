@@ -309,7 +309,7 @@ class Fleet(PodResets):
         """Requests in flight on the fleet's pods, this replica's and the others'."""
         return sum(pod.load.inflight + pod.load.remote_inflight for pod in self._pods.values())
 
-    def pod_load(self, pod: str) -> int:
+    def load_of(self, pod: str) -> int:
         """The load policies compare for ``pod`` now (in flight plus its fresh queue; 0 if unknown)."""
         state = self._pods.get(pod)
         return 0 if state is None else state.load.load(self._now())
