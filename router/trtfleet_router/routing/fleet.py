@@ -222,7 +222,8 @@ class Fleet:
         if self._journal is not None:
             kind = EventKind.PUT if decision.send_weights and adapter is not None else EventKind.ACQUIRE
             pages = adapter.pages if adapter is not None else 0
-            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages)
+            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages,
+                                 request.blocks.hashes)
         return ticket
 
     def _book_prefix(self, ticket_id: int, pod_id: str, request: RouteRequest) -> None:
@@ -299,7 +300,10 @@ class Fleet:
     def apply_remote(self, event: ResidencyEvent) -> bool:
         """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket)."""
         if event.kind is not EventKind.POD_RESET:
-            return self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+            applied = self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+            if applied and event.blocks:  # the other replica's request leaves its blocks on the pod, as ours do
+                self._prefix.record(event.pod_id, event.blocks)
+            return applied
         old = self._pods.get(event.pod_id)
         if old is None or old.discovered_uid != event.pod_uid:
             return False
