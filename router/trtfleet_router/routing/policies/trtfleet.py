@@ -97,6 +97,7 @@ class TrtfleetPricedConfig(TrtfleetPolicyConfig):
 
 
 class TrtfleetPricedPolicy(TrtfleetPolicy):
+    uses_prefix = True  # the fleet hashes prompts and books their blocks only for such policies
     def __init__(self, config: TrtfleetPricedConfig, retry_after_s: float) -> None:
         super().__init__(config, retry_after_s)
         self._priced = config
