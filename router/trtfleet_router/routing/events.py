@@ -20,8 +20,10 @@ A ``put`` or ``acquire`` also carries the request's KV-cache block hashes (:mod:
 chained and keyed by the adapter's task id, the same on every replica): the receiver records them in its prefix
 index for that pod, as the origin did. So every replica knows which prefixes each pod holds from every replica's
 traffic, and routes a conversation's next turn where its prefix is whichever replica gets it. (The pods' own
-``/kv_cache_events`` cannot give each replica this: trtllm-serve hands each event out once, to whichever caller
-drains it, and without the LoRA task id.)
+``/kv_cache_events`` cannot give each replica this: trtllm-serve's handler drains the engine's event queue, so
+each event goes to whichever caller asks first (``get_kv_cache_events`` in ``tensorrt_llm/serve/openai_server.py``,
+NVIDIA/TensorRT-LLM@e7f7345e31e574b5d0918b756b871882c7346b3c), and its blocks carry no LoRA task id.) A replica
+that joins later learns prefixes from the requests after it joined (the snapshot it copies holds no blocks).
 
 A request is thus two events (three with weights; four when it misses). ``ticket`` is the origin's
 own request number: a receiver books each remote request under ``(origin, ticket)``, so a release
