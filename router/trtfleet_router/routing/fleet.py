@@ -201,7 +201,9 @@ class Fleet:
         now_s = self._now()
         pod.load.inflight += 1
         ticket_id = next(self._tickets)
-        self._book_prefix(ticket_id, pod.pod_id, request)
+        blocks = request.blocks
+        hashes = blocks.hashes if self._uses_prefix else ()
+        self._prefix.book(ticket_id, pod.pod_id, hashes, request.prompt_tokens, blocks.block_tokens)
         adapter = request.adapter
         task_id = None
         pinned = loads = False
@@ -224,19 +226,9 @@ class Fleet:
         if self._journal is not None:
             kind = EventKind.PUT if decision.send_weights and adapter is not None else EventKind.ACQUIRE
             pages = adapter.pages if adapter is not None else 0
-            blocks = request.blocks.hashes if self._uses_prefix else ()
             self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages,
-                                 blocks)
+                                 hashes)
         return ticket
-
-    def _book_prefix(self, ticket_id: int, pod_id: str, request: RouteRequest) -> None:
-        """The pod will hold the request's blocks; its uncached tokens are prefill work there until the first token."""
-        blocks = request.blocks
-        hashes = blocks.hashes if self._uses_prefix else ()
-        matched = self._prefix.match(hashes).get(pod_id, 0) if hashes else 0
-        if hashes:
-            self._prefix.record(pod_id, hashes, matched)
-        self._prefix.prefill_started(ticket_id, pod_id, request.prompt_tokens - matched * blocks.block_tokens)
 
     def first_token(self, ticket: Ticket) -> None:
         """The request's first output came back: its prefill is done (idempotent; :meth:`finish` implies it)."""
