@@ -32,8 +32,9 @@ The cheapest candidate takes the request. Candidates:
    in-flight requests per warm pod reach ``hot_spread_inflight_per_pod``), when the warm pods are over the
    load bound, or when the prefill already waiting on the cheapest warm pod takes longer than the adapter's
    transfer (queueing there costs more than a cold load would);
-4. the **spill** pod: the candidate with the shortest queue that can store the adapter (O(pods), the same
-   scan least-load does), priced cold with a full prefill (``spill``). It wins exactly when the queue it
+4. the **spill** pod: the candidate with the shortest queue that can store the adapter, priced cold
+   (``spill``); an O(pods) scan, made only while the best candidate so far costs more than a transfer plus
+   a full prefill (the least a pod without the prefix can cost). It wins exactly when the queue it
    avoids is longer than the transfer plus the prefill the cached prefix would have saved: a request whose
    reuse saving is smaller than the queue wait it would add leaves the pods that hold its prefix.
 
@@ -153,7 +154,9 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
                 pod, load, reason = found
                 cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
                 best.offer(pod, cost, True, reason if warm_count == 0 else "hot-spread")
-        if best.pod is not None:
+        # a spill pod holds none of the prefix (those were priced above): it costs at least a transfer and a full
+        # prefill, so the O(pods) scan is skipped while the best candidate is cheaper than that
+        if best.pod is not None and best.cost_s >= transfer_s + full_prefill_s - COST_TIE_S:
             spill = self._least_queue(ctx, adapter)
             if spill is not None:
                 pod, load = spill
