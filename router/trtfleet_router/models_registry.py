@@ -112,11 +112,19 @@ class BaseModelEntry:
         return self.runtime is Runtime.PYTORCH and self.server is ServingServer.TRITON
 
     def prompt_blocks(self, text: str, task_id: int) -> PromptBlocks:
-        """The prompt's chained KV block hashes for the routing core: exact token blocks for the reference
-        runtime's byte-level tokenizer, else character chunks of ``bytes_per_token`` characters a token."""
+        """The prompt's chained KV block hashes for the routing core, computed when first read (only policies
+        that price prefixes read them): exact token blocks for the reference runtime's byte-level tokenizer,
+        else character chunks of ``bytes_per_token`` characters a token."""
+        block_tokens = self.kv_tokens_per_block
         if self.bytes_per_token == BYTES_PER_TOKEN_REFERENCE:
-            return payload_block_hashes(reference_prompt_payload(text), task_id, self.kv_tokens_per_block)
-        return text_block_hashes(text, task_id, self.kv_tokens_per_block, self.bytes_per_token)
+            return PromptBlocks.lazy(
+                lambda: payload_block_hashes(reference_prompt_payload(text), task_id, block_tokens).hashes,
+                block_tokens, True,
+            )
+        chars_per_token = self.bytes_per_token
+        return PromptBlocks.lazy(
+            lambda: text_block_hashes(text, task_id, block_tokens, chars_per_token).hashes, block_tokens, False
+        )
 
     @property
     def kv_blocks(self) -> int:

@@ -12,9 +12,10 @@ import asyncio
 import json
 import os
 from collections import deque
+from collections.abc import Sequence
 from typing import Final
 
-from trtfleet_router.routing.events import EventKind
+from trtfleet_router.routing.events import EventKind, encode_blocks
 
 RING_EVENTS_DEFAULT: Final = 65536
 PREFIX_CACHE_ENTRIES: Final = 4096
@@ -34,7 +35,7 @@ class EventLog:
         self.replica_id = replica_id
         self.seq = 0  # last seq recorded
         self._ring: deque[tuple[int, bytes]] = deque(maxlen=ring_events)  # flushed (seq, NDJSON line)
-        self._pending: list[tuple[int, str, str, str, EventKind, int, int | None, int]] = []
+        self._pending: list[tuple[int, str, str, str, EventKind, int, int | None, int, Sequence[int]]] = []
         self._flush_scheduled = False
         self._flushed = asyncio.Event()
         self._prefixes: dict[tuple[str, str, str], str] = {}  # (base, pod, uid) -> their JSON, encoded once
@@ -49,9 +50,10 @@ class EventLog:
         ticket: int = 0,
         task_id: int | None = None,
         pages: int = 0,
+        blocks: Sequence[int] = (),
     ) -> None:
         self.seq += 1
-        self._pending.append((self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages))
+        self._pending.append((self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages, blocks))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             try:
@@ -64,7 +66,7 @@ class EventLog:
         pending, self._pending = self._pending, []
         prefixes = self._prefixes
         ring = self._ring
-        for seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages in pending:
+        for seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages, blocks in pending:
             # the same bytes as routing.events.encode_event, without a json.dumps per event
             key = (base_model, pod_id, pod_uid)
             prefix = prefixes.get(key)
@@ -73,7 +75,10 @@ class EventLog:
                     prefixes.clear()
                 prefix = prefixes[key] = json.dumps([base_model, pod_id, pod_uid], separators=(",", ":"))[1:-1]
             task = "null" if task_id is None else task_id
-            tail = f",{pages}]\n" if pages else "]\n"
+            if blocks:  # encoded here, off the request path (the flush runs at the end of the loop's turn)
+                tail = f',{pages},"{encode_blocks(blocks)}"]\n'
+            else:
+                tail = f",{pages}]\n" if pages else "]\n"
             ring.append((seq, f'[{seq},{prefix},"{kind.value}",{ticket},{task}{tail}'.encode()))
         flushed, self._flushed = self._flushed, asyncio.Event()
         flushed.set()

@@ -16,6 +16,15 @@ Kinds, in the order one request produces them::
     mark_cold the pod said it does not hold task_id (a miss), or weights sent with a failed request
     pod_reset the pod's LoRA cache is empty again (its Triton restarted inside the same pod)
 
+A ``put`` or ``acquire`` also carries the request's KV-cache block hashes (:mod:`~trtfleet_router.routing.prefix`,
+chained and keyed by the adapter's task id, the same on every replica): the receiver records them in its prefix
+index for that pod, as the origin did. So every replica knows which prefixes each pod holds from every replica's
+traffic, and routes a conversation's next turn where its prefix is whichever replica gets it. (The pods' own
+``/kv_cache_events`` cannot give each replica this: trtllm-serve's handler drains the engine's event queue, so
+each event goes to whichever caller asks first (``get_kv_cache_events`` in ``tensorrt_llm/serve/openai_server.py``,
+NVIDIA/TensorRT-LLM@e7f7345e31e574b5d0918b756b871882c7346b3c), and its blocks carry no LoRA task id.) A replica
+that joins later learns prefixes from the requests after it joined (the snapshot it copies holds no blocks).
+
 A request is thus two events (three with weights; four when it misses). ``ticket`` is the origin's
 own request number: a receiver books each remote request under ``(origin, ticket)``, so a release
 unpins exactly what that request pinned, never a pin of another replica's request.
@@ -23,12 +32,18 @@ unpins exactly what that request pinned, never a pin of another replica's reques
 ``pod_uid`` is the uid discovery gives (the Kubernetes pod uid): an event about another incarnation of
 the pod than the one the receiver knows is ignored.
 
-The codec is a JSON array per event, one per line (NDJSON): short, and every field positional.
+The codec is a JSON array per event, one per line (NDJSON): short, and every field positional; the block hashes
+are one base64 string of 8-byte little-endian hashes (a 8,000-token prompt: 250 blocks, 2.7 kB).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
+import sys
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Protocol
@@ -62,6 +77,7 @@ class ResidencyEvent:
     ticket: int = 0  # the origin's request number (put, acquire, loaded, release)
     task_id: int | None = None
     pages: int = 0  # put: host-cache pages the adapter takes
+    blocks: tuple[int, ...] = ()  # put / acquire: the request's KV-cache block hashes (chained, by adapter)
 
 
 class Journal(Protocol):
@@ -76,14 +92,41 @@ class Journal(Protocol):
         ticket: int = 0,
         task_id: int | None = None,
         pages: int = 0,
+        blocks: Sequence[int] = (),
     ) -> None: ...
+
+
+def encode_blocks(blocks: Sequence[int]) -> str:
+    """Block hashes (unsigned 64-bit) as one base64 string of little-endian 8-byte words."""
+    words = array("Q", blocks)
+    if sys.byteorder != "little":
+        words.byteswap()
+    return base64.b64encode(words.tobytes()).decode("ascii")
+
+
+def decode_blocks(text: str) -> tuple[int, ...]:
+    """The hashes of :func:`encode_blocks`; ``EventDecodeError`` when it is not such a string."""
+    try:
+        raw = base64.b64decode(text, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise EventDecodeError(f"block hashes are not base64: {text[:40]!r}") from exc
+    if len(raw) % 8:
+        raise EventDecodeError(f"block hashes are 8-byte words, got {len(raw)} bytes")
+    words = array("Q", raw)
+    if sys.byteorder != "little":
+        words.byteswap()
+    return tuple(words)
 
 
 def encode_event(event: ResidencyEvent) -> bytes:
     """One NDJSON line (``\\n`` included)."""
-    fields = [event.seq, event.base_model, event.pod_id, event.pod_uid, event.kind.value, event.ticket, event.task_id]
-    if event.pages:
+    fields: list[object] = [
+        event.seq, event.base_model, event.pod_id, event.pod_uid, event.kind.value, event.ticket, event.task_id
+    ]
+    if event.pages or event.blocks:
         fields.append(event.pages)
+    if event.blocks:
+        fields.append(encode_blocks(event.blocks))
     return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
 
 
@@ -93,13 +136,15 @@ def decode_event(origin: str, line: bytes | str) -> ResidencyEvent:
         fields = _decode(line.decode() if isinstance(line, bytes) else line)
     except ValueError as exc:  # UnicodeDecodeError included
         raise EventDecodeError(f"not JSON: {line[:80]!r}") from exc
-    if type(fields) is not list or len(fields) not in (7, 8):
-        raise EventDecodeError(f"an event is a JSON array of 7 or 8 fields, got {line[:80]!r}")
-    if len(fields) == 7:
-        seq, base_model, pod_id, pod_uid, kind, ticket, task_id = fields
-        pages = 0
-    else:
-        seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages = fields
+    if type(fields) is not list or len(fields) not in (7, 8, 9):
+        raise EventDecodeError(f"an event is a JSON array of 7 to 9 fields, got {line[:80]!r}")
+    seq, base_model, pod_id, pod_uid, kind, ticket, task_id = fields[:7]
+    pages = fields[7] if len(fields) > 7 else 0
+    blocks: tuple[int, ...] = ()
+    if len(fields) == 9:
+        if type(fields[8]) is not str:
+            raise EventDecodeError(f"malformed event {line[:80]!r}")
+        blocks = decode_blocks(fields[8])
     event_kind = _KINDS.get(kind) if type(kind) is str else None
     if (  # exact types: cheap, and a bool is no int here
         type(seq) is not int
@@ -113,4 +158,4 @@ def decode_event(origin: str, line: bytes | str) -> ResidencyEvent:
         or pages < 0
     ):
         raise EventDecodeError(f"malformed event {line[:80]!r}")
-    return ResidencyEvent(origin, seq, base_model, pod_id, pod_uid, event_kind, ticket, task_id, pages)
+    return ResidencyEvent(origin, seq, base_model, pod_id, pod_uid, event_kind, ticket, task_id, pages, blocks)

@@ -78,6 +78,8 @@ class Fleet(PodResets):
         journal: Journal | None = None,
     ) -> None:
         self._policy = policy
+        # policies that price prefixes say so; for the others no prompt is hashed (PromptBlocks.lazy)
+        self._uses_prefix = bool(getattr(policy, "uses_prefix", False))
         self._now = now
         self._rng = rng
         self._config = config
@@ -202,7 +204,9 @@ class Fleet(PodResets):
         now_s = self._now()
         pod.load.inflight += 1
         ticket_id = next(self._tickets)
-        self._book_prefix(ticket_id, pod.pod_id, request)
+        blocks = request.blocks
+        hashes = blocks.hashes if self._uses_prefix else ()
+        self._prefix.book(ticket_id, pod.pod_id, hashes, request.prompt_tokens, blocks.block_tokens)
         adapter = request.adapter
         task_id = None
         pinned = loads = False
@@ -225,16 +229,9 @@ class Fleet(PodResets):
         if self._journal is not None:
             kind = EventKind.PUT if decision.send_weights and adapter is not None else EventKind.ACQUIRE
             pages = adapter.pages if adapter is not None else 0
-            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages)
+            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages,
+                                 hashes)
         return ticket
-
-    def _book_prefix(self, ticket_id: int, pod_id: str, request: RouteRequest) -> None:
-        """The pod will hold the request's blocks; its uncached tokens are prefill work there until the first token."""
-        blocks = request.blocks
-        matched = self._prefix.match(blocks.hashes).get(pod_id, 0) if blocks.hashes else 0
-        if blocks.hashes:
-            self._prefix.record(pod_id, blocks.hashes, matched)
-        self._prefix.prefill_started(ticket_id, pod_id, request.prompt_tokens - matched * blocks.block_tokens)
 
     def first_token(self, ticket: Ticket) -> None:
         """The request's first output came back: its prefill is done (idempotent; :meth:`finish` implies it)."""

@@ -50,7 +50,10 @@ class PodResets:
     def apply_remote(self, event: ResidencyEvent) -> bool:
         """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket)."""
         if event.kind is not EventKind.POD_RESET:
-            return self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+            applied = self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+            if applied and event.blocks:  # the other replica's request leaves its blocks on the pod, as ours do
+                self._prefix.record(event.pod_id, event.blocks)
+            return applied
         old = self._pods.get(event.pod_id)
         if old is None or old.discovered_uid != event.pod_uid:
             return False

@@ -126,6 +126,10 @@ class Policy(Protocol):
         """The fleet's pod set changed (sorted ids, ready or not)."""
         ...
 
+    # Optional: ``uses_prefix = True`` on a policy that reads ``ctx.request.blocks`` or ``ctx.prefix_matches()``;
+    # the fleet then books the request's blocks in the prefix index and the peer events. Without it no prompt
+    # is hashed (the front ends hand lazy blocks) and the index holds only what peers and KV events report.
+
 
 @dataclass(frozen=True, slots=True)
 class WeightedScorer:
@@ -136,7 +140,7 @@ class WeightedScorer:
 class Profile:
     """A policy made of filters, weighted scorers and one picker."""
 
-    __slots__ = ("_filters", "_name", "_picker", "_retry_after_s", "_scorers")
+    __slots__ = ("_filters", "_name", "_picker", "_retry_after_s", "_scorers", "uses_prefix")
 
     def __init__(
         self,
@@ -146,8 +150,10 @@ class Profile:
         filters: Sequence[Filter] = (),
         scorers: Sequence[WeightedScorer] = (),
         retry_after_s: float = 1.0,
+        uses_prefix: bool = False,
     ) -> None:
         self._name = name
+        self.uses_prefix = uses_prefix  # reads the request's KV blocks (the fleet hashes prompts for it)
         self._filters = tuple(filters)
         self._scorers = tuple(scorers)
         self._picker = picker

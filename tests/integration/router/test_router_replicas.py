@@ -3,7 +3,9 @@ processes streaming their events to each other over the peer port.
 
 * an adapter loaded through replica A is routed warm (no weights sent again) through replica B;
 * a replica added mid-run with ``--peer <A>`` routes warm from its first request;
-* a killed replica's pins are released on the others once its grace period ends.
+* a killed replica's pins are released on the others once its grace period ends;
+* a conversation's first turn through one replica and its second through another land on the same pod (the
+  KV-cache blocks each request leaves on its pod travel with the peer events).
 
 Every wait is on a condition (a snapshot or a metric reaching a value), bounded by a deadline.
 """
@@ -85,6 +87,20 @@ class RouterProcess:
         with urllib.request.urlopen(self.peer_url + "/fleet/v1/demand", timeout=5) as response:
             body: dict[str, Any] = json.load(response)
         return body
+
+    def kv_blocks_held(self) -> dict[str, int]:
+        """Pod -> KV-cache blocks this replica's prefix index believes the pod holds."""
+        url = f"http://127.0.0.1:{self.ports['metrics']}/debug/fleets"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            pods = json.load(response)["tiny"]["pods"]
+        return {pod["pod_id"]: int(pod["kv_blocks_held"]) for pod in pods}
+
+    def settled(self) -> bool:
+        """No request of any replica in flight in this replica's view."""
+        url = f"http://127.0.0.1:{self.ports['metrics']}/debug/fleets"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            pods = json.load(response)["tiny"]["pods"]
+        return all(pod["inflight"] == 0 for pod in pods)
 
     def counter(self, name: str) -> float:
         """Sum of ``trtfleet_router_<name>_total`` over its labels."""
@@ -241,3 +257,29 @@ def test_a_triton_restart_in_its_pod_empties_every_replicas_view_without_a_miss(
     complete(b, adapter, "after the restart")
     assert b.counter("adapter_cache_misses") == 0 and a.counter("adapter_cache_misses") == 0
     assert b.counter("adapter_loads") == 1  # it sent the weights with the first request, as it should
+
+
+def test_two_replicas_send_a_conversations_next_turn_to_the_pod_holding_its_prefix(
+    routers: Callable[..., RouterProcess],
+) -> None:
+    a = routers()
+    b = routers(a)
+    wait_for(lambda: b.snapshot()["replica"] in a.snapshot()["watermarks"], "A follows B (it subscribed back)")
+    for conversation in range(3):  # base-model requests: every pod is warm, only the prefix tells them apart
+        first = f"turn one of chat {conversation}: " + "the replicas share the prefix " * 2  # 2 full blocks
+        second = first + "and the next turn goes there too"  # 3 full blocks, the first two shared
+        assert len(second.encode()) <= 126  # the reference engine's prompt limit
+        wait_for(lambda: a.settled() and b.settled(), "no request in flight")
+        before = a.kv_blocks_held()
+        wait_for(lambda before=before: b.kv_blocks_held() == before, "the two prefix indexes agree")
+        a.client().completions.create(model="tiny", prompt=first, max_tokens=2)
+        wait_for(lambda: a.settled(), "A's first turn ended")
+        after_first = a.kv_blocks_held()
+        (holder,) = [pod for pod in before if after_first[pod] != before[pod]]
+        wait_for(lambda after_first=after_first: b.kv_blocks_held() == after_first, "B's index holds A's blocks")
+        b.client().completions.create(model="tiny", prompt=second, max_tokens=2)
+        wait_for(lambda: b.settled(), "B's second turn ended")
+        after_second = b.kv_blocks_held()
+        grown = [pod for pod in before if after_second[pod] != after_first[pod]]
+        assert grown == [holder], (after_first, after_second)
+        wait_for(lambda after_second=after_second: a.kv_blocks_held() == after_second, "A's index follows B's turn")

@@ -50,6 +50,15 @@ def test_event_ring_tells_a_gap(since: int, gap: bool, seqs: list[int]) -> None:
     assert [decode_event("me", line).seq for line in lines] == seqs
 
 
+def test_the_ring_carries_a_requests_block_hashes() -> None:
+    journal = EventLog("me")
+    journal.record("m", "p0", "u", EventKind.PUT, 1, 7, 2, (3, 2**64 - 1))
+    journal.record("m", "p0", "u", EventKind.ACQUIRE, 2, 7)
+    _gap, lines = journal.after(0)
+    assert [decode_event("me", line).blocks for line in lines] == [(3, 2**64 - 1), ()]
+    assert lines[0] == encode_event(decode_event("me", lines[0]))  # the same bytes as the codec
+
+
 def test_events_of_one_loop_turn_are_flushed_together() -> None:
     async def scenario() -> None:
         journal = EventLog("me")

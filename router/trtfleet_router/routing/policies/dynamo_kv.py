@@ -33,6 +33,7 @@ class DynamoKvConfig(ApiModel):
 
 
 class DynamoKvPolicy:
+    uses_prefix = True
     def __init__(self, config: DynamoKvConfig) -> None:
         self._config = config
 

@@ -35,4 +35,5 @@ def build(config: RoutingConfig) -> Profile:
         NAME,
         picker=PrefixRingPicker(ring.load_factor, ring.virtual_nodes),
         retry_after_s=config.no_capacity_retry_after_s,
+        uses_prefix=True,
     )

@@ -62,4 +62,5 @@ def build(config: RoutingConfig) -> Profile:
         ],
         picker=MaxScorePicker(),
         retry_after_s=config.no_capacity_retry_after_s,
+        uses_prefix=True,
     )

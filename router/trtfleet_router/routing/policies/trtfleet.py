@@ -5,15 +5,23 @@ block key holds the LoRA task id), so "where is the adapter warm" and "where is 
 question. Every candidate ``p`` gets one cost::
 
     cost(p) = queue(p) + adapter(p) + prefill(p)
-    queue(p)   = load(p) x queue_delay_per_inflight_s            (load = in flight + fresh scraped waiting)
-                 + pending_prefill(p) x prefill_s_per_token     (uncached prompt tokens of requests started
+    queue(p)   = pending_prefill(p) x prefill_s_per_token         (the predicted prefill of the queue ahead:
+                                                                 uncached prompt tokens of requests started
                                                                  there whose first token has not come back)
-    adapter(p) = 0 when warm, else weights_bytes / bandwidth      (link, or the pod's own read on pytorch)
-                 (+ the same again when storing it evicts an adapter: that adapter's later reload)
+                 + load(p) x inflight_delay_s                   (what each request in flight adds to a new
+                                                                 one's first token: its decode steps)
+    adapter(p) = 0 when warm and settled, else link(p) x transfer  (transfer = weights_bytes / bandwidth: the
+                                                                 link, or the pod's own read on pytorch;
+                                                                 link(p) = 1 + weight transfers already on
+                                                                 their way to p: they go one after another)
+                 (+ one transfer more when storing it evicts an adapter: that adapter's later reload)
     prefill(p) = uncached(p) x prefill_s_per_token
     uncached(p) = prompt_tokens - matched_blocks(p) x block_tokens x confidence(p)
 
-and the cheapest candidate takes the request. Candidates, O(warm pods + pods holding the prefix):
+A pod where the adapter is warm but its weights are still on their way with an earlier request is priced
+with the transfer: a request sent there now carries the weights again and waits for the link.
+
+The cheapest candidate takes the request. Candidates:
 
 1. every candidate pod where the adapter is warm (shadow cache, ``policies/trtfleet_adapter.py``);
 2. every candidate pod that holds a prefix of the request's blocks (``routing/prefixindex.py``), priced cold
@@ -23,7 +31,12 @@ and the cheapest candidate takes the request. Candidates, O(warm pods + pods hol
    replica spreads to the same next pod. Considered when no pod is warm, when the adapter is *hot* (its
    in-flight requests per warm pod reach ``hot_spread_inflight_per_pod``), when the warm pods are over the
    load bound, or when the prefill already waiting on the cheapest warm pod takes longer than the adapter's
-   transfer (queueing there costs more than a cold load would).
+   transfer (queueing there costs more than a cold load would);
+4. the **spill** pod: the candidate with the shortest queue that can store the adapter, priced cold
+   (``spill``); an O(pods) scan, made only while the best candidate so far costs more than a transfer plus
+   a full prefill (the least a pod without the prefix can cost). It wins exactly when the queue it
+   avoids is longer than the transfer plus the prefill the cached prefix would have saved: a request whose
+   reuse saving is smaller than the queue wait it would add leaves the pods that hold its prefix.
 
 So a conversation stays on its pod while its cached prefix saves more prefill than that pod's queue costs,
 and a hot prefix or a hot adapter spreads as soon as queueing on the pods that hold it costs more than a
@@ -32,13 +45,21 @@ gate: while a hot adapter's weights are still travelling to one pod, the next re
 may go to the next pod of the ranking when the queues have grown (what made one adapter at 1,000 req/s
 reach a p99 TTFT of 147 ms there: the fleet warmed one pod per load while queues built).
 
+The queue is priced as the prefill waiting ahead, not as a count: Dynamo's KV router does the same in blocks
+(``logit = overlap_score_weight x potential_prefill_blocks + potential_active_blocks``, prefill blocks =
+the request's uncached tokens / block size; ai-dynamo/dynamo ``docs/design_docs/router_design.md``, read at
+the fork wxsms/dynamo@80e7bafd37a0bc5970bea955a63e746ba5adac5a), while llm-d's default profile adds
+normalised scores (queue 2, KV use 2, prefix 3: ``policies/llmd_default.py``) that cannot say how long a
+queue of long prompts takes. Counting requests instead (``trtfleet-adapter``'s 50 ms per request in flight)
+made a pod with three short requests ahead look dearer than one with an 8,000-token prompt ahead.
+
 Ties (equal cost within 1 us) go to warm before cold, then to the adapter's rendezvous order (replicas
 agree). No warm pod, no prefix, no cold home within the bound: the least loaded pod that can store the
 adapter (``cold-over-bound``); none: :class:`~trtfleet_router.routing.types.CachesBusy`. Base-model
 requests: the cheapest of all candidates by queue + prefill (``base-priced``).
 
-Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen for its prefix over a less loaded one), ``cold-prefix``,
-``hot-spread``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-over-bound``, ``base-priced``.
+Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen over a less loaded one), ``cold-prefix``,
+``hot-spread``, ``spill``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-over-bound``, ``base-priced``.
 """
 
 from __future__ import annotations
@@ -66,9 +87,18 @@ class TrtfleetPricedConfig(TrtfleetPolicyConfig):
         "FP8 on one H100 (bench/podsim.py fit to NVIDIA's published TensorRT-LLM throughput); take it from the "
         "capacity plan or a measured profile of your engine.",
     )
+    inflight_delay_s: float = Field(
+        default=0.005,
+        ge=0,
+        description="What one request in flight on a pod adds to a new request's first token beyond the prefill "
+        "queued ahead (decode steps it shares the batch with). 5 ms: the Mooncake replay in the simulator is "
+        "as good from 3 to 10 ms (docs/benchmarks.md, Prefix and adapter); trtfleet-adapter's 50 ms per "
+        "request (queueDelayPerInflightS) is the whole service time over the batch and outweighs prefill.",
+    )
 
 
 class TrtfleetPricedPolicy(TrtfleetPolicy):
+    uses_prefix = True  # the fleet hashes prompts and books their blocks only for such policies
     def __init__(self, config: TrtfleetPricedConfig, retry_after_s: float) -> None:
         super().__init__(config, retry_after_s)
         self._priced = config
@@ -87,9 +117,8 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         matches = ctx.prefix_matches()
         bound = min(ctx.loads) + config.load_bound_inflight
         best = _Best(adapter.name)
-        delay_s, per_token_s = config.queue_delay_per_inflight_s, config.prefill_s_per_token
-        pending = ctx.prefix.pending_prefill_tokens
-        full_prefill_s = ctx.request.prompt_tokens * per_token_s  # where the pod holds none of the prefix
+        full_prefill_s = ctx.request.prompt_tokens * config.prefill_s_per_token
+        transfer_s = self._transfer_s(adapter)
         least_warm_load: int | None = None
         warm_count = 0
         for pod_id in ctx.residency.warm_pods(task_id):
@@ -101,7 +130,9 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             if least_warm_load is None or load < least_warm_load:
                 least_warm_load = load
             prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
-            best.offer(pod, load * delay_s + pending(pod_id) * per_token_s + prefill_s, False, "warm")
+            # weights still in transit there: this request carries them too (one more transfer on its link)
+            loading_s = self._link_s(pod, transfer_s) if pod.residency.is_loading(task_id) else 0.0
+            best.offer(pod, self._queue_s(ctx, pod_id, load) + prefill_s + loading_s, False, "warm")
         if best.pod is not None and least_warm_load is not None and best.pod.load.load(now_s) > least_warm_load:
             best.reason = "warm-prefix"
         for pod_id in matches:
@@ -123,6 +154,14 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
                 pod, load, reason = found
                 cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
                 best.offer(pod, cost, True, reason if warm_count == 0 else "hot-spread")
+        # a spill pod holds none of the prefix (those were priced above): it costs at least a transfer and a full
+        # prefill, so the O(pods) scan is skipped while the best candidate is cheaper than that
+        if best.pod is not None and best.cost_s >= transfer_s + full_prefill_s - COST_TIE_S:
+            spill = self._least_queue(ctx, adapter)
+            if spill is not None:
+                pod, load = spill
+                cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
+                best.offer(pod, cost, True, "spill")
         if best.pod is not None:
             return Choice(best.pod, best.reason)
         fallback = self._cold_anywhere(ctx, adapter)
@@ -131,16 +170,40 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         raise CachesBusy("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
 
     # -- pieces --------------------------------------------------------------------------------------
+    def _least_queue(self, ctx: RoutingContext, adapter: AdapterRef) -> tuple[PodView, int] | None:
+        """The not-warm candidate with the shortest queue that can store the adapter now (not in back-off);
+        equal queues go to the pod ranked first for the adapter, so replicas agree."""
+        now_s = ctx.now_s
+        task_id = adapter.task_id
+        found: tuple[PodView, int] | None = None
+        low = 0.0
+        for pod_id in ctx.rankings.rank(adapter.name):
+            pod = ctx.by_id[pod_id]
+            if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or pod.cache_full_until_s > now_s:
+                continue
+            load = pod.load.load(now_s)
+            queue_s = self._queue_s(ctx, pod_id, load)
+            if (found is None or queue_s < low - COST_TIE_S) and self._can_store(pod, adapter):
+                found, low = (pod, load), queue_s
+        return found
+
     def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
-        """Requests ahead x the per-request delay, plus the prefill still pending there (started, no first token)."""
+        """The prefill still pending there (started, no first token) plus what the requests in flight add."""
         config = self._priced
         pending = ctx.prefix.pending_prefill_tokens(pod_id)
-        return load * config.queue_delay_per_inflight_s + pending * config.prefill_s_per_token
+        return load * config.inflight_delay_s + pending * config.prefill_s_per_token
 
     def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
-        queue_only = load * self._priced.queue_delay_per_inflight_s
-        return self._cold_cost_s(pod, load, adapter) - queue_only + self._queue_s(ctx, pod.pod_id, load)
+        transfer_s = self._transfer_s(adapter)
+        residency = pod.residency
+        evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
+        return self._link_s(pod, transfer_s) + (transfer_s if evicts else 0.0) + self._queue_s(ctx, pod.pod_id, load)
+
+    @staticmethod
+    def _link_s(pod: PodView, transfer_s: float) -> float:
+        """When weights sent now reach the pod: after the weights already on their way there (same size assumed)."""
+        return (1 + sum(pod.residency.loading.values())) * transfer_s
 
     def _transfer_s(self, adapter: AdapterRef) -> float:
         config = self._priced

@@ -283,7 +283,8 @@ def test_policies_hear_only_real_pod_set_changes() -> None:
 
 
 def test_weights_in_transit_until_the_pod_admits_the_request(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    # trtfleet-adapter stays on the loading pod; the priced default may send the next request elsewhere
+    h = make_harness("trtfleet-adapter", pods=2)
     adapter = h.adapter(1)
     first, ticket = h.send(adapter)
     assert first.send_weights and not first.loading
@@ -297,7 +298,7 @@ def test_weights_in_transit_until_the_pod_admits_the_request(make_harness: Calla
 
 
 def test_an_overtaken_load_makes_the_next_request_carry_weights(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("trtfleet-adapter", pods=2)
     adapter = h.adapter(1)
     first, _loading = h.send(adapter)
     overtaking = h.run(adapter, Outcome.MISS)  # id-only, arrived before the weights

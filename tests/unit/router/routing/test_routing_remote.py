@@ -7,6 +7,7 @@ events in a list (its journal) and the test delivers them to the others, in orde
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import pytest
@@ -29,6 +30,7 @@ from trtfleet_router.routing.events import (
     encode_event,
 )
 from trtfleet_router.routing.load import ActivityWindow
+from trtfleet_router.routing.prefix import token_block_hashes
 
 PODS = ("p0", "p1")
 
@@ -51,10 +53,12 @@ class Replica:
         ticket: int = 0,
         task_id: int | None = None,
         pages: int = 0,
+        blocks: Sequence[int] = (),
     ) -> None:
         self.seq += 1
         self.outbox.append(
-            ResidencyEvent(self.name, self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages)
+            ResidencyEvent(self.name, self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages,
+                           tuple(blocks))
         )
 
     def start(self, pod: str, adapter: AdapterRef | None) -> Ticket:
@@ -128,6 +132,29 @@ def test_an_adapter_loaded_through_one_replica_is_warm_for_the_other() -> None:
     assert b.fleet.is_warm("p0", 1001)
     decision = b.fleet.route(RouteRequest("m", adapter(1), 16, 16))
     assert (decision.pod, decision.send_weights) == ("p0", False)
+    world.check()
+
+
+def prompt(adapter_ref: AdapterRef, tokens: int = 2048) -> RouteRequest:
+    return RouteRequest("m", adapter_ref, tokens, 16,
+                        blocks=token_block_hashes(list(range(tokens)), adapter_ref.task_id, 32))
+
+
+def test_a_conversation_served_through_one_replica_has_its_prefix_on_the_other() -> None:
+    world = World()
+    a, b = world.replicas
+    subject = adapter(1)
+    for pod in PODS:  # warm everywhere, so only the prefix tells the pods apart
+        a.fleet.finish(a.start(pod, subject), Outcome.OK)
+    first_turn = prompt(subject)
+    decision = a.fleet.route(first_turn)
+    a.fleet.finish(a.fleet.start(decision, first_turn), Outcome.OK)
+    hashes = first_turn.blocks.hashes
+    assert b.fleet.prefix_index.match(hashes) == {}
+    world.deliver()
+    assert b.fleet.prefix_index.match(hashes) == {decision.pod: len(hashes)}
+    second_turn = prompt(subject, 4096)  # the first turn's 2,048 tokens, then more
+    assert b.fleet.route(second_turn).pod == a.fleet.route(second_turn).pod == decision.pod
     world.check()
 
 
@@ -282,6 +309,8 @@ def test_a_put_the_view_cannot_store_pins_nothing() -> None:
 EVENTS = [
     ResidencyEvent("r", 1, "m", "p0", "u", EventKind.PUT, 3, 1001, 4),
     ResidencyEvent("r", 2, "m", "p0", "u", EventKind.ACQUIRE, 4, None),
+    ResidencyEvent("r", 4, "m", "p0", "u", EventKind.PUT, 5, 1001, 4, (0, 1, 2**64 - 1, 12345678901234567)),
+    ResidencyEvent("r", 5, "m", "p0", "u", EventKind.ACQUIRE, 6, 1001, 0, (7,)),
     ResidencyEvent("r", 3, "base/ü", "p-1", "u-2", EventKind.POD_RESET),
 ]
 
@@ -302,6 +331,9 @@ def test_events_round_trip(event: ResidencyEvent) -> None:
         b'[1,"m","p","u","nope",0,null]',
         b'["1","m","p","u","put",0,1,1]',
         b'[1,"m","p","u","put",0,1,-1]',
+        b'[1,"m","p","u","put",0,1,1,"not base64!"]',
+        b'[1,"m","p","u","put",0,1,1,"AAAA"]',
+        b'[1,"m","p","u","put",0,1,1,[1,2]]',
     ],
 )
 def test_malformed_event_lines_are_refused(line: bytes) -> None:

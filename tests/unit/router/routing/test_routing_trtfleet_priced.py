@@ -1,7 +1,8 @@
 """trtfleet (default): queue + adapter cold cost + prefill of the uncached blocks, one decision in seconds.
 
-Defaults priced here: 0.05 s per request ahead, 14.5 us per uncached prompt token, an 8 MiB adapter
-crosses the link in 6.7 ms (twice that when it evicts). The prompt is 8,192 tokens (256 blocks): 0.119 s
+Defaults priced here: 14.5 us per uncached prompt token, queued ahead or the request's own, 5 ms per
+request in flight, an 8 MiB adapter crosses the link in 6.7 ms (twice that when it evicts, once more for each
+transfer already on its way to the pod). The prompt is 8,192 tokens (256 blocks): 0.119 s
 of prefill where nothing is cached, 0 where the whole prefix is.
 """
 
@@ -47,11 +48,16 @@ class Case:
 CASES = [
     Case("cold-goes-home", expected_rank=0, send_weights=True, reason="cold-home"),
     Case("warm-least-cost", warm=(2, 3), loads={2: 1}, expected_rank=3),
-    # 2 x 0.05 s of queue < 0.119 s of prefill saved: the conversation stays on its pod
+    # 2 x 5 ms of queue < 0.119 s of prefill saved: the conversation stays on its pod
     Case("conversation-stays-with-its-prefix", warm=(3,), prefix=(2,), loads={2: 2}, expected_rank=2,
          reason="warm-prefix"),
-    # 3 x 0.05 s > 0.119 s: the hot prefix spreads to the idle warm pod
-    Case("hot-prefix-spreads", warm=(3,), prefix=(2,), loads={2: 3}, expected_rank=3),
+    # three short requests ahead are not a prefill: they cost 15 ms, far less than the prefix saves
+    Case("short-requests-ahead-keep-the-prefix", warm=(3,), prefix=(2,), loads={2: 3}, expected_rank=2,
+         reason="warm-prefix"),
+    # an 8,192-token prompt prefilling ahead (0.119 s + 5 ms) costs more than the prefix saves: it spreads
+    Case("hot-prefix-spreads", warm=(3,), prefix=(2,), prefilling={2: 1}, expected_rank=3),
+    # 24 requests in flight (0.12 s) also outweigh it
+    Case("busy-prefix-spreads", warm=(3,), prefix=(2,), loads={2: 24}, expected_rank=3),
     # the adapter left pod 1 but its blocks did not: a cold load (13 ms with the eviction) beats 0.119 s
     Case("cold-adapter-warm-prefix", warm=(2,), prefix=(1,), evicted=(1,), expected_rank=1, send_weights=True,
          reason="cold-prefix"),
@@ -62,7 +68,13 @@ CASES = [
     # spreading does not wait for that load to land (trtfleet-adapter would stay)
     Case("hot-adapter-spreads-while-loading", pinned_loading={0: 4}, expected_rank=1, send_weights=True,
          reason="hot-spread"),
-    Case("not-hot-stays", pinned_loading={0: 3}, expected_rank=0),
+    # not hot, but three transfers are queued on the pod's link: a request sent there waits for 4 x 6.7 ms;
+    # the idle pod with the shortest queue takes it cold after one transfer (spill)
+    Case("weights-queued-on-the-link-spill", pinned_loading={0: 3}, expected_rank=1, send_weights=True,
+         reason="spill"),
+    # one transfer on its way: 2 x 6.7 ms + 5 ms of queue there > 6.7 ms for a fresh load on an idle pod
+    Case("loading-pod-priced-with-its-link", pinned_loading={0: 1}, expected_rank=1, send_weights=True,
+         reason="spill"),
     # over the load bound (12 above the least loaded): the queue is dearer than a cold load at home
     # one 8,192-token prompt still prefilling on the only warm pod (0.119 s) > a 6.7 ms transfer: cold home
     Case("pending-prefill-spreads", warm=(2,), prefilling={2: 1}, expected_rank=0, send_weights=True,
@@ -113,9 +125,9 @@ def test_base_model_requests_follow_their_prefix_while_it_is_cheaper(make_harnes
     h = make_harness("trtfleet", pods=4)
     h.fleet.finish(h.fleet.start(Decision("p1", False, True, "test", "setup"), prompt_request(None)),
                    Outcome.OK)
-    h.load("p1", 2)  # 0.1 s of queue < 0.119 s of prefill
+    h.load("p1", 22)  # 22 x (5 ms + 16 prompt tokens) = 0.115 s of queue < 0.119 s of prefill
     assert h.fleet.route(prompt_request(None)).pod == "p1"
-    h.load("p1", 1)  # 0.15 s > 0.119 s
+    h.load("p1", 1)  # 0.120 s > 0.119 s
     assert h.fleet.route(prompt_request(None)).pod != "p1"
 
 
@@ -128,8 +140,8 @@ def test_engine_counters_that_show_less_reuse_lower_the_prefix_price(make_harnes
     for _ in range(2):  # two turns on p0: the second predicts 256 reused blocks
         h.fleet.finish(h.fleet.start(Decision("p0", False, True, "test", "setup"), prompt_request(subject)),
                        Outcome.OK)
-    h.load("p0", 2)
-    assert h.fleet.route(prompt_request(subject)).pod == "p0"  # prefix worth more than 2 requests of queue
+    h.load("p0", 8)
+    assert h.fleet.route(prompt_request(subject)).pod == "p0"  # prefix worth more than 8 requests of queue
     # the engine reused nothing of it (another tenant's traffic evicted it): confidence halves, twice
     h.fleet.observe_metrics("p0", PodMetrics(0, 0, kv_reused_blocks_total=0, kv_missed_blocks_total=512))
     h.fleet.finish(h.fleet.start(Decision("p0", False, True, "test", "setup"), prompt_request(subject)),
