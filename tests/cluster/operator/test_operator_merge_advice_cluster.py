@@ -20,17 +20,20 @@ import pytest
 import yaml
 
 from tests.cluster.operator.harness import (
+    PREPARES,
+    ROOT,
+    TRTFLEET,
     OperatorProcess,
     apply,
     cond,
     finish_job_pod,
     get,
     items,
+    llama_doc,
     patch,
     wait_until,
 )
-from tests.cluster.operator.test_operator_autoscale_cluster import ROOT, TRTFLEET, _echo_upstream, _stop
-from tests.cluster.operator.test_operator_pytorch_cluster import PREPARES, torch_llama
+from tests.cluster.operator.test_operator_autoscale_cluster import _echo_upstream, _stop
 from tests.integration.router.support import convert_adapters
 from tests.support.controlplane import ControlPlane
 
@@ -169,7 +172,7 @@ def test_auto_chosen_merged_on_pytorch_gets_the_merged_prepare_job(operator: Ope
     """The operator's observation follows the chosen mode: the merged plan's build objects are read and its
     prepare Job created (the choice is written here as the merge advice would, with no router to read)."""
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, yaml.safe_dump(torch_llama(ns)))
+    apply(cp, ns, llama_doc(ns, runtime="pytorch"))
     apply(cp, ns, yaml.safe_dump({
         "apiVersion": "trtfleet.io/v1alpha1", "kind": "Adapter", "metadata": {"name": "sql"},
         "spec": {"baseModel": "llama3-8b", "mode": "auto", "source": {"uri": "s3://adapters/llama3/sql"}},

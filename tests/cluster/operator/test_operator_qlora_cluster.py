@@ -8,7 +8,6 @@ test plays the kubelet for Job pods, as the other operator cluster tests do.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,19 +15,21 @@ import yaml
 from trtfleet_operator.names import plan_configmap_name
 
 from tests.cluster.operator.harness import (
+    BUILDS,
+    ROOT,
     OperatorProcess,
     apply,
     cond,
     finish_job_pod,
     get,
     items,
+    live_jobs,
+    llama_doc,
     wait_until,
 )
-from tests.cluster.operator.test_operator_cluster import build_jobs, llama
 
 pytestmark = pytest.mark.cluster
 
-ROOT = Path(__file__).resolve().parents[3]
 VARIANTS = "trtfleet.io/role=variant"
 NF4 = {"quantType": "nf4", "blockSize": 64, "computeDtype": "float32"}
 
@@ -111,11 +112,11 @@ def test_the_api_server_refuses_merged_qlora_and_keeps_training_immutable(operat
 
 def test_a_tensorrtllm_variant_is_built_from_the_dequantized_checkpoint(operator: OperatorProcess) -> None:
     cp, ns = operator.cp, operator.namespace
-    apply(cp, ns, llama(ns)[0])
+    apply(cp, ns, llama_doc(ns))
     apply(cp, ns, qlora("support", "llama3-8b", {**NF4, "doubleQuant": True, "computeDtype": "bfloat16"}))
     variant = variant_of(cp, ns, "support")
     assert cond(get(cp, ns, "adapter", "support"), "BaseVariantReady")["reason"] == "Building"
-    mine = wait_until(lambda: [j for j in build_jobs(cp, ns)
+    mine = wait_until(lambda: [j for j in live_jobs(cp, ns, BUILDS)
                                if j["metadata"]["labels"].get("trtfleet.io/variant") == variant["name"]],
                       30, "the variant's build Job")
     assert len(mine) == 1 and owners(mine[0]) == ["support"]
