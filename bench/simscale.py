@@ -6,7 +6,7 @@ resolution of everything below):
 
 * **controller**: every ``scaler.interval_s`` it reads :class:`bench.scalers.FleetSignals` (requests in
   the router, held, waiting for LoRA capacity; running and queued in the pods; mean KV use; LoRA pages of
-  the adapters with a request in the last ``adapter_window_s``, as the router's
+  the adapters in flight, weighted by their requests in the last ``adapter_window_s``, as the router's
   ``trtfleet_router_active_adapter_pages``) and asks the scaler for a pod count;
 * **scale-up**: a new pod is ready ``ColdStart.seconds`` after the decision (engine bytes over the
   storage bandwidth plus the load), with an empty LoRA cache; it costs pod-seconds from the decision on;
@@ -36,6 +36,7 @@ from bench.podsim import SimPod
 from bench.scalers import Autoscaler, FleetSignals
 from bench.simulate import FleetSimulation, FleetSpec, SimResult
 from bench.traces import TraceRequest
+from trtfleet.autoscaling import working_set_pages
 
 GIB = 1024**3
 
@@ -172,7 +173,8 @@ class ScalingSimulation(FleetSimulation):
             pod_running=sum(pod.active for pod in serving),
             pod_queued=sum(pod.queue_depth for pod in serving),
             kv_cache_fraction=sum(pod.kv_used_fraction() for pod in ready) / len(ready) if ready else None,
-            active_adapter_pages=len(self._recent_count) * self.spec.adapter_pages,
+            active_adapter_pages=working_set_pages(
+                ((count, self.spec.adapter_pages) for count in self._recent_count.values()), self._open),
         )
 
     def _scale_to(self, target: int) -> None:

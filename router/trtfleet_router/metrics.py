@@ -370,7 +370,8 @@ class RouterMetrics:
         )
         pages = GaugeMetricFamily(
             PREFIX + "active_adapter_pages",
-            "LoRA cache pages (host-tier geometry) of the adapters active in the window, per base model.",
+            "LoRA cache pages (host-tier geometry) the adapters in flight need, weighted by their share of the "
+            "window's requests, per base model.",
             labels=("base_model",),
         )
         for base in self.activity.base_models():

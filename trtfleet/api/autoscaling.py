@@ -52,8 +52,9 @@ class AutoscalingSpec(ApiModel):
     )
     adapter_working_set: bool = Field(
         default=True,
-        description="Keep enough pods that the LoRA cache pages the adapters active in the router's window "
-        "need fit in the pods' device tiers (pages per pod from status.capacity.loraDevicePages).",
+        description="Keep enough pods that the LoRA cache pages the adapters in flight need fit in the pods' "
+        "device tiers (pages per pod from status.capacity.loraDevicePages): each adapter's pages weighted by "
+        "how likely it is in flight, from its share of the requests in the router's window.",
     )
     scale_up_stabilization_seconds: int = Field(
         default=0,
@@ -73,7 +74,7 @@ class AutoscalingSpec(ApiModel):
         ge=0,
         le=WINDOW_SECONDS_MAX,
         description="With minReplicas 0: go to zero pods after this long without any demand (nothing in "
-        "flight, waiting or held, no adapter active in the router's window).",
+        "flight, waiting or held).",
     )
 
     model_config = ApiModel.model_config | {
@@ -105,7 +106,7 @@ class DemandStatus(ApiModel):
     held_requests: float = Field(default=0, ge=0, description="Of them, held in routers for want of a ready pod.")
     kv_cache_fraction: float | None = Field(default=None, ge=0, description="Mean KV-cache use of ready pods.")
     active_adapter_pages: int | None = Field(
-        default=None, ge=0, description="LoRA cache pages of the adapters active in the routers' window."
+        default=None, ge=0, description="LoRA cache pages the adapters in flight need (demand-weighted)."
     )
     sources: int = Field(default=0, ge=0, description="Router replicas and pods whose metrics were read.")
 
