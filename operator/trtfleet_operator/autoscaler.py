@@ -51,6 +51,8 @@ logger = logging.getLogger(__name__)
 class Reading:
     signals: DemandSignals | None
     sources: int
+    ready_since_s: tuple[float, ...] = ()
+    """When each ready serving pod turned ready (epoch s): the cold start in status."""
 
 
 class SignalSource(Protocol):
@@ -60,6 +62,17 @@ class SignalSource(Protocol):
 def _ready(pod: Obj) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _ready_since_s(pod: Obj) -> float | None:
+    """When a ready pod's Ready condition turned true (epoch s); None when it does not say."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "True" and c.get("lastTransitionTime"):
+            try:
+                return datetime.fromisoformat(str(c["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 class ScrapeSignals:
@@ -106,9 +119,10 @@ class ScrapeSignals:
             except (MetricsParseError, ValueError) as exc:
                 logger.info("unreadable metrics", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
         sources = len(routers) + len(readings)
+        since = tuple(t for t in (_ready_since_s(p) for p in ready) if t is not None)
         if sources == 0:
-            return Reading(None, 0)
-        return Reading(combine(routers, readings, len(ready)), sources)
+            return Reading(None, 0, since)
+        return Reading(combine(routers, readings, len(ready)), sources, since)
 
     @staticmethod
     async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
@@ -134,7 +148,9 @@ class Autoscaler:
         if obj is None or obj["metadata"].get("deletionTimestamp") or not (obj.get("spec") or {}).get("autoscaling"):
             return None
         reading = await self.source.read(obj)
-        result = autoscale_basemodel(obj, reading.signals, self.clock(), sources=reading.sources)
+        result = autoscale_basemodel(
+            obj, reading.signals, self.clock(), sources=reading.sources, ready_since_s=reading.ready_since_s
+        )
         if result is None:
             return None
         if result.replicas is not None:

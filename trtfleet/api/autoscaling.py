@@ -116,6 +116,17 @@ class AutoscalingStatus(ApiModel):
     current_replicas: int | None = Field(default=None, ge=0, description="Pods running when it was taken.")
     last_scale_time: str | None = Field(default=None, description="RFC 3339 time replicas last changed.")
     last_demand: DemandStatus | None = Field(default=None, description="The signals of the last decision.")
+    scale_up_time: str | None = Field(
+        default=None,
+        description="RFC 3339 time of the scale-up decision whose first new pod is not ready yet (cleared when "
+        "one is, or when a scale-down to the ready pods makes the wait moot).",
+    )
+    last_cold_start_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Cold start of the last scale-up: seconds from the decision to the first pod that turned "
+        "ready after it (its Ready condition's lastTransitionTime).",
+    )
     recommendations: list[Recommendation] | None = Field(
         default=None,
         max_length=256,

@@ -164,6 +164,14 @@ def test_held_requests_scale_from_zero_and_idle_scales_back(
         assert cond(bm, "ScalingActive")["status"] == "True"
         assert _events(cp, ns, "ScaledFromZero"), "no ScaledFromZero event"
         assert not answers and not errors  # still held: no pod the router can reach yet
+        # the cold start: from the scale-up decision to the first kwok pod's Ready transition, in status
+        cold = wait_until(lambda: (get(cp, ns, "basemodel", "tiny") or {}).get("status", {}).get(
+            "autoscaling", {}).get("lastColdStartSeconds"), 30, "the cold start in status")
+        assert 0 <= cold < 90
+        assert "scaleUpTime" not in get(cp, ns, "basemodel", "tiny")["status"]["autoscaling"]
+        assert _events(cp, ns, "ColdStart"), "no ColdStart event"
+        listed = cp.kubectl("get", "basemodel", "tiny", "-n", ns).stdout
+        assert "COLDSTART" in listed.splitlines()[0], listed
 
         # the router gets a pod: the held requests are answered, nothing is lost
         echo, port = _echo_upstream()

@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
+from trtfleet_operator.reconcile.autoscale import autoscale_basemodel, cold_start
 from trtfleet_operator.signals import (
     MetricsParseError,
     PodReading,
@@ -32,7 +32,8 @@ def test_router_exposition_is_read_per_base_model() -> None:
     metrics.activity.record("tiny", "a1", 3)
     metrics.activity.record("tiny", "a2", 4)
     text = metrics.exposition().decode()
-    assert parse_router_metrics(text, "tiny") == RouterReading(5, 2, 7)
+    # two in flight, each adapter half the window's requests: 7 pages x (1 - e^-1), demand-weighted, rounded up
+    assert parse_router_metrics(text, "tiny") == RouterReading(5, 2, 5)
     assert parse_router_metrics(text, "absent") == RouterReading(0, 0, 0)
 
 
@@ -129,3 +130,46 @@ def test_without_autoscaling_nothing_is_decided() -> None:
     obj = _basemodel(2)
     del obj["spec"]["autoscaling"]
     assert autoscale_basemodel(obj, DemandSignals(router_requests=100), NOW) is None
+
+
+def _epoch(seconds_after: float) -> float:
+    return (NOW + timedelta(seconds=seconds_after)).timestamp()
+
+
+@pytest.mark.parametrize(
+    ("pending", "scaling_up", "desired", "ready_since", "want_pending", "want_s"),
+    [
+        pytest.param(None, True, 3, [], "STAMP", None, id="scale-up-starts-a-wait"),
+        pytest.param(None, True, 2, [_epoch(-60), _epoch(-50)], None, None, id="ready-pods-meet-it-no-wait"),
+        pytest.param(None, False, 2, [], None, None, id="steady-no-wait"),
+        pytest.param("2026-01-01T12:00:00Z", False, 3, [], "2026-01-01T12:00:00Z", None, id="still-waiting"),
+        pytest.param("2026-01-01T12:00:00Z", False, 3, [_epoch(-30), _epoch(37)], None, 37.0, id="first-new-pod"),
+        pytest.param("2026-01-01T12:00:00Z", False, 3, [_epoch(50), _epoch(41)], None, 41.0, id="earliest-counts"),
+        pytest.param("2026-01-01T12:00:00Z", True, 5, [_epoch(20)], "STAMP", 20.0, id="measured-then-new-wait"),
+        pytest.param("2026-01-01T12:00:00Z", False, 1, [_epoch(-30)], None, None, id="scaled-down-to-ready-pods"),
+        pytest.param("yesterday", False, 3, [_epoch(5)], None, None, id="unreadable-stamp-dropped"),
+    ],
+)
+def test_cold_start(pending: str | None, scaling_up: bool, desired: int, ready_since: list[float],
+                    want_pending: str | None, want_s: float | None) -> None:
+    wait = cold_start(pending, scaling_up=scaling_up, desired=desired, ready_since_s=ready_since, stamp="STAMP")
+    assert wait.pending == want_pending
+    assert wait.measured_s == (pytest.approx(want_s, abs=1e-6) if want_s is not None else None)
+
+
+def test_cold_start_is_written_to_status_with_an_event() -> None:
+    up = autoscale_basemodel(_basemodel(0), DemandSignals(router_requests=4, held_requests=4), NOW, sources=1)
+    assert up is not None and up.replicas == 1
+    assert up.status["autoscaling"]["scaleUpTime"] == "2026-01-01T12:00:00Z"
+    later = NOW + timedelta(seconds=45)
+    ready = autoscale_basemodel(_basemodel(1, status=up.status), DemandSignals(router_requests=4), later,
+                                sources=1, ready_since_s=[_epoch(38)])
+    assert ready is not None and ready.replicas is None
+    scaling = ready.status["autoscaling"]
+    assert scaling["lastColdStartSeconds"] == 38.0 and scaling["scaleUpTime"] is None
+    assert ("Normal", "ColdStart") in [(e.type, e.reason) for e in ready.events]
+    steady = autoscale_basemodel(_basemodel(1, status={**ready.status, "autoscaling": {
+        k: v for k, v in scaling.items() if v is not None}}), DemandSignals(router_requests=4),
+        later + timedelta(seconds=15), sources=1, ready_since_s=[_epoch(38)])
+    assert steady is not None and "scaleUpTime" not in steady.status["autoscaling"]
+    assert steady.status["autoscaling"]["lastColdStartSeconds"] == 38.0 and steady.events == ()
