@@ -39,13 +39,12 @@ from dataclasses import dataclass
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.types import Outcome, PodInfo, RouteRequest
 
-from trtfleet.loracache import LoraCacheFull
-
 from bench.podsim import SimPod
 from bench.scalers import Autoscaler, FleetSignals
 from bench.simulate import FleetSimulation, FleetSpec, SimResult
 from bench.traces import TraceRequest
 from trtfleet.autoscaling import working_set_pages
+from trtfleet.loracache import LoraCacheFull
 
 GIB = 1024**3
 
