@@ -68,11 +68,14 @@ def trtfleet_spec(max_pods: int, working_set: bool) -> AutoscalingSpec:
     )
 
 
-TRTFLEET_FLEET: Final[dict[str, Any]] = {"warm_start": True, "least_valuable": True}
+TRTFLEET_FLEET: Final[dict[str, Any]] = {
+    "warm_start": True, "least_valuable": True, "release_per_pod": int(TARGET_REQUESTS_PER_POD),
+}
 """What trtfleet's router and operator add to its scaler in the simulation: a new pod prewarmed with the
-hottest adapters, scale-down of the pod whose warm adapters carry the least demand. Not paced release of
-held requests (``release_per_pod``): released FIFO at 32 or 48 in flight per pod, arrivals queued behind a
-backlog the pods never caught up with (0 % attainment on bursty at 8 pods, against 53 % without)."""
+hottest adapters, scale-down of the pod whose warm adapters carry the least demand, and held requests
+released at most ``targetRequestsPerPod`` in flight per ready pod while arrivals go to the pods at once
+(on bursty at 8 pods: 75 % attainment and nothing failed, against 53 % and 1,713 failed with the whole
+backlog released onto new pods, and 0 % with arrivals queued behind the backlog)."""
 
 
 def policies(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> list[tuple[str, Autoscaler, int]]:

@@ -19,8 +19,9 @@ resolution of everything below):
   hold, and leave once nothing is in flight or in transit to them;
 * **held**: a request that arrives while no pod is ready waits in the router (FIFO) until one is, at
   most ``hold_wait_s`` (then it fails, ``held_timeout``); its TTFT includes the wait. With
-  ``paced_release`` the held queue goes to the pods at most ``release_per_pod`` requests in flight per
-  ready pod at each scrape (arrivals queue behind it), not all at once onto new pods;
+  ``release_per_pod`` the held queue goes to the pods (FIFO) at most that many requests in flight per
+  ready pod, at each scrape, not all at once onto new pods; arrivals once a pod is ready are routed at
+  once, not queued behind the backlog (which is late whatever is done: it waited a cold start);
 * **end**: the run stops ``grace_s`` after ``duration_s``; a request still open then fails
   (``unfinished``). Heavily overloaded simulated pods can stall with requests queued (seen on the bursty
   trace at 2.7 times a static fleet's capacity), so a run must not wait for every request.
@@ -151,7 +152,7 @@ class ScalingSimulation(FleetSimulation):
             adapter = self.trace[key].adapter
             self._recent.append((self.now_s, adapter))
             self._recent_count[adapter] += 1
-        if not self.ready or (self._held and self.release_per_pod is not None and key not in self._held_since):
+        if not self.ready:
             if key not in self._held_since:
                 self.held_total += 1
             self._held.append(key)

@@ -229,8 +229,9 @@ def test_paced_release_sends_held_requests_as_pods_absorb_them() -> None:
                             cold_start=ColdStart(engine_bytes=0, load_s=5.0), release_per_pod=2)
     run = sim.run_scaled()
     records = {trace[r.key].request_id: r for r in run.result.records}
-    assert all(r.error is None for r in records.values()) and run.held_requests == 6
+    assert all(r.error is None for r in records.values()) and run.held_requests == 5
     first = sorted(records[f"h{i}"].ttft_s or math.inf for i in range(5))
-    # two go at 5 s; the rest only once those finish (300 steps of 10 ms = 3 s), in pairs; "later" queues behind
+    # two go at 5 s; the rest only once those finish (300 steps of 10 ms = 3 s), in pairs; "later", arriving
+    # with a pod ready, is routed at once (the backlog waits for room, not the arrival)
     assert first[1] < 5.5 and first[2] > 7.5 and first[4] > 10.5
-    assert records["later"].arrival_s + (records["later"].ttft_s or 0) > 11.0
+    assert (records["later"].ttft_s or math.inf) < 0.5
