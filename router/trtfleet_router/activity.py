@@ -67,5 +67,12 @@ class AdapterActivity:
         demand = [(len(entry.arrivals), entry.pages) for entry in seen.values()]
         return ActiveAdapters(len(seen), working_set_pages(demand, self.in_flight(base_model)))
 
+    def hottest(self, base_model: str, limit: int) -> list[str]:
+        """Up to ``limit`` adapters of ``base_model`` with the most requests in the window, most first."""
+        self.active(base_model)  # drops expired arrivals
+        seen = self._seen.get(base_model, {})
+        ranked = sorted(seen, key=lambda adapter: (-len(seen[adapter].arrivals), adapter))
+        return ranked[:limit]
+
     def base_models(self) -> list[str]:
         return sorted(self._seen)

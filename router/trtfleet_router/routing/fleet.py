@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.events import EventKind, Journal, ResidencyEvent
-from trtfleet_router.routing.fleetreport import check_books, fleet_snapshot, prewarm_plan
+from trtfleet_router.routing.fleetreport import check_books, fleet_snapshot, prewarm_plan, warm_start_plan
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
@@ -382,6 +382,11 @@ class Fleet:
         """(pod, adapter) pairs to push weights to so each adapter is warm on ``min_pods`` ready pods
         (see :func:`~trtfleet_router.routing.fleetreport.prewarm_plan`)."""
         return prewarm_plan(self._pods, self._rankings, adapters)
+
+    def warm_start_plan(self, new_pods: Sequence[str], hottest: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
+        """(pod, adapter) pairs that warm new pods with the hottest adapters (see
+        :func:`~trtfleet_router.routing.fleetreport.warm_start_plan`)."""
+        return warm_start_plan(self._pods, new_pods, hottest)
 
     @staticmethod
     def prewarm_decision(pod: str) -> Decision:
