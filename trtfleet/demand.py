@@ -2,14 +2,15 @@
 
 Pure: Prometheus text in, one base model's numbers out. The names are the router's
 (``router/trtfleet_router/metrics.py``): requests in the router (at a pod, waiting for LoRA capacity, or
-held), held requests (no ready pod), and the LoRA pages of the adapters active in the router's window,
-each a gauge labelled ``base_model``.
+held), held requests (no ready pod), and the LoRA pages the adapters in flight need, each a gauge
+labelled ``base_model``; and per pod (label ``pod``) the demand its warm adapters carry.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -17,6 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 ROUTER_REQUESTS: Final = "trtfleet_router_base_model_requests"
 ROUTER_HELD: Final = "trtfleet_router_held_requests"
 ROUTER_ADAPTER_PAGES: Final = "trtfleet_router_active_adapter_pages"
+ROUTER_POD_WARM: Final = "trtfleet_router_pod_warm_demand"
 
 
 class MetricsParseError(ValueError):
@@ -28,6 +30,8 @@ class RouterReading:
     requests: float = 0.0
     held: float = 0.0
     active_adapter_pages: int = 0
+    pod_warm_demand: Mapping[str, float] = field(default_factory=dict)
+    """Per pod name: the window's requests for the adapters warm on it (what removing it would cost)."""
 
 
 def prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -45,7 +49,12 @@ def prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
 def parse_router_metrics(text: str, base_model: str) -> RouterReading:
     """One router replica's demand for ``base_model`` (zeros when it has seen none)."""
     values = {ROUTER_REQUESTS: 0.0, ROUTER_HELD: 0.0, ROUTER_ADAPTER_PAGES: 0.0}
+    warm: dict[str, float] = {}
     for name, labels, value in prometheus_samples(text):
-        if name in values and labels.get("base_model") == base_model and math.isfinite(value):
+        if labels.get("base_model") != base_model or not math.isfinite(value):
+            continue
+        if name in values:
             values[name] += value
-    return RouterReading(values[ROUTER_REQUESTS], values[ROUTER_HELD], int(values[ROUTER_ADAPTER_PAGES]))
+        elif name == ROUTER_POD_WARM and labels.get("pod"):
+            warm[labels["pod"]] = warm.get(labels["pod"], 0.0) + value
+    return RouterReading(values[ROUTER_REQUESTS], values[ROUTER_HELD], int(values[ROUTER_ADAPTER_PAGES]), warm)

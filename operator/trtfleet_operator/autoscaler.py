@@ -16,8 +16,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -29,9 +29,10 @@ from trtfleet.autoscaling import DemandSignals
 from trtfleet_operator import metrics
 from trtfleet_operator.builders.serving import METRICS_PORT, selector_labels
 from trtfleet_operator.config import AutoscaleConfig
-from trtfleet_operator.errors import ConflictError
+from trtfleet_operator.errors import ConflictError, KubeError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
+from trtfleet_operator.reconcile.deletioncost import DELETION_COST, deletion_cost_patches
 from trtfleet_operator.reconcile.engine import rfc3339
 from trtfleet_operator.reconcile.types import Obj
 from trtfleet_operator.signals import (
@@ -53,6 +54,10 @@ class Reading:
     sources: int
     ready_since_s: tuple[float, ...] = ()
     """When each ready serving pod turned ready (epoch s): the cold start in status."""
+    pods: tuple[Obj, ...] = ()
+    """The serving pods (for their deletion cost on a scale-down)."""
+    pod_warm_demand: Mapping[str, float] = field(default_factory=dict)
+    """Per pod name, the demand its warm adapters carry, summed over router replicas."""
 
 
 class SignalSource(Protocol):
@@ -120,9 +125,13 @@ class ScrapeSignals:
                 logger.info("unreadable metrics", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
         sources = len(routers) + len(readings)
         since = tuple(t for t in (_ready_since_s(p) for p in ready) if t is not None)
+        warm: dict[str, float] = {}
+        for router in routers:
+            for pod, demand in router.pod_warm_demand.items():
+                warm[pod] = warm.get(pod, 0.0) + demand
         if sources == 0:
-            return Reading(None, 0, since)
-        return Reading(combine(routers, readings, len(ready)), sources, since)
+            return Reading(None, 0, since, tuple(pods), warm)
+        return Reading(combine(routers, readings, len(ready)), sources, since, tuple(pods), warm)
 
     @staticmethod
     async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
@@ -153,6 +162,8 @@ class Autoscaler:
         )
         if result is None:
             return None
+        if result.replicas is not None and result.replicas < int(obj["spec"]["serving"].get("replicas") or 0):
+            await self._set_deletion_costs(namespace, reading)
         if result.replicas is not None:
             patch = {
                 "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
@@ -181,4 +192,14 @@ class Autoscaler:
         for event in result.events:
             await self.client.event(obj, type_=event.type, reason=event.reason, message=event.message, now=now)
         return result.replicas
+
+    async def _set_deletion_costs(self, namespace: str, reading: Reading) -> None:
+        """Least-valuable scale-down: the pod-deletion-cost of each serving pod (see ``deletioncost``)."""
+        for pod, cost in deletion_cost_patches(reading.pods, reading.pod_warm_demand):
+            try:
+                await self.client.patch_merge(
+                    object_path("v1", "Pod", namespace, pod), {"metadata": {"annotations": {DELETION_COST: cost}}}
+                )
+            except KubeError as exc:  # gone meanwhile, or refused: the Deployment picks by its other rules
+                logger.info("deletion cost not set", extra={"pod": f"{namespace}/{pod}", "error": str(exc)})
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from trtfleet.autoscaling import working_set_pages
@@ -67,6 +67,11 @@ class AdapterActivity:
         demand = [(len(entry.arrivals), entry.pages) for entry in seen.values()]
         return ActiveAdapters(len(seen), working_set_pages(demand, self.in_flight(base_model)))
 
+    def requests(self, base_model: str) -> dict[str, int]:
+        """Requests per adapter of ``base_model`` in the window."""
+        self.active(base_model)  # drops expired arrivals
+        return {adapter: len(entry.arrivals) for adapter, entry in self._seen.get(base_model, {}).items()}
+
     def hottest(self, base_model: str, limit: int) -> list[str]:
         """Up to ``limit`` adapters of ``base_model`` with the most requests in the window, most first."""
         self.active(base_model)  # drops expired arrivals
@@ -76,3 +81,10 @@ class AdapterActivity:
 
     def base_models(self) -> list[str]:
         return sorted(self._seen)
+
+
+def warm_demand(resident: Iterable[int], served_of: Mapping[int, str], requests: Mapping[str, int]) -> int:
+    """What a pod's warm set is worth: the window's requests for the adapters it holds (pure). The pod
+    with the least is the one to remove on a scale-down (``trtfleet_router_pod_warm_demand``, which the
+    operator turns into ``controller.kubernetes.io/pod-deletion-cost``)."""
+    return sum(requests.get(served_of.get(task_id, ""), 0) for task_id in resident)

@@ -115,6 +115,7 @@ class Router:
             warm_over_http=settings.warm_over_http,
         )
         self.warm_starts = WarmStarts(self.fleets, self.metrics.activity, self._prewarm)
+        self.metrics.pod_warm_demand = self.warm_starts.pod_warm_demand
         api_keys = ApiKeys.load(settings.api_keys_path) if settings.api_keys_path is not None else None
         self.lifecycle = Lifecycle()
         self.services = Services(

@@ -16,7 +16,7 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
-from trtfleet_router.activity import AdapterActivity
+from trtfleet_router.activity import AdapterActivity, warm_demand
 from trtfleet_router.fleets import FleetSet
 
 log = logging.getLogger(__name__)
@@ -65,6 +65,16 @@ class WarmStarts:
             if plan:
                 log.info("warm start", extra={"ctx": {"base_model": name, "pods": new, "adapters": len(plan)}})
         return pushed
+
+    def pod_warm_demand(self) -> list[tuple[str, str, int]]:
+        """``(base model, pod, warm demand)`` of every pod (see :func:`~trtfleet_router.activity.warm_demand`)."""
+        rows: list[tuple[str, str, int]] = []
+        for name, fleet in list(self.fleets.fleets.items()):
+            served_of = {a.ref.task_id: a.served_name for a in self.fleets.registry.adapters_of(name)}
+            requests = self.activity.requests(name)
+            for pod in fleet.snapshot().pods:
+                rows.append((name, pod.pod_id, warm_demand(pod.resident_task_ids, served_of, requests)))
+        return rows
 
     async def run(self) -> None:
         while True:

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from trtfleet_operator.reconcile.autoscale import autoscale_basemodel, cold_start
+from trtfleet_operator.reconcile.deletioncost import DELETION_COST, deletion_cost_patches
 from trtfleet_operator.signals import (
     MetricsParseError,
     PodReading,
@@ -17,6 +18,7 @@ from trtfleet_operator.signals import (
     parse_triton_metrics,
     parse_trtllm_serve_stats,
 )
+from trtfleet_router.activity import warm_demand
 from trtfleet_router.metrics import RouterMetrics
 
 from trtfleet.autoscaling import DemandSignals
@@ -173,3 +175,42 @@ def test_cold_start_is_written_to_status_with_an_event() -> None:
         later + timedelta(seconds=15), sources=1, ready_since_s=[_epoch(38)])
     assert steady is not None and "scaleUpTime" not in steady.status["autoscaling"]
     assert steady.status["autoscaling"]["lastColdStartSeconds"] == 38.0 and steady.events == ()
+
+
+def _pod(name: str, cost: str | None = None, *, deleting: bool = False) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": name}
+    if cost is not None:
+        meta["annotations"] = {DELETION_COST: cost}
+    if deleting:
+        meta["deletionTimestamp"] = "2026-01-01T12:00:00Z"
+    return {"metadata": meta}
+
+
+@pytest.mark.parametrize(
+    ("pods", "warm", "want"),
+    [
+        pytest.param([_pod("hot"), _pod("cold")], {"hot": 120.0, "cold": 3.4}, [("hot", "120"), ("cold", "3")],
+                     id="demand-becomes-the-cost"),
+        pytest.param([_pod("new")], {}, [("new", "0")], id="unknown-to-the-routers-costs-nothing"),
+        pytest.param([_pod("same", "7")], {"same": 7.2}, [], id="unchanged-not-patched"),
+        pytest.param([_pod("gone", deleting=True)], {"gone": 9.0}, [], id="terminating-left-alone"),
+        pytest.param([_pod("huge")], {"huge": 1e12}, [("huge", str(2**31 - 1))], id="clamped-to-int32"),
+        pytest.param([_pod("nan")], {"nan": float("nan")}, [("nan", "0")], id="nan-is-zero"),
+    ],
+)
+def test_deletion_cost_patches(pods: list[dict[str, Any]], warm: dict[str, float], want: list[tuple[str, str]]) -> None:
+    assert deletion_cost_patches(pods, warm) == want
+
+
+def test_router_reports_each_pods_warm_demand_and_the_operator_reads_it() -> None:
+    metrics = RouterMetrics()
+    metrics.pod_warm_demand = lambda: [("tiny", "p0", 12), ("tiny", "p1", 0), ("other", "p9", 5)]
+    reading = parse_router_metrics(metrics.exposition().decode(), "tiny")
+    assert reading.pod_warm_demand == {"p0": 12.0, "p1": 0.0}
+
+
+def test_warm_demand_counts_the_window_requests_of_the_adapters_a_pod_holds() -> None:
+    served_of = {101: "a1", 102: "a2", 103: "a3"}
+    requests = {"a1": 10, "a2": 1}
+    assert warm_demand([101, 102], served_of, requests) == 11
+    assert warm_demand([103, 999], served_of, requests) == 0  # not requested lately; unknown task id

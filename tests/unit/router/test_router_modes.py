@@ -18,6 +18,7 @@ from trtfleet_router.upstream.dispatch import UpstreamCalls
 from trtfleet_router.upstream.echo import serve_echo
 
 from tests.unit.router.harness import EchoFleet
+from trtfleet.demand import parse_router_metrics
 
 
 def _eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -93,6 +94,12 @@ def test_a_new_pod_gets_the_hottest_adapter_before_its_first_request(tmp_path: P
             return fleet.is_warm("echo1", task.task_id) and fleet.snapshot().open_tickets == 0
 
         _eventually(lambda: echo.loop.run(warm_and_done()))
+
+        async def exposition() -> str:
+            return echo.router.router.metrics.exposition().decode()
+
+        warm = parse_router_metrics(echo.loop.run(exposition()), "tiny").pod_warm_demand
+        assert warm == {"echo0": 3.0, "echo1": 3.0}  # both hold a1, asked 3 times in the window
         assert echo.router.router.metrics.activity.in_flight("tiny") == 0  # the prewarm was not demand
         echo.router.check_books()
     finally:
