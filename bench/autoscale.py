@@ -101,6 +101,13 @@ def policies(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> list
     return rows
 
 
+POLICY_KEYS: Final = {
+    "static-peak": "static peak", "static-average": "static average", "queue-only": "queue-only",
+    "kubeai": "kubeai", "trtfleet": "trtfleet (requests, KV)", "trtfleet-ws": "trtfleet (+ adapter working set)",
+}
+"""``--policies`` names and the label prefix each selects."""
+
+
 def summarise(label: str, run: ScaleRun, static_peak_pod_s: float) -> dict[str, Any]:
     records = run.result.records
     ttfts = sorted(r.ttft_s if r.ttft_s is not None and r.error is None else math.inf for r in records)
@@ -162,13 +169,17 @@ def goal_check(rows: Sequence[dict[str, Any]], static_peak_pod_s: float) -> list
     return lines
 
 
-def run_trace(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> tuple[list[dict[str, Any]], list[str]]:
+def run_trace(
+    setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float, only: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], list[str]]:
     requests = generate_scale_trace(trace)
     print(f"{trace.name}: {len(requests):,} requests over {trace.duration_s:.0f} s, peak "
           f"{trace.peak_rate_per_s:.0f} req/s", flush=True)
     rows: list[dict[str, Any]] = []
     static_peak_pod_s = setup.peak_pods * trace.duration_s
     for label, scaler, initial in policies(setup, trace, pod_rate_per_s):
+        if only and not any(label.startswith(POLICY_KEYS[key]) for key in only):
+            continue
         started = time.perf_counter()
         fleet_options = TRTFLEET_FLEET if isinstance(scaler, TrtfleetScaler) else {}
         sim = ScalingSimulation(requests, setup.fleet(), scaler, initial_pods=initial, duration_s=trace.duration_s,
@@ -180,14 +191,15 @@ def run_trace(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> tup
     return rows, goal_check(rows, static_peak_pod_s)
 
 
-def autoscale_section(setup: Setup, only: str | None = None) -> str:
-    """The markdown body of the Autoscaling section's simulated part (``only``: that trace alone)."""
+def autoscale_section(setup: Setup, only: str | None = None, chosen: Sequence[str] = ()) -> str:
+    """The markdown body of the Autoscaling section's simulated part (``only``: that trace alone;
+    ``chosen``: those ``POLICY_KEYS`` alone)."""
     pod_rate = setup.pod_rate_per_s(traces(setup, 1.0)[0])
     parts = []
     for trace in traces(setup, pod_rate):
         if only is not None and trace.name != only:
             continue
-        rows, goals = run_trace(setup, trace, pod_rate)
+        rows, goals = run_trace(setup, trace, pod_rate, chosen)
         report.save_json(f"autoscale-{trace.name}", {"rows": rows})
         parts.append(f"**{trace.name}** (peak {trace.peak_rate_per_s:.0f} req/s, mean {mean_rate(trace):.0f} req/s)"
                      f"\n\n{report.table(rows, COLUMNS)}\n\n" + "\n".join(f"- {line}" for line in goals))
@@ -203,12 +215,14 @@ def default_setup(quick: bool) -> Setup:
     return Setup(16 if quick else 64, 900.0, 7)
 
 
-def autoscale_report(setup: Setup, only: str | None = None) -> str:
+def autoscale_report(setup: Setup, only: str | None = None, chosen: Sequence[str] = (), write: bool = True) -> str:
     command = f"python -m bench.autoscale --peak-pods {setup.peak_pods} --duration-s {setup.duration_s:g}"
-    command += f" --trace {only}" if only else " --write"
+    command += f" --trace {only}" if only else ""
+    command += f" --policies {','.join(chosen)}" if chosen else ""
+    command += " --write" if write else ""
     load_start = os.getloadavg()
     started = time.perf_counter()
-    body = autoscale_section(setup, only)
+    body = autoscale_section(setup, only, chosen)
     load_end = os.getloadavg()
     return (report.provenance(command) + f" Load average (1 min) {load_start[0]:.1f} at the start, "
             f"{load_end[0]:.1f} at the end; {time.perf_counter() - started:.0f} s wall.\n\n" + body)
@@ -220,11 +234,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--duration-s", type=float, default=900.0)
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--trace", choices=("diurnal", "bursty", "adapter-shift"), help="run one trace only")
+    parser.add_argument("--policies", default="", help=f"comma-separated subset of {', '.join(POLICY_KEYS)}")
     parser.add_argument("--write", action="store_true", help="write the Autoscaling section of docs/benchmarks.md")
     args = parser.parse_args(argv)
-    if args.write and args.trace:
-        parser.error("--write needs every trace (leave out --trace)")
-    body = autoscale_report(Setup(args.peak_pods, args.duration_s, args.seed), args.trace)
+    chosen = [key for key in args.policies.split(",") if key]
+    unknown = [key for key in chosen if key not in POLICY_KEYS]
+    if unknown:
+        parser.error(f"unknown policies {', '.join(unknown)}: choose from {', '.join(POLICY_KEYS)}")
+    if args.write and (args.trace or chosen):
+        parser.error("--write needs every trace and policy (leave out --trace and --policies)")
+    body = autoscale_report(Setup(args.peak_pods, args.duration_s, args.seed), args.trace, chosen, args.write)
     print(body)
     if args.write:
         report.write_section("autoscale", body)
