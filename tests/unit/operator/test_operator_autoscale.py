@@ -7,6 +7,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from trtfleet_operator.builders.serving import SPEC_KEY, build_model_repo_configmap
+from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.reconcile.autoscale import autoscale_basemodel, cold_start
 from trtfleet_operator.reconcile.deletioncost import DELETION_COST, deletion_cost_patches
 from trtfleet_operator.signals import (
@@ -21,6 +23,7 @@ from trtfleet_operator.signals import (
 from trtfleet_router.activity import warm_demand
 from trtfleet_router.metrics import RouterMetrics
 
+from trtfleet.api import BaseModelSpec
 from trtfleet.autoscaling import DemandSignals
 
 NOW = datetime(2026, 1, 1, 12, 0, tzinfo=UTC)
@@ -214,3 +217,18 @@ def test_warm_demand_counts_the_window_requests_of_the_adapters_a_pod_holds() ->
     requests = {"a1": 10, "a2": 1}
     assert warm_demand([101, 102], served_of, requests) == 11
     assert warm_demand([103, 999], served_of, requests) == 0  # not requested lately; unknown task id
+
+
+def test_sizing_the_fleet_does_not_change_what_a_reference_pod_serves() -> None:
+    """basemodel.json leaves out serving.replicas and autoscaling, so a decision never rolls the pods."""
+    repos = []
+    for replicas, scaling in ((2, None), (5, None), (3, {"minReplicas": 1, "maxReplicas": 4})):
+        body: dict[str, Any] = {"source": {"uri": "file:///m"}, "architecture": "llama", "runtime": "reference",
+                                "serving": {"replicas": replicas}}
+        if scaling is not None:
+            body["autoscaling"] = scaling
+        repo = build_model_repo_configmap(BaseModelSpec.model_validate(body), name="tiny", namespace="ns",
+                                          owner={}, engine_hash="h", config=OperatorConfig())
+        repos.append(repo["data"])
+    assert repos[0] == repos[1] == repos[2]
+    assert "replicas" not in repos[0][SPEC_KEY] and "autoscaling" not in repos[0][SPEC_KEY]
