@@ -220,11 +220,12 @@ def autoscale_report(setup: Setup, only: str | None = None, chosen: Sequence[str
     command += f" --trace {only}" if only else ""
     command += f" --policies {','.join(chosen)}" if chosen else ""
     command += " --write" if write else ""
+    provenance = report.provenance(command)  # the commit the run starts from
     load_start = os.getloadavg()
     started = time.perf_counter()
     body = autoscale_section(setup, only, chosen)
     load_end = os.getloadavg()
-    return (report.provenance(command) + f" Load average (1 min) {load_start[0]:.1f} at the start, "
+    return (provenance + f" Load average (1 min) {load_start[0]:.1f} at the start, "
             f"{load_end[0]:.1f} at the end; {time.perf_counter() - started:.0f} s wall.\n\n" + body)
 
 
