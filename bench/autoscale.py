@@ -154,8 +154,10 @@ def goal_check(rows: Sequence[dict[str, Any]], static_peak_pod_s: float) -> list
         savings_ok = saving >= 0.30 and row["attainment"] >= 0.99
         queue = queue_attainment_at(rows, row["pod_seconds"])
         queues = [r for r in rows if r["policy"].startswith("queue-only")]
-        if queue is None and all(r["pod_seconds"] >= row["pod_seconds"] and r["attainment"] < row["attainment"]
-                                 for r in queues):
+        if not queues:
+            versus = "no queue-only run to compare"
+        elif queue is None and all(r["pod_seconds"] >= row["pod_seconds"] and r["attainment"] < row["attainment"]
+                                   for r in queues):
             versus = "better: every queue-only run used more pod-seconds and attained less"
         elif queue is None:
             versus = "queue-only's runs do not bracket its pod-seconds (no equal-cost comparison)"

@@ -190,6 +190,8 @@ def test_goal_check_states_met_missed_and_dominance() -> None:
     first, second = goal_check(rows, static_peak_pod_s=1000)
     assert first.startswith("trtfleet (a): 40% fewer") and ": met;" in first and "every queue-only run" in first
     assert ": missed;" in second and "equal pod-seconds 92.50%: better (+7.40%)" in second
+    (alone,) = goal_check(rows[2:3], static_peak_pod_s=1000)  # a run of a subset of the policies
+    assert alone.endswith("no queue-only run to compare")
 
 
 def _hot_trace() -> list[TraceRequest]:
