@@ -66,7 +66,7 @@ METRICS_PORT = 8002
 MODEL_REPO_MOUNT = "/model-repo"
 MODEL_CONFIG_MOUNT = "/etc/trtfleet/model-config"
 SPEC_KEY = "basemodel.json"
-SPEC_NOT_FOR_PODS: Final = {"autoscaling": True, "serving": {"replicas"}}
+SPEC_NOT_FOR_PODS: Final[dict[str, Any]] = {"autoscaling": True, "serving": {"replicas"}}
 """Left out of ``basemodel.json``: what sizes the fleet, not what a pod serves."""
 STARTUP_BUDGET_S = 1800
 """How long a pod may take to load its engine before the kubelet restarts it (large engines take minutes)."""
