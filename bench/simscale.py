@@ -6,15 +6,22 @@ resolution of everything below):
 
 * **controller**: every ``scaler.interval_s`` it reads :class:`bench.scalers.FleetSignals` (requests in
   the router, held, waiting for LoRA capacity; running and queued in the pods; mean KV use; LoRA pages of
-  the adapters with a request in the last ``adapter_window_s``, as the router's
+  the adapters in flight, weighted by their requests in the last ``adapter_window_s``, as the router's
   ``trtfleet_router_active_adapter_pages``) and asks the scaler for a pod count;
 * **scale-up**: a new pod is ready ``ColdStart.seconds`` after the decision (engine bytes over the
-  storage bandwidth plus the load), with an empty LoRA cache; it costs pod-seconds from the decision on;
-* **scale-down**: pods still starting go first (newest first), then the ready pods with the fewest
-  requests: they turn not ready (the router stops routing to them), finish what they hold, and leave
-  once nothing is in flight or in transit to them;
+  storage bandwidth plus the load); it costs pod-seconds from the decision on. With ``warm_start`` it
+  takes traffic with the window's hottest adapters already stored (as many as its device tier holds, the
+  router's prewarm: each over the pod's link, the router's books told through ``Fleet.prewarm_decision``);
+  without, its LoRA cache is empty;
+* **scale-down**: pods still starting go first (newest first), then the ready pods whose warm adapters
+  carry the least demand (requests in the window; ``least_valuable``, the operator's pod-deletion cost),
+  or else the fewest requests: they turn not ready (the router stops routing to them), finish what they
+  hold, and leave once nothing is in flight or in transit to them;
 * **held**: a request that arrives while no pod is ready waits in the router (FIFO) until one is, at
-  most ``hold_wait_s`` (then it fails, ``held_timeout``); its TTFT includes the wait;
+  most ``hold_wait_s`` (then it fails, ``held_timeout``); its TTFT includes the wait. With
+  ``release_per_pod`` the held queue goes to the pods (FIFO) at most that many requests in flight per
+  ready pod, at each scrape, not all at once onto new pods; arrivals once a pod is ready are routed at
+  once, not queued behind the backlog (which is late whatever is done: it waited a cold start);
 * **end**: the run stops ``grace_s`` after ``duration_s``; a request still open then fails
   (``unfinished``). Heavily overloaded simulated pods can stall with requests queued (seen on the bursty
   trace at 2.7 times a static fleet's capacity), so a run must not wait for every request.
@@ -30,12 +37,15 @@ from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from trtfleet_router.routing.types import PodInfo
+from trtfleet_router.routing.fleet import Fleet
+from trtfleet_router.routing.types import Outcome, PodInfo, RouteRequest
 
 from bench.podsim import SimPod
 from bench.scalers import Autoscaler, FleetSignals
 from bench.simulate import FleetSimulation, FleetSpec, SimResult
 from bench.traces import TraceRequest
+from trtfleet.autoscaling import working_set_pages
+from trtfleet.loracache import LoraCacheFull
 
 GIB = 1024**3
 
@@ -78,6 +88,9 @@ class ScalingSimulation(FleetSimulation):
         grace_s: float = 300.0,
         policy: str = "trtfleet",
         seed: int = 0,
+        warm_start: bool = False,
+        least_valuable: bool = False,
+        release_per_pod: int | None = None,
     ) -> None:
         super().__init__(trace, policy, dataclasses.replace(spec, pods=initial_pods), seed=seed)
         self.scaler = scaler
@@ -101,6 +114,11 @@ class ScalingSimulation(FleetSimulation):
         self._recent_count: Counter[str] = Counter()
         self.scale_events = 0
         self.timeline: list[tuple[float, int]] = [(0.0, initial_pods)]
+        self.warm_start = warm_start
+        self.least_valuable = least_valuable
+        self.release_per_pod = release_per_pod
+        self.prewarmed = 0
+        self._adapter_of = {ref.task_id: name for name, ref in self.refs.items()}
 
     # -- bookkeeping -------------------------------------------------------------------------------------
     @property
@@ -143,7 +161,14 @@ class ScalingSimulation(FleetSimulation):
         super()._try_route(key)
 
     def _release_held(self) -> None:
-        while self._held and self.ready:
+        budget = len(self._held)
+        if self.release_per_pod is not None and self._held:
+            # what the router has sent and not seen end (in transit or at a pod) or holds for LoRA capacity
+            sent = sum(1 for ticket in self.fleet.open_tickets() if ticket.pod in self.ready)
+            sent += sum(len(replica.waiting) for replica in self.replicas)
+            budget = self.release_per_pod * len(self.ready) - sent
+        while self._held and self.ready and budget > 0:
+            budget -= 1
             key = self._held.popleft()
             self.records[key].waited_s += self.now_s - self._held_since.pop(key)
             super()._try_route(key)
@@ -172,7 +197,8 @@ class ScalingSimulation(FleetSimulation):
             pod_running=sum(pod.active for pod in serving),
             pod_queued=sum(pod.queue_depth for pod in serving),
             kv_cache_fraction=sum(pod.kv_used_fraction() for pod in ready) / len(ready) if ready else None,
-            active_adapter_pages=len(self._recent_count) * self.spec.adapter_pages,
+            active_adapter_pages=working_set_pages(
+                ((count, self.spec.adapter_pages) for count in self._recent_count.values()), self._open),
         )
 
     def _scale_to(self, target: int) -> None:
@@ -188,7 +214,8 @@ class ScalingSimulation(FleetSimulation):
                 self.starting.pop()
                 surplus -= 1
             if surplus:
-                by_load = sorted(self.ready, key=lambda p: (self.pods[p].active + self.pods[p].queue_depth, p))
+                by_load = sorted(self.ready, key=lambda p: (self.warm_value(p) if self.least_valuable else 0,
+                                                            self.pods[p].active + self.pods[p].queue_depth, p))
                 for pod_id in by_load[:surplus]:
                     self.ready.discard(pod_id)
                     self.draining.add(pod_id)
@@ -200,6 +227,7 @@ class ScalingSimulation(FleetSimulation):
         if not done:
             return
         self.starting = [at for at in self.starting if at > self.now_s]
+        before = set(self.ready)
         for _ in done:
             pod_id = f"pod-s{self._next_id:04d}"
             self._next_id += 1
@@ -207,7 +235,34 @@ class ScalingSimulation(FleetSimulation):
             self.link_free_s[pod_id] = self.now_s
             self.ready.add(pod_id)
         self._publish()
+        if self.warm_start:
+            for pod_id in sorted(self.ready - before):
+                self._prewarm(pod_id)
         self._release_held()
+
+    def warm_value(self, pod_id: str) -> int:
+        """The demand a pod's stored adapters carry: their requests in the window."""
+        return sum(self._recent_count.get(self._adapter_of[task], 0) for task in self.pods[pod_id].cache.resident())
+
+    def _prewarm(self, pod_id: str) -> None:
+        """Warm scale-up: the window's hottest adapters to a new pod, as the router's prewarm pushes them."""
+        slots = self.spec.pod.device_pages // max(1, self.spec.adapter_pages)
+        pod = self.pods[pod_id]
+        for name, _count in self._recent_count.most_common(slots):
+            ref = self.refs[name]
+            try:
+                pod.cache.put(ref.task_id, ref.pages)
+            except LoraCacheFull:
+                break
+            for replica in self.replicas:
+                route = RouteRequest(model=self.model_name, adapter=ref, prompt_tokens=1, max_tokens=1,
+                                     request_id=f"prewarm-{pod_id}-{name}")
+                ticket = replica.fleet.start(Fleet.prewarm_decision(pod_id), route)
+                replica.fleet.confirm(ticket)
+                replica.fleet.finish(ticket, Outcome.OK)
+            self.link_free_s[pod_id] = max(self.link_free_s[pod_id], self.now_s) + (
+                ref.weights_bytes / self.spec.link_bytes_per_s)
+            self.prewarmed += 1
 
     def _remove_drained(self) -> None:
         if not self.draining:
@@ -238,6 +293,8 @@ class ScalingSimulation(FleetSimulation):
         self._start_ready_pods()
         self._remove_drained()
         self._expire_held()
+        if self.release_per_pod is not None:
+            self._release_held()
         if self.now_s >= self._next_tick_s and self.now_s < self.duration_s:
             self._next_tick_s = self.now_s + self.scaler.interval_s
             current = len(self.ready) + len(self.starting)

@@ -12,7 +12,9 @@ largest of:
   both see the same requests, from two sides, so they are not added;
 * KV cache: ``ceil(ready_pods * kv_fraction / targetKvCacheFraction)`` (when the pods report it);
 * adapter working set: ``ceil(active_adapter_pages / lora_pages_per_pod)``: enough pods that the LoRA
-  cache pages of the adapters active in the routers' window fit in the pods' device tiers.
+  cache pages the adapters in flight need at once fit in the pods' device tiers. The routers report
+  those pages demand-weighted (:func:`working_set_pages`), not the pages of every adapter seen in the
+  window: with thousands of adapters most are seen once a minute and need no page most of the time.
 
 **Stabilisation** (as Kubernetes' HPA ``behavior``): a scale-up goes to the *lowest* recommendation of
 the ``scaleUpStabilizationSeconds`` window (0: at once), a scale-down to the *highest* of the
@@ -32,7 +34,7 @@ beyond, the two oldest merge into one with the larger count, which can only dela
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final
@@ -75,7 +77,7 @@ class DemandSignals:
     kv_cache_fraction: float | None = None
     """Mean fraction of KV-cache blocks in use over the pods that reported it."""
     active_adapter_pages: int | None = None
-    """LoRA cache pages of the adapters that had requests in the routers' window."""
+    """LoRA cache pages the adapters in flight need at once (:func:`working_set_pages`), summed over routers."""
     ready_pods: int = 0
 
     @property
@@ -105,6 +107,22 @@ class ScaleDecision:
     @property
     def changed(self) -> bool:
         return self.reason in CHANGES
+
+
+def working_set_pages(demand: Iterable[tuple[int, int]], in_flight: float) -> int:
+    """Expected LoRA cache pages of the distinct adapters among ``in_flight`` requests (pure).
+
+    ``demand`` is ``(requests in the window, pages)`` per adapter. With the in-flight requests drawn from
+    the window's mix (a Poisson count per adapter, mean ``in_flight * share``), adapter ``a`` is in
+    flight with probability ``1 - exp(-in_flight * requests_a / total)``: a hot adapter counts its
+    pages whole, one seen once among thousands a small fraction. Rounded up; 0 with nothing in flight.
+    """
+    entries = [(count, pages) for count, pages in demand if count > 0 and pages > 0]
+    total = sum(count for count, _ in entries)
+    if total == 0 or in_flight <= 0:
+        return 0
+    expected = sum(pages * -math.expm1(-in_flight * count / total) for count, pages in entries)
+    return math.ceil(expected - 1e-9)
 
 
 def recommend(spec: AutoscalingSpec, signals: DemandSignals, lora_pages_per_pod: int | None) -> tuple[int, str]:

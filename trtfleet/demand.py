@@ -2,15 +2,17 @@
 
 Pure: Prometheus text in, one base model's numbers out. The names are the router's
 (``router/trtfleet_router/metrics.py``): requests in the router (at a pod, waiting for LoRA capacity, or
-held), held requests (no ready pod), the LoRA pages of the adapters active in the router's window, and the
-load the base model's pods report as the router scraped them (pods reporting, their running + queued
-requests, their mean KV-cache fraction), each a gauge labelled ``base_model``.
+held), held requests (no ready pod), the LoRA pages the adapters in flight need, and the load the base
+model's pods report as the router scraped them (pods reporting, their running + queued requests, their mean
+KV-cache fraction), each a gauge labelled ``base_model``; and per pod (label ``pod``) the demand its warm
+adapters carry.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Final
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -21,6 +23,7 @@ ROUTER_ADAPTER_PAGES: Final = "trtfleet_router_active_adapter_pages"
 ROUTER_PODS_REPORTING: Final = "trtfleet_router_pods_reporting_load"
 ROUTER_POD_REQUESTS: Final = "trtfleet_router_pod_requests"
 ROUTER_POD_KV: Final = "trtfleet_router_pod_kv_cache_used_ratio"
+ROUTER_POD_WARM: Final = "trtfleet_router_pod_warm_demand"
 
 
 class MetricsParseError(ValueError):
@@ -38,6 +41,8 @@ class RouterReading:
     """Running + queued on those pods."""
     pod_kv_fraction: float | None = None
     """Their mean KV-cache fraction; None when none reports it."""
+    pod_warm_demand: Mapping[str, float] = field(default_factory=dict)
+    """Per pod name: the window's requests for the adapters warm on it (what removing it would cost)."""
 
 
 def prometheus_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -57,6 +62,7 @@ def parse_router_metrics(text: str, base_model: str) -> RouterReading:
     summed = (ROUTER_REQUESTS, ROUTER_HELD, ROUTER_ADAPTER_PAGES, ROUTER_PODS_REPORTING, ROUTER_POD_REQUESTS)
     values = dict.fromkeys(summed, 0.0)
     kv: float | None = None
+    warm: dict[str, float] = {}
     for name, labels, value in prometheus_samples(text):
         if labels.get("base_model") != base_model or not math.isfinite(value):
             continue
@@ -64,6 +70,8 @@ def parse_router_metrics(text: str, base_model: str) -> RouterReading:
             values[name] += value
         elif name == ROUTER_POD_KV:
             kv = value
+        elif name == ROUTER_POD_WARM and labels.get("pod"):
+            warm[labels["pod"]] = warm.get(labels["pod"], 0.0) + value
     return RouterReading(
         values[ROUTER_REQUESTS],
         values[ROUTER_HELD],
@@ -71,4 +79,5 @@ def parse_router_metrics(text: str, base_model: str) -> RouterReading:
         int(values[ROUTER_PODS_REPORTING]),
         values[ROUTER_POD_REQUESTS],
         kv,
+        warm,
     )

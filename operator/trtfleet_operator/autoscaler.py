@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Protocol
 
@@ -28,9 +28,10 @@ from trtfleet.autoscaling import DemandSignals
 from trtfleet_operator import metrics
 from trtfleet_operator.builders.serving import selector_labels
 from trtfleet_operator.config import AutoscaleConfig
-from trtfleet_operator.errors import ConflictError
+from trtfleet_operator.errors import ConflictError, KubeError
 from trtfleet_operator.kube import KubeClient, collection_path, object_path
 from trtfleet_operator.reconcile.autoscale import autoscale_basemodel
+from trtfleet_operator.reconcile.deletioncost import DELETION_COST, deletion_cost_patches
 from trtfleet_operator.reconcile.engine import rfc3339
 from trtfleet_operator.reconcile.types import Obj
 from trtfleet_operator.signals import MetricsParseError, RouterReading, combine, parse_router_metrics
@@ -42,6 +43,12 @@ logger = logging.getLogger(__name__)
 class Reading:
     signals: DemandSignals | None
     sources: int
+    ready_since_s: tuple[float, ...] = ()
+    """When each ready serving pod turned ready (epoch s): the cold start in status."""
+    pods: tuple[Obj, ...] = ()
+    """The serving pods (for their deletion cost on a scale-down)."""
+    pod_warm_demand: Mapping[str, float] = field(default_factory=dict)
+    """Per pod name, the demand its warm adapters carry, summed over router replicas."""
 
 
 class SignalSource(Protocol):
@@ -51,6 +58,17 @@ class SignalSource(Protocol):
 def _ready(pod: Obj) -> bool:
     conditions = (pod.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
+def _ready_since_s(pod: Obj) -> float | None:
+    """When a ready pod's Ready condition turned true (epoch s); None when it does not say."""
+    for c in (pod.get("status") or {}).get("conditions") or []:
+        if c.get("type") == "Ready" and c.get("status") == "True" and c.get("lastTransitionTime"):
+            try:
+                return datetime.fromisoformat(str(c["lastTransitionTime"]).replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                return None
+    return None
 
 
 class ScrapeSignals:
@@ -88,9 +106,14 @@ class ScrapeSignals:
                 routers.append(parse_router_metrics(body, name))
             except MetricsParseError as exc:
                 logger.info("unreadable metrics", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
+        since = tuple(t for t in (_ready_since_s(p) for p in ready) if t is not None)
+        warm: dict[str, float] = {}
+        for router in routers:
+            for pod, demand in router.pod_warm_demand.items():
+                warm[pod] = warm.get(pod, 0.0) + demand
         if not routers:
-            return Reading(None, 0)
-        return Reading(combine(routers, len(ready)), len(routers))
+            return Reading(None, 0, since, tuple(pods), warm)
+        return Reading(combine(routers, len(ready)), len(routers), since, tuple(pods), warm)
 
     @staticmethod
     async def _get(session: aiohttp.ClientSession, url: str) -> str | None:
@@ -116,9 +139,13 @@ class Autoscaler:
         if obj is None or obj["metadata"].get("deletionTimestamp") or not (obj.get("spec") or {}).get("autoscaling"):
             return None
         reading = await self.source.read(obj)
-        result = autoscale_basemodel(obj, reading.signals, self.clock(), sources=reading.sources)
+        result = autoscale_basemodel(
+            obj, reading.signals, self.clock(), sources=reading.sources, ready_since_s=reading.ready_since_s
+        )
         if result is None:
             return None
+        if result.replicas is not None and result.replicas < int(obj["spec"]["serving"].get("replicas") or 0):
+            await self._set_deletion_costs(namespace, reading)
         if result.replicas is not None:
             patch = {
                 "metadata": {"resourceVersion": obj["metadata"]["resourceVersion"]},
@@ -147,4 +174,14 @@ class Autoscaler:
         for event in result.events:
             await self.client.event(obj, type_=event.type, reason=event.reason, message=event.message, now=now)
         return result.replicas
+
+    async def _set_deletion_costs(self, namespace: str, reading: Reading) -> None:
+        """Least-valuable scale-down: the pod-deletion-cost of each serving pod (see ``deletioncost``)."""
+        for pod, cost in deletion_cost_patches(reading.pods, reading.pod_warm_demand):
+            try:
+                await self.client.patch_merge(
+                    object_path("v1", "Pod", namespace, pod), {"metadata": {"annotations": {DELETION_COST: cost}}}
+                )
+            except KubeError as exc:  # gone meanwhile, or refused: the Deployment picks by its other rules
+                logger.info("deletion cost not set", extra={"pod": f"{namespace}/{pod}", "error": str(exc)})
 

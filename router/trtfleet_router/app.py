@@ -46,6 +46,7 @@ from trtfleet_router.upstream.protocol import SamplingParams, build_text_request
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT, MetricsScraper
 from trtfleet_router.upstream.text import TextGenerator, TextRequest, llmapi_call, openai_call
 from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
+from trtfleet_router.warmstart import WarmStarts
 from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES, SchemeReader, WeightStore
 
 log = logging.getLogger(__name__)
@@ -113,6 +114,8 @@ class Router:
             streams_per_pod=settings.streams_per_pod,
             warm_over_http=settings.warm_over_http,
         )
+        self.warm_starts = WarmStarts(self.fleets, self.metrics.activity, self._prewarm)
+        self.metrics.pod_warm_demand = self.warm_starts.pod_warm_demand
         api_keys = ApiKeys.load(settings.api_keys_path) if settings.api_keys_path is not None else None
         self.lifecycle = Lifecycle()
         self.services = Services(
@@ -210,6 +213,7 @@ class Router:
         self._background(MetricsScraper(self.fleets, self.metrics, s.scrape_interval_s).run(), "scraper")
         self._background(KvEventPoller(self.fleets, s.scrape_interval_s).run(), "kv-events")
         self._background(self._prewarm_loop(), "prewarm")
+        self._background(self.warm_starts.run(), "warm-start")
         self._background(self._health_loop(), "health")
         if self.batch is not None:
             self._background(self.batch.run(), "batch")

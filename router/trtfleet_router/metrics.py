@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Generic, TypeVar
 
 from prometheus_client import (
@@ -350,6 +350,8 @@ class RouterMetrics:
             "adapter",
         )
         self.activity = AdapterActivity(active_adapter_window_s)
+        self.pod_warm_demand: Callable[[], Iterable[tuple[str, str, int]]] | None = None
+        """``(base model, pod, warm demand)`` per pod, set by the router (it knows the pods' warm sets)."""
         loop_metrics.extra.append(self._active_adapter_families)
         self.peers_connected = gauge("peers_connected", "Other router replicas whose event stream is up.")
         self.peer_events = counter(
@@ -377,7 +379,8 @@ class RouterMetrics:
         )
         pages = GaugeMetricFamily(
             PREFIX + "active_adapter_pages",
-            "LoRA cache pages (host-tier geometry) of the adapters active in the window, per base model.",
+            "LoRA cache pages (host-tier geometry) the adapters in flight need, weighted by their share of the "
+            "window's requests, per base model.",
             labels=("base_model",),
         )
         for base in self.activity.base_models():
@@ -386,6 +389,16 @@ class RouterMetrics:
             pages.add_metric((base,), active.pages)
         yield count
         yield pages
+        if self.pod_warm_demand is not None:
+            warm = GaugeMetricFamily(
+                PREFIX + "pod_warm_demand",
+                "Requests in the activity window for the adapters warm on each pod (what removing it would "
+                "cost in cold loads), per base model and pod.",
+                labels=("base_model", "pod"),
+            )
+            for base, pod, demand in self.pod_warm_demand():
+                warm.add_metric((base, pod), demand)
+            yield warm
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

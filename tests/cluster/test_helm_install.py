@@ -75,6 +75,7 @@ OPERATOR_NEEDS: list[Permission] = [
     ("create", "configmaps", None),
     ("create", "poddisruptionbudgets.policy", None),
     ("list", "pods", None),
+    ("patch", "pods", None),  # the autoscaler's pod-deletion-cost before a scale-down
     ("create", "events", None),
 ]
 OPERATOR_MUST_NOT: list[Permission] = [

@@ -52,8 +52,9 @@ class AutoscalingSpec(ApiModel):
     )
     adapter_working_set: bool = Field(
         default=True,
-        description="Keep enough pods that the LoRA cache pages the adapters active in the router's window "
-        "need fit in the pods' device tiers (pages per pod from status.capacity.loraDevicePages).",
+        description="Keep enough pods that the LoRA cache pages the adapters in flight need fit in the pods' "
+        "device tiers (pages per pod from status.capacity.loraDevicePages): each adapter's pages weighted by "
+        "how likely it is in flight, from its share of the requests in the router's window.",
     )
     scale_up_stabilization_seconds: int = Field(
         default=0,
@@ -73,7 +74,7 @@ class AutoscalingSpec(ApiModel):
         ge=0,
         le=WINDOW_SECONDS_MAX,
         description="With minReplicas 0: go to zero pods after this long without any demand (nothing in "
-        "flight, waiting or held, no adapter active in the router's window).",
+        "flight, waiting or held).",
     )
 
     model_config = ApiModel.model_config | {
@@ -105,7 +106,7 @@ class DemandStatus(ApiModel):
     held_requests: float = Field(default=0, ge=0, description="Of them, held in routers for want of a ready pod.")
     kv_cache_fraction: float | None = Field(default=None, ge=0, description="Mean KV-cache use of ready pods.")
     active_adapter_pages: int | None = Field(
-        default=None, ge=0, description="LoRA cache pages of the adapters active in the routers' window."
+        default=None, ge=0, description="LoRA cache pages the adapters in flight need (demand-weighted)."
     )
     sources: int = Field(default=0, ge=0, description="Router replicas and pods whose metrics were read.")
 
@@ -115,6 +116,17 @@ class AutoscalingStatus(ApiModel):
     current_replicas: int | None = Field(default=None, ge=0, description="Pods running when it was taken.")
     last_scale_time: str | None = Field(default=None, description="RFC 3339 time replicas last changed.")
     last_demand: DemandStatus | None = Field(default=None, description="The signals of the last decision.")
+    scale_up_time: str | None = Field(
+        default=None,
+        description="RFC 3339 time of the scale-up decision whose first new pod is not ready yet (cleared when "
+        "one is, or when a scale-down to the ready pods makes the wait moot).",
+    )
+    last_cold_start_seconds: float | None = Field(
+        default=None,
+        ge=0,
+        description="Cold start of the last scale-up: seconds from the decision to the first pod that turned "
+        "ready after it (its Ready condition's lastTransitionTime).",
+    )
     recommendations: list[Recommendation] | None = Field(
         default=None,
         max_length=256,

@@ -197,6 +197,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
             {"name": "Engine", "type": "string", "jsonPath": ".status.engine.hash"},
             {"name": "Ready", "type": "integer", "jsonPath": ".status.readyReplicas"},
             {"name": "Desired", "type": "integer", "jsonPath": ".spec.serving.replicas"},
+            {"name": "ColdStart", "type": "number", "jsonPath": ".status.autoscaling.lastColdStartSeconds"},
             {"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"},
         ],
     )

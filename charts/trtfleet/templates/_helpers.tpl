@@ -53,9 +53,10 @@ app.kubernetes.io/component: {{ .component }}
 - apiGroups: [policy]
   resources: [poddisruptionbudgets]
   verbs: [get, list, watch, create, patch, delete]
+# patch: the autoscaler sets controller.kubernetes.io/pod-deletion-cost on serving pods before a scale-down
 - apiGroups: [""]
   resources: [pods]
-  verbs: [get, list, watch]
+  verbs: [get, list, watch, patch]
 - apiGroups: ["", events.k8s.io]
   resources: [events]
   verbs: [create, patch]

@@ -21,7 +21,7 @@ and never below the desired count (``maxUnavailable: 0, maxSurge: 1``).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 from trtfleet_engines.plan import ENGINE_SUBDIR, SERVE_ARTIFACT_DIR
 from trtfleet_engines.triton import render_configs
@@ -68,6 +68,8 @@ METRICS_PORT = 8002
 MODEL_REPO_MOUNT = "/model-repo"
 MODEL_CONFIG_MOUNT = "/etc/trtfleet/model-config"
 SPEC_KEY = "basemodel.json"
+SPEC_NOT_FOR_PODS: Final[dict[str, Any]] = {"autoscaling": True, "serving": {"replicas"}}
+"""Left out of ``basemodel.json``: what sizes the fleet, not what a pod serves."""
 STARTUP_BUDGET_S = 1800
 """How long a pod may take to load its engine before the kubelet restarts it (large engines take minutes)."""
 STARTUP_PERIOD_S = 10
@@ -126,7 +128,8 @@ def build_model_repo_configmap(
 ) -> Obj:
     """``<model>.pbtxt`` for each Triton model (tensorrtllm), or ``basemodel.json`` (reference)."""
     if _is_reference(spec):
-        data = {SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True)}
+        # not the pod count nor its sizing: every autoscaling decision would change the spec hash and roll the pods
+        data = {SPEC_KEY: spec.model_dump_json(by_alias=True, exclude_none=True, exclude=SPEC_NOT_FOR_PODS)}
     else:
         engine_dir = f"{SERVE_ARTIFACT_DIR}/{ENGINE_SUBDIR}"
         data = {f"{model}.pbtxt": text for model, text in sorted(render_configs(spec, engine_dir).items())}

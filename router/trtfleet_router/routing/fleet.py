@@ -32,6 +32,7 @@ from trtfleet_router.routing.fleetreport import (
     fleet_snapshot,
     pod_load_summary,
     prewarm_plan,
+    warm_start_plan,
 )
 from trtfleet_router.routing.fleetresets import PodResets
 from trtfleet_router.routing.framework import Policy, RoutingContext
@@ -334,6 +335,11 @@ class Fleet(PodResets):
         """(pod, adapter) pairs to push weights to so each adapter is warm on ``min_pods`` ready pods
         (see :func:`~trtfleet_router.routing.fleetreport.prewarm_plan`)."""
         return prewarm_plan(self._pods, self._rankings, adapters)
+
+    def warm_start_plan(self, new_pods: Sequence[str], hottest: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
+        """(pod, adapter) pairs that warm new pods with the hottest adapters (see
+        :func:`~trtfleet_router.routing.fleetreport.warm_start_plan`)."""
+        return warm_start_plan(self._pods, new_pods, hottest)
 
     @staticmethod
     def prewarm_decision(pod: str) -> Decision:

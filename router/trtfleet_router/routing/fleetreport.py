@@ -1,6 +1,6 @@
 """What :class:`~trtfleet_router.routing.fleet.Fleet` reports and plans off the request path: the prewarm
-plan, the snapshot, the pods' scraped load for the operator's autoscaler, the consistency check of its books
-(pure functions of the fleet's state)."""
+plans (``minPods`` and a new pod's warm start), the snapshot, the pods' scraped load for the operator's
+autoscaler, the consistency check of its books (pure functions of the fleet's state)."""
 
 from __future__ import annotations
 
@@ -42,6 +42,28 @@ def prewarm_plan(
                 break
         needed = max(0, adapter.min_pods - warm)
         plan.extend((pod_id, adapter) for pod_id in targets[:needed])
+    return plan
+
+
+def warm_start_plan(
+    pods: Mapping[str, PodState], new_pods: Sequence[str], hottest: Sequence[AdapterRef]
+) -> list[tuple[str, AdapterRef]]:
+    """(pod, adapter) pairs that give each new ready pod the hottest adapters before or with its first
+    traffic (warm scale-up): ``hottest`` in order of demand, as many as fit in the pod's device pages,
+    skipping adapters already warm there and any its cache could store only by evicting a busy adapter.
+    Unknown or not-ready pods get nothing."""
+    plan: list[tuple[str, AdapterRef]] = []
+    for pod_id in new_pods:
+        pod = pods.get(pod_id)
+        if pod is None or not pod.ready:
+            continue
+        budget = pod.device_pages
+        for adapter in hottest:
+            if adapter.pages > budget:
+                break
+            budget -= adapter.pages
+            if not pod.residency.is_warm(adapter.task_id) and pod.residency.has_evictable_slot(adapter.pages):
+                plan.append((pod_id, adapter))
     return plan
 
 

@@ -152,6 +152,8 @@ class Dispatcher:
                 yield response
         finally:
             demand.dec()
+            if adapter is not None:
+                self.metrics.activity.finished(base_name)
 
     async def _stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         """Responses of the pod that serves ``call``: decide (route), prepare (weights), attempt (one pod,

@@ -97,6 +97,8 @@ def test_a_request_held_at_zero_pods_is_answered_when_a_pod_is_ready(tmp_path: P
         _eventually(lambda: metrics.base_model_requests.labels("tiny").value == 0)
         assert metrics.adapter_requests.labels("tiny", "a1").value == 3
         assert metrics.activity.active("tiny").count == 1
+        assert metrics.activity.in_flight("tiny") == 0  # all three answered: no adapter page needed now
+        assert metrics.activity.active("tiny").pages == 0
         echo.router.check_books()
     finally:
         echo.close()

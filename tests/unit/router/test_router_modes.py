@@ -18,6 +18,7 @@ from trtfleet_router.upstream.dispatch import UpstreamCalls
 from trtfleet_router.upstream.echo import serve_echo
 
 from tests.unit.router.harness import EchoFleet
+from trtfleet.demand import parse_router_metrics
 
 
 def _eventually(check: Callable[[], bool], timeout_s: float = 10.0) -> None:
@@ -66,6 +67,41 @@ def test_prewarm_pushes_weights_before_any_request(tmp_path: Path) -> None:
         client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
         client.completions.create(model="a1", prompt="warm", max_tokens=30)
         assert sum(u.stats.weights_received for u in echo.upstreams) == 2  # the request found it warm
+    finally:
+        echo.close()
+
+
+def test_a_new_pod_gets_the_hottest_adapter_before_its_first_request(tmp_path: Path) -> None:
+    """Warm scale-up: echo1 joins after a1 was in demand; the router pushes a1 to it with no request."""
+    from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
+
+    echo = EchoFleet(tmp_path, count=2, adapters=("a1", "a2"))
+    try:
+        both = echo.fleet["baseModels"][0]["backends"]
+        one = {"baseModels": [{**echo.fleet["baseModels"][0], "backends": both[:1]}]}
+        echo.loop.run(_apply(echo, snapshot_from_config(FleetConfig.model_validate(one))))  # scaled down to echo0
+        client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
+        for i in range(3):
+            client.completions.create(model="a1", prompt=f"hot {i}", max_tokens=8)
+        assert echo.upstreams[1].stats.weights_received == 0
+        echo.loop.run(_apply(echo, snapshot_from_config(FleetConfig.model_validate(echo.fleet))))  # echo1 is new
+        _eventually(lambda: echo.upstreams[1].stats.weights_received == 1)
+        fleet = echo.router.router.fleets.fleets["tiny"]
+        task = echo.router.router.fleets.registry.resolve("a1").adapter
+        assert task is not None
+
+        async def warm_and_done() -> bool:  # on the loop thread, which owns the fleet's books
+            return fleet.is_warm("echo1", task.task_id) and fleet.snapshot().open_tickets == 0
+
+        _eventually(lambda: echo.loop.run(warm_and_done()))
+
+        async def exposition() -> str:
+            return echo.router.router.metrics.exposition().decode()
+
+        warm = parse_router_metrics(echo.loop.run(exposition()), "tiny").pod_warm_demand
+        assert warm == {"echo0": 3.0, "echo1": 3.0}  # both hold a1, asked 3 times in the window
+        assert echo.router.router.metrics.activity.in_flight("tiny") == 0  # the prewarm was not demand
+        echo.router.check_books()
     finally:
         echo.close()
 

@@ -239,6 +239,22 @@ def test_prewarm_plan_follows_the_rendezvous_ranking(make_harness: Callable[...,
     assert h.fleet.prewarm_plan([wanted]) == []
 
 
+def test_warm_start_plan_gives_new_pods_the_hottest_adapters_that_fit(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=3, host_pages=4, device_pages=4)
+    hot, warm_already, big, cold = h.adapter(1), h.adapter(2), h.adapter(3, pages=2), h.adapter(4)
+    h.make_warm("p1", warm_already)
+    h.ready["p2"] = False
+    h.sync_pods()
+    # p1: hot, skip the warm one, big (2 pages) -> 4 device pages used, cold does not fit; p2 not ready; p9 unknown
+    plan = h.fleet.warm_start_plan(["p1", "p2", "p9"], [hot, warm_already, big, cold])
+    assert plan == [("p1", hot), ("p1", big)]
+    h.pin("p0", h.adapter(5, pages=4))  # p0's cache full of a busy adapter: nothing can be stored there
+    assert h.fleet.warm_start_plan(["p0"], [hot]) == []
+    for pod, adapter in plan:
+        h.fleet.finish(h.fleet.start(h.fleet.prewarm_decision(pod), h.request(adapter)), Outcome.OK)
+    assert h.fleet.warm_start_plan(["p1"], [hot, warm_already, big]) == []
+
+
 def test_snapshot_counts(make_harness: Callable[..., Harness]) -> None:
     h = make_harness("trtfleet", pods=1, host_pages=2)
     a, b, c = h.adapter(1), h.adapter(2), h.adapter(3)
