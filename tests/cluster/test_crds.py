@@ -239,7 +239,7 @@ def test_printer_columns_status_subresource_and_generation(crds: ControlPlane, k
     assert get(cp, ns, "basemodel", "gen")["status"]["phase"] == "Ready"
 
     table = cp.kubectl("get", "basemodels", "-n", ns).stdout.splitlines()
-    assert table[0].split() == ["NAME", "PHASE", "RUNTIME", "ENGINE", "READY", "DESIRED", "AGE"]
+    assert table[0].split() == ["NAME", "PHASE", "RUNTIME", "ENGINE", "READY", "DESIRED", "COLDSTART", "AGE"]
     assert table[1].split()[:6] == ["gen", "Ready", "pytorch", "sha256-abc", "1", "1"]  # the default runtime
 
     # a spec change bumps the generation.

@@ -181,7 +181,8 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     assert {p["name"] for p in service["spec"]["ports"]} >= {"grpc", "metrics"}
 
     # Adapters: a convert Job each (the tiny ones were applied before their BaseModel and healed).
-    adapters = {"llama3-sql": IMAGE, "tiny-json": images["worker"], "tiny-reverse": images["worker"],
+    adapters = {"llama3-sql": IMAGE, "llama3-support-qlora": IMAGE, "tiny-json": images["worker"],
+                "tiny-reverse": images["worker"],
                 "tiny-upper": images["worker"]}
 
     def convert_jobs() -> dict[str, Obj] | None:
