@@ -3,7 +3,7 @@
     python -m bench.fleetview_events                 # 8 pods, 50 adapters, Zipf 1.0
     python -m bench.fleetview_events --json
 
-One replica's request path, ``route`` + ``start`` + ``confirm`` + ``finish`` (16 requests in flight,
+One replica's request path, ``route`` + ``start`` + ``confirm`` + ``first_token`` + ``finish`` (16 requests in flight,
 a Zipf stream, weights sent when the view says cold), is timed three ways over the same stream:
 
 * ``alone``: a fleet without a journal (peering off: ``--peer-port -1``);
@@ -62,6 +62,7 @@ async def _drive_async(fleet: Fleet, stream: list[AdapterRef], inflight: int, ba
         request = RouteRequest("m", adapter, 16, 16)
         ticket = fleet.start(fleet.route(request), request)
         fleet.confirm(ticket)
+        fleet.first_token(ticket)  # the router's first response: both, one after the other
         window.append(ticket)
         if len(window) > inflight:
             fleet.finish(window.popleft(), Outcome.OK)
@@ -74,7 +75,7 @@ async def _drive_async(fleet: Fleet, stream: list[AdapterRef], inflight: int, ba
 
 
 def _drive(fleet: Fleet, stream: list[AdapterRef], inflight: int, batch: int) -> float:
-    """Seconds for the whole stream through route/start/confirm/finish, ``batch`` requests per loop turn."""
+    """Seconds for the whole stream through route/start/confirm/first_token/finish, ``batch`` requests a turn."""
     return asyncio.run(_drive_async(fleet, stream, inflight, batch))
 
 

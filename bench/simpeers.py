@@ -7,7 +7,8 @@ propagation delay.
 per replica fed by all through a :class:`DelayedMirror`.
 
 Each replica keeps its own :class:`~trtfleet_router.routing.fleet.Fleet`; every bookkeeping call a replica
-makes for its own request (``start`` with the decision, ``confirm``, ``finish`` with the outcome) is replayed,
+makes for its own request (``start`` with the decision, ``confirm``, ``first_token``, ``finish`` with the outcome)
+is replayed,
 ``delay_s`` later and in the same order, on every other replica's ``Fleet`` through the same public calls.
 So each replica sees the others' weight sends, pins, in-flight load, misses and cache-full answers as a peer
 event stream would deliver them. The simulator schedules the replays (:meth:`DelayedMirror.apply` is
@@ -30,7 +31,7 @@ from trtfleet_router.routing.types import Decision, Outcome, RouteRequest, Ticke
 from bench.replicas import assign_replicas
 from bench.simtypes import FleetSpec, WeightStoreModel
 
-START, CONFIRM, FINISH = "start", "confirm", "finish"
+START, CONFIRM, FIRST_TOKEN, FINISH = "start", "confirm", "first_token", "finish"
 
 
 @dataclass(slots=True)
@@ -56,6 +57,8 @@ class DelayedMirror:
             self.start(origin, ticket, *detail)
         elif op == CONFIRM:
             self.confirm(origin, ticket)
+        elif op == FIRST_TOKEN:
+            self.first_token(origin, ticket)
         else:
             self.finish(origin, ticket, detail)
 
@@ -67,6 +70,12 @@ class DelayedMirror:
     def confirm(self, origin: int, ticket: Ticket) -> None:
         for index, copy in self._copies[(origin, ticket.ticket_id)].items():
             self._fleets[index].confirm(copy)
+
+    def first_token(self, origin: int, ticket: Ticket) -> None:
+        """Its first token came back: its prefill no longer queues on the pod in any replica's view (the peer
+        event stream's ``loaded`` at first token)."""
+        for index, copy in self._copies.get((origin, ticket.ticket_id), {}).items():
+            self._fleets[index].first_token(copy)
 
     def finish(self, origin: int, ticket: Ticket, outcome: Outcome) -> None:
         for index, copy in self._copies.pop((origin, ticket.ticket_id)).items():

@@ -61,7 +61,7 @@ from trtfleet_router.routing.types import (
 )
 
 from bench.podsim import ArrivalError, SimPod, SimRequest
-from bench.simpeers import CONFIRM, FINISH, START, RouterReplica, build_router_views
+from bench.simpeers import CONFIRM, FINISH, FIRST_TOKEN, START, RouterReplica, build_router_views
 from bench.simtypes import (
     RUNTIMES,
     FleetSpec,
@@ -353,6 +353,7 @@ class FleetSimulation:
         done = pod.end_step(self.now_s)
         for first in pod.first_tokens:
             self._replica(first.key).fleet.first_token(first.ticket)  # type: ignore[arg-type]
+            self._share(first.key, FIRST_TOKEN, first.ticket, None)
         for request in done:
             reply_s = self.now_s + self.spec.one_way_latency_s
             self._push(reply_s, _FINISH, (request.key, request.ticket, request))

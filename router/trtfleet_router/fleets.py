@@ -94,6 +94,7 @@ class FleetSet:
             log.info("base model removed", extra={"ctx": {"base_model": name}})
         self.registry = registry
         for name in self.fleets:
+            self.fleets[name].kv_tokens_per_block = registry.bases[name].kv_tokens_per_block
             self.pods[name] = dict(snapshot.pods.get(name, {}))
             self.outliers[name].retain(self.pods[name])
             self._hand_pods(name)

@@ -11,7 +11,10 @@ Kinds, in the order one request produces them::
     put       request ``ticket`` started with weights for task_id (pages): the pod stores them (LRU
               among idle adapters) and the request pins them
     acquire   request ``ticket`` started without weights (task_id None: a request without an adapter)
-    loaded    the pod admitted request ``ticket``: the weights it carried are stored, not in transit
+    loaded    the pod answered request ``ticket`` (its first token): the weights it carried are stored, not in
+              transit, and its prefill no longer queues there (published for every request with prefill
+              queued since the ``trtfleet`` policy prices it; earlier versions sent it only with weights
+              and ignore the others)
     release   request ``ticket`` ended (unpins its adapter)
     mark_cold the pod said it does not hold task_id (a miss), or weights sent with a failed request
     pod_reset the pod's LoRA cache is empty again (its Triton restarted inside the same pod)
@@ -25,9 +28,12 @@ each event goes to whichever caller asks first (``get_kv_cache_events`` in ``ten
 NVIDIA/TensorRT-LLM@e7f7345e31e574b5d0918b756b871882c7346b3c), and its blocks carry no LoRA task id.) A replica
 that joins later learns prefixes from the requests after it joined (the snapshot it copies holds no blocks).
 
-A request is thus two events (three with weights; four when it misses). ``ticket`` is the origin's
-own request number: a receiver books each remote request under ``(origin, ticket)``, so a release
-unpins exactly what that request pinned, never a pin of another replica's request.
+The receiver also books the blocks of a ``put``/``acquire`` its prefix index does not hold on the pod yet as
+prefill queued there (in tokens, by the base model's block size) until the request's ``loaded`` or ``release``.
+A request is thus three events (``put``/``acquire``, ``loaded``, ``release``; four when it misses).
+``ticket`` is the origin's own request number: a receiver books each remote request under
+``(origin, ticket)``, so a release unpins exactly what that request pinned, never a pin of another replica's
+request.
 
 ``pod_uid`` is the uid discovery gives (the Kubernetes pod uid): an event about another incarnation of
 the pod than the one the receiver knows is ignored.

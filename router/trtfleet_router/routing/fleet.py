@@ -40,6 +40,7 @@ from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
 from trtfleet_router.routing.load import ActivityWindow, AdapterDemand
 from trtfleet_router.routing.podstate import PodState
+from trtfleet_router.routing.prefix import BLOCK_TOKENS_DEFAULT
 from trtfleet_router.routing.prefixindex import PrefixIndex
 from trtfleet_router.routing.remote import RemoteBook
 from trtfleet_router.routing.residency import Residency
@@ -91,6 +92,7 @@ class Fleet(PodResets):
         self._largest_host_pages = 0
         self._residency = Residency()
         self._prefix = PrefixIndex(config.prefix.pod_kv_blocks)
+        self.kv_tokens_per_block = BLOCK_TOKENS_DEFAULT  # the discovery shell sets the base model's
         self._demand = AdapterDemand(config.demand_half_life_s)
         self._rankings = RendezvousRankings(config.hrw_cache_entries)
         self._tickets = itertools.count(1)
@@ -235,8 +237,19 @@ class Fleet(PodResets):
         return ticket
 
     def first_token(self, ticket: Ticket) -> None:
-        """The request's first output came back: its prefill is done (idempotent; :meth:`finish` implies it)."""
-        self._prefix.prefill_done(ticket.ticket_id)
+        """The request's first output came back: its prefill is done (idempotent; :meth:`finish` implies it).
+
+        The other replicas booked its prefill too: they learn it is done from a ``loaded`` event, which
+        :meth:`confirm` publishes for a request that carried weights (the router confirms at the same first
+        response) and this publishes for the others. A replica of an earlier version ignores a ``loaded``
+        for a request without weights (unknown in-transit ticket)."""
+        if not self._prefix.prefill_done(ticket.ticket_id) or self._journal is None:
+            return
+        if ticket.loads_weights and ticket.ticket_id not in self._loading:
+            return  # confirmed already: its loaded went out
+        pod = self._pods.get(ticket.pod)
+        if pod is not None and pod.uid == ticket.pod_uid:
+            self._journal.record(self._model, pod.pod_id, pod.discovered_uid, EventKind.LOADED, ticket.ticket_id)
 
     def confirm(self, ticket: Ticket) -> None:
         """The pod admitted the request (its first response arrived): weights it carried are stored.

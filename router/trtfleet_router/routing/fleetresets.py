@@ -38,6 +38,7 @@ class PodResets:
     _remote: RemoteBook
     _journal: Journal | None
     _epochs: Iterator[int]
+    kv_tokens_per_block: int  # the base model's KV block size: other replicas' requests' blocks in tokens
 
     def _reset(self, info: PodInfo) -> PodState:
         """An empty view of the pod: LoRA shadow and KV prefix blocks."""
@@ -48,11 +49,21 @@ class PodResets:
         return state
 
     def apply_remote(self, event: ResidencyEvent) -> bool:
-        """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket)."""
-        if event.kind is not EventKind.POD_RESET:
+        """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket).
+
+        Another replica's request queues its prefill on the pod as ours do (the ``trtfleet`` policy prices a
+        pod's queue by it): a ``put``/``acquire`` books its blocks the prefix index does not hold there yet,
+        in tokens, as pending prefill (the origin books its prompt less the cached blocks: the same but for
+        the last partial block), until the origin's ``loaded`` (its first token) or ``release``."""
+        kind = event.kind
+        if kind is not EventKind.POD_RESET:
             applied = self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+            key = (event.origin, event.ticket)
             if applied and event.blocks:  # the other replica's request leaves its blocks on the pod, as ours do
-                self._prefix.record(event.pod_id, event.blocks)
+                tokens = self.kv_tokens_per_block
+                self._prefix.book(key, event.pod_id, event.blocks, len(event.blocks) * tokens, tokens)
+            elif kind is EventKind.LOADED or kind is EventKind.RELEASE:
+                applied = self._prefix.prefill_done(key) or applied
             return applied
         old = self._pods.get(event.pod_id)
         if old is None or old.discovered_uid != event.pod_uid:
@@ -88,6 +99,9 @@ class PodResets:
 
     def forget_origin(self, origin: str) -> int:
         """Another replica is gone (or its stream had a gap): end its requests, unpin its adapters."""
+        for ticket_origin, ticket_id, _ in list(self._remote.tickets()):
+            if ticket_origin == origin:
+                self._prefix.prefill_done((origin, ticket_id))
         return self._remote.forget_origin(origin, self._pods, self._residency, self._demand)
 
     @property

@@ -28,6 +28,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
+PrefillKey = int | tuple[str, int]
+"""A request whose prefill waits on a pod: a local ticket id, or ``(origin replica, its ticket)`` for another
+replica's request (booked from its peer events)."""
+
 CONFIDENCE_STEP = 0.5  # how far one scrape moves a pod's confidence towards the observed reuse share
 
 
@@ -70,7 +74,7 @@ class PrefixIndex:
         self._pods: dict[str, PodBlocks] = {}
         self._holders: dict[int, int] = {}  # block hash -> bit mask of pod slots
         self._free_slots: list[int] = []
-        self._pending: dict[int, tuple[PodBlocks, int]] = {}  # ticket id -> (pod, its uncached prompt tokens)
+        self._pending: dict[PrefillKey, tuple[PodBlocks, int]] = {}  # request -> (pod, its uncached tokens)
 
     # -- pods --------------------------------------------------------------------------------------
     def reset_pod(self, pod_id: str, capacity_blocks: int = 0) -> None:
@@ -213,7 +217,9 @@ class PrefixIndex:
                     del holders[old]
 
     # -- prefill work in flight (the queue a long prompt adds to a pod) -------------------------------
-    def book(self, ticket_id: int, pod_id: str, hashes: Sequence[int], prompt_tokens: int, block_tokens: int) -> None:
+    def book(
+        self, ticket_id: PrefillKey, pod_id: str, hashes: Sequence[int], prompt_tokens: int, block_tokens: int
+    ) -> None:
         """A request started on the pod: its blocks are there from now on, and its uncached prompt tokens are
         prefill work there until its first token (:meth:`prefill_done`)."""
         matched = self.match(hashes).get(pod_id, 0) if hashes else 0
@@ -221,18 +227,21 @@ class PrefixIndex:
             self.record(pod_id, hashes, matched)
         self.prefill_started(ticket_id, pod_id, prompt_tokens - matched * block_tokens)
 
-    def prefill_started(self, ticket_id: int, pod_id: str, tokens: int) -> None:
+    def prefill_started(self, ticket_id: PrefillKey, pod_id: str, tokens: int) -> None:
         """A request whose prefill computes ``tokens`` uncached tokens was started on the pod."""
         pod = self._pods.get(pod_id)
         if pod is not None and tokens > 0:
             pod.pending_prefill_tokens += tokens
             self._pending[ticket_id] = (pod, tokens)
 
-    def prefill_done(self, ticket_id: int) -> None:
-        """Its first token came back (or it ended): its prefill no longer waits on the pod. Idempotent."""
+    def prefill_done(self, ticket_id: PrefillKey) -> bool:
+        """Its first token came back (or it ended): its prefill no longer waits on the pod. Idempotent; True
+        when it was still pending."""
         entry = self._pending.pop(ticket_id, None)
-        if entry is not None:
-            entry[0].pending_prefill_tokens -= entry[1]
+        if entry is None:
+            return False
+        entry[0].pending_prefill_tokens -= entry[1]
+        return True
 
     def pending_prefill_tokens(self, pod_id: str) -> int:
         pod = self._pods.get(pod_id)

@@ -11,6 +11,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from trtfleet_router.routing import (
+    AdapterRef,
+    Decision,
+    Fleet,
+    Outcome,
+    PodInfo,
+    RouteRequest,
+    build_policy,
+    parse_routing_config,
+)
+from trtfleet_router.routing.prefix import token_block_hashes
 
 from bench.podsim import PodSpec, StepTimeModel
 from bench.realfleet import PeerViewUnsupported, RealFleet
@@ -22,6 +33,7 @@ from bench.replicas import (
     peer_flags,
     sum_counters,
 )
+from bench.simpeers import FINISH, FIRST_TOKEN, START, DelayedMirror
 from bench.simulate import FleetSimulation, FleetSpec, simulate
 from bench.traces import TraceRequest
 from tests.unit.bench.test_bench_simulate import small_fleet, small_trace
@@ -192,3 +204,24 @@ def test_delayed_shared_view_keeps_every_replicas_books(policy: str) -> None:
     assert result.fleet_counters["open_tickets"] == 0 and simulation.mirror is not None
     assert simulation.mirror.pending == 0
     assert all((r.e2e_s is not None) != (r.error is not None) for r in result.records)  # served or failed
+
+
+def test_delayed_mirror_ends_the_other_replicas_prefill_at_the_first_token() -> None:
+    config = parse_routing_config({"policy": "trtfleet"})
+    fleets = [Fleet(build_policy(config), now=lambda: 0.0, rng=random.Random(i), config=config, model="m")
+              for i in range(2)]
+    for fleet in fleets:
+        fleet.set_pods({"p0": PodInfo("p0", "p0:8001", "uid-p0", 4, 4, True)})
+    mirror = DelayedMirror(fleets)
+    subject = AdapterRef("a", 1001, 1 << 20, 1)
+    request = RouteRequest("m", subject, 2048, 16, blocks=token_block_hashes(list(range(2048)), 1001, 32))
+    decision = Decision("p0", True, False, "test", "setup")
+    ticket = fleets[0].start(decision, request)
+    mirror.replay(0, START, ticket, (decision, request))
+    assert [f.prefix_index.pending_prefill_tokens("p0") for f in fleets] == [2048, 2048]
+    fleets[0].first_token(ticket)
+    mirror.replay(0, FIRST_TOKEN, ticket, None)
+    assert [f.prefix_index.pending_prefill_tokens("p0") for f in fleets] == [0, 0]
+    fleets[0].finish(ticket, Outcome.OK)
+    mirror.replay(0, FINISH, ticket, Outcome.OK)
+    assert mirror.pending == 0
