@@ -18,9 +18,6 @@ Metrics off the per-request path (weight store loads and bytes, scrape failures)
 
 from __future__ import annotations
 
-import bisect
-import math
-from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from typing import Final, Generic, TypeVar
 
@@ -32,10 +29,13 @@ from prometheus_client import (
     disable_created_metrics,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
-from prometheus_client.registry import Collector
+from prometheus_client.core import GaugeMetricFamily, Metric
 
 from trtfleet_router.activity import AdapterActivity
+from trtfleet_router.loopmetrics import LoopCounter as LoopCounter
+from trtfleet_router.loopmetrics import LoopGauge as LoopGauge
+from trtfleet_router.loopmetrics import LoopHistogram as LoopHistogram
+from trtfleet_router.loopmetrics import _LoopCollector as _LoopCollector
 
 PREFIX: Final = "trtfleet_router_"
 ADAPTER_LABEL_CAP_DEFAULT: Final = 50
@@ -62,129 +62,6 @@ LATENCY_BUCKETS_S: Final = (
     60.0,
 )
 DECISION_BUCKETS_S: Final = (0.00001, 0.000025, 0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.01)
-
-
-class _Value:
-    __slots__ = ("value",)
-
-    def __init__(self) -> None:
-        self.value = 0.0
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.value += amount
-
-    def dec(self, amount: float = 1.0) -> None:
-        self.value -= amount
-
-    def set(self, value: float) -> None:
-        self.value = value
-
-
-class _Buckets:
-    __slots__ = ("bounds", "counts", "sum")
-
-    def __init__(self, bounds: tuple[float, ...]) -> None:
-        self.bounds = bounds
-        self.counts = [0] * (len(bounds) + 1)  # the last one: above every bound (+Inf)
-        self.sum = 0.0
-
-    def observe(self, value: float) -> None:
-        self.counts[bisect.bisect_left(self.bounds, value)] += 1  # first bucket with value <= bound
-        self.sum += value
-
-
-C = TypeVar("C", _Value, _Buckets)
-
-
-class _LoopMetric(ABC, Generic[C]):
-    """A metric family with ``labelnames``; ``labels(*values)`` returns its child for those values."""
-
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...]) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = labelnames
-        self._children: dict[tuple[str, ...], C] = {}
-
-    @abstractmethod
-    def _new_child(self) -> C: ...
-
-    @abstractmethod
-    def family(self) -> Metric: ...
-
-    def labels(self, *values: str) -> C:
-        child = self._children.get(values)
-        if child is None:
-            if len(values) != len(self.labelnames):
-                raise ValueError(f"{self.name} takes labels {self.labelnames}, got {values}")
-            child = self._children[values] = self._new_child()
-        return child
-
-
-class LoopCounter(_LoopMetric[_Value]):
-    def _new_child(self) -> _Value:
-        return _Value()
-
-    def inc(self, amount: float = 1.0) -> None:
-        self.labels().value += amount
-
-    def family(self) -> Metric:
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in self._children.items():
-            family.add_metric(values, child.value)
-        return family
-
-
-class LoopGauge(_LoopMetric[_Value]):
-    def _new_child(self) -> _Value:
-        return _Value()
-
-    def family(self) -> Metric:
-        family = GaugeMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        for values, child in self._children.items():
-            family.add_metric(values, child.value)
-        return family
-
-
-class LoopHistogram(_LoopMetric[_Buckets]):
-    def __init__(self, name: str, documentation: str, labelnames: tuple[str, ...], buckets: tuple[float, ...]) -> None:
-        super().__init__(name, documentation, labelnames)
-        if list(buckets) != sorted(set(buckets)) or any(math.isinf(b) for b in buckets):
-            raise ValueError(f"{name}: buckets must be increasing finite bounds")
-        self.bounds = buckets
-
-    def _new_child(self) -> _Buckets:
-        return _Buckets(self.bounds)
-
-    def observe(self, value: float) -> None:
-        self.labels().observe(value)
-
-    def family(self) -> Metric:
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labelnames)
-        names = [*(_bound_text(b) for b in self.bounds), "+Inf"]
-        for values, child in self._children.items():
-            cumulative, buckets = 0, []
-            for name, count in zip(names, child.counts, strict=True):
-                cumulative += count
-                buckets.append((name, float(cumulative)))
-            family.add_metric(values, buckets, child.sum)
-        return family
-
-
-def _bound_text(bound: float) -> str:
-    return repr(float(bound))  # as prometheus_client writes ``le`` (0.005 -> "0.005", 1 -> "1.0")
-
-
-class _LoopCollector(Collector):
-    def __init__(self) -> None:
-        self.metrics: list[LoopCounter | LoopGauge | LoopHistogram] = []
-        self.extra: list[Callable[[], Iterator[Metric]]] = []
-        """Families computed at scrape time (the adapter activity window)."""
-
-    def collect(self) -> Iterator[Metric]:
-        for metric in self.metrics:
-            yield metric.family()
-        for families in self.extra:
-            yield from families()
 
 
 M = TypeVar("M", Counter, Gauge, Histogram)

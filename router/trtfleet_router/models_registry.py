@@ -19,13 +19,9 @@ from typing import Final
 
 from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime, ServingServer
 from trtfleet.loracache import (
-    LoraCacheConfig,
-    LoraGeometry,
-    adapter_pages,
-    lora_module_shapes,
-    plan_lora_geometry,
     tier_pages,
 )
+from trtfleet_router.adaptergeometry import lora_geometry
 from trtfleet_router.chat import ChatRenderer, chat_renderer
 from trtfleet_router.errors import LimitExceeded, ModelNotFound
 from trtfleet_router.routing.prefix import (
@@ -330,21 +326,6 @@ def _successors(bases: Iterable[BaseModelEntry]) -> dict[str, str]:
 # -- builders from the API types ----------------------------------------------------------------------
 
 
-def lora_geometry(spec: BaseModelSpec) -> LoraGeometry | None:
-    """The engine's LoRA page geometry, when the spec has model dimensions."""
-    if spec.dimensions is None or not spec.lora.enabled:
-        return None
-    shapes = lora_module_shapes(spec.dimensions, spec.lora.target_modules, tp=spec.parallelism.tensor)
-    config = LoraCacheConfig(
-        optimal_adapter_size=spec.lora.cache.optimal_adapter_size,
-        max_adapter_size=spec.lora.cache.max_adapter_size,
-        max_lora_rank=spec.lora.max_rank,
-        dtype_bytes=2,
-        num_layers=spec.dimensions.num_layers,
-    )
-    return plan_lora_geometry(shapes, config)
-
-
 def base_entry_from_spec(
     name: str,
     spec: BaseModelSpec,
@@ -384,18 +365,3 @@ def base_entry_from_spec(
         replaces=spec.serving.replaces,
         kv_cache_tokens=(capacity.kv_cache_tokens or 0) if capacity is not None else 0,
     )
-
-
-def pages_for_adapter(
-    geometry: LoraGeometry | None, rank: int | None, modules: Iterable[str] | None, weights_bytes: int
-) -> int:
-    """Cache pages an adapter takes: exact from the geometry and its rank, else one page per
-    ``page_bytes`` of weights, at least one."""
-    if geometry is not None and rank is not None:
-        try:
-            return max(1, adapter_pages(geometry, rank, modules))
-        except ValueError:
-            return max(1, math.ceil(weights_bytes / geometry.page_bytes))
-    if geometry is not None and weights_bytes:
-        return max(1, math.ceil(weights_bytes / geometry.page_bytes))
-    return 1

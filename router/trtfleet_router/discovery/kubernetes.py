@@ -55,6 +55,7 @@ from trtfleet.api.labels import (
     ROLE_VARIANT,
     label_value,
 )
+from trtfleet_router.adaptergeometry import lora_geometry, pages_for_adapter
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
 from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
@@ -63,9 +64,7 @@ from trtfleet_router.models_registry import (
     BaseModelEntry,
     ModelRegistry,
     base_entry_from_spec,
-    lora_geometry,
     merged_entry,
-    pages_for_adapter,
     variant_entry,
     variant_fleet_name,
 )

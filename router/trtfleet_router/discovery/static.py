@@ -57,6 +57,7 @@ import yaml
 from pydantic import ValidationError
 
 from trtfleet.api.basemodel import Runtime
+from trtfleet_router.adaptergeometry import lora_geometry, pages_for_adapter
 from trtfleet_router.chat import chat_renderer
 from trtfleet_router.discovery.fleetfile import (
     AdapterConfig as AdapterConfig,
@@ -91,9 +92,7 @@ from trtfleet_router.models_registry import (
     EngineLimits,
     ModelRegistry,
     base_entry_from_spec,
-    lora_geometry,
     merged_entry,
-    pages_for_adapter,
     variant_entry,
     variant_fleet_name,
 )
