@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from trtfleet_router.adaptergeometry import lora_geometry, pages_for_adapter
 from trtfleet_router.chat import ChatMessage, chat_renderer
 from trtfleet_router.errors import LimitExceeded, ModelNotFound
 from trtfleet_router.models_registry import (
@@ -14,8 +15,6 @@ from trtfleet_router.models_registry import (
     EngineLimits,
     ModelRegistry,
     base_entry_from_spec,
-    lora_geometry,
-    pages_for_adapter,
 )
 
 from trtfleet.api.basemodel import BaseModel
