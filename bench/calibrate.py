@@ -17,12 +17,10 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trtfleet_router.routing import parse_routing_config
-
 from bench import report
 from bench.podsim import PodSpec, StepTimeModel
 from bench.simstats import summarize
-from bench.simulate import FleetSpec, simulate
+from bench.simulate import FleetSpec, sim_routing_config, simulate
 from bench.traces import TraceRequest
 
 CALIBRATION_POLICY = "least-load"
@@ -79,7 +77,7 @@ def compare(
     errors: dict[str, list[float]] = {"routing": [], "latency": []}
     for real in real_rows:
         policy = str(real["policy"])
-        config = parse_routing_config(
+        config = sim_routing_config(
             {"policy": policy, "trtfleet": {"loadBoundInflight": getattr(scenario, "load_bound_inflight", 12)}}
         )  # the router's configuration in the real run
         simulated = summarize(simulate(sim_trace, policy, spec, seed=scenario.seed, config=config))

@@ -22,13 +22,13 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trtfleet_router.routing import parse_routing_config, policy_names
+from trtfleet_router.routing import policy_names
 
 from bench import optimal, report
 from bench.podsim import fit_report
 from bench.profiles import GIB, h100_llama3_8b_fleet, pod_capacity_requests_per_s
 from bench.simstats import summarize
-from bench.simulate import FleetSpec, simulate
+from bench.simulate import FleetSpec, sim_routing_config, simulate
 from bench.traces import TraceRequest, TraceSpec, generate, offered_load, standard_specs
 
 COMMAND = ".venv/bin/python -m bench{quick} --only bound,sim"
@@ -221,7 +221,7 @@ def _small_caches(quick: bool) -> str:
     rows: list[dict[str, Any]] = []
     for label, policy, wait_s in (("trtfleet, 503 at once", "trtfleet", 0.0), ("trtfleet, wait (default)", "trtfleet",
                                   None), ("chwbl", "chwbl", None)):
-        config = parse_routing_config({"policy": policy, **({} if wait_s is None else {"capacityWaitS": wait_s})})
+        config = sim_routing_config({"policy": policy, **({} if wait_s is None else {"capacityWaitS": wait_s})})
         row: dict[str, Any] = dict(summarize(simulate(trace, policy, spec, config=config)))
         row.update(variant=label, of_bound=float(row["effective_hit_rate"]) / bound.hit_rate,
                    ttft_p50_ms=float(row["ttft_p50_s"]) * 1e3, ttft_p99_ms=float(row["ttft_p99_s"]) * 1e3)

@@ -45,6 +45,7 @@ import heapq
 import math
 import time
 from collections.abc import Sequence
+from typing import Any
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.policies import parse_routing_config
@@ -77,6 +78,19 @@ _ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _R
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
+SIM_LOAD_PRICES = {"loadOverheadS": 0.0, "podReadOverheadS": 0.0}
+"""The simulated pods pay no fixed cost per cold load (a load is its bytes over the link or the pod's read),
+so the trtfleet policies are told so: the router prices what its pods pay (the real runs measure theirs)."""
+
+
+def sim_routing_config(data: dict[str, Any]) -> RoutingConfig:
+    """:func:`parse_routing_config` of ``data`` with :data:`SIM_LOAD_PRICES` in both trtfleet policies' blocks."""
+    merged = dict(data)
+    for section in ("trtfleet", "trtfleet_adapter"):
+        merged[section] = {**SIM_LOAD_PRICES, **dict(data.get(section) or {})}
+    return parse_routing_config(merged)
+
+
 class FleetSimulation:
     def __init__(
         self,
@@ -93,7 +107,7 @@ class FleetSimulation:
         self.trace = trace
         self.spec = spec
         self.now_s = 0.0
-        routing = config if config is not None else parse_routing_config({"policy": policy})
+        routing = config if config is not None else sim_routing_config({"policy": policy})
         if routing.policy != policy:
             routing = routing.model_copy(update={"policy": policy})
         views = build_router_views(spec, routing, seed=seed, model_name=model_name, now=lambda: self.now_s,

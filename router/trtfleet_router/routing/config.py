@@ -14,6 +14,7 @@ Example (camelCase or snake_case keys; every key optional)::
     trtfleet:
       loadBoundInflight: 12     # keep it below the engine's max batch size (see its description)
       linkBandwidthBytesPerS: 1.25e9
+      loadOverheadS: 0.005      # a cold load's fixed cost (podReadOverheadS on pytorch): python -m bench.coldload
     chwbl: {loadFactor: 1.25, virtualNodes: 256}
     gieLoraAffinity: {queueWeight: 2, kvCacheWeight: 2, loraAffinityWeight: 1}
 

@@ -10,8 +10,9 @@ question. Every candidate ``p`` gets one cost::
                                                                  there whose first token has not come back)
                  + load(p) x inflight_delay_s                   (what each request in flight adds to a new
                                                                  one's first token: its decode steps)
-    adapter(p) = 0 when warm and settled, else link(p) x transfer  (transfer = weights_bytes / bandwidth: the
-                                                                 link, or the pod's own read on pytorch;
+    adapter(p) = 0 when warm and settled, else link(p) x transfer  (transfer = a load's fixed cost + weights_bytes
+                                                                 / bandwidth: the link, or the pod's own read
+                                                                 on pytorch (``TrtfleetPolicyConfig.load_s``);
                                                                  link(p) = 1 + weight transfers already on
                                                                  their way to p: they go one after another)
                  (+ one transfer more when storing it evicts an adapter: that adapter's later reload)
@@ -118,7 +119,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         bound = min(ctx.loads) + config.load_bound_inflight
         best = _Best(adapter.name)
         full_prefill_s = ctx.request.prompt_tokens * config.prefill_s_per_token
-        transfer_s = self._transfer_s(adapter)
+        transfer_s = self._priced.load_s(adapter)
         least_warm_load: int | None = None
         warm_count = 0
         for pod_id in ctx.residency.warm_pods(task_id):
@@ -146,7 +147,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         queued = (
             best.pod is not None
             and ctx.prefix.pending_prefill_tokens(best.pod.pod_id) * config.prefill_s_per_token
-            > self._transfer_s(adapter)
+            > transfer_s
         )
         if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = self._cold_home(ctx, adapter, bound)
@@ -195,7 +196,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
 
     def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
-        transfer_s = self._transfer_s(adapter)
+        transfer_s = self._priced.load_s(adapter)
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
         return self._link_s(pod, transfer_s) + (transfer_s if evicts else 0.0) + self._queue_s(ctx, pod.pod_id, load)
@@ -205,11 +206,6 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         """When weights sent now reach the pod: after the weights already on their way there (same size assumed)."""
         return (1 + sum(pod.residency.loading.values())) * transfer_s
 
-    def _transfer_s(self, adapter: AdapterRef) -> float:
-        config = self._priced
-        return adapter.weights_bytes / (
-            config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
-        )
 
     @staticmethod
     def _can_store(pod: PodView, adapter: AdapterRef) -> bool:

@@ -24,10 +24,10 @@ fresh scraped waiting; ``bound`` = least candidate load + ``load_bound_inflight`
    adapters go is the only lever, so they churn a few pods' caches and leave the warm working
    sets elsewhere alone. Then any pod of the ranking (``cold-evict``).
 4. **Pricing.** Leaving a warm pod (over ``bound``, or ``a`` hot) for the cold pod of step 2-3
-   happens only when the cold pod is cheaper, in seconds: cold = ``weights_bytes /
-   link_bandwidth_bytes_per_s`` (runtime pytorch: ``/ pod_read_bytes_per_s``, the pod reads the adapter)
-   ``+ load x queue_delay_per_inflight_s`` (+ the transfer again when it
-   evicts an adapter: that adapter's later reload); warm = ``load x queue_delay_per_inflight_s``.
+   happens only when the cold pod is cheaper, in seconds: cold = the load (``load_overhead_s +
+   weights_bytes / link_bandwidth_bytes_per_s``; runtime pytorch: ``pod_read_overhead_s + weights_bytes /
+   pod_read_bytes_per_s``, the pod reads the adapter) ``+ load x queue_delay_per_inflight_s`` (+ the load
+   again when it evicts an adapter: that adapter's later reload); warm = ``load x queue_delay_per_inflight_s``.
 5. **Hot spread.** ``a`` is hot when its own in-flight requests per warm candidate reach
    ``hot_spread_inflight_per_pod`` and none of its loads is in transit; the next pod of its ranking
    then competes on price, so a popular adapter grows onto more pods as its load grows, one pod at
@@ -84,6 +84,23 @@ class TrtfleetPolicyConfig(ApiModel):
         "directory from its volume (nothing travels with the request): a shared volume (NFS, a PVC) read plus "
         "the PEFT-to-TRT-LLM conversion on the pod, about 0.5 GB/s.",
     )
+    load_overhead_s: float = Field(
+        default=0.005,
+        ge=0,
+        description="Fixed cost of one cold load that carries the weights (runtime tensorrt), on top of the bytes "
+        "over the link: Triton unpacking the lora_weights/lora_config tensors, the PEFT cache's put into host "
+        "pages and their copy to device pages before the step. 5 ms is an estimate for a GPU pod, not a "
+        "measurement; `python -m bench.coldload` measures it on your fleet (the CPU reference workers: "
+        "docs/benchmarks.md, Cold load).",
+    )
+    pod_read_overhead_s: float = Field(
+        default=0.05,
+        ge=0,
+        description="Fixed cost of one cold load on runtime pytorch, on top of the bytes read: the pod opens the "
+        "PEFT directory and converts it module by module to TRT-LLM's layout, twice (rank 0's preload and "
+        "add_request_peft each read lora_path). 50 ms is an estimate for a 32-layer model, not a measurement; "
+        "`python -m bench.coldload --runtime pytorch` measures it on your fleet.",
+    )
     queue_delay_per_inflight_s: float = Field(
         default=0.05,
         gt=0,
@@ -114,6 +131,14 @@ class TrtfleetPolicyConfig(ApiModel):
         description="Share of pods (at least one) that take rare adapters' cold "
         "loads, chosen by rendezvous hashing so every replica picks the same ones.",
     )
+
+
+    def load_s(self, adapter: AdapterRef) -> float:
+        """What one cold load of ``adapter`` costs a pod: the fixed part plus its bytes over the link (tensorrt:
+        the weights travel with the request) or over the pod's own read of ``lora_path`` (pytorch)."""
+        if adapter.read_by_pod:
+            return self.pod_read_overhead_s + adapter.weights_bytes / self.pod_read_bytes_per_s
+        return self.load_overhead_s + adapter.weights_bytes / self.link_bandwidth_bytes_per_s
 
 
 class TrtfleetPolicy:
@@ -285,8 +310,7 @@ class TrtfleetPolicy:
 
     def _cold_cost_s(self, pod: PodView, load: int, adapter: AdapterRef) -> float:
         config = self._config
-        bytes_per_s = config.pod_read_bytes_per_s if adapter.read_by_pod else config.link_bandwidth_bytes_per_s
-        transfer_s = adapter.weights_bytes / bytes_per_s
+        transfer_s = config.load_s(adapter)
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
         eviction_s = transfer_s if evicts else 0.0

@@ -87,6 +87,19 @@ def test_trtfleet(
     assert decision.warm is not decision.send_weights
 
 
+@pytest.mark.parametrize(("overhead_s", "expected"), [(0.0, 0), (1.0, 2)])
+def test_leaving_an_overloaded_warm_pod_pays_the_loads_fixed_cost(
+    make_harness: Callable[..., Harness], overhead_s: float, expected: int
+) -> None:
+    """13 requests ahead on the warm pod cost 0.65 s; an 8 MiB load 6.7 ms plus its fixed part."""
+    h = make_harness("trtfleet-adapter", pods=4, host_pages=4,
+                     config={"trtfleet_adapter": {"loadOverheadS": overhead_s}})
+    subject = h.adapter(SUBJECT)
+    ranking = rendezvous_rank(subject.name, h.pod_ids)
+    setup(h, ranking, [("warm", 2, SUBJECT, 1), ("load", 2, 13)])
+    assert ranking.index(h.route(subject).pod) == expected
+
+
 def test_rare_adapter_goes_to_a_churn_pod_not_over_popular_ones(make_harness: Callable[..., Harness]) -> None:
     h = make_harness("trtfleet-adapter", pods=8, host_pages=4)  # churn pods: 2 of 8
     churn = set(rendezvous_rank(CHURN_KEY, h.pod_ids)[:2])

@@ -1,13 +1,14 @@
 """trtfleet (default): queue + adapter cold cost + prefill of the uncached blocks, one decision in seconds.
 
 Defaults priced here: 14.5 us per uncached prompt token, queued ahead or the request's own, 5 ms per
-request in flight, an 8 MiB adapter crosses the link in 6.7 ms (twice that when it evicts, once more for each
-transfer already on its way to the pod). The prompt is 8,192 tokens (256 blocks): 0.119 s
-of prefill where nothing is cached, 0 where the whole prefix is.
+request in flight, an 8 MiB adapter's load costs 11.7 ms (5 ms fixed, ``loadOverheadS``, plus 6.7 ms over the
+link; twice that when it evicts, once more for each load already on its way to the pod). The prompt is 8,192
+tokens (256 blocks): 0.119 s of prefill where nothing is cached, 0 where the whole prefix is.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -58,7 +59,7 @@ CASES = [
     Case("hot-prefix-spreads", warm=(3,), prefix=(2,), prefilling={2: 1}, expected_rank=3),
     # 24 requests in flight (0.12 s) also outweigh it
     Case("busy-prefix-spreads", warm=(3,), prefix=(2,), loads={2: 24}, expected_rank=3),
-    # the adapter left pod 1 but its blocks did not: a cold load (13 ms with the eviction) beats 0.119 s
+    # the adapter left pod 1 but its blocks did not: a cold load (23 ms with the eviction) beats 0.119 s
     Case("cold-adapter-warm-prefix", warm=(2,), prefix=(1,), evicted=(1,), expected_rank=1, send_weights=True,
          reason="cold-prefix"),
     # a 2 GiB adapter costs 1.7 s (3.4 s evicting): prefill on the warm pod is cheaper
@@ -68,15 +69,15 @@ CASES = [
     # spreading does not wait for that load to land (trtfleet-adapter would stay)
     Case("hot-adapter-spreads-while-loading", pinned_loading={0: 4}, expected_rank=1, send_weights=True,
          reason="hot-spread"),
-    # not hot, but three transfers are queued on the pod's link: a request sent there waits for 4 x 6.7 ms;
+    # not hot, but three transfers are queued on the pod's link: a request sent there waits for 4 x 11.7 ms;
     # the idle pod with the shortest queue takes it cold after one transfer (spill)
     Case("weights-queued-on-the-link-spill", pinned_loading={0: 3}, expected_rank=1, send_weights=True,
          reason="spill"),
-    # one transfer on its way: 2 x 6.7 ms + 5 ms of queue there > 6.7 ms for a fresh load on an idle pod
+    # one load on its way: 2 x 11.7 ms + 5 ms of queue there > 11.7 ms for a fresh load on an idle pod
     Case("loading-pod-priced-with-its-link", pinned_loading={0: 1}, expected_rank=1, send_weights=True,
          reason="spill"),
     # over the load bound (12 above the least loaded): the queue is dearer than a cold load at home
-    # one 8,192-token prompt still prefilling on the only warm pod (0.119 s) > a 6.7 ms transfer: cold home
+    # one 8,192-token prompt still prefilling on the only warm pod (0.119 s) > an 11.7 ms load: cold home
     Case("pending-prefill-spreads", warm=(2,), prefilling={2: 1}, expected_rank=0, send_weights=True,
          reason="hot-spread"),
     # the same prompt's first token came back: nothing pending, the warm pod again
@@ -149,3 +150,36 @@ def test_engine_counters_that_show_less_reuse_lower_the_prefix_price(make_harnes
     h.fleet.observe_metrics("p0", PodMetrics(0, 0, kv_reused_blocks_total=0, kv_missed_blocks_total=768))
     assert h.fleet.prefix_index.confidence("p0") == pytest.approx(0.25)
     assert h.fleet.route(prompt_request(subject)).pod == "p1"
+
+
+@pytest.mark.parametrize(
+    ("read_by_pod", "config", "expected_rank"),
+    [
+        # a 0-byte adapter: only the fixed part prices its load. The warm pod has an 8,192-token prompt
+        # prefilling ahead (0.124 s with its 5 ms); the idle cold home costs the load
+        pytest.param(False, {"loadOverheadS": 0.0}, 0, id="free-load-goes-to-the-idle-pod"),
+        pytest.param(False, {"loadOverheadS": 0.2}, 2, id="dear-load-waits-on-the-warm-pod"),
+        pytest.param(False, {"podReadOverheadS": 0.2}, 0, id="weights-sent-ignore-the-pod-read-price"),
+        pytest.param(True, {"podReadOverheadS": 0.2}, 2, id="dear-pod-read-waits-on-the-warm-pod"),
+        pytest.param(True, {"loadOverheadS": 0.2, "podReadOverheadS": 0.0}, 0, id="pod-reads-ignore-the-send-price"),
+    ],
+)
+def test_a_loads_fixed_cost_is_priced_for_its_runtime(
+    make_harness: Callable[..., Harness], read_by_pod: bool, config: dict[str, float], expected_rank: int
+) -> None:
+    h = make_harness("trtfleet", pods=4, host_pages=4, config={"trtfleet": config})
+    subject = dataclasses.replace(h.adapter(SUBJECT, weights_mib=0), read_by_pod=read_by_pod)
+    ranking = rendezvous_rank(subject.name, h.pod_ids)
+    _setup(h, Case("queued", warm=(2,), prefilling={2: 1}), subject, ranking)
+    decision = h.fleet.route(prompt_request(subject))
+    assert (ranking.index(decision.pod), decision.send_weights) == (expected_rank, expected_rank != 2)
+
+
+def test_the_load_price_is_the_fixed_part_plus_the_bytes() -> None:
+    from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicyConfig
+
+    config = TrtfleetPolicyConfig.model_validate({"loadOverheadS": 0.01, "podReadOverheadS": 0.05,
+                                                  "linkBandwidthBytesPerS": 1e9, "podReadBytesPerS": 5e8})
+    sent = AdapterRef("a", 1, 10**8, 1, 0)
+    assert config.load_s(sent) == pytest.approx(0.01 + 0.1)
+    assert config.load_s(dataclasses.replace(sent, read_by_pod=True)) == pytest.approx(0.05 + 0.2)
