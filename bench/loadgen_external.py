@@ -138,7 +138,8 @@ def run(scenario: Any, trace: Sequence[TraceRequest], adapters: list[tuple[str, 
     names = [name for name, _task, _path in adapters]
     split = dyadic_split(names, zipf_weights(len(names), scenario.zipf_alpha))
     fleet = RealFleet(POLICY, scenario.workers, adapters, host_bytes, WORK / "fleet",
-                      max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms)
+                      max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
+                      policy_config=scenario.policy_config())
     with fleet:
         cfg = config(fleet.base_url, trace_csv, tokenizer, WORK / "out", split, trace[-1].t_s)
         config_path = WORK / "config.yaml"

@@ -96,10 +96,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     adapter_dirs = synthetic_adapters(args.adapters)
     adapters = [(f"a{i:04d}", i + 1, path) for i, path in enumerate(adapter_dirs)]
     host_bytes, _pages = host_cache_bytes_for(scenario.adapter_pages_per_worker)
+    from bench import coldload
+
+    scenario, _load = coldload.priced(scenario)
     for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
         fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
                           max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
-                          policy_config={"trtfleet": {"loadBoundInflight": scenario.load_bound_inflight}})
+                          policy_config=scenario.policy_config())
         with fleet:
             before = reused_total(fleet)
             if before is None:

@@ -68,7 +68,7 @@ def run_replicas(policy: str, replicas: int, view: str, scenario: RealScenario, 
     replica_of = assign_replicas(len(trace), replicas, random.Random(f"{scenario.seed}/replicas"))
     fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"replicas-{view}-{policy}-r{replicas}",
                       max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
-                      policy_config={"trtfleet": {"loadBoundInflight": scenario.load_bound_inflight}},
+                      policy_config=scenario.policy_config(),
                       replicas=replicas, peer_view=view == "peers")
     with fleet:
         began = time.monotonic()
@@ -95,6 +95,9 @@ def replicas_section(counts: Sequence[int], view: str,
     check_fits(trace, scenario.limits(), name=scenario.trace_spec().name)
     names = scenario.trace_spec().adapter_names()
     adapters = [(name, index + 1, path) for index, (name, path) in enumerate(zip(names, paths, strict=True))]
+    from bench import coldload
+
+    scenario, _load = coldload.priced(scenario)
     rows: list[dict[str, Any]] = []
     for policy in policies:
         for replicas in counts:

@@ -79,6 +79,14 @@ class RealScenario:
     # a full batch of 8 for a whole service time (the p99 TTFT of 2.2 s before 2026-11-22).
     load_bound_inflight: int = 4
     seed: int = 21
+    # what a cold load costs these workers beyond its bytes (bench.coldload measures it before a run), priced
+    # by both trtfleet policies: ``(("loadOverheadS", s),)`` or ``(("podReadOverheadS", s),)``; () the defaults
+    load_price: tuple[tuple[str, float], ...] = ()
+
+    def policy_config(self) -> dict[str, dict[str, Any]]:
+        """The router's routing config in the real runs: trtfleet's load bound and the measured load price."""
+        price = dict(self.load_price)
+        return {"trtfleet": {"loadBoundInflight": self.load_bound_inflight, **price}, "trtfleet_adapter": price}
 
     @staticmethod
     def limits() -> FleetLimits:
@@ -242,7 +250,7 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
     work = WORK / policy
     fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
                       seed=scenario.seed, min_step_ms=scenario.min_step_ms,
-                      policy_config={"trtfleet": {"loadBoundInflight": scenario.load_bound_inflight}})
+                      policy_config=scenario.policy_config())
     with fleet:
         began = time.monotonic()
         samples = asyncio.run(replay(fleet.base_url, trace))
@@ -284,6 +292,9 @@ def routing_section(quick: bool, *, loadgen: bool = True) -> tuple[str, dict[str
     check_fits(trace, scenario.limits(), name=scenario.trace_spec().name)
     names = scenario.trace_spec().adapter_names()
     adapters = [(name, index + 1, path) for index, (name, path) in enumerate(zip(names, paths, strict=True))]
+    from bench import coldload
+
+    scenario, load = coldload.priced(scenario)
     WORK.mkdir(parents=True, exist_ok=True)
     write_jsonl(trace, WORK / "trace.jsonl", with_text=True)
     bound = optimal.hit_rate_bound([r.adapter for r in trace], [scenario.adapter_pages_per_worker] *
@@ -323,7 +334,8 @@ def routing_section(quick: bool, *, loadgen: bool = True) -> tuple[str, dict[str
         f"{scenario.zipf_alpha} popularity, Poisson {scenario.rate_per_s} req/s for {scenario.duration_s:.0f} s "
         f"({len(trace)} requests), replayed open-loop through `trtfleet router` for each policy (fresh workers "
         f"and router each time). Bound {bound.hit_rate:.3f} (pooled K = {bound.capacity_slots}, ceiling "
-        f"{bound.compulsory_ceiling:.3f}). Trace: `bench/results/real/trace.jsonl`.",
+        f"{bound.compulsory_ceiling:.3f}). Trace: `bench/results/real/trace.jsonl`. Cold load measured first "
+        f"(`python -m bench.coldload`), {coldload.describe_price(load)}.",
         report.table(rows, REAL_COLUMNS),
         simbench.verdict(rows, "Measured") + f" Offered load: {real_load(scenario, trace):.0%} of the workers' "
         "token capacity (max batch x one token per minimum step). "

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench import optimal, report
+from bench import coldload, optimal, report
 from bench.realfleet import parse_counters, synthetic_peft_adapters
 from bench.realfleet_pytorch import ServeFleet, serve_fleet
 from bench.routing import REAL_COLUMNS, WORK, RealScenario, Sample, replay, summarize_samples
@@ -33,7 +33,7 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
     fleet = serve_fleet(policy, scenario.workers, adapters, WORK / "pytorch" / policy,
                         max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
                         max_loras=MAX_LORAS, max_cpu_loras=scenario.adapter_pages_per_worker,
-                        policy_config={"trtfleet": {"loadBoundInflight": scenario.load_bound_inflight}})
+                        policy_config=scenario.policy_config())
     samples: list[Sample]
     with fleet:
         began = time.monotonic()
@@ -64,6 +64,7 @@ def pytorch_routing_section(quick: bool) -> str:
     check_fits(trace, scenario.limits(), name=scenario.trace_spec().name)
     names = scenario.trace_spec().adapter_names()
     adapters = [(name, index + 1, path) for index, (name, path) in enumerate(zip(names, paths, strict=True))]
+    scenario, load = coldload.priced(scenario, "pytorch")
     rows: list[dict[str, Any]] = []
     bound: optimal.BoundResult | None = None
     tiers: dict[str, Any] = {}
@@ -88,6 +89,7 @@ def pytorch_routing_section(quick: bool) -> str:
         f"{MAX_LORAS} (device, {tiers['devicePages']} pages) and max_cpu_loras {scenario.adapter_pages_per_worker} "
         f"(host, {tiers['hostPages']} pages), {scenario.adapters} synthetic rank-8 PEFT adapters read by the "
         f"workers from `lora_path`, the trace of the Triton real runs. Bound {bound.hit_rate:.3f} on the host "
-        "tier. Nothing travels with a cold request: `loads` are cold routes (the pod reads the adapter).",
+        "tier. Nothing travels with a cold request: `loads` are cold routes (the pod reads the adapter). Cold load "
+        f"measured first (`python -m bench.coldload --runtime pytorch`), {coldload.describe_price(load)}.",
         report.table(rows, REAL_COLUMNS),
     ])
