@@ -9,7 +9,8 @@ COPY trtfleet ./trtfleet
 COPY engines ./engines
 COPY router ./router
 COPY operator ./operator
-RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+# the s3 extra (boto3): the batch store and artifacts on s3:// work in the shipped image
+RUN pip wheel --no-cache-dir --wheel-dir /wheels ".[s3]"
 
 FROM ${PYTHON_IMAGE}
 RUN groupadd --gid 10001 trtfleet && useradd --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin trtfleet

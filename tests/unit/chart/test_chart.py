@@ -6,11 +6,13 @@ import filecmp
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 import kubernetes_validate
 import pytest
 import yaml
 from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.routing import parse_routing_config
 
 from tests.support.helm import CHART, ROOT, helm
 
@@ -118,3 +120,75 @@ def test_router_replicas_share_their_view_unless_peers_are_off(tmp_path: Path) -
     args, services = router_objects(["--set", "router.peers.enabled=false"])
     assert "--peer-port=-1" in args and not any(a.startswith("--peer-dns") for a in args)
     assert "trtfleet-router-peers" not in services
+
+
+def _router(docs: list[dict[str, object]]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The router Deployment's pod spec and its container."""
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-router"]  # type: ignore[index]
+    pod = deployment["spec"]["template"]["spec"]  # type: ignore[index]
+    return pod, pod["containers"][0]
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_rendered_policy_file_is_one_the_router_starts_with(case: str, tmp_path: Path) -> None:
+    """An unknown routing key stops the router at start-up, so the chart's file must parse (the production
+    example once set ``loadBound``, which the router refuses)."""
+    (config_map,) = [d for d in _render(tmp_path, CASES[case])
+                     if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "trtfleet-router"]  # type: ignore[index]
+    parsed = parse_routing_config(yaml.safe_load(config_map["data"]["policy.yaml"]))  # type: ignore[index]
+    assert parsed.policy == "trtfleet"
+
+
+@pytest.mark.golden
+def test_batches_are_off_by_default_and_a_store_turns_them_on(tmp_path: Path) -> None:
+    _pod, container = _router(_render(tmp_path, []))
+    assert not any(arg.startswith("--batch") for arg in container["args"])
+    pod, container = _router(_render(tmp_path, ["--set", "router.batch.pvc=batches", "--set",
+                                                "router.batch.podSlots=2", "--set", "router.batch.order=input"]))
+    assert [a for a in container["args"] if a.startswith("--batch")] == [
+        "--batch-store=/var/lib/trtfleet/batch", "--batch-pod-slots=2", "--batch-order=input"]
+    assert {"name": "batch-store", "mountPath": "/var/lib/trtfleet/batch"} in container["volumeMounts"]
+    assert {"name": "batch-store", "persistentVolumeClaim": {"claimName": "batches"}} in pod["volumes"]
+    _pod, container = _router(_render(tmp_path, CASES["production"]))
+    assert [a for a in container["args"] if a.startswith("--batch")] == [
+        "--batch-store=s3://llm-batches/prod", "--batch-pod-slots=2", "--batch-ttft-target-ms=500"]
+    assert container["envFrom"] == [{"secretRef": {"name": "trtfleet-batch-s3"}}]
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"router": {"batch": {"store": "gs://bucket"}}}, "does not match"),
+        ({"router": {"batch": {"podSlots": 0}}}, "minimum"),
+        ({"router": {"batch": {"order": "fifo"}}}, "value must be one of"),
+    ],
+)
+def test_schema_rejects_bad_batch_values(values: dict[str, object], message: str, tmp_path: Path) -> None:
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    result = helm("template", "t", str(CHART), "-f", str(path), home=tmp_path, check=False)
+    assert result.returncode != 0 and message in result.stderr.lower(), result.stderr
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_rendered_command_lines_are_ones_the_programs_accept(case: str, tmp_path: Path) -> None:
+    """Each container's args through the program's own argument parser: helm renders large numbers as
+    floats (``6.7108864e+07``), which ``--max-body-bytes`` (an int) refused, so the router never started."""
+    import argparse
+    import importlib
+
+    from trtfleet.cli import COMMANDS
+
+    deployments = [d for d in _render(tmp_path, CASES[case]) if d["kind"] == "Deployment"]
+    assert len(deployments) == 2
+    for deployment in deployments:
+        (container,) = deployment["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
+        command, *args = [a.replace("$(POD_IP)", "10.0.0.1") for a in container["args"]]
+        parser = argparse.ArgumentParser(prog=f"trtfleet {command}", exit_on_error=False)
+        importlib.import_module(COMMANDS[command].module).configure(parser)
+        parsed = parser.parse_args(args)
+        if command == "router":
+            assert parsed.max_body_bytes == 64 * 1024 * 1024
