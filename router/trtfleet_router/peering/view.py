@@ -6,12 +6,18 @@ Snapshot shape (one replica's whole view, plus how far it has applied each origi
      "peers": {"<origin>": "<advertised url>"},
      "fleets": {"<base model>": {
          "pods": [{"pod_id": ..., "uid": ..., "resident": [[task_id, pages], ...],   # LRU idle first, then busy
-                   "suspect": [task_id, ...]}],
-         "tickets": {"<origin>": [[ticket, pod_id, task_id, loading], ...]}}}}     # requests in flight
+                   "suspect": [task_id, ...],
+                   "blocks": "<base64>", "confidence": 0.8}],   # KV prefix blocks, least recent first
+         "tickets": {"<origin>": [[ticket, pod_id, task_id, loading], ...]},    # requests in flight
+         "prefill": {"<origin>": [[ticket, uncached tokens], ...]}}}}          # of those, still prefilling
 
 ``tickets`` lists each origin's requests in flight (the replica's own included), i.e. its pins and
 loads per origin: a replica that imports the snapshot books them as remote requests, so their later
-``release`` events unpin them. Pure functions over fleets; no I/O.
+``release`` events unpin them. ``blocks`` (the pod's :data:`SNAPSHOT_BLOCKS_PER_POD` most recent prefix blocks,
+in the events' encoding) and ``prefill`` (the prompt work queued on a pod: requests with no first token yet)
+let a replica that joins late price prefixes and queues as the others do from its first request; the origin's
+later ``loaded`` or ``release`` ends such a prefill. ``blocks``, ``confidence`` and ``prefill`` are new keys,
+so a replica of an earlier version reads such a snapshot as before. Pure functions over fleets; no I/O.
 """
 
 from __future__ import annotations
@@ -20,10 +26,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from trtfleet_router.models_registry import ModelRegistry
-from trtfleet_router.routing.events import EventKind, ResidencyEvent
+from trtfleet_router.routing.events import EventKind, ResidencyEvent, decode_blocks, encode_blocks
 from trtfleet_router.routing.fleet import ACTIVITY_WINDOW_S, Fleet
+from trtfleet_router.routing.prefixindex import PrefillKey
 
 Json = dict[str, Any]
+
+SNAPSHOT_BLOCKS_PER_POD = 8192
+"""The most recent prefix blocks a snapshot carries per pod: 88 kB each in base64 (about 6 MB at 64 pods), the
+blocks most likely to be reused; older ones a joining replica learns from the pods' later requests."""
 
 
 def export_view(
@@ -31,6 +42,7 @@ def export_view(
 ) -> Json:
     out: Json = {}
     for name, fleet in fleets.items():
+        prefix = fleet.prefix_index
         pods = []
         for pod_id in sorted(fleet.pods):
             pod = fleet.pods[pod_id]
@@ -42,19 +54,34 @@ def export_view(
                     "uid": pod.discovered_uid,
                     "resident": resident,
                     "suspect": sorted(pod.residency.suspect),
+                    "blocks": encode_blocks(prefix.recent_blocks(pod_id, SNAPSHOT_BLOCKS_PER_POD)),
+                    "confidence": round(prefix.confidence(pod_id), 4),
                 }
             )
-        tickets: dict[str, list[list[Any]]] = {}
-        for ticket in fleet.open_tickets():
-            holder = fleet.pods.get(ticket.pod)
-            if holder is not None and holder.uid == ticket.pod_uid:
-                tickets.setdefault(replica_id, []).append([ticket.ticket_id, ticket.pod, ticket.task_id, False])
-        for origin, ticket_id, remote in fleet.remote.tickets():
-            holder = fleet.pods.get(remote.pod_id)
-            if holder is not None and holder.uid == remote.pod_epoch:
-                tickets.setdefault(origin, []).append([ticket_id, remote.pod_id, remote.task_id, remote.loading])
-        out[name] = {"pods": pods, "tickets": tickets}
+        tickets, prefill = _in_flight(fleet, replica_id)
+        out[name] = {"pods": pods, "tickets": tickets, "prefill": prefill}
     return {"replica": replica_id, "seq": seq, "watermarks": dict(watermarks), "peers": dict(peers), "fleets": out}
+
+
+def _in_flight(fleet: Fleet, replica_id: str) -> tuple[dict[str, list[list[Any]]], dict[str, list[list[int]]]]:
+    """``tickets`` and ``prefill`` of a fleet's snapshot: every origin's requests on pods still known as they were."""
+    prefix = fleet.prefix_index
+    tickets: dict[str, list[list[Any]]] = {}
+    prefill: dict[str, list[list[int]]] = {}
+    entries: list[tuple[str, int, str, int | None, bool, PrefillKey]] = []
+    for ticket in fleet.open_tickets():
+        holder = fleet.pods.get(ticket.pod)
+        if holder is not None and holder.uid == ticket.pod_uid:
+            entries.append((replica_id, ticket.ticket_id, ticket.pod, ticket.task_id, False, ticket.ticket_id))
+    for origin, ticket_id, remote in fleet.remote.tickets():
+        holder = fleet.pods.get(remote.pod_id)
+        if holder is not None and holder.uid == remote.pod_epoch:
+            entries.append((origin, ticket_id, remote.pod_id, remote.task_id, remote.loading, (origin, ticket_id)))
+    for origin, ticket_id, pod_id, task_id, loading, key in entries:
+        tickets.setdefault(origin, []).append([ticket_id, pod_id, task_id, loading])
+        if pending := prefix.pending_tokens(key):
+            prefill.setdefault(origin, []).append([ticket_id, pending])
+    return tickets, prefill
 
 
 def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
@@ -66,6 +93,7 @@ def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
         if fleet is None:
             continue
         uids: dict[str, str] = {}
+        prefix = fleet.prefix_index
         for pod in data.get("pods", []):
             pod_id, uid = str(pod["pod_id"]), str(pod["uid"])
             state = fleet.pods.get(pod_id)
@@ -74,6 +102,11 @@ def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
             uids[pod_id] = uid
             for task_id, pages in pod.get("resident", []):
                 stored += fleet.residency.put(pod_id, int(task_id), int(pages))
+            if pod.get("blocks"):
+                prefix.store(pod_id, decode_blocks(str(pod["blocks"])))
+            if "confidence" in pod:
+                prefix.set_confidence(pod_id, float(pod["confidence"]))
+        booked: dict[tuple[str, int], str] = {}  # (origin, ticket) -> pod of the requests booked here
         for origin, tickets in data.get("tickets", {}).items():
             for ticket_id, pod_id, task_id, loading in tickets:
                 if pod_id not in uids:
@@ -86,6 +119,12 @@ def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
                 fleet.apply_remote(
                     ResidencyEvent(origin, 0, name, pod_id, uids[pod_id], kind, int(ticket_id), task_id, pages)
                 )
+                booked[(origin, int(ticket_id))] = pod_id
+        for origin, pending in data.get("prefill", {}).items():
+            for ticket_id, tokens in pending:
+                on_pod = booked.get((origin, int(ticket_id)))
+                if on_pod is not None:
+                    prefix.prefill_started((origin, int(ticket_id)), on_pod, int(tokens))
         for pod in data.get("pods", []):
             if str(pod["pod_id"]) in uids:
                 for task_id in pod.get("suspect", []):

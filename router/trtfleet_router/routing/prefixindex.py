@@ -247,6 +247,26 @@ class PrefixIndex:
         pod = self._pods.get(pod_id)
         return pod.pending_prefill_tokens if pod is not None else 0
 
+    def pending_tokens(self, ticket_id: PrefillKey) -> int:
+        """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""
+        entry = self._pending.get(ticket_id)
+        return entry[1] if entry is not None else 0
+
+    # -- a replica's snapshot ------------------------------------------------------------------------
+    def recent_blocks(self, pod_id: str, limit: int) -> list[int]:
+        """The pod's ``limit`` most recently used blocks, least recent first (the order :meth:`store` keeps)."""
+        pod = self._pods.get(pod_id)
+        if pod is None or limit <= 0:
+            return []
+        blocks = pod.blocks
+        skip = len(blocks) - limit
+        return [block for index, block in enumerate(blocks) if index >= skip]
+
+    def set_confidence(self, pod_id: str, confidence: float) -> None:
+        pod = self._pods.get(pod_id)
+        if pod is not None:
+            pod.confidence = min(1.0, max(0.0, confidence))
+
     # -- introspection -------------------------------------------------------------------------------
     def blocks_held(self, pod_id: str) -> int:
         pod = self._pods.get(pod_id)

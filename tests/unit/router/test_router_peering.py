@@ -29,6 +29,7 @@ from trtfleet_router.routing import (
     parse_routing_config,
 )
 from trtfleet_router.routing.events import EventKind, decode_event, encode_event
+from trtfleet_router.routing.prefix import token_block_hashes
 
 
 @pytest.mark.parametrize(
@@ -119,6 +120,48 @@ def test_a_snapshot_carries_lru_order_and_pins_per_origin() -> None:
     assert set(c.fleet.residency.pod("p0").cache.host.busy) == set()
     c.fleet.check_invariants()
     a.fleet.finish(a_pin, Outcome.OK)
+
+
+def test_a_snapshot_carries_prefix_blocks_and_queued_prefill_so_a_late_replica_prices_them() -> None:
+    a, b, c = Replica("a"), Replica("b"), Replica("c")
+    adapter = AdapterRef("a5", 5, 1, 1)
+    talk = token_block_hashes(list(range(640)), 5, 32)  # a conversation's 20 blocks, served on p1
+    a.fleet.finish(a.fleet.start(Decision("p1", True, False, "t", "t"), RouteRequest("m", adapter, 640, 1,
+                                                                                     blocks=talk)), Outcome.OK)
+    a.fleet.prefix_index.set_confidence("p1", 0.5)
+    base = Decision("p0", False, True, "t", "t")
+    first, second = token_block_hashes(range(9000, 13096), 0, 32), token_block_hashes(range(20000, 22048), 0, 32)
+    long_a = a.fleet.start(base, RouteRequest("m", None, 4096, 1, blocks=first))
+    long_b = b.fleet.start(base, RouteRequest("m", None, 2048, 1, blocks=second))
+    b.deliver_to(a)
+    assert a.fleet.prefix_index.pending_prefill_tokens("p0") == 4096 + 2048
+    snapshot = json.loads(json.dumps(export_view({"m": a.fleet}, "a", a.journal.seq, {"b": b.journal.seq}, {})))
+    assert snapshot["fleets"]["m"]["prefill"] == {"a": [[long_a.ticket_id, 4096]], "b": [[long_b.ticket_id, 2048]]}
+    import_view({"m": c.fleet}, snapshot)
+    index = c.fleet.prefix_index
+    assert index.match(talk.hashes) == {"p1": 20}  # the conversation's next turn is priced warm on p1 at once
+    assert index.confidence("p1") == 0.5
+    assert index.pending_prefill_tokens("p0") == 4096 + 2048  # the queue ahead on p0, as a and b see it
+    a.fleet.first_token(long_a)  # a's loaded and b's release end them in c's view too
+    b.fleet.finish(long_b, Outcome.OK)
+    for replica, since in ((a, snapshot["seq"]), (b, snapshot["watermarks"]["b"])):
+        replica.journal.flush()
+        for line in replica.journal.after(since)[1]:
+            c.fleet.apply_remote(decode_event(replica.journal.replica_id, line))
+    assert index.pending_prefill_tokens("p0") == 0
+    c.fleet.check_invariants()
+    a.fleet.finish(long_a, Outcome.OK)
+
+
+def test_a_snapshot_of_an_earlier_version_without_prefix_keys_still_imports() -> None:
+    a, c = Replica("a"), Replica("c")
+    a.fleet.finish(a.start("p0", 1), Outcome.OK)
+    snapshot = export_view({"m": a.fleet}, "a", a.journal.seq, {}, {})
+    for pod in snapshot["fleets"]["m"]["pods"]:
+        del pod["blocks"], pod["confidence"]
+    del snapshot["fleets"]["m"]["prefill"]
+    assert import_view({"m": c.fleet}, snapshot) == 1
+    assert c.fleet.prefix_index.blocks_held("p0") == 0
 
 
 def test_demand_sums_every_replicas_requests() -> None:
