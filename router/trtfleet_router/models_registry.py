@@ -86,6 +86,8 @@ class BaseModelEntry:
     variant_of: str | None = None
     """QLoRA base variant: this fleet's pods serve base model ``variant_of`` dequantized as bitsandbytes does;
     only the adapters trained on that quantization are routed here (see :func:`variant_entry`)."""
+    hold_release_per_pod: float | None = None
+    """``spec.autoscaling.targetRequestsPerPod``: held requests released per ready pod (else the routing config's)."""
 
     @property
     def upstream_name(self) -> str:
@@ -364,4 +366,5 @@ def base_entry_from_spec(
         server=spec.serving.server,
         replaces=spec.serving.replaces,
         kv_cache_tokens=(capacity.kv_cache_tokens or 0) if capacity is not None else 0,
+        hold_release_per_pod=spec.autoscaling.target_requests_per_pod if spec.autoscaling is not None else None,
     )

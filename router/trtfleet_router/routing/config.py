@@ -113,6 +113,14 @@ class RoutingConfig(ApiModel):
         description="Requests per base model that may be held for a pod at once; beyond it the router answers "
         "503 at once.",
     )
+    hold_release_per_pod: float = Field(
+        default=8.0,
+        ge=0,
+        description="Held requests go to a base model's pods as they turn ready, oldest first, while the "
+        "requests in flight there (every replica's) stay under this many per ready pod; the rest follow as "
+        "requests end. A BaseModel's spec.autoscaling.targetRequestsPerPod replaces it for that base model. "
+        "0: release every held request at once.",
+    )
     outlier_detection: OutlierDetectionConfig = Field(
         default_factory=OutlierDetectionConfig, description="When a failing pod is ejected, and for how long."
     )

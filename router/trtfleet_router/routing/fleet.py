@@ -316,6 +316,10 @@ class Fleet(PodResets):
         """Requests started per task id (None: no adapter) over the last ``ACTIVITY_WINDOW_S``, every replica's."""
         return self._window.counts(self._now())
 
+    def ready_count(self) -> int:
+        """Pods of the fleet that are ready now (ejected ones included: they come back)."""
+        return len(self._ready)
+
     def inflight_total(self) -> int:
         """Requests in flight on the fleet's pods, this replica's and the others'."""
         return sum(pod.load.inflight + pod.load.remote_inflight for pod in self._pods.values())

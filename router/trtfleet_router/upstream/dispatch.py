@@ -76,7 +76,7 @@ from trtfleet_router.upstream.attempt_log import log_done, log_failure
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.failures import UpstreamCallFailed
-from trtfleet_router.upstream.hold import RETRY_AFTER_S_HELD, HoldsFull, PodHolds
+from trtfleet_router.upstream.hold import RETRY_AFTER_S_HELD, HoldsFull, PodHolds, fleet_budget
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.priority import InteractiveSignal, Priority, batch_may_start
@@ -127,7 +127,7 @@ class Dispatcher:
             pool, metrics, calls=calls, streams_per_pod=streams_per_pod, warm_over_http=warm_over_http
         )
         self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
-        self.holds = PodHolds(fleets.routing_config.hold_queue_max)
+        self.holds = PodHolds(fleets.routing_config.hold_queue_max, fleet_budget(fleets))
         self.batch_pod_slots: int | None = None
         """Batch lines start on a pod only while its load is below this (None: no batch headroom rule)."""
         self.interactive = InteractiveSignal()
@@ -249,6 +249,7 @@ class Dispatcher:
                 self.metrics.inflight_requests.labels(decision.pod).dec()
                 fleet.finish(ticket, outcome)
                 self.capacity_waits.notify(base_name)
+                self.holds.capacity_freed(base_name)
 
     async def _prepare(
         self, call: UpstreamCall, decision: Decision, adapter_label: str

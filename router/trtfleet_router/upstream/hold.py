@@ -1,21 +1,59 @@
 """Requests held while their base model has no ready pod (scaled to zero, or its first pods starting).
 
 Instead of answering 503 at once, the dispatcher parks such a request here: at most ``max_held`` per
-base model (beyond: 503 at once), each until a pod of its base model becomes ready (discovery calls
-:meth:`PodHolds.pods_changed`, which wakes every holder of that base model to route again) or until its
-own limit passes (``holdWaitS``, capped by the request's deadline): then 503 with ``Retry-After``. The
-held requests are the demand that scales the base model from zero (``trtfleet_router_held_requests``).
-Pure asyncio on the event loop thread; no clock of its own beyond ``asyncio``'s timeouts.
+base model (beyond: 503 at once), each until it is released to route again or until its own limit passes
+(``holdWaitS``, capped by the request's deadline): then 503 with ``Retry-After``. The held requests are the
+demand that scales the base model from zero (``trtfleet_router_held_requests``).
+
+**Paced release.** When pods of the base model turn ready (discovery calls :meth:`PodHolds.pods_changed`),
+the held requests are released oldest first, but only as many as the base model's *release budget* allows:
+``holdReleasePerPod`` requests per ready pod (by default the BaseModel's
+``spec.autoscaling.targetRequestsPerPod``) less the requests already in flight there, every replica's, and
+less those released and not yet started. The rest follow as requests end (:meth:`capacity_freed`) or, at the
+latest, at the next re-check (:data:`RECHECK_S`: other replicas' requests end without telling this one). A
+backlog held through a cold start would otherwise land on the first pod at once, all cold, and queue there
+behind each other while the next pods come up; requests that arrive once a pod is ready are routed at once,
+not queued behind the backlog. Without a budget (``holdReleasePerPod: 0``) every held request is released
+together, as before. Pure asyncio on the event loop thread.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from trtfleet_router.fleets import FleetSet
+
 RETRY_AFTER_S_HELD: Final = 5
 """``Retry-After`` of a request turned away after or instead of a hold: a cold start takes this long at least."""
+
+RECHECK_S: Final = 0.5
+"""A held request re-checks its base model's budget this often (requests of other replicas end unseen)."""
+
+ReleaseBudget = Callable[[str], int | None]
+"""Held requests of a base model that may route now (None: all of them)."""
+
+
+def fleet_budget(fleets: FleetSet) -> ReleaseBudget:
+    """The router's budget: per ready pod the BaseModel's ``spec.autoscaling.targetRequestsPerPod`` (else the
+    routing config's ``holdReleasePerPod``), less every replica's requests in flight on the base model's pods;
+    None (release all) when that is 0."""
+
+    def budget(base_model: str) -> int | None:
+        entry = fleets.registry.bases.get(base_model)
+        per_pod = entry.hold_release_per_pod if entry is not None else None
+        if per_pod is None:
+            per_pod = fleets.routing_config.hold_release_per_pod
+        if per_pod <= 0:
+            return None
+        fleet = fleets.fleet(base_model)
+        return math.floor(per_pod * fleet.ready_count()) - fleet.inflight_total()
+
+    return budget
 
 
 class HoldsFull(Exception):
@@ -24,45 +62,79 @@ class HoldsFull(Exception):
 
 @dataclass
 class _Holders:
-    count: int = 0
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    released: int = 0
+    """Released to route and not yet resumed: counted against the budget until they start."""
 
 
 class PodHolds:
-    """Bounded holds per base model, all released together when its pods change."""
+    """Bounded holds per base model, released oldest first within the base model's budget."""
 
-    def __init__(self, max_held: int) -> None:
+    def __init__(self, max_held: int, budget: ReleaseBudget | None = None) -> None:
         self.max_held = max_held
+        self.budget = budget
         self._bases: dict[str, _Holders] = {}
 
     def held(self, base_model: str) -> int:
         holders = self._bases.get(base_model)
-        return holders.count if holders is not None else 0
+        return len(holders.waiters) if holders is not None else 0
 
     async def wait(self, base_model: str, timeout_s: float) -> bool:
-        """Hold until the base model's pods change (True) or ``timeout_s`` passes (False).
+        """Hold until released to route again (True) or until ``timeout_s`` passes (False).
 
         Raises :class:`HoldsFull` at once when ``max_held`` requests are held already.
         """
-        holders = self._bases.setdefault(base_model, _Holders())
-        if holders.count >= self.max_held:
-            raise HoldsFull(f"{holders.count} requests already wait for a pod of base model {base_model!r}")
+        held = self.held(base_model)
+        if held >= self.max_held:
+            raise HoldsFull(f"{held} requests already wait for a pod of base model {base_model!r}")
         if timeout_s <= 0:
             return False
-        holders.count += 1
+        holders = self._bases.setdefault(base_model, _Holders())
+        loop = asyncio.get_running_loop()
+        until_s = loop.time() + timeout_s
+        turn: asyncio.Future[None] = loop.create_future()
+        holders.waiters.append(turn)
+        resumed = False
         try:
-            await asyncio.wait_for(holders.changed.wait(), timeout_s)
+            while not turn.done():
+                left_s = until_s - loop.time()
+                if left_s <= 0:
+                    return False
+                await asyncio.wait((turn,), timeout=min(left_s, RECHECK_S))
+                if not turn.done() and self.budget is not None:
+                    self._release(base_model)
+            resumed = True
             return True
-        except TimeoutError:
-            return False
         finally:
-            holders.count -= 1
-            if holders.count == 0 and self._bases.get(base_model) is holders and not holders.changed.is_set():
+            if turn.done():
+                holders.released -= 1
+                if not resumed:  # released, then cancelled before it resumed: its turn passes on
+                    self._release(base_model)
+            else:  # timed out or cancelled while held: it leaves the queue
+                turn.cancel()
+                holders.waiters.remove(turn)
+            if not holders.waiters and holders.released == 0 and self._bases.get(base_model) is holders:
                 del self._bases[base_model]
 
     def pods_changed(self, base_models: set[str] | None = None) -> None:
-        """Wake every holder of ``base_models`` (None: all); they route again and, if still no pod is
-        ready, hold again for the rest of their time."""
+        """Pods of ``base_models`` (None: all) changed: release what their budgets allow. Released requests
+        route again and, if still no pod is ready, are held again for the rest of their time."""
         for name in list(self._bases if base_models is None else base_models & self._bases.keys()):
-            holders = self._bases.pop(name)
-            holders.changed.set()
+            self._release(name)
+
+    def capacity_freed(self, base_model: str) -> None:
+        """A request of the base model ended: the budget may let the next held request go."""
+        if base_model in self._bases:
+            self._release(base_model)
+
+    def _release(self, base_model: str) -> None:
+        holders = self._bases.get(base_model)
+        if holders is None or not holders.waiters:
+            return
+        budget = self.budget(base_model) if self.budget is not None else None
+        count = len(holders.waiters) if budget is None else budget - holders.released
+        while count > 0 and holders.waiters:
+            turn = holders.waiters.popleft()
+            turn.set_result(None)
+            holders.released += 1
+            count -= 1

@@ -47,6 +47,67 @@ def test_a_hold_ends_at_its_limit_and_a_full_queue_refuses_at_once() -> None:
     assert asyncio.run(scenario()) is False
 
 
+class _Paced:
+    """Held requests of ``tiny`` under a budget of ``room`` in flight; a released request starts at once."""
+
+    def __init__(self, room: int, held: int) -> None:
+        self.room = room
+        self.inflight = 0
+        self.order: list[int] = []
+        self.holds = PodHolds(max_held=16, budget=lambda _base: self.room - self.inflight)
+        self.tasks = [asyncio.create_task(self._request(i)) for i in range(held)]
+
+    async def _request(self, index: int) -> None:
+        if await self.holds.wait("tiny", 30):
+            self.inflight += 1  # as the dispatcher starts its ticket in the same step
+            self.order.append(index)
+
+    async def settle(self, count: int) -> None:
+        while len(self.order) < count:
+            await asyncio.sleep(0)
+
+
+def test_held_requests_are_released_oldest_first_within_the_budget() -> None:
+    async def scenario() -> None:
+        paced = _Paced(room=2, held=5)
+        while paced.holds.held("tiny") < 5:
+            await asyncio.sleep(0)
+        paced.holds.pods_changed({"tiny"})  # a pod turned ready: room for 2
+        await paced.settle(2)
+        for _ in range(3):
+            await asyncio.sleep(0)
+        assert paced.order == [0, 1] and paced.holds.held("tiny") == 3
+        paced.inflight -= 1  # one ended here: the next goes
+        paced.holds.capacity_freed("tiny")
+        await paced.settle(3)
+        assert paced.order == [0, 1, 2]
+        paced.inflight -= 1  # one ended on another replica: nobody is told, the re-check lets the next go
+        await asyncio.wait_for(paced.settle(4), timeout=10)
+        assert paced.order == [0, 1, 2, 3] and paced.holds.held("tiny") == 1
+        paced.tasks[4].cancel()  # the client went away: it leaves the queue
+        await asyncio.gather(*paced.tasks, return_exceptions=True)
+        assert paced.holds.held("tiny") == 0 and not paced.holds._bases
+
+    asyncio.run(scenario())
+
+
+def test_a_released_turn_that_is_cancelled_passes_to_the_next() -> None:
+    async def scenario() -> None:
+        paced = _Paced(room=1, held=2)
+        while paced.holds.held("tiny") < 2:
+            await asyncio.sleep(0)
+        paced.holds.pods_changed({"tiny"})  # the first is released ...
+        paced.tasks[0].cancel()  # ... and cancelled before it resumes
+        await asyncio.gather(paced.tasks[0], return_exceptions=True)
+        assert paced.holds.held("tiny") == 0  # its turn went to the second at once, not at the next re-check
+        await paced.settle(1)
+        assert paced.order == [1]
+        await asyncio.gather(*paced.tasks, return_exceptions=True)
+        assert not paced.holds._bases
+
+    asyncio.run(scenario())
+
+
 def _eventually(check: Callable[[], bool], timeout_s: float = 20.0) -> None:
     deadline = time.monotonic() + timeout_s
     while not check():
