@@ -50,7 +50,9 @@ def fleet_budget(fleets: FleetSet) -> ReleaseBudget:
             per_pod = fleets.routing_config.hold_release_per_pod
         if per_pod <= 0:
             return None
-        fleet = fleets.fleet(base_model)
+        fleet = fleets.fleets.get(base_model)
+        if fleet is None:  # not discovered (yet, or any more): nothing to release to
+            return 0
         return math.floor(per_pod * fleet.ready_count()) - fleet.inflight_total()
 
     return budget

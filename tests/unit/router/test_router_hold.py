@@ -13,7 +13,7 @@ import openai
 import pytest
 from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
 from trtfleet_router.routing import RoutingConfig
-from trtfleet_router.upstream.hold import HoldsFull, PodHolds
+from trtfleet_router.upstream.hold import HoldsFull, PodHolds, fleet_budget
 
 from tests.unit.router.harness import EchoFleet
 
@@ -65,6 +65,21 @@ class _Paced:
     async def settle(self, count: int) -> None:
         while len(self.order) < count:
             await asyncio.sleep(0)
+
+
+def test_the_routers_budget_is_per_ready_pod_less_what_is_in_flight(tmp_path: Path) -> None:
+    echo = EchoFleet(tmp_path, count=1, routing=RoutingConfig(hold_wait_s=30, hold_release_per_pod=2.5))
+    try:
+        budget = fleet_budget(echo.router.router.fleets)
+
+        async def read() -> tuple[int | None, int | None]:
+            return budget("tiny"), budget("unknown")
+
+        assert echo.loop.run(read()) == (2, 0)  # floor(2.5 x 1 ready pod), 0 for a base model not discovered
+        _set_backends(echo, present=False)
+        assert echo.loop.run(read()) == (0, 0)
+    finally:
+        echo.close()
 
 
 def test_held_requests_are_released_oldest_first_within_the_budget() -> None:
@@ -139,8 +154,9 @@ def _ask(echo: EchoFleet, results: list[str], errors: list[BaseException]) -> th
     return thread
 
 
-def test_a_request_held_at_zero_pods_is_answered_when_a_pod_is_ready(tmp_path: Path) -> None:
-    echo = EchoFleet(tmp_path, count=1, routing=RoutingConfig(hold_wait_s=30))
+@pytest.mark.parametrize("per_pod", [8.0, 1.0, 0.0], ids=["all-within-budget", "one-at-a-time", "unpaced"])
+def test_a_request_held_at_zero_pods_is_answered_when_a_pod_is_ready(tmp_path: Path, per_pod: float) -> None:
+    echo = EchoFleet(tmp_path, count=1, routing=RoutingConfig(hold_wait_s=30, hold_release_per_pod=per_pod))
     try:
         _set_backends(echo, present=False)
         results: list[str] = []
