@@ -1,7 +1,7 @@
 """The Mooncake trace on real reference workers behind the router, every policy: prefix reuse as the engines
 count it, adapter hits, TTFT.
 
-    .venv/bin/python -m bench.prefix_realfleet --trace ../shared/data/mooncake_synthetic_trace.jsonl
+    .venv/bin/python -m bench.prefix_realfleet --trace ../shared/data/mooncake_synthetic_trace.jsonl [--repeats 3]
 
 Scaled to the reference engine (``RealScenario.limits()``: 126 text tokens a prompt): token counts x
 ``--length-factor`` (1/16: a 512-token Mooncake block becomes 32 bytes of text), prompts cut to the engine's
@@ -14,7 +14,9 @@ Prefix blocks *reused* come from the workers' own counters (Triton ``nv_trt_llm_
 {kv_cache_block_type="reused"}``, read before and after each policy); *possible* is
 :func:`bench.mooncake.reusable_blocks` on the scaled trace. A worker that exports no ``reused`` counter has no
 block reuse to measure: the harness says so and stops before replaying anything (then the figures come from
-the simulator, ``bench/prefixbench.py``).
+the simulator, ``bench/prefixbench.py``). Single runs on a shared 2-core machine rank the policies' tails by
+noise (one policy's p99 moved by 100-270 ms between runs): ``--repeats N`` runs every policy N times, round by
+round, and ends with each policy's medians.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import argparse
 import asyncio
 import dataclasses
 import hashlib
+import math
 import statistics
 import sys
 import time
@@ -38,8 +41,8 @@ from bench.mooncake import (
     read_mooncake,
     reusable_blocks,
 )
-from bench.realfleet import RealFleet, synthetic_adapters
-from bench.routing import WORK, RealScenario, host_cache_bytes_for, parse_counters, replay
+from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
+from bench.routing import WORK, RealScenario, host_cache_bytes_for, replay
 from bench.simstats import percentile
 from bench.traces import TraceRequest, check_fits
 
@@ -71,6 +74,29 @@ def reused_total(fleet: RealFleet) -> float | None:
     return total
 
 
+def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest], prompts: Sequence[str],
+               adapters: list[tuple[str, int, Path]], host_bytes: int) -> dict[str, float] | None:
+    """One policy on a fresh fleet: blocks reused, adapter hit rate, TTFT figures; None without reuse counters."""
+    fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
+                      max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
+                      policy_config=scenario.policy_config())
+    with fleet:
+        before = reused_total(fleet)
+        if before is None:
+            return None
+        began = time.monotonic()
+        samples = asyncio.run(replay(fleet.base_url, trace, prompts=prompts))
+        duration_s = time.monotonic() - began
+        after = reused_total(fleet) or 0.0
+        hits = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_cache_hits")
+    ttft = [s.ttft_s for s in samples if s.error is None and s.ttft_s is not None]
+    return {
+        "reused": after - before, "hit_rate": hits / len(trace), "p50_ms": percentile(ttft, 50) * 1e3,
+        "p99_ms": percentile(ttft, 99) * 1e3, "mean_ms": statistics.fmean(ttft) * 1e3 if ttft else math.nan,
+        "errors": float(sum(s.error is not None for s in samples)), "duration_s": duration_s,
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.prefix_realfleet", description=__doc__.split("\n")[0])
     parser.add_argument("--trace", type=Path, required=True)
@@ -80,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--length-factor", type=float, default=1 / 16)
     parser.add_argument("--time-factor", type=float, default=0.5)
     parser.add_argument("--adapters", type=int, default=20)
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds over every policy (interleaved, so machine noise hits each alike); with more "
+                        "than one, a last table of each policy's medians over the rounds")
     args = parser.parse_args(argv)
     scenario = RealScenario()
     limits = scenario.limits()
@@ -99,26 +128,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     from bench import coldload
 
     scenario, _load = coldload.priced(scenario)
-    for policy in [p.strip() for p in args.policies.split(",") if p.strip()]:
-        fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
-                          max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
-                          policy_config=scenario.policy_config())
-        with fleet:
-            before = reused_total(fleet)
-            if before is None:
+    policies = [p.strip() for p in args.policies.split(",") if p.strip()]
+    runs: dict[str, list[dict[str, float]]] = {policy: [] for policy in policies}
+    for round_index in range(max(1, args.repeats)):
+        if args.repeats > 1:
+            print(f"round {round_index + 1} of {args.repeats}", flush=True)
+        for policy in policies:
+            row = run_policy(policy, scenario, trace, prompts, adapters, host_bytes)
+            if row is None:
                 print("the reference workers export no reused-block counter (no KV block reuse on this build): "
                       "nothing to measure on the real fleet; see bench/prefixbench.py for the simulator", flush=True)
                 return 0
-            began = time.monotonic()
-            samples = asyncio.run(replay(fleet.base_url, trace, prompts=prompts))
-            duration_s = time.monotonic() - began
-            after = reused_total(fleet) or 0.0
-            hits = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_cache_hits")
-        ttft = [s.ttft_s for s in samples if s.error is None and s.ttft_s is not None]
-        print(f"  {policy:<18} reused {after - before:.0f} / {possible} blocks, adapter hit rate "
-              f"{hits / len(trace):.3f}, TTFT p50 {percentile(ttft, 50) * 1e3:.0f} p99 "
-              f"{percentile(ttft, 99) * 1e3:.0f} mean {statistics.fmean(ttft) * 1e3 if ttft else float('nan'):.0f} ms, "
-              f"errors {sum(s.error is not None for s in samples)} ({duration_s:.0f} s)", flush=True)
+            runs[policy].append(row)
+            print(f"  {policy:<18} reused {row['reused']:.0f} / {possible} blocks, adapter hit rate "
+                  f"{row['hit_rate']:.3f}, TTFT p50 {row['p50_ms']:.0f} p99 {row['p99_ms']:.0f} mean "
+                  f"{row['mean_ms']:.0f} ms, errors {row['errors']:.0f} ({row['duration_s']:.0f} s)", flush=True)
+    if args.repeats > 1:
+        print(f"medians over {args.repeats} rounds:")
+        print("| policy | prefix blocks reused / possible | adapter hit rate | TTFT p50 ms | TTFT p99 ms | mean ms | "
+              "p99 ms per round | errors |")
+        print("|---|---|---|---|---|---|---|---|")
+        for policy, results in runs.items():
+            med = {key: statistics.median(r[key] for r in results) for key in results[0]}
+            per_round = " / ".join(f"{r['p99_ms']:.0f}" for r in results)
+            print(f"| {policy} | {med['reused']:.0f} / {possible} | {med['hit_rate']:.3f} | {med['p50_ms']:.0f} | "
+                  f"{med['p99_ms']:.0f} | {med['mean_ms']:.0f} | {per_round} | "
+                  f"{sum(r['errors'] for r in results):.0f} |")
     return 0
 
 
