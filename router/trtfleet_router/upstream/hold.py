@@ -103,7 +103,8 @@ class PodHolds:
                 if left_s <= 0:
                     return False
                 await asyncio.wait((turn,), timeout=min(left_s, RECHECK_S))
-                if not turn.done() and self.budget is not None:
+                # one re-check per base model, by the oldest held request (not one per held request)
+                if not turn.done() and self.budget is not None and holders.waiters[0] is turn:
                     self._release(base_model)
             resumed = True
             return True
