@@ -131,6 +131,7 @@ class FleetSet:
         ejection = outliers.record_failure(pod_id, len(pods), self._now())
         if ejection is not None:
             self._hand_pods(base_model)
+            self._pods_changed({base_model})  # so a readmitted pod is new to the warm start again
             log.warning(
                 "pod ejected",
                 extra={

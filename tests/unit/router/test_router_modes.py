@@ -110,22 +110,52 @@ async def _apply(echo: EchoFleet, snapshot: object) -> None:
     echo.router.router.apply(snapshot)  # type: ignore[arg-type]
 
 
-def test_failed_pod_is_ejected_and_readmitted(tmp_path: Path) -> None:
+def _ejecting_fleet(tmp_path: Path) -> EchoFleet:
     outliers = OutlierDetectionConfig(consecutive_failures=2, base_ejection_time_s=0.2, probe_interval_s=0.05)
-    echo = EchoFleet(tmp_path, count=2, routing=RoutingConfig(outlier_detection=outliers))
+    return EchoFleet(tmp_path, count=2, routing=RoutingConfig(outlier_detection=outliers))
+
+
+def _eject_echo0(echo: EchoFleet, client: openai.OpenAI) -> int:
+    """Stop echo0's servers and send base-model requests (none fails) until the router ejects it; its port."""
+    port = int(echo.fleet["baseModels"][0]["backends"][0]["address"].rsplit(":", 1)[1])
+    echo.stop_upstream(0)
+    fleets = echo.router.router.fleets
+    for i in range(30):  # base-model requests spread over both pods; none fails
+        assert client.completions.create(model="tiny", prompt=f"p{i}", max_tokens=30).choices[0].text == f"p{i}"
+        if fleets.ejected("tiny"):
+            break
+    assert fleets.ejected("tiny") == {"echo0"}
+    return port
+
+
+def test_failed_pod_is_ejected_and_readmitted(tmp_path: Path) -> None:
+    echo = _ejecting_fleet(tmp_path)
     try:
         client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
-        port = int(echo.fleet["baseModels"][0]["backends"][0]["address"].rsplit(":", 1)[1])
-        echo.stop_upstream(0)
+        port = _eject_echo0(echo, client)
         fleets = echo.router.router.fleets
-        for i in range(30):  # base-model requests spread over both pods; none fails
-            assert client.completions.create(model="tiny", prompt=f"p{i}", max_tokens=30).choices[0].text == f"p{i}"
-            if fleets.ejected("tiny"):
-                break
-        assert fleets.ejected("tiny") == {"echo0"}
         echo.servers[0], _ = echo.loop.run(serve_echo(echo.upstreams[0], port=port))
         _eventually(lambda: not fleets.ejected("tiny"))
         assert len(fleets.ready_endpoints("tiny")) == 2
+    finally:
+        echo.close()
+
+
+def test_a_readmitted_pod_gets_the_adapter_that_turned_hot_while_it_was_ejected(tmp_path: Path) -> None:
+    """Warm scale-up applies to a pod that comes back from an ejection: a1 was asked for only while echo0
+    was out, so echo0 never held it; once readmitted it is pushed a1 with no request for it."""
+    echo = _ejecting_fleet(tmp_path)
+    try:
+        client = openai.OpenAI(base_url=echo.router.http_url + "/v1", api_key="x", max_retries=0)
+        port = _eject_echo0(echo, client)
+        fleets = echo.router.router.fleets
+        for i in range(3):  # a1 turns hot while echo0 is out: only echo1 gets it
+            client.completions.create(model="a1", prompt=f"hot {i}", max_tokens=8)
+        assert echo.upstreams[0].stats.weights_received == 0
+        echo.servers[0], _ = echo.loop.run(serve_echo(echo.upstreams[0], port=port))
+        _eventually(lambda: not fleets.ejected("tiny"))
+        _eventually(lambda: echo.upstreams[0].stats.weights_received == 1)  # a1, pushed by the warm start
+        echo.router.check_books()
     finally:
         echo.close()
 
