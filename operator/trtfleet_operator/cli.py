@@ -6,7 +6,7 @@
                       [--resync-interval 30] [--build-backoff-limit 1] [--build-max-attempts 5]
                       [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--log-level INFO]
                       [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
-                      [--router-metrics-port 9090] [--router-metrics-url URL ...]
+                      [--router-metrics-port 9090] [--router-metrics-url URL ...] [--held-wait 20]
                       [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
 
 Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_RUNTIME_IMAGE (see
@@ -108,6 +108,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="a router's /metrics URL, instead of looking router pods up (repeatable; the local path)",
     )
+    parser.add_argument(
+        "--held-wait",
+        type=float,
+        default=scaling.held_wait_s,
+        help="seconds one long poll of a router's held requests lasts: a request held at zero pods scales its "
+        "BaseModel up at once, not at the next decision (0: off)",
+    )
     advice = defaults.merge_advice
     parser.add_argument(
         "--merge-interval",
@@ -151,6 +158,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             router_namespace=args.router_namespace,
             router_metrics_port=args.router_metrics_port,
             router_metrics_urls=tuple(args.router_metrics_url),
+            held_wait_s=args.held_wait,
         ),
         merge_advice=MergeAdviceConfig(
             interval_s=args.merge_interval,

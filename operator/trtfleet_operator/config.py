@@ -95,6 +95,9 @@ class AutoscaleConfig:
     router_metrics_urls: tuple[str, ...] = ()
     """Fixed router ``/metrics`` URLs (the local/demo path); when given, no router pods are looked up."""
     scrape_timeout_s: float = 2.0
+    held_wait_s: float = 20.0
+    """How long one long poll of a router's held requests lasts (``holdwatch``); 0: no long poll, a base
+    model scaled to zero scales up at its next autoscaling decision."""
 
 
 @dataclass(frozen=True)
@@ -133,6 +136,8 @@ class OperatorConfig:
             raise ConfigError("--resync-interval must be positive")
         if self.autoscale.interval_s <= 0 or self.autoscale.scrape_timeout_s <= 0:
             raise ConfigError("--autoscale-interval and the scrape timeout must be positive")
+        if self.autoscale.held_wait_s < 0:
+            raise ConfigError("--held-wait cannot be negative")
         if self.merge_advice.interval_s <= 0:
             raise ConfigError("--merge-interval must be positive")
 

@@ -1,10 +1,11 @@
 """kopf registration: thin handlers that call the runtime, and the one place errors become kopf's.
 
 Per kind, one reconcile registered for create, update, resume and a resync timer; BaseModels with
-``spec.autoscaling`` also get the autoscaler's timer (``--autoscale-interval``), under the same lock, and
-every BaseModel the merge advice timer over its Adapters (``--merge-interval``). Child events (the
-operator's Jobs and Deployments) trigger their owners' reconciles; a BaseModel's create or update
-triggers its Adapters (so ``BaseModelNotFound`` or ``RankTooHigh`` heal at once). Deleting a BaseModel
+``spec.autoscaling`` also get the autoscaler's timer (``--autoscale-interval``), under the same lock, and a
+daemon that long-polls the routers for requests held at zero pods and decides at once on one
+(:mod:`.holdwatch`), and every BaseModel the merge advice timer over its Adapters (``--merge-interval``).
+Child events (the operator's Jobs and Deployments) trigger their owners' reconciles; a BaseModel's create
+or update triggers its Adapters (so ``BaseModelNotFound`` or ``RankTooHigh`` heal at once). Deleting a BaseModel
 runs :func:`delete_basemodel` behind kopf's finalizer, named ``trtfleet.io/adapters``: it holds the
 deletion while Adapters point at the BaseModel. (kopf puts the same finalizer on Adapters, only to stop
 their resync timer cleanly; it is removed as soon as an Adapter's deletion starts.)
@@ -30,6 +31,7 @@ from trtfleet_operator.errors import (
     OperatorError,
     TaskIdConflictError,
 )
+from trtfleet_operator.holdwatch import HoldWatch
 from trtfleet_operator.mergeadvisor import MergeAdvisor
 from trtfleet_operator.names import LABEL_MANAGED_BY, MANAGED_BY
 from trtfleet_operator.runtime import OperatorRuntime
@@ -84,6 +86,7 @@ def register(
     config: OperatorConfig,
     autoscaler: Autoscaler,
     advisor: MergeAdvisor,
+    watch: HoldWatch | None = None,
 ) -> None:
     basemodels = (GROUP, VERSION, "basemodels")
     adapters = (GROUP, VERSION, "adapters")
@@ -143,6 +146,27 @@ def register(
         interval=config.autoscale.interval_s,
         when=lambda spec, **_: bool(spec.get("autoscaling")),
     )(autoscale)
+
+    async def watch_held(**kwargs: Any) -> None:
+        namespace, name = kwargs["namespace"], kwargs["name"]
+        assert watch is not None
+
+        async def decide() -> None:
+            try:
+                await autoscale(namespace=namespace, name=name)
+            except (kopf.TemporaryError, kopf.PermanentError) as exc:  # the timer decides again
+                logger.info("held-request decision failed", extra={"object": f"{namespace}/{name}", "error": str(exc)})
+
+        await watch.run(namespace, name, decide)
+
+    if watch is not None:
+        kopf.daemon(
+            *basemodels,
+            registry=registry,
+            id="held-watch",
+            cancellation_timeout=5.0,
+            when=lambda spec, **_: bool(spec.get("autoscaling")),
+        )(watch_held)
 
     async def advise(**kwargs: Any) -> None:
         await _run("MergeAdvice", advisor.tick, kwargs["namespace"], kwargs["name"])

@@ -27,6 +27,7 @@ from trtfleet_operator.autoscaler import Autoscaler, ScrapeSignals
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConfigError
 from trtfleet_operator.handlers import FINALIZER, register
+from trtfleet_operator.holdwatch import HoldWatch
 from trtfleet_operator.kube import KubeClient
 from trtfleet_operator.mergeadvisor import MergeAdvisor, RouterDemand
 from trtfleet_operator.names import FIELD_MANAGER
@@ -119,7 +120,8 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
     advisor = MergeAdvisor(
         client, RouterDemand(client, config.autoscale, config.merge_advice), runtime.clock, runtime.trigger
     )
-    register(registry, runtime, config, autoscaler, advisor)
+    watch = HoldWatch(client, config.autoscale, config.merge_advice) if config.autoscale.held_wait_s > 0 else None
+    register(registry, runtime, config, autoscaler, advisor, watch)
     if options.metrics_port:
         metrics.serve(options.metrics_port)
     logger.info(

@@ -48,6 +48,20 @@ def _ready(pod: Obj) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
+async def router_peer_urls(
+    client: KubeClient, routers: AutoscaleConfig, peers: MergeAdviceConfig, namespace: str
+) -> list[str]:
+    """Every ready router replica's peer port, ``http://host:port`` (the ``--router-demand-url`` list less
+    its path, when given)."""
+    if peers.router_demand_urls:
+        return [url.removesuffix(DEMAND_PATH).rstrip("/") for url in peers.router_demand_urls]
+    pods = await client.list(
+        collection_path("v1", "Pod", routers.router_namespace or namespace), label_selector=routers.router_selector
+    )
+    ready = [p["status"]["podIP"] for p in pods if _ready(p) and p["status"].get("podIP")]
+    return [f"http://{ip}:{peers.router_peer_port}" for ip in ready]
+
+
 class RouterDemand:
     def __init__(self, client: KubeClient, routers: AutoscaleConfig, config: MergeAdviceConfig) -> None:
         self.client = client
@@ -57,13 +71,8 @@ class RouterDemand:
     async def _urls(self, namespace: str) -> list[str]:
         if self.config.router_demand_urls:
             return list(self.config.router_demand_urls)
-        pods = await self.client.list(
-            collection_path("v1", "Pod", self.routers.router_namespace or namespace),
-            label_selector=self.routers.router_selector,
-        )
-        port = self.config.router_peer_port
-        ready = [p["status"]["podIP"] for p in pods if _ready(p) and p["status"].get("podIP")]
-        return [f"http://{ip}:{port}{DEMAND_PATH}" for ip in ready]
+        bases = await router_peer_urls(self.client, self.routers, self.config, namespace)
+        return [base + DEMAND_PATH for base in bases]
 
     async def read(self, namespace: str) -> list[dict[str, Any]]:
         urls = await self._urls(namespace)

@@ -187,7 +187,7 @@ class Router:
         if self.peers is not None and self.journal is not None and s.peering is not None:
             # before the public ports: a replica answers its first request with the other replicas' view,
             # copied once it knows the pods (a snapshot's pods it does not know yet are skipped)
-            self._peer_server = server = PeerServer(self.journal, self.fleets, self.peers)
+            self._peer_server = server = PeerServer(self.journal, self.fleets, self.peers, holds=self.dispatcher.holds)
             self.peer_port = await self._serve_http(server.app(), s.peering.port)
             self.peers.listening(s.host, self.peer_port)
             if not initial.registry.bases:

@@ -11,6 +11,12 @@
   where it can be reached: an unknown replica is subscribed back.
 * ``GET /fleet/v1/snapshot`` - the merged view and watermarks (:mod:`trtfleet_router.peering.view`).
 * ``GET /fleet/v1/demand`` - requests in flight and per-adapter rates per base model (all replicas).
+* ``GET /fleet/v1/held?base_model=<name>[&after=<episode>&wait=<s>&replica=<id>]`` - the base model's
+  requests held for want of a ready pod on this replica: ``{"replica", "base_model", "held", "episode"}``
+  (:mod:`trtfleet_router.upstream.hold`). With ``after``, the answer waits (at most ``wait`` seconds, capped
+  at :data:`HELD_WAIT_S_MAX`) for a hold episode numbered above it: the operator's long poll, which scales
+  the base model from zero at once. ``replica`` is the id the caller's ``after`` came from: when this
+  replica is another one (restarted behind the same address), it answers at once.
 """
 
 from __future__ import annotations
@@ -27,6 +33,15 @@ from trtfleet_router.peering.view import demand_summary, export_view
 
 HEARTBEAT_S_DEFAULT: Final = 2.0
 NDJSON: Final = "application/x-ndjson"
+HELD_WAIT_S_MAX: Final = 60.0
+
+
+class HeldRequests(Protocol):
+    def held(self, base_model: str) -> int: ...
+
+    def episode(self, base_model: str) -> int: ...
+
+    async def wait_episode(self, base_model: str, after: int, timeout_s: float) -> int: ...
 
 
 class Membership(Protocol):
@@ -39,12 +54,18 @@ class Membership(Protocol):
 
 class PeerServer:
     def __init__(
-        self, journal: EventLog, fleets: FleetSet, membership: Membership, heartbeat_s: float = HEARTBEAT_S_DEFAULT
+        self,
+        journal: EventLog,
+        fleets: FleetSet,
+        membership: Membership,
+        heartbeat_s: float = HEARTBEAT_S_DEFAULT,
+        holds: HeldRequests | None = None,
     ) -> None:
         self.journal = journal
         self.fleets = fleets
         self.membership = membership
         self.heartbeat_s = heartbeat_s
+        self.holds = holds
         self.closing = False
 
     def close(self) -> None:
@@ -59,6 +80,7 @@ class PeerServer:
                 web.get("/fleet/v1/events", self.events),
                 web.get("/fleet/v1/snapshot", self.snapshot),
                 web.get("/fleet/v1/demand", self.demand),
+                web.get("/fleet/v1/held", self.held),
             ]
         )
         return app
@@ -115,4 +137,34 @@ class PeerServer:
 
     async def demand(self, request: web.Request) -> web.Response:
         body = demand_summary(self.fleets.fleets, self.fleets.registry, self.journal.replica_id, time.monotonic())
+        return web.json_response(body)
+
+    async def held(self, request: web.Request) -> web.Response:
+        query = request.query
+        base = query.get("base_model", "")
+        if not base:
+            raise web.HTTPBadRequest(text="base_model: the base model's name is required")
+        if self.holds is None:
+            raise web.HTTPNotFound(text="this router holds no requests (no dispatcher)")
+        try:
+            after = int(query["after"]) if "after" in query else None
+            wait_s = float(query.get("wait", "0"))
+        except ValueError:
+            raise web.HTTPBadRequest(text="after: an integer episode number; wait: seconds") from None
+        if query.get("replica", self.journal.replica_id) != self.journal.replica_id:
+            after = None  # numbered by another replica: mean nothing here
+        if after is not None and wait_s > 0:
+            until_s = time.monotonic() + min(wait_s, HELD_WAIT_S_MAX)
+            # in slices, so a stopping router ends the poll within one heartbeat
+            while not self.closing and self.holds.episode(base) <= after:
+                left_s = until_s - time.monotonic()
+                if left_s <= 0:
+                    break
+                await self.holds.wait_episode(base, after, min(left_s, self.heartbeat_s))
+        body = {
+            "replica": self.journal.replica_id,
+            "base_model": base,
+            "held": self.holds.held(base),
+            "episode": self.holds.episode(base),
+        }
         return web.json_response(body)

@@ -15,6 +15,12 @@ backlog held through a cold start would otherwise land on the first pod at once,
 behind each other while the next pods come up; requests that arrive once a pod is ready are routed at once,
 not queued behind the backlog. Without a budget (``holdReleasePerPod: 0``) every held request is released
 together, as before. Pure asyncio on the event loop thread.
+
+**Hold episodes.** The first request held while none of its base model is held starts an *episode*,
+numbered on one sequence per router process (:meth:`PodHolds.episode`). The operator long-polls for a new
+one (:meth:`PodHolds.wait_episode`, served on the peer port as ``GET /fleet/v1/held``), so it scales a base
+model from zero as soon as a request waits, not at its next autoscaling tick, and the router needs no
+permission to write BaseModels.
 """
 
 from __future__ import annotations
@@ -76,6 +82,39 @@ class PodHolds:
         self.max_held = max_held
         self.budget = budget
         self._bases: dict[str, _Holders] = {}
+        self._episodes = 0
+        self._episode_of: dict[str, int] = {}
+        self._episode_watchers: list[asyncio.Future[None]] = []
+
+    def episode(self, base_model: str) -> int:
+        """The number of the base model's latest hold episode (0: none since this router started)."""
+        return self._episode_of.get(base_model, 0)
+
+    async def wait_episode(self, base_model: str, after: int, timeout_s: float) -> int:
+        """Wait until the base model's latest episode is numbered above ``after`` or ``timeout_s`` passes;
+        the latest episode's number either way."""
+        loop = asyncio.get_running_loop()
+        until_s = loop.time() + timeout_s
+        while self.episode(base_model) <= after:
+            left_s = until_s - loop.time()
+            if left_s <= 0:
+                break
+            watcher: asyncio.Future[None] = loop.create_future()
+            self._episode_watchers.append(watcher)
+            try:
+                await asyncio.wait((watcher,), timeout=left_s)
+            finally:
+                if watcher in self._episode_watchers:
+                    self._episode_watchers.remove(watcher)
+        return self.episode(base_model)
+
+    def _start_episode(self, base_model: str) -> None:
+        self._episodes += 1
+        self._episode_of[base_model] = self._episodes
+        watchers, self._episode_watchers = self._episode_watchers, []
+        for watcher in watchers:
+            if not watcher.done():
+                watcher.set_result(None)
 
     def held(self, base_model: str) -> int:
         holders = self._bases.get(base_model)
@@ -91,7 +130,11 @@ class PodHolds:
             raise HoldsFull(f"{held} requests already wait for a pod of base model {base_model!r}")
         if timeout_s <= 0:
             return False
-        holders = self._bases.setdefault(base_model, _Holders())
+        holders = self._bases.get(base_model)
+        if holders is None:
+            holders = self._bases[base_model] = _Holders()
+        if not holders.waiters:
+            self._start_episode(base_model)
         loop = asyncio.get_running_loop()
         until_s = loop.time() + timeout_s
         turn: asyncio.Future[None] = loop.create_future()

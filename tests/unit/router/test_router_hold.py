@@ -4,14 +4,18 @@ echo upstreams whose only pod leaves and comes back (a scale from zero)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
 from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
+from trtfleet_router.peering.peers import PeerSettings
 from trtfleet_router.routing import RoutingConfig
 from trtfleet_router.upstream.hold import HoldsFull, PodHolds, fleet_budget
 
@@ -45,6 +49,69 @@ def test_a_hold_ends_at_its_limit_and_a_full_queue_refuses_at_once() -> None:
         return await first
 
     assert asyncio.run(scenario()) is False
+
+
+def test_the_first_request_held_starts_an_episode_and_wakes_who_waits_for_one() -> None:
+    async def scenario() -> None:
+        holds = PodHolds(max_held=4)
+        assert holds.episode("tiny") == 0
+        watch = asyncio.create_task(holds.wait_episode("tiny", 0, 30))
+        quiet = asyncio.create_task(holds.wait_episode("other", 0, 0.05))
+        first = asyncio.create_task(holds.wait("tiny", 30))
+        assert await asyncio.wait_for(watch, 5) == 1  # woken by the first held request
+        second = asyncio.create_task(holds.wait("tiny", 30))
+        while holds.held("tiny") < 2:
+            await asyncio.sleep(0)
+        assert holds.episode("tiny") == 1  # joined a running episode: no new one
+        assert await quiet == 0  # another base model's episode does not end its wait
+        holds.pods_changed({"tiny"})
+        assert await first and await second
+        # held again after all were released: a new episode, numbered on the router's one sequence
+        third = asyncio.create_task(holds.wait("tiny", 0.05))
+        assert await holds.wait_episode("tiny", 1, 5) == 2
+        assert await third is False
+        assert await holds.wait_episode("tiny", 2, 0.01) == 2  # nothing new: the wait runs out
+
+    asyncio.run(scenario())
+
+
+def _get_json(url: str) -> Any:
+    with urllib.request.urlopen(url, timeout=30) as response:
+        return json.loads(response.read())
+
+
+def test_the_peer_port_answers_held_requests_and_long_polls_for_the_next_episode(tmp_path: Path) -> None:
+    echo = EchoFleet(tmp_path, count=1, routing=RoutingConfig(hold_wait_s=30), peering=PeerSettings(port=0))
+    try:
+        held_url = f"http://127.0.0.1:{echo.router.router.peer_port}/fleet/v1/held?base_model=tiny"
+        nothing = _get_json(held_url)
+        replica = nothing["replica"]
+        assert nothing == {"replica": replica, "base_model": "tiny", "held": 0, "episode": 0}
+        _set_backends(echo, present=False)
+        results: list[str] = []
+        errors: list[BaseException] = []
+        polled: list[Any] = []
+        poll = threading.Thread(
+            target=lambda: polled.append(_get_json(f"{held_url}&after=0&wait=30&replica={replica}"))
+        )
+        poll.start()
+        asked = _ask(echo, results, errors)
+        poll.join(timeout=30)  # answered by the held request, not by the 30 s wait
+        assert polled == [{"replica": replica, "base_model": "tiny", "held": 1, "episode": 1}]
+        began = time.monotonic()
+        assert _get_json(f"{held_url}&after=1&wait=0.3&replica={replica}")["episode"] == 1  # ran out, nothing new
+        assert time.monotonic() - began >= 0.3
+        # a cursor from another replica (this address restarted) is answered at once
+        assert _get_json(f"{held_url}&after=5&wait=30&replica=gone")["held"] == 1
+        _set_backends(echo, present=True)
+        asked.join(timeout=20)
+        assert errors == [] and len(results) == 1
+        assert _get_json(held_url)["held"] == 0
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            _get_json(held_url.replace("base_model=tiny", "base_model=tiny&after=x&wait=1"))
+        assert refused.value.code == 400
+    finally:
+        echo.close()
 
 
 class _Paced:

@@ -1,0 +1,138 @@
+"""Scale from zero at once: long-poll the routers for requests held for want of a ready pod.
+
+The autoscaler decides on a timer (``--autoscale-interval``, 15 s by default), so a request that arrives
+at a base model scaled to zero would wait up to one interval before the decision even starts the cold start.
+Each BaseModel with ``spec.autoscaling`` gets a kopf daemon that runs :meth:`HoldWatch.run`: it asks every
+router replica ``GET /fleet/v1/held?base_model=<name>&after=<episode>&wait=<s>`` on its peer port (the pods
+matching ``--router-selector`` on ``--router-peer-port``, or the peer URLs of ``--router-demand-url``),
+all at once. A router answers as soon as a request of the base model is held while none was (a new *hold
+episode*, :mod:`trtfleet_router.upstream.hold`), or when ``wait`` passes. A new episode runs one autoscaling
+decision at once, under the BaseModel's reconcile lock, as the timer would. The routers stay read-only on
+the Kubernetes API: the operator asks them, they never write BaseModels.
+
+Cursors are per router replica id: a router that restarted (a new id behind an address) numbers its episodes
+from 1 again, and its first answer counts as new when it holds requests. A router that does not answer is
+left out of the round; the timer still decides, so this only ever makes a scale-up sooner.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import aiohttp
+
+from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
+from trtfleet_operator.errors import KubeError
+from trtfleet_operator.kube import KubeClient
+from trtfleet_operator.mergeadvisor import router_peer_urls
+
+logger = logging.getLogger(__name__)
+
+HELD_PATH = "/fleet/v1/held"
+IDLE_S = 10.0
+"""With no router to ask (or none answering), look the routers up again after this long."""
+DECIDE_GAP_S = 1.0
+"""Episodes reported within this long of a decision this watch ran are covered by that decision."""
+ROUND_MIN_S = 1.0
+"""A round of polls lasts at least this long (a router that answers at once is not asked in a busy loop)."""
+
+
+@dataclass(frozen=True)
+class HeldAnswer:
+    replica: str
+    held: int
+    episode: int
+
+
+def parse_held(body: Any) -> HeldAnswer | None:
+    """A router's ``/fleet/v1/held`` answer; None when the body is something else."""
+    if not isinstance(body, dict):
+        return None
+    replica, held, episode = body.get("replica"), body.get("held"), body.get("episode")
+    if not isinstance(replica, str) or not isinstance(held, int) or not isinstance(episode, int):
+        return None
+    return HeldAnswer(replica, held, episode)
+
+
+def is_new(answer: HeldAnswer, cursor: tuple[str, int] | None) -> bool:
+    """Whether ``answer`` reports held requests the watch has not acted on (``cursor``: the last answer's
+    replica id and episode from that address; None: never asked)."""
+    if answer.held <= 0:
+        return False
+    if cursor is None or cursor[0] != answer.replica:
+        return True  # first contact, or a restarted router: what it holds now was never acted on
+    return answer.episode > cursor[1]
+
+
+class HoldWatch:
+    def __init__(
+        self,
+        client: KubeClient,
+        routers: AutoscaleConfig,
+        peers: MergeAdviceConfig,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.client = client
+        self.routers = routers
+        self.peers = peers
+        self.clock = clock
+
+    async def run(self, namespace: str, name: str, decide: Callable[[], Awaitable[object]]) -> None:
+        """Long-poll the routers for BaseModel ``namespace/name`` until cancelled; ``decide`` on new holds."""
+        wait_s = self.routers.held_wait_s
+        cursors: dict[str, tuple[str, int]] = {}
+        decided_s = float("-inf")
+        timeout = aiohttp.ClientTimeout(total=wait_s + self.routers.scrape_timeout_s)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            while True:
+                started_s = self.clock()
+                try:
+                    bases = await router_peer_urls(self.client, self.routers, self.peers, namespace)
+                except KubeError as exc:  # refused or unavailable: the timer still decides; look again later
+                    logger.info("router pods not listed", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
+                    bases = []
+                cursors = {url: cursor for url, cursor in cursors.items() if url in bases}
+                polls = [self._ask(session, url, name, cursors.get(url), wait_s) for url in bases]
+                answered = False
+                for finished in asyncio.as_completed(polls):
+                    url, answer = await finished
+                    if answer is None:
+                        continue
+                    answered = True
+                    new = is_new(answer, cursors.get(url))
+                    cursors[url] = (answer.replica, answer.episode)
+                    if new and self.clock() - decided_s >= DECIDE_GAP_S:
+                        logger.info(
+                            "held requests: deciding now",
+                            extra={"basemodel": f"{namespace}/{name}", "router": url, "held": answer.held},
+                        )
+                        await decide()
+                        decided_s = self.clock()
+                if not answered:
+                    await asyncio.sleep(IDLE_S)
+                else:
+                    await asyncio.sleep(max(0.0, ROUND_MIN_S - (self.clock() - started_s)))
+
+    @staticmethod
+    async def _ask(
+        session: aiohttp.ClientSession, base_url: str, name: str, cursor: tuple[str, int] | None, wait_s: float
+    ) -> tuple[str, HeldAnswer | None]:
+        params = {"base_model": name}
+        if cursor is not None:  # first contact answers at once; after it, wait beyond the replica's episode
+            params.update(replica=cursor[0], after=str(cursor[1]), wait=str(wait_s))
+        try:
+            async with session.get(base_url + HELD_PATH, params=params) as response:
+                response.raise_for_status()
+                answer = parse_held(json.loads(await response.text()))
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            logger.debug("held requests not read", extra={"url": base_url, "error": str(exc)})
+            return base_url, None
+        if answer is None:
+            logger.info("not a held-requests answer", extra={"url": base_url})
+        return base_url, answer
