@@ -2,6 +2,12 @@
 
     .venv/bin/python -m bench.batch                 # 10,000 lines (the docs/benchmarks.md figures)
     .venv/bin/python -m bench.batch --lines 500     # a smoke run
+    .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-pod-slots 6,4 --repeats 3
+
+``--batch-pod-slots`` takes one value or several (one ``interactive+batch`` case per value, named
+``interactive+batch slots=N``); ``--repeats N`` runs the cases N times, round by round (machine noise hits
+every case alike), and ends with each case's medians: on a shared 2-core machine the interactive p99 of a
+single 120 s run (about 240 requests: its third-slowest) moves by more than the 10 % the goal is about.
 
 Fleet: :class:`bench.realfleet.RealFleet` (K real ``tritonserver`` reference workers with small host LoRA
 caches, every engine step at least ``min_step_ms``: a pretend GPU step) and ``trtfleet router`` with
@@ -24,6 +30,7 @@ import json
 import math
 import os
 import random
+import statistics
 import sys
 import threading
 import time
@@ -152,20 +159,28 @@ def wait_batch(client: Any, batch_id: str) -> Any:
 
 
 def run_case(
-    case: str, scenario: BatchScenario, adapters: list[tuple[str, int, Path]], host_bytes: int, data: bytes | None
+    case: str,
+    scenario: BatchScenario,
+    adapters: list[tuple[str, int, Path]],
+    host_bytes: int,
+    data: bytes | None,
+    pod_slots: int | None = None,
+    label: str | None = None,
 ) -> dict[str, Any]:
-    work = WORK / case.replace(" ", "-").replace("+", "-")
+    label = label or case
+    work = WORK / label.replace(" ", "-").replace("+", "-").replace("=", "")
     order = "input" if case == "batch input order" else "model"
+    slots = scenario.batch_pod_slots if pod_slots is None else pod_slots
     router_args = [
         "--batch-store", str(work / "store"), "--batch-order", order,
-        "--batch-concurrency", str(scenario.batch_concurrency), "--batch-pod-slots", str(scenario.batch_pod_slots),
+        "--batch-concurrency", str(scenario.batch_concurrency), "--batch-pod-slots", str(slots),
     ]
     if scenario.batch_ttft_target_ms is not None:
         router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
     fleet = RealFleet("trtfleet", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
                       seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args)
     names = [name for name, _, _ in adapters]
-    row: dict[str, Any] = {"case": case}
+    row: dict[str, Any] = {"case": label}
     with fleet:
         loads_before = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads")
         client = batch_id = None
@@ -194,19 +209,58 @@ def run_case(
 CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order")
 
 
-def run(scenario: BatchScenario, cases: Sequence[str] = CASES) -> list[dict[str, Any]]:
+def expand_cases(cases: Sequence[str], slots: Sequence[int]) -> list[tuple[str, int | None, str]]:
+    """``(case, pod slots, label)`` to run: one ``interactive+batch`` per slots value when there are several
+    (labelled ``interactive+batch slots=N``); the other cases once, at the scenario's slots."""
+    runs: list[tuple[str, int | None, str]] = []
+    for case in cases:
+        if case == "interactive+batch" and len(slots) > 1:
+            runs.extend((case, value, f"{case} slots={value}") for value in slots)
+        else:
+            runs.append((case, slots[0] if slots else None, case))
+    return runs
+
+
+def run(scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[int] = ()) -> list[dict[str, Any]]:
     from bench.routing import host_cache_bytes_for
 
     paths = synthetic_adapters(scenario.adapters, seed=scenario.seed)
     adapters = [(f"bench-{i}", 100 + i, path) for i, path in enumerate(paths)]
     host_bytes, _ = host_cache_bytes_for(scenario.host_cache_pages)
     data = batch_input(scenario, [name for name, _, _ in adapters])
-    return [run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data) for case in cases]
+    return [
+        run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, value, label)
+        for case, value, label in expand_cases(cases, slots or (scenario.batch_pod_slots,))
+    ]
+
+
+MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
+                  "ttft_mean_ms", "errors", "failed")
+
+
+def medians(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per case (in the first round's order), the median of each numeric column over the rounds, and every
+    round's interactive p99 (``p99_per_round_ms``)."""
+    rows: list[dict[str, Any]] = []
+    for first in rounds[0]:
+        runs = [row for one in rounds for row in one if row["case"] == first["case"]]
+        merged: dict[str, Any] = {"case": first["case"]}
+        for column in MEDIAN_COLUMNS:
+            values = [row[column] for row in runs if isinstance(row.get(column), int | float)]
+            if values:
+                merged[column] = statistics.median(values)
+        p99s = [row["ttft_p99_ms"] for row in runs if isinstance(row.get("ttft_p99_ms"), float)]
+        if p99s:
+            merged["p99_per_round_ms"] = " / ".join(f"{value:.0f}" for value in p99s)
+        rows.append(merged)
+    return rows
 
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
-    columns = ("case", "lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
-               "errors", "failed")
+    columns: tuple[str, ...] = ("case", "lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms",
+                                "ttft_p99_ms", "errors", "failed")
+    if any("p99_per_round_ms" in row for row in rows):
+        columns = (*columns[:6], "p99_per_round_ms", *columns[6:])
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = []
@@ -224,7 +278,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--adapters", type=int, default=BatchScenario.adapters)
     parser.add_argument("--interactive-s", type=float, default=BatchScenario.interactive_s)
     parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
-    parser.add_argument("--batch-pod-slots", type=int, default=BatchScenario.batch_pod_slots)
+    parser.add_argument("--batch-pod-slots", default=str(BatchScenario.batch_pod_slots),
+                        help="batch slots per pod; several, comma-separated: one interactive+batch case each")
+    parser.add_argument("--repeats", type=int, default=1,
+                        help="rounds over the cases (interleaved); with more than one, a last table of medians")
     parser.add_argument("--batch-ttft-target-ms", type=float, default=BatchScenario.batch_ttft_target_ms,
                         help="AIMD target for interactive first answers (0: off)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
@@ -233,16 +290,29 @@ def main(argv: Sequence[str] | None = None) -> int:
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if set(cases) - set(CASES):
         parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}")
+    try:
+        slots = [int(value) for value in args.batch_pod_slots.split(",") if value.strip()]
+    except ValueError:
+        parser.error("--batch-pod-slots: integers, comma-separated")
+    if not slots or min(slots) < 1 or args.repeats < 1:
+        parser.error("--batch-pod-slots needs values of at least 1, --repeats at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
-                             interactive_rps=args.interactive_rps, batch_pod_slots=args.batch_pod_slots,
+                             interactive_rps=args.interactive_rps, batch_pod_slots=slots[0],
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None)
     load_before = os.getloadavg()
-    rows = run(scenario, cases)
+    rounds = []
+    for index in range(args.repeats):
+        rounds.append(run(scenario, cases, slots))
+        print(f"round {index + 1} of {args.repeats}:\n{table(rounds[-1])}", flush=True)
+    rows = medians(rounds) if args.repeats > 1 else rounds[0]
     loads = (load_before, os.getloadavg())
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "results.json").write_text(
-        json.dumps({"scenario": asdict(scenario), "rows": rows, "loadavg_before_after": loads}, indent=2)
+        json.dumps({"scenario": asdict(scenario), "slots": slots, "rounds": rounds, "rows": rows,
+                    "loadavg_before_after": loads}, indent=2)
     )
+    if args.repeats > 1:
+        print(f"medians over {args.repeats} rounds:")
     print(table(rows))
     if args.write_doc:
         given = sys.argv[1:] if argv is None else list(argv)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.batch import BatchScenario, batch_input, table
+from bench.batch import BatchScenario, batch_input, expand_cases, medians, table
 from trtfleet.batch.lines import parse_input
 
 
@@ -20,3 +20,30 @@ def test_batch_input_is_deterministic_and_valid() -> None:
 def test_table_has_one_row_per_case() -> None:
     text = table([{"case": "batch grouped", "lines_per_s": 12.5, "ttft_p99_ms": float("nan")}])
     assert text.splitlines()[2].startswith("| batch grouped | 12.5 |")
+
+
+def test_several_slot_values_give_one_interactive_batch_case_each() -> None:
+    assert expand_cases(["interactive", "interactive+batch", "batch grouped"], [6, 4]) == [
+        ("interactive", 6, "interactive"),
+        ("interactive+batch", 6, "interactive+batch slots=6"),
+        ("interactive+batch", 4, "interactive+batch slots=4"),
+        ("batch grouped", 6, "batch grouped"),
+    ]
+    assert expand_cases(["interactive+batch"], [4]) == [("interactive+batch", 4, "interactive+batch")]
+
+
+def test_medians_are_per_case_over_the_rounds_with_each_rounds_p99() -> None:
+    rounds = [
+        [{"case": "interactive", "ttft_p99_ms": 90.0, "errors": 0},
+         {"case": "interactive+batch", "ttft_p99_ms": 120.0, "lines_per_s": 40.0, "errors": 0}],
+        [{"case": "interactive", "ttft_p99_ms": 200.0, "errors": 1},
+         {"case": "interactive+batch", "ttft_p99_ms": 100.0, "lines_per_s": 44.0, "errors": 0}],
+        [{"case": "interactive", "ttft_p99_ms": 95.0, "errors": 0},
+         {"case": "interactive+batch", "ttft_p99_ms": 110.0, "lines_per_s": 42.0, "errors": 0}],
+    ]
+    rows = medians(rounds)
+    assert [row["case"] for row in rows] == ["interactive", "interactive+batch"]
+    assert rows[0]["ttft_p99_ms"] == 95.0 and rows[0]["errors"] == 0
+    assert rows[0]["p99_per_round_ms"] == "90 / 200 / 95"
+    assert rows[1]["ttft_p99_ms"] == 110.0 and rows[1]["lines_per_s"] == 42.0
+    assert "p99_per_round_ms" in table(rows).splitlines()[0]
