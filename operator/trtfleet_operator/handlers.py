@@ -21,6 +21,7 @@ from typing import Any
 import kopf
 
 from trtfleet.api import GROUP, VERSION
+from trtfleet.api.autoscaling import TARGET_REQUESTS_PER_POD_DEFAULT
 from trtfleet_operator import metrics
 from trtfleet_operator.autoscaler import Autoscaler
 from trtfleet_operator.config import OperatorConfig
@@ -157,7 +158,13 @@ def register(
             except (kopf.TemporaryError, kopf.PermanentError) as exc:  # the timer decides again
                 logger.info("held-request decision failed", extra={"object": f"{namespace}/{name}", "error": str(exc)})
 
-        await watch.run(namespace, name, decide)
+        body = kwargs["body"]  # kopf keeps a daemon's body current
+
+        def per_pod() -> float | None:
+            scaling = (body.get("spec") or {}).get("autoscaling") or {}
+            return float(scaling.get("targetRequestsPerPod", TARGET_REQUESTS_PER_POD_DEFAULT))
+
+        await watch.run(namespace, name, decide, per_pod)
 
     if watch is not None:
         kopf.daemon(

@@ -6,8 +6,11 @@ Each BaseModel with ``spec.autoscaling`` gets a kopf daemon that runs :meth:`Hol
 router replica ``GET /fleet/v1/held?base_model=<name>&after=<episode>&wait=<s>`` on its peer port (the pods
 matching ``--router-selector`` on ``--router-peer-port``, or the peer URLs of ``--router-demand-url``),
 all at once. A router answers as soon as a request of the base model is held while none was (a new *hold
-episode*, :mod:`trtfleet_router.upstream.hold`), or when ``wait`` passes. A new episode runs one autoscaling
-decision at once, under the BaseModel's reconcile lock, as the timer would. The routers stay read-only on
+episode*, :mod:`trtfleet_router.upstream.hold`), or, once the watch decided in that episode, as soon as more
+requests are held than the pods that decision asked for take (``above``: held requests rounded up to whole
+pods at ``targetRequestsPerPod``), or when ``wait`` passes. Either runs one autoscaling decision at once,
+under the BaseModel's reconcile lock, as the timer would: the first held request starts a cold start, and a
+backlog that grows during it is sized as it grows. The routers stay read-only on
 the Kubernetes API: the operator asks them, they never write BaseModels.
 
 Cursors are per router replica id: a router that restarted (a new id behind an address) numbers its episodes
@@ -20,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import math
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -38,7 +42,7 @@ HELD_PATH = "/fleet/v1/held"
 IDLE_S = 10.0
 """With no router to ask (or none answering), look the routers up again after this long."""
 DECIDE_GAP_S = 1.0
-"""Episodes reported within this long of a decision this watch ran are covered by that decision."""
+"""At most one decision of this watch per this long (a growing backlog asks again every round)."""
 ROUND_MIN_S = 1.0
 """A round of polls lasts at least this long (a router that answers at once is not asked in a busy loop)."""
 
@@ -60,14 +64,44 @@ def parse_held(body: Any) -> HeldAnswer | None:
     return HeldAnswer(replica, held, episode)
 
 
-def is_new(answer: HeldAnswer, cursor: tuple[str, int] | None) -> bool:
-    """Whether ``answer`` reports held requests the watch has not acted on (``cursor``: the last answer's
-    replica id and episode from that address; None: never asked)."""
+@dataclass(frozen=True)
+class Cursor:
+    """What the watch knows of one router address: its replica id, its latest hold episode, and how many
+    held requests the watch's last decision in that episode sized the fleet for (None: none)."""
+
+    replica: str
+    episode: int
+    covered: int | None = None
+
+
+def is_new(answer: HeldAnswer, cursor: Cursor | None) -> bool:
+    """Whether ``answer`` reports held requests no decision of the watch covered yet (``cursor``: what the
+    watch knew of that address; None: never asked)."""
     if answer.held <= 0:
         return False
-    if cursor is None or cursor[0] != answer.replica:
+    if cursor is None or cursor.replica != answer.replica:
         return True  # first contact, or a restarted router: what it holds now was never acted on
-    return answer.episode > cursor[1]
+    if answer.episode > cursor.episode:
+        return True
+    return cursor.covered is not None and answer.held > cursor.covered
+
+
+def covered_by(held: int, per_pod: float | None) -> int | None:
+    """Held requests the pods a decision asks for ``held`` requests take (``targetRequestsPerPod`` each):
+    the backlog beyond it asks for another decision. None without a per-pod target."""
+    if per_pod is None or per_pod <= 0:
+        return None
+    return int(math.ceil(held / per_pod) * per_pod)
+
+
+def advance(answer: HeldAnswer, cursor: Cursor | None, decided: bool, per_pod: float | None) -> Cursor:
+    """The cursor after ``answer``: a decision covers its held requests; otherwise what the last decision in
+    the same episode covered stands (a new episode, or none held, starts over)."""
+    if decided:
+        return Cursor(answer.replica, answer.episode, covered_by(answer.held, per_pod))
+    same = cursor is not None and (cursor.replica, cursor.episode) == (answer.replica, answer.episode)
+    keep = cursor.covered if same and cursor is not None and answer.held > 0 else None
+    return Cursor(answer.replica, answer.episode, keep)
 
 
 class HoldWatch:
@@ -83,10 +117,17 @@ class HoldWatch:
         self.peers = peers
         self.clock = clock
 
-    async def run(self, namespace: str, name: str, decide: Callable[[], Awaitable[object]]) -> None:
-        """Long-poll the routers for BaseModel ``namespace/name`` until cancelled; ``decide`` on new holds."""
+    async def run(
+        self,
+        namespace: str,
+        name: str,
+        decide: Callable[[], Awaitable[object]],
+        per_pod: Callable[[], float | None] = lambda: None,
+    ) -> None:
+        """Long-poll the routers for BaseModel ``namespace/name`` until cancelled; ``decide`` on held requests
+        no decision covered yet (``per_pod``: the BaseModel's ``targetRequestsPerPod`` now)."""
         wait_s = self.routers.held_wait_s
-        cursors: dict[str, tuple[str, int]] = {}
+        cursors: dict[str, Cursor] = {}
         decided_s = float("-inf")
         timeout = aiohttp.ClientTimeout(total=wait_s + self.routers.scrape_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
@@ -105,15 +146,18 @@ class HoldWatch:
                     if answer is None:
                         continue
                     answered = True
-                    new = is_new(answer, cursors.get(url))
-                    cursors[url] = (answer.replica, answer.episode)
-                    if new and self.clock() - decided_s >= DECIDE_GAP_S:
+                    cursor = cursors.get(url)
+                    if is_new(answer, cursor) and self.clock() - decided_s < DECIDE_GAP_S:
+                        continue  # just decided: the next round asks again at once and decides then
+                    decided = is_new(answer, cursor)
+                    if decided:
                         logger.info(
                             "held requests: deciding now",
                             extra={"basemodel": f"{namespace}/{name}", "router": url, "held": answer.held},
                         )
                         await decide()
                         decided_s = self.clock()
+                    cursors[url] = advance(answer, cursor, decided, per_pod())
                 if not answered:
                     await asyncio.sleep(IDLE_S)
                 else:
@@ -121,11 +165,13 @@ class HoldWatch:
 
     @staticmethod
     async def _ask(
-        session: aiohttp.ClientSession, base_url: str, name: str, cursor: tuple[str, int] | None, wait_s: float
+        session: aiohttp.ClientSession, base_url: str, name: str, cursor: Cursor | None, wait_s: float
     ) -> tuple[str, HeldAnswer | None]:
         params = {"base_model": name}
-        if cursor is not None:  # first contact answers at once; after it, wait beyond the replica's episode
-            params.update(replica=cursor[0], after=str(cursor[1]), wait=str(wait_s))
+        if cursor is not None:  # first contact answers at once; after it, wait for what is not covered yet
+            params.update(replica=cursor.replica, after=str(cursor.episode), wait=str(wait_s))
+            if cursor.covered is not None:
+                params["above"] = str(cursor.covered)
         try:
             async with session.get(base_url + HELD_PATH, params=params) as response:
                 response.raise_for_status()

@@ -13,6 +13,7 @@ from pydantic import Field, model_validator
 from trtfleet.api.common import ApiModel
 
 REPLICAS_MAX = 1024
+TARGET_REQUESTS_PER_POD_DEFAULT = 8.0
 WINDOW_SECONDS_MAX = 86_400
 RANGE_MESSAGE = "autoscaling.minReplicas must not exceed autoscaling.maxReplicas"
 REPLICAS_RANGE_MESSAGE = (
@@ -38,7 +39,7 @@ class AutoscalingSpec(ApiModel):
     )
     max_replicas: int = Field(ge=1, le=REPLICAS_MAX, description="Most serving pods.")
     target_requests_per_pod: float = Field(
-        default=8.0,
+        default=TARGET_REQUESTS_PER_POD_DEFAULT,
         gt=0,
         le=100_000,
         description="Requests in flight or waiting (in the routers, held for a pod, or queued in a pod) per pod.",

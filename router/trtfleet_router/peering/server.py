@@ -11,12 +11,13 @@
   where it can be reached: an unknown replica is subscribed back.
 * ``GET /fleet/v1/snapshot`` - the merged view and watermarks (:mod:`trtfleet_router.peering.view`).
 * ``GET /fleet/v1/demand`` - requests in flight and per-adapter rates per base model (all replicas).
-* ``GET /fleet/v1/held?base_model=<name>[&after=<episode>&wait=<s>&replica=<id>]`` - the base model's
-  requests held for want of a ready pod on this replica: ``{"replica", "base_model", "held", "episode"}``
-  (:mod:`trtfleet_router.upstream.hold`). With ``after``, the answer waits (at most ``wait`` seconds, capped
-  at :data:`HELD_WAIT_S_MAX`) for a hold episode numbered above it: the operator's long poll, which scales
-  the base model from zero at once. ``replica`` is the id the caller's ``after`` came from: when this
-  replica is another one (restarted behind the same address), it answers at once.
+* ``GET /fleet/v1/held?base_model=<name>[&after=<episode>&wait=<s>&replica=<id>&above=<n>]`` - the base
+  model's requests held for want of a ready pod on this replica: ``{"replica", "base_model", "held",
+  "episode"}`` (:mod:`trtfleet_router.upstream.hold`). With ``after``, the answer waits (at most ``wait``
+  seconds, capped at :data:`HELD_WAIT_S_MAX`) for a hold episode numbered above it, or for more than
+  ``above`` held requests: the operator's long poll, which scales the base model from zero at once.
+  ``replica`` is the id the caller's ``after`` came from: when this replica is another one (restarted
+  behind the same address), it answers at once.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ class HeldRequests(Protocol):
 
     def episode(self, base_model: str) -> int: ...
 
-    async def wait_episode(self, base_model: str, after: int, timeout_s: float) -> int: ...
+    async def wait_episode(self, base_model: str, after: int, timeout_s: float, above: int | None = None) -> int: ...
 
 
 class Membership(Protocol):
@@ -148,19 +149,24 @@ class PeerServer:
             raise web.HTTPNotFound(text="this router holds no requests (no dispatcher)")
         try:
             after = int(query["after"]) if "after" in query else None
+            above = int(query["above"]) if "above" in query else None
             wait_s = float(query.get("wait", "0"))
         except ValueError:
-            raise web.HTTPBadRequest(text="after: an integer episode number; wait: seconds") from None
+            raise web.HTTPBadRequest(text="after, above: integers; wait: seconds") from None
         if query.get("replica", self.journal.replica_id) != self.journal.replica_id:
             after = None  # numbered by another replica: mean nothing here
         if after is not None and wait_s > 0:
             until_s = time.monotonic() + min(wait_s, HELD_WAIT_S_MAX)
             # in slices, so a stopping router ends the poll within one heartbeat
-            while not self.closing and self.holds.episode(base) <= after:
+            while (
+                not self.closing
+                and self.holds.episode(base) <= after
+                and (above is None or self.holds.held(base) <= above)
+            ):
                 left_s = until_s - time.monotonic()
                 if left_s <= 0:
                     break
-                await self.holds.wait_episode(base, after, min(left_s, self.heartbeat_s))
+                await self.holds.wait_episode(base, after, min(left_s, self.heartbeat_s), above)
         body = {
             "replica": self.journal.replica_id,
             "base_model": base,

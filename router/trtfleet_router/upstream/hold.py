@@ -18,8 +18,9 @@ together, as before. Pure asyncio on the event loop thread.
 
 **Hold episodes.** The first request held while none of its base model is held starts an *episode*,
 numbered on one sequence per router process (:meth:`PodHolds.episode`). The operator long-polls for a new
-one (:meth:`PodHolds.wait_episode`, served on the peer port as ``GET /fleet/v1/held``), so it scales a base
-model from zero as soon as a request waits, not at its next autoscaling tick, and the router needs no
+one, or for more held requests than its last decision covered (:meth:`PodHolds.wait_episode`, served on the
+peer port as ``GET /fleet/v1/held``), so it scales a base model from zero as soon as a request waits, and
+sizes the cold start to the backlog as it grows, not at its next autoscaling tick; the router needs no
 permission to write BaseModels.
 """
 
@@ -90,12 +91,12 @@ class PodHolds:
         """The number of the base model's latest hold episode (0: none since this router started)."""
         return self._episode_of.get(base_model, 0)
 
-    async def wait_episode(self, base_model: str, after: int, timeout_s: float) -> int:
-        """Wait until the base model's latest episode is numbered above ``after`` or ``timeout_s`` passes;
-        the latest episode's number either way."""
+    async def wait_episode(self, base_model: str, after: int, timeout_s: float, above: int | None = None) -> int:
+        """Wait until the base model's latest episode is numbered above ``after``, or (``above`` given) more
+        than ``above`` of its requests are held, or ``timeout_s`` passes; the latest episode's number."""
         loop = asyncio.get_running_loop()
         until_s = loop.time() + timeout_s
-        while self.episode(base_model) <= after:
+        while self.episode(base_model) <= after and (above is None or self.held(base_model) <= above):
             left_s = until_s - loop.time()
             if left_s <= 0:
                 break
@@ -111,6 +112,9 @@ class PodHolds:
     def _start_episode(self, base_model: str) -> None:
         self._episodes += 1
         self._episode_of[base_model] = self._episodes
+        self._wake_watchers()
+
+    def _wake_watchers(self) -> None:
         watchers, self._episode_watchers = self._episode_watchers, []
         for watcher in watchers:
             if not watcher.done():
@@ -139,6 +143,8 @@ class PodHolds:
         until_s = loop.time() + timeout_s
         turn: asyncio.Future[None] = loop.create_future()
         holders.waiters.append(turn)
+        if self._episode_watchers:
+            self._wake_watchers()  # one more held: a watcher waiting for more than N held re-checks
         resumed = False
         try:
             while not turn.done():

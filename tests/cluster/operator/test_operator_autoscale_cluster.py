@@ -6,6 +6,7 @@ drives ``spec.serving.replicas`` through the scale subresource."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import signal
@@ -74,8 +75,8 @@ def _stop(process: subprocess.Popen[bytes]) -> None:
             process.wait()
 
 
-@pytest.fixture
-def router(tmp_path: Path) -> Iterator[Router]:
+@contextlib.contextmanager
+def router_process(tmp_path: Path, extra: tuple[str, ...] = ()) -> Iterator[Router]:
     """``trtfleet router`` with static discovery: base model ``tiny`` with no pod, requests held up to 120 s."""
     fleet_file = tmp_path / "fleet.yaml"
     (tmp_path / "routing.yaml").write_text(yaml.safe_dump({"holdWaitS": 120}))
@@ -83,7 +84,7 @@ def router(tmp_path: Path) -> Iterator[Router]:
     process = subprocess.Popen(
         [TRTFLEET, "router", "--host", "127.0.0.1", "--fleet-config", str(fleet_file), "--policy-config",
          str(tmp_path / "routing.yaml"), "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "0",
-         "--peer-port", "0", "--request-timeout-s", "300", "--log-level", "INFO"],
+         "--peer-port", "0", "--request-timeout-s", "300", "--log-level", "INFO", *extra],
         stderr=subprocess.PIPE,
     )
     assert process.stderr is not None
@@ -105,6 +106,12 @@ def router(tmp_path: Path) -> Iterator[Router]:
         _stop(process)
 
 
+@pytest.fixture
+def router(tmp_path: Path) -> Iterator[Router]:
+    with router_process(tmp_path) as started:
+        yield started
+
+
 def _echo_upstream() -> tuple[subprocess.Popen[bytes], int]:
     """The echo upstream (a test double of a serving pod: answers ``text``), its gRPC port."""
     echo = subprocess.Popen([sys.executable, "-m", "trtfleet_router.upstream.echo", "--port", "0"],
@@ -113,6 +120,14 @@ def _echo_upstream() -> tuple[subprocess.Popen[bytes], int]:
     found = re.search(r":(\d+) \(http", echo.stdout.readline().decode())
     assert found, "the echo upstream did not say its port"
     return echo, int(found.group(1))
+
+
+def _log_lines(operator: OperatorProcess, text: str) -> list[str]:
+    return [line for log in operator.logs for line in log.read_text(errors="replace").splitlines() if text in line]
+
+
+def _assert_no_tracebacks(operator: OperatorProcess) -> None:
+    assert not _log_lines(operator, "Traceback"), operator.log_tail(120)
 
 
 def _events(cp: ControlPlane, ns: str, reason: str) -> list[dict[str, Any]]:
@@ -203,9 +218,7 @@ def test_held_requests_scale_from_zero_and_idle_scales_back(
         if echo is not None:
             _stop(echo)
         operator.stop()
-    tracebacks = [line for log in operator.logs for line in log.read_text(errors="replace").splitlines()
-                  if "Traceback" in line]
-    assert not tracebacks, operator.log_tail(120)
+    _assert_no_tracebacks(operator)
 
 
 def test_a_held_request_scales_from_zero_without_waiting_for_the_next_decision(
@@ -220,7 +233,6 @@ def test_a_held_request_scales_from_zero_without_waiting_for_the_next_decision(
                "--router-metrics-url", f"http://127.0.0.1:{router.metrics_port}/metrics",
                "--router-demand-url", f"http://127.0.0.1:{router.peer_port}/fleet/v1/demand"),
     ).start()
-    thread: threading.Thread | None = None
     try:
         scaling = {"minReplicas": 0, "maxReplicas": 4, "targetRequestsPerPod": 1}
         apply(cp, ns, tiny("tiny", 0, scaling))
@@ -239,27 +251,82 @@ def test_a_held_request_scales_from_zero_without_waiting_for_the_next_decision(
             except openai.APIError as exc:
                 errors.append(exc)
 
-        thread = threading.Thread(target=ask)
-        thread.start()
+        threads = [threading.Thread(target=ask)]
+        threads[0].start()
         # 60 s bounds a loaded machine's operator start and API calls; the next timer decision is 600 s away
         wait_until(lambda: _deployment_replicas(cp, ns, "tiny")[0] == 1, 60, "scaled 0 -> 1 by the held request")
         bm = get(cp, ns, "basemodel", "tiny")
         assert bm is not None and bm["status"]["autoscaling"]["lastDemand"]["heldRequests"] == 1
         assert _events(cp, ns, "ScaledFromZero"), "no ScaledFromZero event"
-        assert any("held requests: deciding now" in line for log in operator.logs
-                   for line in log.read_text(errors="replace").splitlines())
+        # the backlog grows while the pod starts (the router still has none): two more held requests are more
+        # than one pod at 1 per pod takes, so the watch decides again: 1 -> 3
+        threads += [threading.Thread(target=ask) for _ in range(2)]
+        for thread in threads[1:]:
+            thread.start()
+        wait_until(lambda: _deployment_replicas(cp, ns, "tiny")[0] == 3, 60, "sized to the backlog: 3 pods")
+        decisions = _log_lines(operator, "held requests: deciding now")
+        assert len(decisions) >= 2, decisions
         echo, port = _echo_upstream()
         try:
             router.set_backends([{"address": f"127.0.0.1:{port}", "podId": "echo0"}])
-            thread.join(timeout=60)
+            for thread in threads:
+                thread.join(timeout=60)
         finally:
             _stop(echo)
         assert errors == []
     finally:
         operator.stop()
-    tracebacks = [line for log in operator.logs for line in log.read_text(errors="replace").splitlines()
-                  if "Traceback" in line]
-    assert not tracebacks, operator.log_tail(120)
+    _assert_no_tracebacks(operator)
+
+
+def test_a_batch_scales_its_base_model_from_zero_and_back(
+    crds: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    """A batch submitted while the base model has no pod: its lines are held like any request, so they are the
+    demand that scales the BaseModel from zero (at once, through the operator's long poll); the batch completes
+    once the router has a pod, and with no demand left the fleet goes back to zero."""
+    cp, ns = crds, kube_namespace
+    with router_process(tmp_path, ("--batch-store", str(tmp_path / "store"), "--batch-concurrency", "4")) as router:
+        operator = OperatorProcess(
+            cp, ns, tmp_path,
+            extra=("--autoscale-interval", "1", "--router-metrics-url",
+                   f"http://127.0.0.1:{router.metrics_port}/metrics",
+                   "--router-demand-url", f"http://127.0.0.1:{router.peer_port}/fleet/v1/demand"),
+        ).start()
+        echo: subprocess.Popen[bytes] | None = None
+        try:
+            scaling = {"minReplicas": 0, "maxReplicas": 2, "targetRequestsPerPod": 4,
+                       "scaleDownStabilizationSeconds": 2, "scaleToZeroAfterSeconds": 4}
+            apply(cp, ns, tiny("tiny", 0, scaling))
+            wait_phase(cp, ns, "basemodel", "tiny", "Ready", timeout=60)
+            client = openai.OpenAI(base_url=f"http://127.0.0.1:{router.http_port}/v1", api_key="x", max_retries=0)
+            lines = "".join(
+                json.dumps({"custom_id": f"line-{i}", "method": "POST", "url": "/v1/completions",
+                            "body": {"model": "tiny", "prompt": f"batch {i}", "max_tokens": 8}}) + "\n"
+                for i in range(12)
+            )
+            upload = client.files.create(file=("lines.jsonl", lines.encode()), purpose="batch")
+            batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+            # the batch's lines in flight (4) are held: one pod at 4 per pod
+            wait_until(lambda: _deployment_replicas(cp, ns, "tiny")[0] >= 1, 60, "scaled from zero by the batch")
+            assert _events(cp, ns, "ScaledFromZero"), "no ScaledFromZero event"
+            assert client.batches.retrieve(batch.id).status == "in_progress"
+            echo, port = _echo_upstream()
+            router.set_backends([{"address": f"127.0.0.1:{port}", "podId": "echo0"}])
+            wait_until(lambda: client.batches.retrieve(batch.id).status == "completed", 120, "the batch completed")
+            done = client.batches.retrieve(batch.id)
+            assert done.request_counts is not None and done.request_counts.completed == 12
+            assert done.output_file_id is not None
+            output = [json.loads(row) for row in client.files.content(done.output_file_id).text.splitlines()]
+            assert sorted(row["custom_id"] for row in output) == sorted(f"line-{i}" for i in range(12))
+            # nothing left to do: back to zero after the 4 s window
+            wait_until(lambda: _deployment_replicas(cp, ns, "tiny")[0] == 0, 90, "scaled back to zero")
+            assert _events(cp, ns, "ScaledToZero"), "no ScaledToZero event"
+        finally:
+            if echo is not None:
+                _stop(echo)
+            operator.stop()
+    _assert_no_tracebacks(operator)
 
 
 def test_kubectl_scale_drives_the_deployment(operator: OperatorProcess) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import openai
 import pytest
 from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
-from trtfleet_operator.holdwatch import HeldAnswer, HoldWatch, is_new, parse_held
+from trtfleet_operator.holdwatch import Cursor, HeldAnswer, HoldWatch, advance, covered_by, is_new, parse_held
 from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
 from trtfleet_router.peering.peers import PeerSettings
 from trtfleet_router.routing import RoutingConfig
@@ -26,16 +26,36 @@ from tests.unit.router.harness import EchoFleet
     [
         pytest.param(HeldAnswer("r1", 0, 0), None, False, id="first-contact-nothing-held"),
         pytest.param(HeldAnswer("r1", 2, 1), None, True, id="first-contact-holds-requests"),
-        pytest.param(HeldAnswer("r1", 2, 1), ("r1", 1), False, id="same-episode-already-acted-on"),
-        pytest.param(HeldAnswer("r1", 1, 2), ("r1", 1), True, id="a-new-episode"),
-        pytest.param(HeldAnswer("r1", 0, 2), ("r1", 1), False, id="a-new-episode-already-over"),
-        pytest.param(HeldAnswer("r2", 1, 1), ("r1", 7), True, id="restarted-router-holds-requests"),
+        pytest.param(HeldAnswer("r1", 2, 1), Cursor("r1", 1), False, id="same-episode-already-acted-on"),
+        pytest.param(HeldAnswer("r1", 1, 2), Cursor("r1", 1), True, id="a-new-episode"),
+        pytest.param(HeldAnswer("r1", 0, 2), Cursor("r1", 1), False, id="a-new-episode-already-over"),
+        pytest.param(HeldAnswer("r2", 1, 1), Cursor("r1", 7), True, id="restarted-router-holds-requests"),
+        pytest.param(HeldAnswer("r1", 8, 1), Cursor("r1", 1, 8), False, id="backlog-within-what-was-decided"),
+        pytest.param(HeldAnswer("r1", 9, 1), Cursor("r1", 1, 8), True, id="backlog-beyond-what-was-decided"),
     ],
 )
-def test_an_answer_is_acted_on_only_when_it_holds_requests_not_yet_seen(
-    answer: HeldAnswer, cursor: tuple[str, int] | None, new: bool
+def test_an_answer_is_acted_on_only_when_it_holds_requests_no_decision_covered(
+    answer: HeldAnswer, cursor: Cursor | None, new: bool
 ) -> None:
     assert is_new(answer, cursor) is new
+
+
+@pytest.mark.parametrize(
+    ("held", "per_pod", "covered"),
+    [(1, 8.0, 8), (8, 8.0, 8), (9, 8.0, 16), (3, 1.0, 3), (5, 2.5, 5), (6, 2.5, 7), (4, None, None)],
+)
+def test_a_decision_covers_its_held_requests_rounded_up_to_whole_pods(
+    held: int, per_pod: float | None, covered: int | None
+) -> None:
+    assert covered_by(held, per_pod) == covered
+
+
+def test_the_cursor_keeps_what_a_decision_covered_until_the_episode_ends() -> None:
+    decided = advance(HeldAnswer("r1", 3, 1), None, True, 8.0)
+    assert decided == Cursor("r1", 1, 8)
+    assert advance(HeldAnswer("r1", 5, 1), decided, False, 8.0) == Cursor("r1", 1, 8)  # same episode
+    assert advance(HeldAnswer("r1", 0, 1), decided, False, 8.0) == Cursor("r1", 1, None)  # released
+    assert advance(HeldAnswer("r1", 2, 2), decided, False, 8.0) == Cursor("r1", 2, None)  # a new episode
 
 
 @pytest.mark.parametrize(

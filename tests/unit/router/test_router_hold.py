@@ -71,6 +71,16 @@ def test_the_first_request_held_starts_an_episode_and_wakes_who_waits_for_one() 
         assert await holds.wait_episode("tiny", 1, 5) == 2
         assert await third is False
         assert await holds.wait_episode("tiny", 2, 0.01) == 2  # nothing new: the wait runs out
+        # more held than a watcher's decision covered ends its wait, within the same episode
+        fourth = asyncio.create_task(holds.wait("tiny", 30))
+        assert await holds.wait_episode("tiny", 2, 5) == 3
+        more = asyncio.create_task(holds.wait_episode("tiny", 3, 30, above=1))
+        await asyncio.sleep(0.01)
+        assert not more.done()  # one held, one covered
+        fifth = asyncio.create_task(holds.wait("tiny", 30))
+        assert await asyncio.wait_for(more, 5) == 3 and holds.held("tiny") == 2
+        holds.pods_changed({"tiny"})
+        assert await fourth and await fifth
 
     asyncio.run(scenario())
 
@@ -101,6 +111,8 @@ def test_the_peer_port_answers_held_requests_and_long_polls_for_the_next_episode
         began = time.monotonic()
         assert _get_json(f"{held_url}&after=1&wait=0.3&replica={replica}")["episode"] == 1  # ran out, nothing new
         assert time.monotonic() - began >= 0.3
+        # more held than the caller's decision covered (0) is answered at once too
+        assert _get_json(f"{held_url}&after=1&wait=30&replica={replica}&above=0")["held"] == 1
         # a cursor from another replica (this address restarted) is answered at once
         assert _get_json(f"{held_url}&after=5&wait=30&replica=gone")["held"] == 1
         _set_backends(echo, present=True)
