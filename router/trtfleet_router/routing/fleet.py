@@ -329,17 +329,6 @@ class Fleet(PodResets):
         state = self._pods.get(pod)
         return 0 if state is None else state.load.load(self._now())
 
-    def lora_pages_left(self, pod: str, adapter: AdapterRef | None) -> int | None:
-        """The pod's free-or-evictable LoRA cache pages once a request of ``adapter`` started there; None when
-        it pins nothing new (no adapter, the adapter already in use there, or an unknown pod) or when the cache
-        could never hold a second adapter of its size beside it (no room to keep)."""
-        if adapter is None or pod not in self._pods:
-            return None
-        residency = self._residency.pod(pod)
-        if residency.is_active(adapter.task_id) or residency.cache.host.capacity < 2 * adapter.pages:
-            return None
-        return residency.cache.free_or_evictable_pages() - adapter.pages
-
     def observe_metrics(self, pod: str, snapshot: PodMetrics) -> None:
         """Scraped metrics of ``pod`` as of now (unknown pods are ignored)."""
         state = self._pods.get(pod)

@@ -342,14 +342,7 @@ class Dispatcher:
         while True:
             decision = await self._route(fleet, route, last, deadline_s, Priority.BATCH)
             waiting = self.capacity_waits.waiting(base)
-            adapter = route.adapter
-            if batch_may_start(
-                pod_load=fleet.load_of(decision.pod),
-                pod_slots=pod_slots,
-                interactive_waiting=waiting,
-                lora_pages_left=fleet.lora_pages_left(decision.pod, adapter),
-                line_pages=adapter.pages if adapter is not None else 0,
-            ):
+            if batch_may_start(pod_load=fleet.load_of(decision.pod), pod_slots=pod_slots, interactive_waiting=waiting):
                 return decision
             if not await self.capacity_waits.wait(base, until_s - time.monotonic(), priority=Priority.BATCH):
                 self.metrics.capacity_waits.labels(base, "batch_bound").inc()

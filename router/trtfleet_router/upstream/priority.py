@@ -8,11 +8,9 @@ or ``batch`` (a line of the batch runner). The classes differ in two places only
   :func:`batch_may_start` holds: no interactive request of its base model waits for capacity, and the
   pod's load (this router's in-flight requests plus the pod's scraped queue) is below ``pod_slots``
   (below the engine's max batch, so an interactive request finds a free slot without queueing behind
-  batch lines: an engine does not preempt a running sequence), and the line leaves the pod's LoRA cache
-  room for one more adapter of its size (an adapter in flight cannot be evicted, so batch adapters that
-  pin every page make an interactive request for another adapter wait for a batch line to end).
-  Otherwise the line waits in the batch lane and routes again when a request ends; after
-  ``capacity_wait_s`` it starts anyway (the bound that keeps a batch progressing on a saturated fleet).
+  batch lines: an engine does not preempt a running sequence). Otherwise the line waits in the batch
+  lane and routes again when a request ends; after ``capacity_wait_s`` it starts anyway (the bound
+  that keeps a batch progressing on a saturated fleet).
 
 TensorRT-LLM's executor has a per-request ``priority`` (``Request(..., PriorityType priority =
 kDefaultPriority)``, 0.5, ``cpp/include/tensorrt_llm/executor/executor.h``), but the Triton
@@ -35,14 +33,9 @@ class Priority(StrEnum):
     BATCH = "batch"
 
 
-def batch_may_start(
-    *, pod_load: int, pod_slots: int, interactive_waiting: int, lora_pages_left: int | None = None, line_pages: int = 0
-) -> bool:
-    """Whether a batch line may start on a pod whose load is ``pod_load`` (pure). ``lora_pages_left``: the
-    pod's free-or-evictable LoRA pages once the line started (None: the line pins no new pages); the line
-    may not leave fewer than its own ``line_pages``, room for one interactive adapter of its size."""
-    room = lora_pages_left is None or lora_pages_left >= line_pages
-    return interactive_waiting == 0 and pod_load < pod_slots and room
+def batch_may_start(*, pod_load: int, pod_slots: int, interactive_waiting: int) -> bool:
+    """Whether a batch line may start on a pod whose load is ``pod_load`` (pure)."""
+    return interactive_waiting == 0 and pod_load < pod_slots
 
 
 class InteractiveSignal:

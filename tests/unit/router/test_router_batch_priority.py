@@ -14,26 +14,19 @@ from trtfleet.batch.runner import RunnerSettings, admit, next_window
 
 
 @pytest.mark.parametrize(
-    ("pod_load", "pod_slots", "interactive_waiting", "pages_left", "expected"),
+    ("pod_load", "pod_slots", "interactive_waiting", "expected"),
     [
-        pytest.param(0, 6, 0, None, True, id="idle-pod"),
-        pytest.param(5, 6, 0, None, True, id="one-slot-of-headroom-left"),
-        pytest.param(6, 6, 0, None, False, id="at-the-slots"),
-        pytest.param(9, 6, 0, None, False, id="pod-queue-counts-as-load"),
-        pytest.param(0, 6, 1, None, False, id="an-interactive-request-waits"),
-        pytest.param(0, 6, 0, 2, True, id="lora-room-for-another-adapter"),
-        pytest.param(0, 6, 0, 1, True, id="lora-room-for-exactly-one-more"),
-        pytest.param(0, 6, 0, 0, False, id="would-pin-the-last-lora-pages"),
+        pytest.param(0, 6, 0, True, id="idle-pod"),
+        pytest.param(5, 6, 0, True, id="one-slot-of-headroom-left"),
+        pytest.param(6, 6, 0, False, id="at-the-slots"),
+        pytest.param(9, 6, 0, False, id="pod-queue-counts-as-load"),
+        pytest.param(0, 6, 1, False, id="an-interactive-request-waits"),
     ],
 )
-def test_batch_may_start(
-    pod_load: int, pod_slots: int, interactive_waiting: int, pages_left: int | None, expected: bool
-) -> None:
-    may = batch_may_start(
-        pod_load=pod_load, pod_slots=pod_slots, interactive_waiting=interactive_waiting,
-        lora_pages_left=pages_left, line_pages=1,
+def test_batch_may_start(pod_load: int, pod_slots: int, interactive_waiting: int, expected: bool) -> None:
+    assert (
+        batch_may_start(pod_load=pod_load, pod_slots=pod_slots, interactive_waiting=interactive_waiting) is expected
     )
-    assert may is expected
 
 
 @pytest.mark.parametrize(

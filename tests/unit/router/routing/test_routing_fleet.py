@@ -334,20 +334,3 @@ def test_finish_ends_an_unconfirmed_load_and_restarts_forget_it(make_harness: Ca
     h.sync_pods()
     h.fleet.confirm(ticket)  # a load on the old incarnation: nothing to end
     h.fleet.check_invariants()
-
-
-def test_lora_pages_left_counts_what_a_new_adapter_would_pin(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=1, host_pages=4)
-    a1, a2, a3 = h.adapter(1), h.adapter(2), h.adapter(3)
-    assert h.fleet.lora_pages_left("p0", None) is None  # the base model pins no page
-    assert h.fleet.lora_pages_left("gone", a1) is None
-    assert h.fleet.lora_pages_left("p0", a1) == 3
-    _, first = h.send(a1)
-    assert h.fleet.lora_pages_left("p0", a1) is None  # already in use there: nothing new pinned
-    _, second = h.send(a2)
-    assert h.fleet.lora_pages_left("p0", a3) == 1  # a1, a2 busy; a3 would leave one page
-    h.finish(first)
-    assert h.fleet.lora_pages_left("p0", a3) == 2  # a1 idle again: evictable
-    h.finish(second)
-    big = h.adapter(4, pages=3)
-    assert h.fleet.lora_pages_left("p0", big) is None  # 4 pages can never keep 3 free beside it
