@@ -5,7 +5,7 @@ at a base model scaled to zero would wait up to one interval before the decision
 Each BaseModel with ``spec.autoscaling`` gets a kopf daemon that runs :meth:`HoldWatch.run`: it asks every
 router replica ``GET /fleet/v1/held?base_model=<name>&after=<episode>&wait=<s>`` on its peer port (the pods
 matching ``--router-selector`` on ``--router-peer-port``, or the peer URLs of ``--router-demand-url``),
-all at once. A router answers as soon as a request of the base model is held while none was (a new *hold
+each in its own loop. A router answers as soon as a request of the base model is held while none was (a new *hold
 episode*, :mod:`trtfleet_router.upstream.hold`), or, once the watch decided in that episode, as soon as more
 requests are held than the pods that decision asked for take (``above``: held requests rounded up to whole
 pods at ``targetRequestsPerPod``), or when ``wait`` passes. Either runs one autoscaling decision at once,
@@ -40,11 +40,11 @@ logger = logging.getLogger(__name__)
 
 HELD_PATH = "/fleet/v1/held"
 IDLE_S = 10.0
-"""With no router to ask (or none answering), look the routers up again after this long."""
+"""The router replicas are looked up again this often; a replica that did not answer is asked again after it."""
 DECIDE_GAP_S = 1.0
-"""At most one decision of this watch per this long (a growing backlog asks again every round)."""
+"""At most one decision of this watch per this long (a growing backlog asks again after it)."""
 ROUND_MIN_S = 1.0
-"""A round of polls lasts at least this long (a router that answers at once is not asked in a busy loop)."""
+"""One replica's polls start at least this far apart (a router that answers at once is not asked in a busy loop)."""
 
 
 @dataclass(frozen=True)
@@ -104,6 +104,25 @@ def advance(answer: HeldAnswer, cursor: Cursor | None, decided: bool, per_pod: f
     return Cursor(answer.replica, answer.episode, keep)
 
 
+class _DecisionGate:
+    """One decision at a time for the BaseModel, and at most one per :data:`DECIDE_GAP_S`."""
+
+    def __init__(self, decide: Callable[[], Awaitable[object]], clock: Callable[[], float]) -> None:
+        self._decide = decide
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._decided_s = float("-inf")
+
+    async def decide(self) -> bool:
+        """Decide now (True), or not: one was made within the gap (False: ask again in a moment)."""
+        async with self._lock:
+            if self._clock() - self._decided_s < DECIDE_GAP_S:
+                return False
+            await self._decide()
+            self._decided_s = self._clock()
+            return True
+
+
 class HoldWatch:
     def __init__(
         self,
@@ -125,48 +144,70 @@ class HoldWatch:
         per_pod: Callable[[], float | None] = lambda: None,
     ) -> None:
         """Long-poll the routers for BaseModel ``namespace/name`` until cancelled; ``decide`` on held requests
-        no decision covered yet (``per_pod``: the BaseModel's ``targetRequestsPerPod`` now)."""
-        wait_s = self.routers.held_wait_s
-        cursors: dict[str, Cursor] = {}
-        decided_s = float("-inf")
-        timeout = aiohttp.ClientTimeout(total=wait_s + self.routers.scrape_timeout_s)
+        no decision covered yet (``per_pod``: the BaseModel's ``targetRequestsPerPod`` now). One poll loop per
+        router replica, so one replica's long wait never delays the answer of another; the replicas are looked
+        up again every :data:`IDLE_S`."""
+        gate = _DecisionGate(decide, self.clock)
+        followed: dict[str, asyncio.Task[None]] = {}
+        timeout = aiohttp.ClientTimeout(total=self.routers.held_wait_s + self.routers.scrape_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
-            while True:
-                started_s = self.clock()
-                try:
-                    bases = await router_peer_urls(self.client, self.routers, self.peers, namespace)
-                except KubeError as exc:  # refused or unavailable: the timer still decides; look again later
-                    logger.info("router pods not listed", extra={"basemodel": f"{namespace}/{name}", "error": str(exc)})
-                    bases = []
-                cursors = {url: cursor for url, cursor in cursors.items() if url in bases}
-                polls = [self._ask(session, url, name, cursors.get(url), wait_s) for url in bases]
-                answered = False
-                for finished in asyncio.as_completed(polls):
-                    url, answer = await finished
-                    if answer is None:
-                        continue
-                    answered = True
-                    cursor = cursors.get(url)
-                    if is_new(answer, cursor) and self.clock() - decided_s < DECIDE_GAP_S:
-                        continue  # just decided: the next round asks again at once and decides then
-                    decided = is_new(answer, cursor)
-                    if decided:
-                        logger.info(
-                            "held requests: deciding now",
-                            extra={"basemodel": f"{namespace}/{name}", "router": url, "held": answer.held},
-                        )
-                        await decide()
-                        decided_s = self.clock()
-                    cursors[url] = advance(answer, cursor, decided, per_pod())
-                if not answered:
+            try:
+                while True:
+                    try:
+                        bases = await router_peer_urls(self.client, self.routers, self.peers, namespace)
+                    except KubeError as exc:  # refused or unavailable: keep following the routers known
+                        logger.info("router pods not listed", extra={"basemodel": f"{namespace}/{name}",
+                                                                      "error": str(exc)})
+                        bases = list(followed)
+                    for url in set(followed) - set(bases):
+                        followed.pop(url).cancel()
+                    for url in bases:
+                        task = followed.get(url)
+                        if task is not None and task.done() and not task.cancelled() and task.exception():
+                            logger.warning("held-request poll ended", extra={"router": url,
+                                                                             "error": repr(task.exception())})
+                        if task is None or task.done():
+                            followed[url] = asyncio.create_task(
+                                self._follow(session, url, f"{namespace}/{name}", name, gate, per_pod)
+                            )
                     await asyncio.sleep(IDLE_S)
-                else:
-                    await asyncio.sleep(max(0.0, ROUND_MIN_S - (self.clock() - started_s)))
+            finally:
+                for task in followed.values():
+                    task.cancel()
+                await asyncio.gather(*followed.values(), return_exceptions=True)
+
+    async def _follow(
+        self,
+        session: aiohttp.ClientSession,
+        url: str,
+        basemodel: str,
+        name: str,
+        gate: _DecisionGate,
+        per_pod: Callable[[], float | None],
+    ) -> None:
+        """Poll one router replica until cancelled."""
+        cursor: Cursor | None = None
+        while True:
+            started_s = self.clock()
+            answer = await self._ask(session, url, name, cursor, self.routers.held_wait_s)
+            if answer is None:
+                await asyncio.sleep(IDLE_S)
+                continue
+            decided = False
+            if is_new(answer, cursor):
+                logger.info("held requests: deciding now", extra={"basemodel": basemodel, "router": url,
+                                                                  "held": answer.held})
+                decided = await gate.decide()
+                if not decided:  # just decided: ask again in a moment (the cursor stays) and decide then
+                    await asyncio.sleep(DECIDE_GAP_S)
+                    continue
+            cursor = advance(answer, cursor, decided, per_pod())
+            await asyncio.sleep(max(0.0, ROUND_MIN_S - (self.clock() - started_s)))
 
     @staticmethod
     async def _ask(
         session: aiohttp.ClientSession, base_url: str, name: str, cursor: Cursor | None, wait_s: float
-    ) -> tuple[str, HeldAnswer | None]:
+    ) -> HeldAnswer | None:
         params = {"base_model": name}
         if cursor is not None:  # first contact answers at once; after it, wait for what is not covered yet
             params.update(replica=cursor.replica, after=str(cursor.episode), wait=str(wait_s))
@@ -178,7 +219,7 @@ class HoldWatch:
                 answer = parse_held(json.loads(await response.text()))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
             logger.debug("held requests not read", extra={"url": base_url, "error": str(exc)})
-            return base_url, None
+            return None
         if answer is None:
             logger.info("not a held-requests answer", extra={"url": base_url})
-        return base_url, answer
+        return answer
