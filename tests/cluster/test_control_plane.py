@@ -177,3 +177,31 @@ def test_simulated_node_holds_a_lease_and_stays_ready(control_plane: ControlPlan
     assert not [t for t in node["spec"].get("taints") or [] if t["key"].startswith("node.kubernetes.io/")]
     ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
     assert ready["status"] == "True"
+
+
+def test_a_port_taken_between_picking_and_binding_is_picked_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The API server's port is bound by someone else before the API server binds it (what etcd's own
+    loopback connections did to a CI run): the control plane starts over on fresh ports instead of failing."""
+    import socket
+
+    from tests.support import controlplane
+
+    taken = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    picks: list[int] = []
+    real = controlplane.free_port
+
+    def pick() -> int:
+        picks.append(real() if len(picks) != 2 else taken.getsockname()[1])  # the third pick: the API port
+        return picks[-1]
+
+    monkeypatch.setattr(controlplane, "free_port", pick)
+    cp = ControlPlane(controller_manager=False)
+    try:
+        cp.start()
+        assert cp.server != f"https://127.0.0.1:{taken.getsockname()[1]}"
+        assert json.loads(cp.kubectl("version", "-o", "json").stdout)["serverVersion"]["gitVersion"] == "v1.36.3"
+    finally:
+        cp.stop()
+        taken.close()

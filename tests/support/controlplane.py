@@ -47,6 +47,13 @@ class KubectlError(subprocess.CalledProcessError):
         return f"{super().__str__()}\nstderr: {(self.stderr or '').strip()}"
 
 
+PORT_ATTEMPTS = 3
+
+
+class PortTaken(RuntimeError):
+    """A component exited because a port picked free for it was bound by someone else meanwhile."""
+
+
 class GoMissingError(RuntimeError):
     """The control-plane binaries are not built and there is no Go to build them."""
 
@@ -187,7 +194,19 @@ class ControlPlane:
         bins = binaries()
         atexit.register(self.stop)
         try:
-            self._start(bins)
+            make_pki(self.pki)
+            for attempt in range(1, PORT_ATTEMPTS + 1):
+                try:
+                    self._start(bins)
+                    break
+                except PortTaken:
+                    # A port picked free was bound by someone else before the child bound it (a
+                    # loopback connection's ephemeral port, say): start over on fresh ports.
+                    if attempt == PORT_ATTEMPTS:
+                        raise
+                    self._stop_processes()
+                    shutil.rmtree(self.root / "etcd-data", ignore_errors=True)
+                    shutil.rmtree(self.logs, ignore_errors=True)  # logs are appended to: start them afresh
         except BaseException:
             self.stop()
             raise
@@ -196,6 +215,15 @@ class ControlPlane:
 
     def stop(self, timeout: float = 15.0) -> None:
         atexit.unregister(self.stop)
+        self._stop_processes(timeout)
+        if self._own_root:
+            shutil.rmtree(self.root, ignore_errors=True)
+            return
+        for entry in set(os.listdir(self.root)) - self._preexisting:
+            path = self.root / entry
+            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
+
+    def _stop_processes(self, timeout: float = 15.0) -> None:
         # Everything but etcd at once (SIGTERM, then SIGKILL after `timeout`), then etcd.
         for etcd in (False, True):
             group = [p for n, p in self.procs.items() if (n == "etcd") == etcd and p.poll() is None]
@@ -208,12 +236,6 @@ class ControlPlane:
                     p.kill()
                     p.wait()
         self.procs.clear()
-        if self._own_root:
-            shutil.rmtree(self.root, ignore_errors=True)
-            return
-        for entry in set(os.listdir(self.root)) - self._preexisting:
-            path = self.root / entry
-            shutil.rmtree(path, ignore_errors=True) if path.is_dir() else path.unlink(missing_ok=True)
 
     def __enter__(self) -> ControlPlane:
         return self.start()
@@ -238,8 +260,9 @@ class ControlPlane:
         delay = 0.05
         while True:
             if self.procs[name].poll() is not None:
-                code = self.procs[name].returncode
-                raise RuntimeError(f"{name} exited with {code} before {what}:\n{self.log_tail(name)}")
+                code, tail = self.procs[name].returncode, self.log_tail(name)
+                error = PortTaken if "address already in use" in tail else RuntimeError
+                raise error(f"{name} exited with {code} before {what}:\n{tail}")
             try:
                 if probe():
                     return
@@ -293,10 +316,9 @@ class ControlPlane:
         self._wait("kwok", ready, f"node {name} Ready")
 
     def _start(self, bins: dict[str, Path]) -> None:
-        make_pki(self.pki)
         pki, loopback = self.pki, "127.0.0.1"
-        # Ports are picked free, then bound by the child: a race with another
-        # process is possible but rare on a test machine.
+        # Ports are picked free, then bound by the child: another process can take one in between (etcd's
+        # own loopback connections use ephemeral ports too); the child then exits and start() tries again.
         etcd_port, peer_port, api_port = free_port(), free_port(), free_port()
         etcd_url, peer_url = f"http://{loopback}:{etcd_port}", f"http://{loopback}:{peer_port}"
         self._spawn("etcd", bins["etcd"], {
