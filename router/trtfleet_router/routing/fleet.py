@@ -174,7 +174,10 @@ class Fleet(PodResets):
         adapter = request.adapter
         if adapter is not None and adapter.pages > self._largest_host_pages:
             raise AdapterTooLarge(adapter.name, adapter.pages, self._largest_host_pages)
-        loads = [pod.load.load(now_s) for pod in pods]
+        if request.background:
+            loads = [pod.load.load(now_s) for pod in pods]
+        else:  # batch lines leave interactive room (routing/load.py)
+            loads = [pod.load.foreground(now_s) for pod in pods]
         ctx = RoutingContext(
             request=request,
             now_s=now_s,
@@ -206,10 +209,15 @@ class Fleet(PodResets):
             raise UnknownPod(decision.pod)
         now_s = self._now()
         pod.load.inflight += 1
+        if request.background:
+            pod.load.background += 1
         ticket_id = next(self._tickets)
         blocks = request.blocks
         hashes = blocks.hashes if self._uses_prefix else ()
-        self._prefix.book(ticket_id, pod.pod_id, hashes, request.prompt_tokens, blocks.block_tokens)
+        # a batch line books its blocks but no queued prefill: it is not streamed, so its "first token" is its
+        # whole answer, and its prefill would count as queued there for as long as it decodes
+        prefill_tokens = 0 if request.background else request.prompt_tokens
+        self._prefix.book(ticket_id, pod.pod_id, hashes, prefill_tokens, blocks.block_tokens)
         adapter = request.adapter
         task_id = None
         pinned = loads = False
@@ -225,7 +233,9 @@ class Fleet(PodResets):
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
         self._window.record(task_id, now_s)
-        ticket = Ticket(ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads)
+        ticket = Ticket(
+            ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads, request.background
+        )
         self._open[ticket.ticket_id] = ticket
         if loads:
             self._loading.add(ticket.ticket_id)
@@ -283,6 +293,8 @@ class Fleet(PodResets):
         if pod is None or pod.uid != ticket.pod_uid:
             return  # the pod left or restarted: its books were reset
         pod.load.inflight -= 1
+        if ticket.background:
+            pod.load.background -= 1
         if task_id is not None and ticket.pinned:
             self._residency.release(pod.pod_id, task_id)
         if outcome is Outcome.OK:

@@ -82,6 +82,13 @@ class RoutingContext:
             self._matches = self.prefix.match(self.request.blocks.hashes)
         return self._matches
 
+    def load(self, pod: PodView) -> int:
+        """``pod``'s load as this request compares it: an interactive request leaves batch lines out
+        (:mod:`~trtfleet_router.routing.load`); ``loads`` holds the same for the candidates."""
+        if self.request.background:
+            return pod.load.load(self.now_s)
+        return pod.load.foreground(self.now_s)
+
     def is_candidate(self, pod: PodView) -> bool:
         return pod.ready and pod.pod_id not in self.request.exclude_pods
 

@@ -7,7 +7,11 @@
   A snapshot older than ``metrics_stale_after_s`` is *unknown*, never a stale number.
 
 The load every policy compares is ``inflight + waiting`` (waiting only while fresh): the pod's
-queue beyond its running batch is what a new request would sit behind.
+queue beyond its running batch is what a new request would sit behind. An interactive request is compared
+without this router's batch lines in flight (``background``): the dispatcher admits batch lines only
+below each pod's batch slots, which keeps the engine's remaining slots for interactive requests, so a
+batch line does not delay one; counting them sent interactive requests away from the pods that held their
+adapters warm (more than twice the cold loads with a batch running, docs/benchmarks.md, Batch).
 
 Per adapter, :class:`AdapterDemand` keeps the router-wide in-flight count (for hot-adapter
 spreading) and an exponentially decayed request count (rare vs popular adapters). Both are O(1)
@@ -24,10 +28,11 @@ from trtfleet_router.routing.types import PodMetrics
 class PodLoad:
     """Load of one pod."""
 
-    __slots__ = ("fresh_until_s", "inflight", "metrics", "observed_at_s", "remote_inflight")
+    __slots__ = ("background", "fresh_until_s", "inflight", "metrics", "observed_at_s", "remote_inflight")
 
     def __init__(self) -> None:
         self.inflight = 0
+        self.background = 0  # of ``inflight``: batch lines (see the module docstring)
         self.remote_inflight = 0  # other router replicas' requests in flight here (their events)
         self.metrics: PodMetrics | None = None
         self.observed_at_s = -math.inf
@@ -60,6 +65,10 @@ class PodLoad:
         if metrics is not None and now_s <= self.fresh_until_s:
             return self.inflight + self.remote_inflight + metrics.waiting_requests
         return self.inflight + self.remote_inflight
+
+    def foreground(self, now_s: float) -> int:
+        """:meth:`load` without this router's batch lines: what an interactive request is compared by."""
+        return self.load(now_s) - self.background
 
 
 class AdapterDemand:

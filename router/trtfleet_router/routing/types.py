@@ -97,6 +97,9 @@ class RouteRequest:
     request_id: str = ""
     exclude_pods: frozenset[str] = frozenset()  # pods already tried for this request
     blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV-cache blocks, keyed by the adapter (routing/prefix.py)
+    # a batch line: counted as a pod's load when batch lines are routed, not when interactive requests are
+    # (the dispatcher keeps batch lines below each pod's batch slots, so they leave interactive room)
+    background: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +160,7 @@ class Ticket:
     pinned: bool  # the adapter was acquired in the pod's shadow cache (False if it could not be stored)
     started_at_s: float
     loads_weights: bool = False  # its weights are in the shadow as loading until confirm/finish
+    background: bool = False  # a batch line (RouteRequest.background)
 
 
 @dataclass(frozen=True, slots=True)

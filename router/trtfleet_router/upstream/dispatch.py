@@ -169,6 +169,7 @@ class Dispatcher:
             call.max_tokens,
             call.request_id,
             blocks=call.blocks,
+            background=call.priority is Priority.BATCH,
         )
         attempts = 0
         miss_recovered = False
@@ -199,6 +200,9 @@ class Dispatcher:
                 route = replace(route, exclude_pods=route.exclude_pods | {decision.pod})
                 continue
             attempts += 1
+            decided_s = time.monotonic()
+            pod_load = fleet.load_of(decision.pod)
+            first_answer_s: float | None = None
             self.metrics.inflight_requests.labels(decision.pod).inc()
             outcome = Outcome.FAILED
             yielded = False
@@ -208,6 +212,7 @@ class Dispatcher:
                 async for response in self.attempts.run(endpoint, request, call, timeouts):
                     if not yielded:
                         yielded = True
+                        first_answer_s = time.monotonic() - decided_s
                         fleet.confirm(ticket)
                         fleet.first_token(ticket)
                         self.fleets.record_success(base_name, decision.pod)
@@ -218,7 +223,15 @@ class Dispatcher:
                 outcome = Outcome.OK
                 if adapter is not None and not decision.send_weights:
                     self.metrics.adapter_cache_hits.labels(adapter_label).inc()
-                log_done(call, decision, adapter_label, attempts)
+                log_done(
+                    call,
+                    decision,
+                    adapter_label,
+                    attempts,
+                    decided_s=decided_s - started_s,
+                    first_answer_s=first_answer_s,
+                    pod_load=pod_load,
+                )
                 return
             except UpstreamCallFailed as exc:
                 # recover

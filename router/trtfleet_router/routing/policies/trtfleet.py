@@ -113,7 +113,6 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         if adapter is None:
             return self._choose_base(ctx)
         config = self._priced
-        now_s = ctx.now_s
         task_id = adapter.task_id
         matches = ctx.prefix_matches()
         bound = min(ctx.loads) + config.load_bound_inflight
@@ -127,20 +126,20 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             if not ctx.is_candidate(pod) or not pod.residency.is_warm(task_id):
                 continue
             warm_count += 1
-            load = pod.load.load(now_s)
+            load = ctx.load(pod)
             if least_warm_load is None or load < least_warm_load:
                 least_warm_load = load
             prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
             # weights still in transit there: this request carries them too (one more transfer on its link)
             loading_s = self._link_s(pod, transfer_s) if pod.residency.is_loading(task_id) else 0.0
             best.offer(pod, self._queue_s(ctx, pod_id, load) + prefill_s + loading_s, False, "warm")
-        if best.pod is not None and least_warm_load is not None and best.pod.load.load(now_s) > least_warm_load:
+        if best.pod is not None and least_warm_load is not None and ctx.load(best.pod) > least_warm_load:
             best.reason = "warm-prefix"
         for pod_id in matches:
             pod = ctx.by_id[pod_id]
             if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or not self._can_store(pod, adapter):
                 continue
-            load = pod.load.load(now_s)
+            load = ctx.load(pod)
             cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod_id, matches)
             best.offer(pod, cost, True, "cold-prefix")
         hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
@@ -182,7 +181,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             pod = ctx.by_id[pod_id]
             if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or pod.cache_full_until_s > now_s:
                 continue
-            load = pod.load.load(now_s)
+            load = ctx.load(pod)
             queue_s = self._queue_s(ctx, pod_id, load)
             if (found is None or queue_s < low - COST_TIE_S) and self._can_store(pod, adapter):
                 found, low = (pod, load), queue_s

@@ -206,7 +206,6 @@ class TrtfleetPolicy:
         warm_ids = ctx.residency.warm_pods(task_id)
         if not warm_ids:
             return None, 0, 0, False
-        now_s = ctx.now_s
         excluded = ctx.request.exclude_pods
         by_id = ctx.by_id
         best: list[PodView | None] = [None, None]  # [settled, loading]
@@ -220,7 +219,7 @@ class TrtfleetPolicy:
                 continue
             count += 1
             kind = 1 if residency.is_loading(task_id) else 0
-            load = pod.load.load(now_s)
+            load = ctx.load(pod)
             current = best[kind]
             if current is None or load < best_load[kind]:
                 best[kind], best_load[kind], best_score[kind] = pod, load, -1
@@ -267,7 +266,7 @@ class TrtfleetPolicy:
             residency = pod.residency
             if residency.is_warm(task_id):
                 continue
-            load = pod.load.load(now_s)
+            load = ctx.load(pod)
             if load > bound:
                 continue
             victims = [] if residency.holds(task_id) else residency.victims_for(pages)
@@ -303,7 +302,7 @@ class TrtfleetPolicy:
                 residency.holds(adapter.task_id) or residency.has_evictable_slot(pages)
             ):
                 continue
-            key = (pod.cache_full_until_s > now_s, pod.load.load(now_s))
+            key = (pod.cache_full_until_s > now_s, ctx.load(pod))
             if best is None or key < best_key:
                 best, best_key = pod, key
         return best

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -90,11 +91,13 @@ class Harness:
         self.fleet.finish(ticket, outcome)
 
     # -- forced setup (decisions the test makes, not the policy) --------------------------------------
-    def force(self, pod: str, adapter: AdapterRef | None, *, admitted: bool = True) -> Ticket:
+    def force(
+        self, pod: str, adapter: AdapterRef | None, *, admitted: bool = True, background: bool = False
+    ) -> Ticket:
         """Start a request on ``pod`` as if routed there (weights sent when the shadow says cold);
-        ``admitted``: the pod has answered (its weights are stored, not in transit).
+        ``admitted``: the pod has answered (its weights are stored, not in transit); ``background``: a batch line.
         """
-        request = self.request(adapter)
+        request = replace(self.request(adapter), background=background)
         warm = adapter is None or self.fleet.is_warm(pod, adapter.task_id)
         decision = Decision(pod, not warm, warm, "test", "setup")
         ticket = self.fleet.start(decision, request)
@@ -111,10 +114,10 @@ class Harness:
         """``adapter`` resident and busy on ``pod`` (a request in flight)."""
         return self.force(pod, adapter, admitted=admitted)
 
-    def load(self, pod: str, inflight: int) -> None:
-        """``inflight`` base-model requests in flight on ``pod``."""
+    def load(self, pod: str, inflight: int, *, background: bool = False) -> None:
+        """``inflight`` base-model requests in flight on ``pod`` (``background``: batch lines)."""
         for _ in range(inflight):
-            self.force(pod, None)
+            self.force(pod, None, background=background)
 
     def resident(self, pod: str) -> set[int]:
         return set(next(p for p in self.fleet.snapshot().pods if p.pod_id == pod).resident_task_ids)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import random
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import pytest
@@ -334,3 +335,48 @@ def test_finish_ends_an_unconfirmed_load_and_restarts_forget_it(make_harness: Ca
     h.sync_pods()
     h.fleet.confirm(ticket)  # a load on the old incarnation: nothing to end
     h.fleet.check_invariants()
+
+
+@pytest.mark.parametrize("policy", ["trtfleet", "trtfleet-adapter"])
+def test_batch_lines_do_not_push_interactive_requests_off_their_warm_pod(
+    make_harness: Callable[..., Harness], policy: str
+) -> None:
+    """Batch lines leave interactive room on a pod (the dispatcher's batch slots), so an interactive request is
+    routed as if they were not there; a batch line still sees them, and the books count them apart."""
+    h = make_harness(policy, pods=2)
+    adapter = h.adapter(1)
+    for pod in ("p0", "p1"):  # equal load everywhere, so no policy's spreading decides on its own
+        h.load(pod, 6, background=True)
+    h.make_warm("p0", adapter)
+    h.load("p1", 0)
+    interactive = h.fleet.route(h.request(adapter))
+    assert (interactive.pod, interactive.send_weights) == ("p0", False)
+    assert [p.inflight for p in h.fleet.snapshot().pods] == [6, 6]
+    h.fleet.check_invariants()
+
+
+def test_interactive_load_still_spills_and_batch_lines_count_their_own(
+    make_harness: Callable[..., Harness],
+) -> None:
+    """What the rule leaves alone: interactive requests in flight still make a warm pod busy, and a batch line
+    compares every request in flight (its own class included)."""
+    h = make_harness("trtfleet", pods=2)
+    adapter = h.adapter(1)
+    h.make_warm("p0", adapter)
+    h.load("p0", 6, background=True)
+    batch = h.fleet.route(replace(h.request(adapter), background=True))
+    interactive = h.fleet.route(h.request(adapter))
+    assert (batch.pod, batch.reason) == ("p1", "spill")
+    assert (interactive.pod, interactive.reason) == ("p0", "warm")
+    h.load("p0", 6)  # interactive requests this time
+    assert h.fleet.route(h.request(adapter)).pod == "p1"
+
+
+def test_a_batch_line_books_no_queued_prefill(make_harness: Callable[..., Harness]) -> None:
+    """A batch line is not streamed: its first answer is its last, so its prefill would count as queued on the
+    pod for as long as it decodes, and price every interactive request there too high."""
+    h = make_harness("trtfleet", pods=1)
+    h.load("p0", 2, background=True)
+    assert h.fleet.prefix_index.pending_prefill_tokens("p0") == 0
+    h.load("p0", 1)
+    assert h.fleet.prefix_index.pending_prefill_tokens("p0") == 16  # the harness's prompt
