@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.batch                 # 10,000 lines (the docs/benchmarks.md figures)
     .venv/bin/python -m bench.batch --lines 500     # a smoke run
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-pod-slots 6,4 --repeats 3
+    .venv/bin/python -m bench.batch --cases interactive,interactive+batch --trace   # where interactive time goes
 
 ``--batch-pod-slots`` takes one value or several (one ``interactive+batch`` case per value, named
 ``interactive+batch slots=N``); ``--repeats N`` runs the cases N times, round by round (machine noise hits
@@ -21,6 +22,11 @@ caches, every engine step at least ``min_step_ms``: a pretend GPU step) and ``tr
    lines/s and the router's ``adapter_loads`` (requests that carried weights to a pod).
 
 Batch lines and interactive requests use the same prompts' shape; greedy; ``max_tokens`` fixed.
+
+``--trace`` runs the router at debug level and adds, from its ``upstream done`` lines, how the interactive
+requests were routed (warm, or carrying weights) and where their time went: waiting for a decision in the
+router, and from the decision to the pod's first answer (p99, warm and cold apart). The debug log costs the
+router some CPU: compare traced runs with traced runs.
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ import statistics
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -67,6 +73,8 @@ class BatchScenario:
     batch_ttft_target_ms: float | None = 30.0
     """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
     seed: int = 0
+    trace: bool = False
+    """Router at debug level; each row gets :func:`trace_summary` of its interactive requests."""
 
 
 def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
@@ -138,6 +146,33 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
     }
 
 
+def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
+    """Of the interactive requests in the router's debug ``upstream done`` lines: how many went warm and how
+    many carried weights, the longest wait for a decision, and the p99 from decision to first answer."""
+    warm: list[float] = []
+    cold: list[float] = []
+    waits: list[float] = []
+    for line in lines:
+        if '"upstream done"' not in line:
+            continue
+        record = json.loads(line)
+        if record.get("priority") != "interactive" or record.get("first_answer_ms") is None:
+            continue
+        (cold if record["send_weights"] else warm).append(record["first_answer_ms"])
+        waits.append(record["decided_ms"])
+
+    def p99(values: list[float]) -> float:
+        return round(percentile(values, 99), 1) if values else math.nan
+
+    return {
+        "interactive_warm": len(warm),
+        "interactive_cold": len(cold),
+        "decision_wait_max_ms": max(waits, default=math.nan),
+        "first_answer_p99_ms_warm": p99(warm),
+        "first_answer_p99_ms_cold": p99(cold),
+    }
+
+
 def start_batch(base_url: str, data: bytes) -> tuple[Any, str]:
     import openai
 
@@ -177,6 +212,10 @@ def run_case(
     ]
     if scenario.batch_ttft_target_ms is not None:
         router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
+    if scenario.trace:
+        router_args += ["--log-level", "DEBUG"]  # the last --log-level wins
+    router_log = work / "router.log"
+    log_offset = router_log.stat().st_size if router_log.exists() else 0  # the log is appended to
     fleet = RealFleet("trtfleet", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
                       seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args)
     names = [name for name, _, _ in adapters]
@@ -203,6 +242,10 @@ def run_case(
         loads = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads") - loads_before
         row["adapter_loads"] = int(loads)
         row["loads_per_adapter_per_pod"] = round(loads / (len(adapters) * scenario.workers), 2)
+    if scenario.trace:
+        with router_log.open(encoding="utf-8", errors="replace") as handle:
+            handle.seek(log_offset)
+            row.update(trace_summary(handle))
     return row
 
 
@@ -234,8 +277,10 @@ def run(scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[i
     ]
 
 
+TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms", "first_answer_p99_ms_warm",
+                 "first_answer_p99_ms_cold")
 MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
-                  "ttft_mean_ms", "errors", "failed")
+                  "ttft_mean_ms", "errors", "failed", *TRACE_COLUMNS)
 
 
 def medians(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -261,6 +306,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
                                 "ttft_p99_ms", "errors", "failed")
     if any("p99_per_round_ms" in row for row in rows):
         columns = (*columns[:6], "p99_per_round_ms", *columns[6:])
+    if any("interactive_cold" in row for row in rows):
+        columns = (*columns, *TRACE_COLUMNS)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
     for row in rows:
         cells = []
@@ -285,6 +332,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-ttft-target-ms", type=float, default=BatchScenario.batch_ttft_target_ms,
                         help="AIMD target for interactive first answers (0: off)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
+    parser.add_argument("--trace", action="store_true",
+                        help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
@@ -298,7 +347,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error("--batch-pod-slots needs values of at least 1, --repeats at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=slots[0],
-                             batch_ttft_target_ms=args.batch_ttft_target_ms or None)
+                             batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace)
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):

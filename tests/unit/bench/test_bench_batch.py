@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.batch import BatchScenario, batch_input, expand_cases, medians, table
+from bench.batch import BatchScenario, batch_input, expand_cases, medians, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
 
@@ -47,3 +47,26 @@ def test_medians_are_per_case_over_the_rounds_with_each_rounds_p99() -> None:
     assert rows[0]["p99_per_round_ms"] == "90 / 200 / 95"
     assert rows[1]["ttft_p99_ms"] == 110.0 and rows[1]["lines_per_s"] == 42.0
     assert "p99_per_round_ms" in table(rows).splitlines()[0]
+
+
+def test_trace_summary_counts_interactive_requests_only() -> None:
+    def done(priority: str, weights: bool, decided: float, first: float | None) -> str:
+        ctx = {"priority": priority, "send_weights": weights, "decided_ms": decided, "first_answer_ms": first}
+        return json.dumps({"level": "debug", "msg": "upstream done", **ctx})
+
+    lines = [
+        done("interactive", False, 0.1, 12.0),
+        done("interactive", True, 2.5, 180.0),
+        done("batch", True, 900.0, 400.0),  # batch lines are not counted
+        done("interactive", False, 0.2, None),  # answered nothing: no first answer to time
+        '{"level": "info", "msg": "adapter weights loaded"}',
+    ]
+    summary = trace_summary(lines)
+    assert summary == {
+        "interactive_warm": 1,
+        "interactive_cold": 1,
+        "decision_wait_max_ms": 2.5,
+        "first_answer_p99_ms_warm": 12.0,
+        "first_answer_p99_ms_cold": 180.0,
+    }
+    assert "interactive_cold" in table([{"case": "interactive", **summary}]).splitlines()[0]
