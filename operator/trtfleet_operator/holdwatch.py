@@ -195,12 +195,13 @@ class HoldWatch:
                 continue
             decided = False
             if is_new(answer, cursor):
-                logger.info("held requests: deciding now", extra={"basemodel": basemodel, "router": url,
-                                                                  "held": answer.held})
+                context = {"basemodel": basemodel, "router": url, "held": answer.held}
                 decided = await gate.decide()
                 if not decided:  # just decided: ask again in a moment (the cursor stays) and decide then
+                    logger.debug("held requests: a decision was just made, asking again", extra=context)
                     await asyncio.sleep(DECIDE_GAP_S)
                     continue
+                logger.info("held requests: decided at once", extra=context)
             cursor = advance(answer, cursor, decided, per_pod())
             await asyncio.sleep(max(0.0, ROUND_MIN_S - (self.clock() - started_s)))
 

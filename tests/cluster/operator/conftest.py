@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.cluster.operator.autoscale_support import Router, router_process
 from tests.cluster.operator.harness import CRD_DIR, OperatorProcess
 from tests.support.controlplane import ControlPlane, eventually
 
@@ -43,3 +44,10 @@ def operator(crds: ControlPlane, kube_namespace: str, tmp_path: Path) -> Iterato
             line for log in process.logs for line in log.read_text(errors="replace").splitlines() if "Traceback" in line
         ]
         assert not errors, f"the operator logged tracebacks:\n{process.log_tail(120)}"
+
+
+@pytest.fixture
+def router(tmp_path: Path) -> Iterator[Router]:
+    """A ``trtfleet router`` process whose base model ``tiny`` has no pod yet (autoscaling tests)."""
+    with router_process(tmp_path) as started:
+        yield started
