@@ -42,6 +42,14 @@ class Router:
     fleet_file: Path
     logs: list[str]
 
+    @property
+    def metrics_url(self) -> str:
+        return f"http://127.0.0.1:{self.metrics_port}/metrics"
+
+    @property
+    def demand_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}/fleet/v1/demand"
+
     def set_backends(self, backends: list[dict[str, str]], adapters: list[dict[str, Any]] | None = None) -> None:
         write_fleet(self.fleet_file, backends, adapters)
 
@@ -124,3 +132,13 @@ def deployment_replicas(cp: ControlPlane, ns: str, name: str) -> tuple[int, int]
     return int(deployment.get("spec", {}).get("replicas", -1)), int(
         (deployment.get("status") or {}).get("readyReplicas") or 0
     )
+
+
+def autoscaling_operator(
+    cp: ControlPlane, ns: str, tmp_path: Path, router: Router, interval_s: int = 1, *extra: str
+) -> OperatorProcess:
+    """The operator (started), deciding every ``interval_s`` on the demand ``router``'s /metrics reports."""
+    return OperatorProcess(
+        cp, ns, tmp_path, extra=("--autoscale-interval", str(interval_s), "--router-metrics-url", router.metrics_url,
+                                 *extra),
+    ).start()

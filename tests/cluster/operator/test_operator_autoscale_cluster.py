@@ -18,6 +18,7 @@ import pytest
 from tests.cluster.operator.autoscale_support import (
     Router,
     assert_no_tracebacks,
+    autoscaling_operator,
     deployment_replicas,
     echo_upstream,
     events,
@@ -26,7 +27,7 @@ from tests.cluster.operator.autoscale_support import (
     stop_process,
     tiny,
 )
-from tests.cluster.operator.harness import OperatorProcess, apply, cond, get, wait_phase, wait_until
+from tests.cluster.operator.harness import apply, cond, get, wait_phase, wait_until
 from tests.support.controlplane import ControlPlane
 
 pytestmark = pytest.mark.cluster
@@ -36,11 +37,7 @@ def test_held_requests_scale_from_zero_and_idle_scales_back(
     crds: ControlPlane, kube_namespace: str, tmp_path: Path, router: Router
 ) -> None:
     cp, ns = crds, kube_namespace
-    operator = OperatorProcess(
-        cp, ns, tmp_path,
-        extra=("--autoscale-interval", "1", "--router-metrics-url",
-               f"http://127.0.0.1:{router.metrics_port}/metrics"),
-    ).start()
+    operator = autoscaling_operator(cp, ns, tmp_path, router)
     echo: subprocess.Popen[bytes] | None = None
     try:
         scaling = {"minReplicas": 0, "maxReplicas": 4, "targetRequestsPerPod": 1,
@@ -117,12 +114,9 @@ def test_a_held_request_scales_from_zero_without_waiting_for_the_next_decision(
     """The autoscaling timer decides once at start and then every 600 s: only the operator's long poll of the
     router's held requests (``/fleet/v1/held`` on the peer port) can scale the BaseModel up within the test."""
     cp, ns = crds, kube_namespace
-    operator = OperatorProcess(
-        cp, ns, tmp_path,
-        extra=("--autoscale-interval", "600", "--held-wait", "20",
-               "--router-metrics-url", f"http://127.0.0.1:{router.metrics_port}/metrics",
-               "--router-demand-url", f"http://127.0.0.1:{router.peer_port}/fleet/v1/demand"),
-    ).start()
+    operator = autoscaling_operator(
+        cp, ns, tmp_path, router, 600, "--held-wait", "20", "--router-demand-url", router.demand_url
+    )
     try:
         scaling = {"minReplicas": 0, "maxReplicas": 4, "targetRequestsPerPod": 1}
         apply(cp, ns, tiny("tiny", 0, scaling))
@@ -177,12 +171,9 @@ def test_a_batch_scales_its_base_model_from_zero_and_back(
     once the router has a pod, and with no demand left the fleet goes back to zero."""
     cp, ns = crds, kube_namespace
     with router_process(tmp_path, ("--batch-store", str(tmp_path / "store"), "--batch-concurrency", "4")) as router:
-        operator = OperatorProcess(
-            cp, ns, tmp_path,
-            extra=("--autoscale-interval", "1", "--router-metrics-url",
-                   f"http://127.0.0.1:{router.metrics_port}/metrics",
-                   "--router-demand-url", f"http://127.0.0.1:{router.peer_port}/fleet/v1/demand"),
-        ).start()
+        operator = autoscaling_operator(
+            cp, ns, tmp_path, router, 1, "--router-demand-url", router.demand_url
+        )
         echo: subprocess.Popen[bytes] | None = None
         try:
             scaling = {"minReplicas": 0, "maxReplicas": 2, "targetRequestsPerPod": 4,

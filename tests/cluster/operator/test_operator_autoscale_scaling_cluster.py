@@ -16,6 +16,7 @@ from trtfleet_operator.reconcile.deletioncost import DELETION_COST
 
 from tests.cluster.operator.autoscale_support import (
     Router,
+    autoscaling_operator,
     deployment_replicas,
     echo_upstream,
     stop_process,
@@ -66,11 +67,7 @@ def test_scale_down_removes_the_pod_whose_warm_adapters_are_worth_least(
     asked for, so one pod holds it warm. On the scale-down to one pod the operator sets the pods'
     deletion cost from the router's warm demand, and the ReplicaSet controller removes the other pod."""
     cp, ns = crds, kube_namespace
-    operator = OperatorProcess(
-        cp, ns, tmp_path,
-        extra=("--autoscale-interval", "1", "--router-metrics-url",
-               f"http://127.0.0.1:{router.metrics_port}/metrics"),
-    ).start()
+    operator = autoscaling_operator(cp, ns, tmp_path, router)
     echoes: list[subprocess.Popen[bytes]] = []
     try:
         apply(cp, ns, tiny("tiny", 2, None))
