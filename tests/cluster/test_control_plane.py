@@ -68,6 +68,11 @@ def test_job_runs_to_completion(control_plane: ControlPlane, kube_namespace: str
     control_plane.kubectl("create", "job", "once", "-n", kube_namespace, "--image=registry.invalid/job:1")
     control_plane.kubectl("wait", "-n", kube_namespace, "--for=condition=Complete", "job/once",
                           "--timeout=60s")
+    job = get_json(control_plane, "job", "once", "-n", kube_namespace)
+    assert job["status"].get("succeeded") == 1, job["status"]
+    assert any(c["type"] == "Complete" and c["status"] == "True" for c in job["status"]["conditions"])
+    pods = get_json(control_plane, "pods", "-n", kube_namespace, "-l", "job-name=once")["items"]
+    assert [p["status"]["phase"] for p in pods] == ["Succeeded"]
 
 
 def test_gpu_requests_are_scheduled(control_plane: ControlPlane, kube_namespace: str) -> None:
@@ -75,6 +80,10 @@ def test_gpu_requests_are_scheduled(control_plane: ControlPlane, kube_namespace:
         "name": "c", "image": "registry.invalid/gpu:1", "resources": {"limits": {"nvidia.com/gpu": "1"}}}]}}
     control_plane.kubectl("apply", "-n", kube_namespace, "-f", "-", input=json.dumps(pod))
     control_plane.kubectl("wait", "-n", kube_namespace, "--for=condition=Ready", "pod/gpu", "--timeout=60s")
+    scheduled = get_json(control_plane, "pod", "gpu", "-n", kube_namespace)
+    node = get_json(control_plane, "node", scheduled["spec"]["nodeName"])
+    assert int(node["status"]["allocatable"].get("nvidia.com/gpu", "0")) >= 1  # bound to a node with a GPU
+    assert scheduled["status"]["phase"] == "Running"
 
 
 def test_owner_deletion_garbage_collects_dependents(control_plane: ControlPlane, kube_namespace: str) -> None:
@@ -92,6 +101,7 @@ def test_owner_deletion_garbage_collects_dependents(control_plane: ControlPlane,
         "data": {"b": "2"},
     }
     control_plane.kubectl("apply", "-f", "-", input=json.dumps(owned))
+    assert get_json(control_plane, "configmap", "owned", "-n", ns)["data"] == {"b": "2"}  # there before
     control_plane.kubectl("delete", "configmap", "owner", "-n", ns)
 
     def gone() -> bool:
