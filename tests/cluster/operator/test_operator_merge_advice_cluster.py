@@ -19,6 +19,7 @@ import openai
 import pytest
 import yaml
 
+from tests.cluster.operator.autoscale_support import echo_upstream, stop_process
 from tests.cluster.operator.harness import (
     PREPARES,
     ROOT,
@@ -33,7 +34,6 @@ from tests.cluster.operator.harness import (
     patch,
     wait_until,
 )
-from tests.cluster.operator.test_operator_autoscale_cluster import _echo_upstream, _stop
 from tests.integration.router.support import convert_adapters
 from tests.support.controlplane import ControlPlane
 
@@ -60,7 +60,7 @@ def adapter(name: str, served: str, mode: str) -> str:
 def router(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]:
     """``trtfleet router`` over the echo upstream with the converted sample adapters; (process, HTTP port,
     peer port)."""
-    echo, grpc_port = _echo_upstream()
+    echo, grpc_port = echo_upstream()
     adapters = convert_adapters(tmp_path / "adapters")
     fleet = {"baseModels": [{
         "name": "tiny", "architecture": "reference", "maxInputLen": 128, "maxSeqLen": 256,
@@ -88,8 +88,8 @@ def router(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int, int]]
     try:
         yield process, int(started["http_port"]), int(started["peer_port"])
     finally:
-        _stop(process)
-        _stop(echo)
+        stop_process(process)
+        stop_process(echo)
 
 
 def _merge(cp: ControlPlane, ns: str, name: str) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def test_busy_auto_adapter_is_suggested_and_served_merged(
         assert errors == [] and answers and all(a for a in answers)
 
         # the router goes away: Unknown, saying why, and the choice stands
-        _stop(process)
+        stop_process(process)
         wait_until(lambda: cond(get(cp, ns, "adapter", "upper"), "MergeRecommended").get("reason")
                    == "NoDemandSignal", 30, "the advice to turn Unknown")
         assert _merge(cp, ns, "upper")["mode"] == "merged" and get(cp, ns, "deployment", "upper-merged")
