@@ -169,7 +169,8 @@ class Dispatcher:
             call.max_tokens,
             call.request_id,
             blocks=call.blocks,
-            background=call.priority is Priority.BATCH,
+            # bounded by the batch slots (below), so interactive requests may leave them out of pod loads
+            background=call.priority is Priority.BATCH and self.batch_pod_slots is not None,
         )
         attempts = 0
         miss_recovered = False
