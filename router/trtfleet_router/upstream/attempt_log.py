@@ -11,6 +11,11 @@ from trtfleet_router.upstream.protocol import UpstreamFailure
 log = logging.getLogger("trtfleet_router.upstream.dispatch")
 
 
+def tracing() -> bool:
+    """Whether :func:`log_done` writes its line: the dispatcher measures what goes in it only then."""
+    return log.isEnabledFor(logging.DEBUG)
+
+
 def log_done(
     call: UpstreamCall,
     decision: Decision,

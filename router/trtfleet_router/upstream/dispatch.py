@@ -72,7 +72,7 @@ from trtfleet_router.routing.types import (
     UnknownPod,
 )
 from trtfleet_router.upstream.attempt import Attempts
-from trtfleet_router.upstream.attempt_log import log_done, log_failure
+from trtfleet_router.upstream.attempt_log import log_done, log_failure, tracing
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.failures import UpstreamCallFailed
@@ -181,6 +181,7 @@ class Dispatcher:
         timeouts = self.fleets.routing_config.timeouts_for(base_name)
         started_s = time.monotonic()
         batch = call.priority is Priority.BATCH
+        traced = tracing()
         while True:
             # decide
             if forced is not None:
@@ -201,8 +202,9 @@ class Dispatcher:
                 route = replace(route, exclude_pods=route.exclude_pods | {decision.pod})
                 continue
             attempts += 1
-            decided_s = time.monotonic()
-            pod_load = fleet.load_of(decision.pod)
+            # what the debug line reports, measured only when it is written
+            decided_s = time.monotonic() if traced else 0.0
+            pod_load = fleet.load_of(decision.pod) if traced else 0
             first_answer_s: float | None = None
             self.metrics.inflight_requests.labels(decision.pod).inc()
             outcome = Outcome.FAILED
@@ -213,7 +215,8 @@ class Dispatcher:
                 async for response in self.attempts.run(endpoint, request, call, timeouts):
                     if not yielded:
                         yielded = True
-                        first_answer_s = time.monotonic() - decided_s
+                        if traced:
+                            first_answer_s = time.monotonic() - decided_s
                         fleet.confirm(ticket)
                         fleet.first_token(ticket)
                         self.fleets.record_success(base_name, decision.pod)
@@ -224,15 +227,16 @@ class Dispatcher:
                 outcome = Outcome.OK
                 if adapter is not None and not decision.send_weights:
                     self.metrics.adapter_cache_hits.labels(adapter_label).inc()
-                log_done(
-                    call,
-                    decision,
-                    adapter_label,
-                    attempts,
-                    decided_s=decided_s - started_s,
-                    first_answer_s=first_answer_s,
-                    pod_load=pod_load,
-                )
+                if traced:
+                    log_done(
+                        call,
+                        decision,
+                        adapter_label,
+                        attempts,
+                        decided_s=decided_s - started_s,
+                        first_answer_s=first_answer_s,
+                        pod_load=pod_load,
+                    )
                 return
             except UpstreamCallFailed as exc:
                 # recover

@@ -57,7 +57,9 @@ def _router_port(router: subprocess.Popen[bytes], logs: list[str]) -> int:
     raise AssertionError(f"the router exited without starting: {''.join(logs)[-2000:]}")
 
 
-def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
+def _start(tmp_path: Path, log_level: str) -> tuple[subprocess.Popen[bytes], int, subprocess.Popen[bytes]]:
+    """An echo upstream (2 characters a chunk, 50 ms apart), its HTTP port, and a router in front of it
+    serving ``a1``."""
     write_artifact(tmp_path / "a1")
     echo = subprocess.Popen(
         [
@@ -105,10 +107,15 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
             "--drain-timeout-s",
             "20",
             "--log-level",
-            "INFO",
+            log_level,
         ],
         stderr=subprocess.PIPE,
     )
+    return echo, echo_http, router
+
+
+def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
+    echo, echo_http, router = _start(tmp_path, "INFO")
     logs: list[str] = []
     try:
         http_port = _router_port(router, logs)
@@ -146,3 +153,29 @@ def test_cli_serves_and_drains_on_sigterm(tmp_path: Path) -> None:
                     process.wait(timeout=15)
                 except subprocess.TimeoutExpired:
                     process.kill()
+
+
+def test_cli_debug_level_logs_where_each_request_spent_its_time(tmp_path: Path) -> None:
+    """At debug level every answered attempt logs ``upstream done`` with its decision wait, its time to the
+    pod's first answer and the pod's load (the dispatcher measures these only at that level)."""
+    echo, echo_http, router = _start(tmp_path, "DEBUG")
+    logs: list[str] = []
+    try:
+        http_port = _router_port(router, logs)
+        _wait_ready(f"http://127.0.0.1:{echo_http}/v2/health/ready", echo)
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="x", max_retries=0)
+        assert client.completions.create(model="a1", prompt="up", max_tokens=20).choices[0].text == "[7] up"
+        router.send_signal(signal.SIGTERM)
+        assert router.wait(timeout=30) == 0
+    finally:
+        for process in (router, echo):
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=15)
+    done = [json.loads(line) for line in logs if line.startswith("{") and '"upstream done"' in line]
+    assert len(done) == 1, logs
+    line = done[0]
+    assert (line["adapter"], line["priority"], line["attempts"], line["pod_load"]) == ("a1", "interactive", 1, 1)
+    assert line["send_weights"] is True  # the first request for a1 carried its weights
+    assert line["decided_ms"] >= 0
+    assert line["first_answer_ms"] > 0  # measured (None when the pod never answered)

@@ -348,7 +348,6 @@ def test_batch_lines_do_not_push_interactive_requests_off_their_warm_pod(
     for pod in ("p0", "p1"):  # equal load everywhere, so no policy's spreading decides on its own
         h.load(pod, 6, background=True)
     h.make_warm("p0", adapter)
-    h.load("p1", 0)
     interactive = h.fleet.route(h.request(adapter))
     assert (interactive.pod, interactive.send_weights) == ("p0", False)
     assert [p.inflight for p in h.fleet.snapshot().pods] == [6, 6]
