@@ -76,7 +76,7 @@ from trtfleet_router.upstream.attempt_log import log_done, log_failure, tracing
 from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.failures import UpstreamCallFailed
-from trtfleet_router.upstream.hold import RETRY_AFTER_S_HELD, HoldsFull, PodHolds, fleet_budget
+from trtfleet_router.upstream.hold import PodHolds, fleet_budget, hold_for_pods
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.priority import InteractiveSignal, Priority, batch_may_start
@@ -338,7 +338,7 @@ class Dispatcher:
                 raise self._busy_error(exc, base, last) from exc
             except NoReadyPod as exc:
                 if last is None and config.hold_wait_s > 0:
-                    held = await self._hold(base, exc, hold_until_s)
+                    held = await hold_for_pods(self.holds, self.metrics, base, exc, hold_until_s)
                     continue
                 raise _no_capacity_error(exc, last) from exc
             except NoCapacity as exc:
@@ -365,28 +365,6 @@ class Dispatcher:
             if not await self.capacity_waits.wait(base, until_s - time.monotonic(), priority=Priority.BATCH):
                 self.metrics.capacity_waits.labels(base, "batch_bound").inc()
                 return await self._route(fleet, route, last, deadline_s, Priority.BATCH)
-
-    async def _hold(self, base: str, exc: NoReadyPod, until_s: float) -> bool:
-        """Hold a request of ``base`` until discovery hands its fleet new pods (True: route again); 503 with
-        ``Retry-After`` when the holds are full or the hold's time runs out (see :mod:`.hold`)."""
-        gauge = self.metrics.held_requests.labels(base)
-        gauge.inc()
-        try:
-            if await self.holds.wait(base, until_s - time.monotonic()):
-                return True
-        except HoldsFull as full:
-            self.metrics.holds.labels(base, "queue_full").inc()
-            raise NoCapacityAvailable(
-                f"base model {base!r} has no ready pod and {full}; retry later", retry_after_s=RETRY_AFTER_S_HELD
-            ) from exc
-        finally:
-            gauge.dec()
-        self.metrics.holds.labels(base, "timed_out").inc()
-        raise NoCapacityAvailable(
-            f"base model {base!r} has no ready pod: the request was held until its limit (holdWaitS or its "
-            "deadline) while pods start (the base model may be scaled to zero); retry later",
-            retry_after_s=RETRY_AFTER_S_HELD,
-        ) from exc
 
     def _busy_error(self, exc: CachesBusy, base: str, last: UpstreamFailure | None) -> RouterError:
         """503 for a request that found every LoRA cache busy, ``Retry-After`` from the drain estimate."""

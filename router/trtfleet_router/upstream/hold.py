@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
+from trtfleet_router.errors import NoCapacityAvailable
 from trtfleet_router.fleets import FleetSet
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.routing.types import NoReadyPod
 
 RETRY_AFTER_S_HELD: Final = 5
 """``Retry-After`` of a request turned away after or instead of a hold: a cold start takes this long at least."""
@@ -190,3 +194,26 @@ class PodHolds:
             turn.set_result(None)
             holders.released += 1
             count -= 1
+
+
+async def hold_for_pods(holds: PodHolds, metrics: RouterMetrics, base: str, exc: NoReadyPod, until_s: float) -> bool:
+    """Hold a request of ``base`` (the dispatcher's, for ``exc``) until discovery hands its fleet new pods
+    (True: route again); 503 with ``Retry-After`` when the holds are full or the hold's time runs out."""
+    gauge = metrics.held_requests.labels(base)
+    gauge.inc()
+    try:
+        if await holds.wait(base, until_s - time.monotonic()):
+            return True
+    except HoldsFull as full:
+        metrics.holds.labels(base, "queue_full").inc()
+        raise NoCapacityAvailable(
+            f"base model {base!r} has no ready pod and {full}; retry later", retry_after_s=RETRY_AFTER_S_HELD
+        ) from exc
+    finally:
+        gauge.dec()
+    metrics.holds.labels(base, "timed_out").inc()
+    raise NoCapacityAvailable(
+        f"base model {base!r} has no ready pod: the request was held until its limit (holdWaitS or its "
+        "deadline) while pods start (the base model may be scaled to zero); retry later",
+        retry_after_s=RETRY_AFTER_S_HELD,
+    ) from exc
