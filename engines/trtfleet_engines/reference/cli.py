@@ -73,6 +73,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--max-num-tokens", type=int, default=None, help="tokens per step override")
     parser.add_argument("--max-queue-size", type=int, default=None, help="waiting requests before back-pressure")
     parser.add_argument("--min-step-ms", type=float, default=None, help="pretend GPU step time (ms per step)")
+    parser.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=None,
+        help="pretend prefill time (us per prompt position computed; reused KV blocks cost nothing)",
+    )
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for ready")
     parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     parser.add_argument("--runtime", choices=("triton", "pytorch"), default="triton",
@@ -154,6 +160,7 @@ def engine_flags(args: argparse.Namespace) -> list[str]:
         "--max_num_tokens": args.max_num_tokens,
         "--max-queue-size": args.max_queue_size,
         "--min-step-ms": args.min_step_ms,
+        "--prefill-us-per-token": args.prefill_us_per_token,
         "--max-loras": args.max_loras,
         "--max-cpu-loras": args.max_cpu_loras,
         "--kv-tokens-per-block": args.kv_tokens_per_block,
@@ -208,6 +215,7 @@ def build_repository(args: argparse.Namespace, out_dir: Path) -> Path:
         max_num_tokens=args.max_num_tokens,
         max_queue_size=args.max_queue_size,
         min_step_ms=args.min_step_ms,
+        prefill_us_per_token=args.prefill_us_per_token,
         kv_tokens_per_block=args.kv_tokens_per_block,
         kv_max_tokens=args.kv_max_tokens,
         enable_kv_cache_reuse=None if args.kv_block_reuse is None else args.kv_block_reuse == "true",

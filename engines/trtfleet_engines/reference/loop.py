@@ -11,7 +11,9 @@ Stats are reported after a step (before its responses are sent) when the active 
 changed, else at most every ``stats_period_s``, and once more when the engine becomes idle.
 ``is_cancelled`` is asked about every request at most every ``cancellation_period_s``. With
 ``min_step_s`` a step lasts at least that long (a pretend GPU step time, so tests and benchmarks get
-long-lived requests). Clock and sleep are injected.
+long-lived requests), and ``prefill_s_per_token`` more for each prompt position the step computed (a
+pretend prefill cost: positions served from reused KV blocks cost nothing, as on a GPU, so prefix reuse
+shows in the first-token time the way it does there). Clock and sleep are injected.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ class EngineLoop(Generic[H]):
         cancellation_period_s: float = CANCELLATION_CHECK_PERIOD_S,
         stats_period_s: float = STATS_PERIOD_S,
         min_step_s: float = 0.0,
+        prefill_s_per_token: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._batcher = batcher
@@ -63,6 +66,7 @@ class EngineLoop(Generic[H]):
         self._cancellation_period_s = cancellation_period_s
         self._stats_period_s = stats_period_s
         self._min_step_s = min_step_s
+        self._prefill_s_per_token = prefill_s_per_token
         self._sleep = sleep
         self._cond = threading.Condition()
         self._running = False
@@ -127,11 +131,13 @@ class EngineLoop(Generic[H]):
             with self._cond:
                 for request_id in cancelled:
                     self._batcher.cancel(request_id)
+                computed_before = self._batcher.computed_prompt_tokens
                 try:
                     responses = self._batcher.step()
                 except Exception as exc:  # a model bug must fail the requests, not the thread
                     logger.exception("reference engine step failed")
                     responses = self._batcher.abort_all(f"reference engine step failed: {exc}")
+                computed = self._batcher.computed_prompt_tokens - computed_before
                 stats = self._due_stats(idle=not self._batcher.has_work())
                 if not responses and self._batcher.stats().scheduled_requests == 0:
                     self._cond.wait(NOTHING_SCHEDULED_WAIT_S)  # nothing could run: do not spin
@@ -139,9 +145,10 @@ class EngineLoop(Generic[H]):
                 self._on_stats(stats)  # before delivering: no metric call may be in flight once a client
             self._safe_deliver(responses)  # has its last response (it may unload the model right away)
             del responses, probe  # hold no response sender while idle: the backend waits for their release
-            remaining = self._min_step_s - (self._clock() - started)
+            pretend_s = self._min_step_s + computed * self._prefill_s_per_token
+            remaining = pretend_s - (self._clock() - started)
             if remaining > 0:
-                self._sleep(remaining)  # pretend GPU step time, outside the lock
+                self._sleep(remaining)  # pretend GPU step (and prefill) time, outside the lock
 
     def _cancellation_probe(self) -> list[tuple[int, H]]:
         """The requests to ask ``is_cancelled`` about now (none between check periods)."""

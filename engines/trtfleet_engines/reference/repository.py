@@ -145,6 +145,7 @@ def reference_parameters(
     min_step_ms: float | None = None,
     kv_tokens_per_block: int | None = None,
     kv_max_tokens: int | None = None,
+    prefill_us_per_token: float | None = None,
 ) -> list[tuple[str, str]]:
     """The ``reference_*`` parameters of the ``tensorrt_llm`` model for ``spec`` (and the KV-cache size,
     TRT-LLM's own ``max_tokens_in_paged_kv_cache``, which the engines renderer does not write)."""
@@ -156,6 +157,8 @@ def reference_parameters(
     ]
     if min_step_ms is not None:
         params.append(("reference_min_step_ms", repr(float(min_step_ms))))
+    if prefill_us_per_token is not None:
+        params.append(("reference_prefill_us_per_token", repr(float(prefill_us_per_token))))
     if kv_tokens_per_block is not None:
         params.append(("reference_tokens_per_block", str(int(kv_tokens_per_block))))
     if kv_max_tokens is not None:
@@ -204,12 +207,14 @@ def build_reference_repository(
     kv_tokens_per_block: int | None = None,
     kv_max_tokens: int | None = None,
     enable_kv_cache_reuse: bool | None = None,
+    prefill_us_per_token: float | None = None,
     renderer: ConfigRenderer | None = None,
 ) -> Path:
     """Write a reference model repository to ``out_dir`` (created; existing models replaced); returns it.
 
     ``spec`` defaults to the reference tiny model; ``model_dir`` to the packaged tiny Llama.
-    ``min_step_ms`` makes every engine step last at least that long (a pretend GPU step time).
+    ``min_step_ms`` makes every engine step last at least that long (a pretend GPU step time), and
+    ``prefill_us_per_token`` that much longer per prompt position it computes (a pretend prefill time).
     """
     model_path = Path(model_dir) if model_dir is not None else default_model_dir()
     if not (model_path / "config.json").is_file():
@@ -230,6 +235,7 @@ def build_reference_repository(
         min_step_ms=min_step_ms,
         kv_tokens_per_block=kv_tokens_per_block,
         kv_max_tokens=kv_max_tokens,
+        prefill_us_per_token=prefill_us_per_token,
     )
     configs["tensorrt_llm"] = append_parameters(configs["tensorrt_llm"], extra)
     out = Path(out_dir)

@@ -204,6 +204,11 @@ class InflightBatcher(Generic[H]):
         """(request id, handle) of every waiting and active request (for cancellation polling)."""
         return [(s.request_id, s.handle) for s in (*self._waiting, *self._active)]
 
+    @property
+    def computed_prompt_tokens(self) -> int:
+        """Prompt positions the model computed so far (reused KV blocks skipped); cheaper than :meth:`stats`."""
+        return self._computed_tokens
+
     def stats(self) -> BatcherStats:
         limits = self.limits
         pool = self.kv_cache

@@ -19,6 +19,8 @@ parameter                              meaning
 ``reference_gpu_memory_bytes``         pretend free GPU memory (``lora_cache_gpu_memory_fraction`` x it)
 ``reference_lora_cache_device_bytes``  device tier bytes, overriding fraction x pretend GPU memory
 ``reference_min_step_ms``              pretend GPU step time: a step lasts at least this long (default 0)
+``reference_prefill_us_per_token``     pretend prefill time: a step lasts this much longer per prompt
+                                       position it computed (reused KV blocks excluded; default 0)
 ``enable_kv_cache_reuse``              KV-cache block reuse (TRT-LLM's parameter; true when unset, as in C++)
 ``max_tokens_in_paged_kv_cache``       KV-cache size in tokens (TRT-LLM's parameter; default
                                        ``max_batch_size x max_seq_len``)
@@ -61,6 +63,7 @@ class EngineSettings:
     dtype: str
     lora: LoraCacheSettings | None
     min_step_s: float = 0.0
+    prefill_s_per_token: float = 0.0
     kv_cache: KvCacheSettings | None = None
     """None: a pool of ``max_batch_size x max_seq_len`` tokens with reuse on."""
 
@@ -148,5 +151,6 @@ def settings_from_model_config(model_config: Mapping[str, Any]) -> EngineSetting
         dtype=dtype,
         lora=lora,
         min_step_s=_float(params, "reference_min_step_ms", 0.0) / 1000.0,
+        prefill_s_per_token=max(0.0, _float(params, "reference_prefill_us_per_token", 0.0)) / 1e6,
         kv_cache=kv_cache,
     )

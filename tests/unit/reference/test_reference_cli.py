@@ -71,14 +71,16 @@ def test_pytorch_runtime_becomes_the_reference_trtllm_serve_command_line() -> No
 
     args = _parse("--runtime", "pytorch", "--host", "127.0.0.1", "--http-port", "8123", "--served-model-name",
                   "tiny", "--max-loras", "1", "--max-cpu-loras", "3", "--min-step-ms", "5", "--kv-tokens-per-block",
-                  "16", "--kv-block-reuse", "false", "--kv-event-buffer-max-size", "10")
+                  "16", "--kv-block-reuse", "false", "--kv-event-buffer-max-size", "10", "--prefill-us-per-token", "40")
     argv = serve_argv(args, Path("/tmp/options.yaml"))
     assert argv == ["--host", "127.0.0.1", "--port", "8123", "--config", "/tmp/options.yaml",
-                    "--served_model_name", "tiny", "--min-step-ms", "5.0", "--max-loras", "1", "--max-cpu-loras", "3",
+                    "--served_model_name", "tiny", "--min-step-ms", "5.0", "--prefill-us-per-token", "40.0",
+                    "--max-loras", "1", "--max-cpu-loras", "3",
                     "--kv-tokens-per-block", "16", "--kv-block-reuse", "false", "--kv-event-buffer-max-size", "10"]
     settings = settings_from_args([a for a in argv if a not in ("--config", "/tmp/options.yaml")])
     assert settings.lora is not None and (settings.lora.max_loras, settings.lora.max_cpu_loras) == (1, 3)
     assert (settings.port, settings.served_model_name, settings.min_step_s) == (8123, "tiny", 0.005)
+    assert abs(settings.prefill_s_per_token - 40e-6) < 1e-12
     assert settings.kv_cache is not None
     assert (settings.kv_cache.tokens_per_block, settings.kv_cache.enable_block_reuse) == (16, False)
     assert settings.kv_cache.event_buffer_max_size == 10

@@ -115,6 +115,20 @@ def test_min_step_time_sleeps_the_remainder_outside_the_lock() -> None:
     assert slept and all(0 < s < 0.010 for s in slept)
 
 
+def test_prefill_time_is_charged_per_prompt_position_the_step_computed() -> None:
+    """A step that prefills 5 prompt positions lasts 5 x the per-token time longer; decode steps do not."""
+    inbox = Inbox()
+    slept: list[float] = []
+    batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits())
+    loop = EngineLoop(batcher, inbox.deliver, clock=lambda: 0.0, sleep=slept.append, prefill_s_per_token=0.001)
+    loop.start()
+    loop.submit(request([1, 2, 3, 4, 5], 3), Client("a"))
+    inbox.wait_for(lambda rs: any(r.final for r in rs))
+    loop.stop()
+    assert slept == [pytest.approx(0.005)]  # the frozen clock: the step's own time is 0
+    assert batcher.computed_prompt_tokens == batcher.stats().prefill_tokens_computed == 5
+
+
 def test_an_idle_engine_makes_no_calls_to_triton() -> None:
     """Metric updates or is_cancelled calls while Triton unloads the model hang the Python stub forever."""
     inbox = Inbox()

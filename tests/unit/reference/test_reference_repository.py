@@ -80,6 +80,16 @@ def test_settings_from_the_rendered_config(tmp_path: Path) -> None:
     assert lora.host_bytes == 2 * 1024 * 1024
     assert lora.device_bytes == int(0.05 * DEFAULT_GPU_MEMORY_BYTES)
     assert settings.kv_cache == KvCacheSettings(max_blocks=8 * 256 // 32, tokens_per_block=32, enable_block_reuse=True)
+    assert (settings.min_step_s, settings.prefill_s_per_token) == (0.0, 0.0)  # no pretend times unless asked
+
+
+def test_pretend_step_and_prefill_times_reach_the_engine_settings(tmp_path: Path) -> None:
+    repo = build_reference_repository(
+        tmp_path / "repo", model_dir=_model_dir(tmp_path), min_step_ms=20, prefill_us_per_token=250
+    )
+    settings = settings_from_model_config(triton_model_config(repo / "tensorrt_llm" / "config.pbtxt"))
+    assert settings.min_step_s == pytest.approx(0.020)
+    assert settings.prefill_s_per_token == pytest.approx(250e-6)
 
 
 @pytest.mark.parametrize(

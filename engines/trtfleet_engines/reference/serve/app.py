@@ -85,7 +85,9 @@ class ServeApp:
             self.gate = AdapterGate(max(self.store.host_adapters, 1))
         pool = build_block_pool(settings.kv_cache, limits)
         batcher: InflightBatcher[TokenStream] = InflightBatcher(TinyLlama(weights), limits, self.store, pool)
-        self.bridge = EngineBridge(batcher, min_step_s=settings.min_step_s)
+        self.bridge = EngineBridge(
+            batcher, min_step_s=settings.min_step_s, prefill_s_per_token=settings.prefill_s_per_token
+        )
         store = self.store
         self.metrics = ServeMetrics(self.bridge.stats, store.snapshot if store is not None else lambda: None)
 

@@ -49,9 +49,17 @@ class Submitted:
 class EngineBridge:
     """Owns the engine thread; every method is called on the event loop."""
 
-    def __init__(self, batcher: InflightBatcher[TokenStream], *, min_step_s: float = 0.0) -> None:
+    def __init__(
+        self, batcher: InflightBatcher[TokenStream], *, min_step_s: float = 0.0, prefill_s_per_token: float = 0.0
+    ) -> None:
         self._batcher = batcher
-        self._engine = EngineLoop(batcher, self._deliver, on_stats=self._record_stats, min_step_s=min_step_s)
+        self._engine = EngineLoop(
+            batcher,
+            self._deliver,
+            on_stats=self._record_stats,
+            min_step_s=min_step_s,
+            prefill_s_per_token=prefill_s_per_token,
+        )
         self._stats: deque[dict[str, Any]] = deque(maxlen=STATS_QUEUE_LENGTH)
         self._user_ids = itertools.count(1)
         self.completed_requests = 0

@@ -56,6 +56,7 @@ class ServeSettings:
     return_perf_metrics: bool
     lora: LoraSettings | None
     min_step_s: float = 0.0
+    prefill_s_per_token: float = 0.0
     kv_cache: KvCacheSettings | None = None
     """None: ``max_batch_size x max_seq_len`` tokens in blocks of 32, reuse on, no events."""
 
@@ -89,6 +90,12 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--max-cpu-loras", type=int, default=None, help="lora_config.max_cpu_loras (host tier)")
     p.add_argument("--max-lora-rank", type=int, default=None, help="lora_config.max_lora_rank")
     p.add_argument("--min-step-ms", type=float, default=0.0, help="pretend GPU step time (ms)")
+    p.add_argument(
+        "--prefill-us-per-token",
+        type=float,
+        default=0.0,
+        help="pretend prefill time (us per prompt position computed; reused KV blocks cost nothing)",
+    )
     p.add_argument("--kv-tokens-per-block", type=int, default=None, help="kv_cache_config.tokens_per_block")
     p.add_argument("--kv-max-tokens", type=int, default=None, help="kv_cache_config.max_tokens (pool size)")
     p.add_argument("--kv-block-reuse", choices=("true", "false"), default=None,
@@ -191,5 +198,6 @@ def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
         return_perf_metrics=bool(pick("return_perf_metrics")),
         lora=_lora(args, options),
         min_step_s=max(args.min_step_ms, 0.0) / 1000.0,
+        prefill_s_per_token=max(args.prefill_us_per_token, 0.0) / 1e6,
         kv_cache=_kv_cache(args, options, max_batch_size, max_seq_len),
     )

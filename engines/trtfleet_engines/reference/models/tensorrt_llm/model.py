@@ -62,6 +62,7 @@ class TritonPythonModel:
             is_cancelled=lambda handle: bool(handle.sender.is_cancelled()),
             on_stats=self._report,
             min_step_s=self.settings.min_step_s,
+            prefill_s_per_token=self.settings.prefill_s_per_token,
         )
         self.loop.start()
         logger.info(
