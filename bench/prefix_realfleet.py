@@ -17,6 +17,14 @@ block reuse to measure: the harness says so and stops before replaying anything 
 the simulator, ``bench/prefixbench.py``). Single runs on a shared 2-core machine rank the policies' tails by
 noise (one policy's p99 moved by 100-270 ms between runs): ``--repeats N`` runs every policy N times, round by
 round, and ends with each policy's medians.
+
+Longer prompts and a prefill that costs time: the tiny model computes a prompt in a few milliseconds, so a
+reused prefix saves almost nothing on this machine unless the workers pretend a GPU's prefill time.
+``--max-input-len N`` serves prompts up to N tokens (a copy of the tiny model with more positions: same
+weights), and ``--prefill-us-per-token T`` makes every engine step last T us longer per prompt position it
+computes (reused KV blocks cost nothing, as on a GPU); trtfleet's router is told the same per-token price
+(``prefillSPerToken``). 232 us at lengths x 1/16 is the H100's 14.5 us per token of Llama-3.1-8B FP8 (the
+router's default) at the trace's own lengths: a scaled prompt's prefill lasts as long as the real one would.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from bench.mooncake import (
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.routing import WORK, RealScenario, host_cache_bytes_for, replay
 from bench.simstats import percentile
-from bench.traces import TraceRequest, check_fits
+from bench.traces import FleetLimits, TraceRequest, check_fits
 
 REUSED = 'kv_cache_block_type="reused"'
 
@@ -74,12 +82,31 @@ def reused_total(fleet: RealFleet) -> float | None:
     return total
 
 
+@dataclasses.dataclass(frozen=True, slots=True)
+class Engine:
+    """The workers' prompt limit and pretend prefill time (None: the reference defaults)."""
+
+    max_input_len: int | None = None
+    prefill_us_per_token: float | None = None
+
+    def limits(self, scenario: RealScenario) -> FleetLimits:
+        if self.max_input_len is None:
+            return scenario.limits()
+        return FleetLimits(max_input_tokens=self.max_input_len, max_seq_tokens=self.max_input_len + 128,
+                           prompt_overhead_tokens=2)
+
+
 def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest], prompts: Sequence[str],
-               adapters: list[tuple[str, int, Path]], host_bytes: int) -> dict[str, float] | None:
+               adapters: list[tuple[str, int, Path]], host_bytes: int,
+               engine: Engine = Engine()) -> dict[str, float] | None:
     """One policy on a fresh fleet: blocks reused, adapter hit rate, TTFT figures; None without reuse counters."""
+    policy_config = scenario.policy_config()
+    if engine.prefill_us_per_token is not None:  # trtfleet prices prefill at what the workers charge
+        policy_config["trtfleet"]["prefillSPerToken"] = engine.prefill_us_per_token / 1e6
     fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
                       max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
-                      policy_config=scenario.policy_config())
+                      policy_config=policy_config, max_input_len=engine.max_input_len,
+                      prefill_us_per_token=engine.prefill_us_per_token)
     with fleet:
         before = reused_total(fleet)
         if before is None:
@@ -109,9 +136,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds over every policy (interleaved, so machine noise hits each alike); with more "
                         "than one, a last table of each policy's medians over the rounds")
+    parser.add_argument("--max-input-len", type=int, default=None,
+                        help="the workers' maxInputLen (default: the reference spec's 128)")
+    parser.add_argument("--prefill-us-per-token", type=float, default=None,
+                        help="pretend prefill time per prompt position computed (default: none)")
     args = parser.parse_args(argv)
     scenario = RealScenario()
-    limits = scenario.limits()
+    engine = Engine(args.max_input_len, args.prefill_us_per_token)
+    limits = engine.limits(scenario)
     rows = read_mooncake(args.trace)[: args.requests]
     scale = dataclasses.replace(MooncakeScale(), length_factor=args.length_factor, time_factor=args.time_factor,
                                 max_input_tokens=limits.max_prompt_tokens, max_output_tokens=32,
@@ -134,7 +166,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.repeats > 1:
             print(f"round {round_index + 1} of {args.repeats}", flush=True)
         for policy in policies:
-            row = run_policy(policy, scenario, trace, prompts, adapters, host_bytes)
+            row = run_policy(policy, scenario, trace, prompts, adapters, host_bytes, engine)
             if row is None:
                 print("the reference workers export no reused-block counter (no KV block reuse on this build): "
                       "nothing to measure on the real fleet; see bench/prefixbench.py for the simulator", flush=True)

@@ -57,6 +57,21 @@ def model_dir() -> Path:
     return Path(os.environ.get(MODEL_DIR_ENV) or TINY_LLAMA_DIR)
 
 
+def model_dir_with_positions(positions: int, work_dir: Path) -> Path:
+    """A copy of the tiny model under ``work_dir`` that takes ``positions`` positions: the same weights (RoPE
+    has no learned position table, so only ``max_position_embeddings`` in its config changes)."""
+    source = model_dir()
+    target = work_dir / f"tiny-{positions}"
+    target.mkdir(parents=True, exist_ok=True)
+    for item in source.iterdir():
+        if item.is_file() and item.name != "config.json":
+            shutil.copy2(item, target / item.name)
+    config = tiny_config()
+    config["max_position_embeddings"] = positions
+    (target / "config.json").write_text(json.dumps(config, indent=2), encoding="utf-8")
+    return target
+
+
 def tiny_config() -> dict[str, Any]:
     data: dict[str, Any] = json.loads((model_dir() / "config.json").read_text(encoding="utf-8"))
     return data
@@ -155,6 +170,8 @@ class RealFleet:
     seed: int = 0
     policy_config: Mapping[str, Any] | None = None  # the router's routing config (YAML keys), e.g. its load bound
     router_args: Sequence[str] = ()  # more ``trtfleet router`` flags (bench.batch: --batch-store ...)
+    max_input_len: int | None = None  # the engine's maxInputLen (None: the reference spec's 128)
+    prefill_us_per_token: float | None = None  # pretend prefill time per prompt position computed
     replicas: int = 1  # router processes on the same fleet file, as a Deployment's replicas behind a Service
     peer_view: bool = False  # replicas share cache events: each gets --peer-port and a --peer per other
     router_http_ports: list[int] = field(default_factory=list)
@@ -166,13 +183,17 @@ class RealFleet:
         from trtfleet_engines.reference.repository import build_reference_repository
 
         self.work_dir.mkdir(parents=True, exist_ok=True)
+        spec = self.spec()
+        model = model_dir()
+        if spec.engine.max_seq_len > int(tiny_config()["max_position_embeddings"]):
+            model = model_dir_with_positions(spec.engine.max_seq_len, self.work_dir)
         try:
             for index in range(self.workers):
                 repo = build_reference_repository(
-                    self.work_dir / f"repo-w{index}", model_dir=model_dir(),
+                    self.work_dir / f"repo-w{index}", spec, model_dir=model,
                     lora_cache_host_bytes=self.host_cache_bytes,
                     max_batch_size=self.max_batch_size, max_queue_size=self.max_queue_size,
-                    min_step_ms=self.min_step_ms,
+                    min_step_ms=self.min_step_ms, prefill_us_per_token=self.prefill_us_per_token,
                 )
                 self._workers.append(self._start_worker(repo, index))
             for index in range(self.workers):
@@ -204,10 +225,23 @@ class RealFleet:
             retry.wait_ready()
             return retry
 
-    def fleet_config(self) -> dict[str, Any]:
+    def spec(self) -> Any:
+        """The workers' BaseModel spec: the reference one, with ``max_input_len`` (and room for 128 more
+        tokens in a sequence) when set."""
         from trtfleet_engines.reference.repository import default_reference_spec
 
-        spec = default_reference_spec().model_dump(mode="json", by_alias=True, exclude_none=True)
+        from trtfleet.api.basemodel import BaseModelSpec
+
+        spec = default_reference_spec()
+        if self.max_input_len is None:
+            return spec
+        data = spec.model_dump(mode="json", by_alias=True, exclude_none=True)
+        data["engine"]["maxInputLen"] = self.max_input_len
+        data["engine"]["maxSeqLen"] = max(int(data["engine"]["maxSeqLen"]), self.max_input_len + 128)
+        return BaseModelSpec.model_validate(data)
+
+    def fleet_config(self) -> dict[str, Any]:
+        spec = self.spec().model_dump(mode="json", by_alias=True, exclude_none=True)
         spec["lora"]["cache"]["hostMemoryBytes"] = str(self.host_cache_bytes)
         spec["engine"]["maxBatchSize"] = self.max_batch_size
         spec["serving"]["maxQueueSize"] = self.max_queue_size
