@@ -13,7 +13,9 @@ changed, else at most every ``stats_period_s``, and once more when the engine be
 ``min_step_s`` a step lasts at least that long (a pretend GPU step time, so tests and benchmarks get
 long-lived requests), and ``prefill_s_per_token`` more for each prompt position the step computed (a
 pretend prefill cost: positions served from reused KV blocks cost nothing, as on a GPU, so prefix reuse
-shows in the first-token time the way it does there). Clock and sleep are injected.
+shows in the first-token time the way it does there). The prefill part passes before the step's responses
+go out (a first token exists only once its prompt is computed), the rest after them, as before. Clock and
+sleep are injected.
 """
 
 from __future__ import annotations
@@ -141,14 +143,19 @@ class EngineLoop(Generic[H]):
                 stats = self._due_stats(idle=not self._batcher.has_work())
                 if not responses and self._batcher.stats().scheduled_requests == 0:
                     self._cond.wait(NOTHING_SCHEDULED_WAIT_S)  # nothing could run: do not spin
+            prefill_s = computed * self._prefill_s_per_token
+            if prefill_s > 0:
+                self._sleep_until(started + prefill_s)  # pretend prefill: the step's tokens come out after it
             if stats is not None and self._on_stats is not None:
                 self._on_stats(stats)  # before delivering: no metric call may be in flight once a client
             self._safe_deliver(responses)  # has its last response (it may unload the model right away)
             del responses, probe  # hold no response sender while idle: the backend waits for their release
-            pretend_s = self._min_step_s + computed * self._prefill_s_per_token
-            remaining = pretend_s - (self._clock() - started)
-            if remaining > 0:
-                self._sleep(remaining)  # pretend GPU step (and prefill) time, outside the lock
+            self._sleep_until(started + self._min_step_s + prefill_s)  # pretend GPU step time, outside the lock
+
+    def _sleep_until(self, until_s: float) -> None:
+        remaining = until_s - self._clock()
+        if remaining > 0:
+            self._sleep(remaining)
 
     def _cancellation_probe(self) -> list[tuple[int, H]]:
         """The requests to ask ``is_cancelled`` about now (none between check periods)."""

@@ -115,17 +115,33 @@ def test_min_step_time_sleeps_the_remainder_outside_the_lock() -> None:
     assert slept and all(0 < s < 0.010 for s in slept)
 
 
-def test_prefill_time_is_charged_per_prompt_position_the_step_computed() -> None:
-    """A step that prefills 5 prompt positions lasts 5 x the per-token time longer; decode steps do not."""
-    inbox = Inbox()
-    slept: list[float] = []
+def test_prefill_time_is_charged_per_prompt_position_before_the_first_token() -> None:
+    """A step that prefills 5 prompt positions lasts 5 x the per-token time longer, and its token comes out
+    after that part (the rest of the minimum step after it); decode steps pay only the minimum step."""
+    now = [0.0]
+    events: list[tuple[str, float]] = []
+
+    def sleep(seconds: float) -> None:
+        events.append(("sleep", round(seconds, 9)))
+        now[0] += seconds
+
+    class Recording(Inbox):
+        def deliver(self, responses: list[EngineResponse[Client]]) -> None:
+            events.append(("deliver", round(now[0], 9)))
+            super().deliver(responses)
+
+    inbox = Recording()
     batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits())
-    loop = EngineLoop(batcher, inbox.deliver, clock=lambda: 0.0, sleep=slept.append, prefill_s_per_token=0.001)
+    loop = EngineLoop(
+        batcher, inbox.deliver, clock=lambda: now[0], sleep=sleep, min_step_s=0.010, prefill_s_per_token=0.001
+    )
     loop.start()
-    loop.submit(request([1, 2, 3, 4, 5], 3), Client("a"))
+    loop.submit(request([1, 2, 3, 4, 5], 2, streaming=True), Client("a"))
     inbox.wait_for(lambda rs: any(r.final for r in rs))
     loop.stop()
-    assert slept == [pytest.approx(0.005)]  # the frozen clock: the step's own time is 0
+    # the frozen clock moves only by the pretend sleeps: prefill (5 ms), first token, rest of the step (10 ms),
+    # then a decode step of 10 ms
+    assert events[:4] == [("sleep", 0.005), ("deliver", 0.005), ("sleep", 0.01), ("deliver", 0.015)]
     assert batcher.computed_prompt_tokens == batcher.stats().prefill_tokens_computed == 5
 
 
