@@ -1,8 +1,9 @@
 """The batch runner: takes each unfinished batch from the store and drives it to a final status.
 
 Per batch: validate the input (rejected lines to chunk 0, then ``in_progress``); run the lines not yet
-in a committed chunk, grouped by model (:func:`~trtfleet.batch.lines.order_by_model`), at most
-``window`` at once, each admitted by :func:`admit` (free capacity, or the minimum rate); the window
+in a committed chunk, grouped by model (:func:`~trtfleet.batch.lines.order_by_model`), one model per
+ready pod at once (:mod:`~trtfleet.batch.lanes`, the gate's :meth:`CapacityGate.lanes`), at most
+``window`` lines at once, each admitted by :func:`admit` (free capacity, or the minimum rate); the window
 follows interactive load AIMD-style (:func:`next_window`: halved at most once per ``backoff_interval_s``
 while the gate reports interactive pressure, grown by one line per window of finished lines up to
 ``concurrency`` otherwise); commit
@@ -22,12 +23,12 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
 
 from trtfleet.batch.errors import BatchLayerError, NotFound
+from trtfleet.batch.lanes import LineLanes
 from trtfleet.batch.lines import (
     BatchLine,
     ParsedInput,
@@ -69,6 +70,10 @@ class CapacityGate(Protocol):
     def interactive_pressure(self, model: str, since_s: float) -> bool:
         """Whether interactive requests for ``model``'s pods waited (or answered slowly) at or after
         ``since_s`` (on the runner's monotonic clock)."""
+        ...
+
+    def lanes(self, model: str) -> int:
+        """How many models' lines to run at once: the ready pods serving ``model`` (at least 1)."""
         ...
 
 
@@ -210,7 +215,8 @@ class BatchRunner:
         book, s = self.service.book, self.settings
         done = {row["id"] for row in await asyncio.to_thread(book.results, record.id)}
         ordered = order_by_model(parsed.lines) if s.group_by_model else list(parsed.lines)
-        pending = deque(i for i in ordered if result_id(record.id, i.custom_id, i.line) not in done)
+        pending = LineLanes(i for i in ordered if result_id(record.id, i.custom_id, i.line) not in done)
+        lines_of: dict[asyncio.Task[dict[str, Any] | None], BatchLine] = {}
         numbers = await asyncio.to_thread(book.chunk_numbers, record.id)
         next_chunk = max(numbers, default=0) + 1
         buffer: list[dict[str, Any]] = []
@@ -221,8 +227,10 @@ class BatchRunner:
         current = record
         while (pending and not stop.is_set()) or inflight:
             now = self.monotonic()
+            lanes = 1
             if pending:
-                pressure = self.gate.interactive_pressure(pending[0].model, checked_s)
+                lanes = self.gate.lanes(pending.peek().model) if s.group_by_model else 1
+                pressure = self.gate.interactive_pressure(pending.peek(lanes).model, checked_s)
                 window, cut = next_window(
                     window, pressure=pressure, finished=finished_count, since_cut_s=now - cut_s, settings=s
                 )
@@ -235,7 +243,7 @@ class BatchRunner:
             ):
                 stop.set()  # cancelled or expired: no new line; the ones in flight finish
             if pending and not stop.is_set():
-                item = pending[0]
+                item = pending.peek(lanes)
                 if admit(
                     free_capacity=self.gate.has_free_capacity(item.model),
                     inflight=len(inflight),
@@ -243,10 +251,12 @@ class BatchRunner:
                     settings=s,
                     window=window,
                 ):
-                    pending.popleft()
+                    pending.take(lanes)
                     last_admit_s = now
                     self.lines_started += 1
-                    inflight.add(asyncio.create_task(self._line(record, item, stop)))
+                    task = asyncio.create_task(self._line(record, item, stop))
+                    inflight.add(task)
+                    lines_of[task] = item
                     continue
             finished, _ = await asyncio.wait(inflight, timeout=s.poll_interval_s) if inflight else (set(), set())
             if not inflight:
@@ -254,6 +264,7 @@ class BatchRunner:
             finished_count += len(finished)
             for task in finished:
                 inflight.discard(task)
+                pending.done(lines_of.pop(task))
                 result = task.result()
                 if result is not None:
                     buffer.append(result)

@@ -69,6 +69,14 @@ class FleetCapacity:
         loads = (p.inflight + (p.waiting_requests or 0) for p in snapshot.pods if p.ready)
         return free_slots(loads, self.pod_slots) > 0
 
+    def lanes(self, model: str) -> int:
+        """The ready pods serving ``model``: the runner runs that many adapters' lines at once, and the batch
+        lane keeps each on the pods that hold it (``routing/batchplace.py``)."""
+        found = self._snapshot(model)
+        if found is None:
+            return 1
+        return max(1, sum(1 for p in found[1].pods if p.ready))
+
     def interactive_pressure(self, model: str, since_s: float) -> bool:
         found = self._snapshot(model)
         if found is None:

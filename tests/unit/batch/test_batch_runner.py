@@ -53,6 +53,9 @@ class AlwaysFree:
     def interactive_pressure(self, model: str, since_s: float) -> bool:
         return False
 
+    def lanes(self, model: str) -> int:
+        return 1
+
 
 def _input(n: int, models: tuple[str, ...] = ("m1", "m2")) -> bytes:
     rows = [
@@ -271,5 +274,29 @@ def test_a_batch_past_its_window_expires_with_what_finished(tmp_path: Path) -> N
         assert record.status is BatchStatus.EXPIRED and record.expired_at is not None
         assert record.finalizing_at is not None and record.completed_at is None
         assert record.request_counts.completed == len(_rows(service, record.output_file_id)) == held
+
+    asyncio.run(scenario())
+
+
+class TwoPods(AlwaysFree):
+    def lanes(self, model: str) -> int:
+        return 2
+
+
+def test_grouped_lines_run_one_model_per_ready_pod_at_once(tmp_path: Path) -> None:
+    """With two ready pods two models' lines run side by side (each can stay on the pod that holds it); the
+    third model starts when one of them is used up."""
+
+    async def scenario() -> None:
+        service = BatchService(BatchBook(LocalStore(tmp_path)))
+        batch_id = await _create(service, _input(9, models=("m1", "m2", "m3")))
+        executor = FakeExecutor()
+        settings = dataclasses.replace(FAST, concurrency=2)
+        record = await BatchRunner(service, executor, TwoPods(), lambda m: True, settings).run_batch(batch_id)
+        assert record.status is BatchStatus.COMPLETED and record.request_counts.completed == 9
+        models = [f"m{int(c[1:]) % 3 + 1}" for c in executor.calls]
+        assert set(models[:2]) == {"m1", "m2"}  # both lanes busy from the start
+        assert models.index("m3") >= 3  # m3 waits for a group to finish
+        assert Counter(models) == Counter({"m1": 3, "m2": 3, "m3": 3})
 
     asyncio.run(scenario())
