@@ -24,6 +24,7 @@ import logging
 import random
 from collections.abc import Callable, Mapping, Sequence
 
+from trtfleet_router.routing.batchplace import place_batch_line
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.events import EventKind, Journal
 from trtfleet_router.routing.fleetreport import (
@@ -190,7 +191,11 @@ class Fleet(PodResets):
             rng=self._rng,
             prefix=self._prefix,
         )
-        choice = self._policy.choose(ctx)
+        choice = None
+        if request.batch_slots is not None and adapter is not None:
+            choice = place_batch_line(ctx, adapter, request.batch_slots)
+        if choice is None:
+            choice = self._policy.choose(ctx)
         chosen = choice.pod
         if adapter is None:
             return Decision(chosen.pod_id, False, True, self._policy.name, choice.reason)
@@ -209,8 +214,11 @@ class Fleet(PodResets):
             raise UnknownPod(decision.pod)
         now_s = self._now()
         pod.load.inflight += 1
+        adapter = request.adapter
         if request.background:
             pod.load.background += 1
+            key = adapter.task_id if adapter is not None else None
+            pod.load.background_tasks[key] = pod.load.background_tasks.get(key, 0) + 1
         ticket_id = next(self._tickets)
         blocks = request.blocks
         hashes = blocks.hashes if self._uses_prefix else ()
@@ -218,7 +226,6 @@ class Fleet(PodResets):
         # whole answer, and its prefill would count as queued there for as long as it decodes
         prefill_tokens = 0 if request.background else request.prompt_tokens
         self._prefix.book(ticket_id, pod.pod_id, hashes, prefill_tokens, blocks.block_tokens)
-        adapter = request.adapter
         task_id = None
         pinned = loads = False
         if adapter is not None:
@@ -295,6 +302,11 @@ class Fleet(PodResets):
         pod.load.inflight -= 1
         if ticket.background:
             pod.load.background -= 1
+            left = pod.load.background_tasks[task_id] - 1
+            if left:
+                pod.load.background_tasks[task_id] = left
+            else:
+                del pod.load.background_tasks[task_id]
         if task_id is not None and ticket.pinned:
             self._residency.release(pod.pod_id, task_id)
         if outcome is Outcome.OK:

@@ -125,11 +125,14 @@ def check_books(
     """Tickets, loads in flight and in-flight counts agree with each pod's view (tests and teardown)."""
     open_per_pod: dict[tuple[str, str], int] = {}
     background_per_pod: dict[tuple[str, str], int] = {}
+    background_tasks: dict[tuple[str, str], dict[int | None, int]] = {}
     for ticket in open_tickets.values():
         key = (ticket.pod, ticket.pod_uid)
         open_per_pod[key] = open_per_pod.get(key, 0) + 1
         if ticket.background:
             background_per_pod[key] = background_per_pod.get(key, 0) + 1
+            tasks = background_tasks.setdefault(key, {})
+            tasks[ticket.task_id] = tasks.get(ticket.task_id, 0) + 1
     loading_per_pod: dict[tuple[str, str, int], int] = {}
     for ticket_id in loading:
         ticket = open_tickets[ticket_id]
@@ -149,6 +152,9 @@ def check_books(
         background = background_per_pod.get((pod.pod_id, pod.uid), 0)
         if pod.load.background != background:
             raise AssertionError(f"{pod.pod_id}: batch lines in flight {pod.load.background} != tickets {background}")
+        tasks = background_tasks.get((pod.pod_id, pod.uid), {})
+        if pod.load.background_tasks != tasks:
+            raise AssertionError(f"{pod.pod_id}: batch lines by adapter {pod.load.background_tasks} != tickets {tasks}")
         in_flight = remote.inflight(pod.pod_id, pod.uid)
         if pod.load.remote_inflight != in_flight:
             raise AssertionError(f"{pod.pod_id}: remote in-flight {pod.load.remote_inflight} != {in_flight}")

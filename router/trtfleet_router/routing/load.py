@@ -28,11 +28,20 @@ from trtfleet_router.routing.types import PodMetrics
 class PodLoad:
     """Load of one pod."""
 
-    __slots__ = ("background", "fresh_until_s", "inflight", "metrics", "observed_at_s", "remote_inflight")
+    __slots__ = (
+        "background",
+        "background_tasks",
+        "fresh_until_s",
+        "inflight",
+        "metrics",
+        "observed_at_s",
+        "remote_inflight",
+    )
 
     def __init__(self) -> None:
         self.inflight = 0
         self.background = 0  # of ``inflight``: batch lines (see the module docstring)
+        self.background_tasks: dict[int | None, int] = {}  # those batch lines per adapter task id (None: base)
         self.remote_inflight = 0  # other router replicas' requests in flight here (their events)
         self.metrics: PodMetrics | None = None
         self.observed_at_s = -math.inf

@@ -100,6 +100,8 @@ class RouteRequest:
     # a batch line: counted as a pod's load when batch lines are routed, not when interactive requests are
     # (the dispatcher keeps batch lines below each pod's batch slots, so they leave interactive room)
     background: bool = False
+    # a batch line's slots per pod: placed where its adapter is warm, one adapter per pod (routing/batchplace.py)
+    batch_slots: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -169,8 +169,10 @@ class Dispatcher:
             call.max_tokens,
             call.request_id,
             blocks=call.blocks,
-            # bounded by the batch slots (below), so interactive requests may leave them out of pod loads
+            # bounded by the batch slots (below), so interactive requests may leave them out of pod loads, and
+            # placed where their adapter is warm, one adapter per pod (routing/batchplace.py)
             background=call.priority is Priority.BATCH and self.batch_pod_slots is not None,
+            batch_slots=self.batch_pod_slots if call.priority is Priority.BATCH else None,
         )
         attempts = 0
         miss_recovered = False
