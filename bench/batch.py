@@ -33,19 +33,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import random
-import statistics
 import sys
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 from bench import report
+from bench.batchreport import medians, table, trace_summary
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
 from bench.traces import prompt_text
@@ -142,34 +141,8 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
         "ttft_p50_ms": percentile(ttfts, 50) * 1000,
         "ttft_p99_ms": percentile(ttfts, 99) * 1000,
         "ttft_top5_ms": [round(t * 1000) for t in sorted(ttfts)[-5:]],
+        "ttfts_ms": [round(t * 1000, 1) for t in ttfts],  # every round's, pooled over rounds (batchreport.py)
         "ttft_mean_ms": round(1000 * sum(ttfts) / max(1, len(ttfts)), 1),
-    }
-
-
-def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
-    """Of the interactive requests in the router's debug ``upstream done`` lines: how many went warm and how
-    many carried weights, the longest wait for a decision, and the p99 from decision to first answer."""
-    warm: list[float] = []
-    cold: list[float] = []
-    waits: list[float] = []
-    for line in lines:
-        if '"upstream done"' not in line:
-            continue
-        record = json.loads(line)
-        if record.get("priority") != "interactive" or record.get("first_answer_ms") is None:
-            continue
-        (cold if record["send_weights"] else warm).append(record["first_answer_ms"])
-        waits.append(record["decided_ms"])
-
-    def p99(values: list[float]) -> float:
-        return round(percentile(values, 99), 1) if values else math.nan
-
-    return {
-        "interactive_warm": len(warm),
-        "interactive_cold": len(cold),
-        "decision_wait_max_ms": max(waits, default=math.nan),
-        "first_answer_p99_ms_warm": p99(warm),
-        "first_answer_p99_ms_cold": p99(cold),
     }
 
 
@@ -275,48 +248,6 @@ def run(scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[i
         run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, value, label)
         for case, value, label in expand_cases(cases, slots or (scenario.batch_pod_slots,))
     ]
-
-
-TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms", "first_answer_p99_ms_warm",
-                 "first_answer_p99_ms_cold")
-MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
-                  "ttft_mean_ms", "errors", "failed", *TRACE_COLUMNS)
-
-
-def medians(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Per case (in the first round's order), the median of each numeric column over the rounds, and every
-    round's interactive p99 (``p99_per_round_ms``)."""
-    rows: list[dict[str, Any]] = []
-    for first in rounds[0]:
-        runs = [row for one in rounds for row in one if row["case"] == first["case"]]
-        merged: dict[str, Any] = {"case": first["case"]}
-        for column in MEDIAN_COLUMNS:
-            values = [row[column] for row in runs if isinstance(row.get(column), int | float)]
-            if values:
-                merged[column] = statistics.median(values)
-        p99s = [row["ttft_p99_ms"] for row in runs if isinstance(row.get("ttft_p99_ms"), float)]
-        if p99s:
-            merged["p99_per_round_ms"] = " / ".join(f"{value:.0f}" for value in p99s)
-        rows.append(merged)
-    return rows
-
-
-def table(rows: Sequence[dict[str, Any]]) -> str:
-    columns: tuple[str, ...] = ("case", "lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms",
-                                "ttft_p99_ms", "errors", "failed")
-    if any("p99_per_round_ms" in row for row in rows):
-        columns = (*columns[:6], "p99_per_round_ms", *columns[6:])
-    if any("interactive_cold" in row for row in rows):
-        columns = (*columns, *TRACE_COLUMNS)
-    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
-    for row in rows:
-        cells = []
-        for column in columns:
-            value = row.get(column, "")
-            cells.append(f"{value:.0f}" if isinstance(value, float) and not math.isnan(value) and "ms" in column
-                         else str(value))
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import json
 
-from bench.batch import BatchScenario, batch_input, expand_cases, medians, table, trace_summary
+from bench.batch import BatchScenario, batch_input, expand_cases
+from bench.batchreport import medians, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
 
@@ -47,6 +48,17 @@ def test_medians_are_per_case_over_the_rounds_with_each_rounds_p99() -> None:
     assert rows[0]["p99_per_round_ms"] == "90 / 200 / 95"
     assert rows[1]["ttft_p99_ms"] == 110.0 and rows[1]["lines_per_s"] == 42.0
     assert "p99_per_round_ms" in table(rows).splitlines()[0]
+    assert "p99_pooled_ms" not in rows[0]  # rounds without their first answers: no pooled p99
+
+
+def test_the_pooled_p99_is_over_every_rounds_requests() -> None:
+    """Three rounds of 100 first answers each: one slow answer per round is 3 of 300, above the pooled p99's
+    rank (the 297th), and the median of the rounds' own p99s would land on the slow answers."""
+    rounds = [[{"case": "interactive", "ttft_p99_ms": 500.0, "ttfts_ms": [10.0] * 99 + [500.0]}] for _ in range(3)]
+    row = medians(rounds)[0]
+    assert row["ttft_p99_ms"] == 500.0
+    assert row["p99_pooled_ms"] < 500.0
+    assert "p99_pooled_ms" in table([row]).splitlines()[0]
 
 
 def test_trace_summary_counts_interactive_requests_only() -> None:

@@ -1,0 +1,85 @@
+"""bench.batch's report: the router's debug lines summed up, medians over rounds, the table (pure)."""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from bench.simstats import percentile
+
+
+def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
+    """Of the interactive requests in the router's debug ``upstream done`` lines: how many went warm and how
+    many carried weights, the longest wait for a decision, and the p99 from decision to first answer."""
+    warm: list[float] = []
+    cold: list[float] = []
+    waits: list[float] = []
+    for line in lines:
+        if '"upstream done"' not in line:
+            continue
+        record = json.loads(line)
+        if record.get("priority") != "interactive" or record.get("first_answer_ms") is None:
+            continue
+        (cold if record["send_weights"] else warm).append(record["first_answer_ms"])
+        waits.append(record["decided_ms"])
+
+    def p99(values: list[float]) -> float:
+        return round(percentile(values, 99), 1) if values else math.nan
+
+    return {
+        "interactive_warm": len(warm),
+        "interactive_cold": len(cold),
+        "decision_wait_max_ms": max(waits, default=math.nan),
+        "first_answer_p99_ms_warm": p99(warm),
+        "first_answer_p99_ms_cold": p99(cold),
+    }
+
+
+TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms", "first_answer_p99_ms_warm",
+                 "first_answer_p99_ms_cold")
+MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
+                  "ttft_mean_ms", "errors", "failed", *TRACE_COLUMNS)
+
+
+def medians(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Per case (in the first round's order), the median of each numeric column over the rounds, and every
+    round's interactive p99 (``p99_per_round_ms``)."""
+    rows: list[dict[str, Any]] = []
+    for first in rounds[0]:
+        runs = [row for one in rounds for row in one if row["case"] == first["case"]]
+        merged: dict[str, Any] = {"case": first["case"]}
+        for column in MEDIAN_COLUMNS:
+            values = [row[column] for row in runs if isinstance(row.get(column), int | float)]
+            if values:
+                merged[column] = statistics.median(values)
+        p99s = [row["ttft_p99_ms"] for row in runs if isinstance(row.get("ttft_p99_ms"), float)]
+        if p99s:
+            merged["p99_per_round_ms"] = " / ".join(f"{value:.0f}" for value in p99s)
+        pooled = [t for row in runs for t in row.get("ttfts_ms") or ()]
+        if pooled:  # one p99 over every round's requests: steadier than the median of three tails
+            merged["p99_pooled_ms"] = percentile(pooled, 99)
+        rows.append(merged)
+    return rows
+
+
+def table(rows: Sequence[dict[str, Any]]) -> str:
+    columns: tuple[str, ...] = ("case", "lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms",
+                                "ttft_p99_ms", "errors", "failed")
+    if any("p99_per_round_ms" in row for row in rows):
+        columns = (*columns[:6], "p99_per_round_ms", *columns[6:])
+    if any("p99_pooled_ms" in row for row in rows):
+        columns = (*columns[:6], "p99_pooled_ms", *columns[6:])
+    if any("interactive_cold" in row for row in rows):
+        columns = (*columns, *TRACE_COLUMNS)
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    for row in rows:
+        cells = []
+        for column in columns:
+            value = row.get(column, "")
+            cells.append(f"{value:.0f}" if isinstance(value, float) and not math.isnan(value) and "ms" in column
+                         else str(value))
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
