@@ -104,8 +104,10 @@ def policies(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> list
 POLICY_KEYS: Final = {
     "static-peak": "static peak", "static-average": "static average", "queue-only": "queue-only",
     "kubeai": "kubeai", "trtfleet": "trtfleet (requests, KV)", "trtfleet-ws": "trtfleet (+ adapter working set)",
+    **{f"queue-only-{target:g}": f"queue-only (waiting/pod {target:g})" for target in QUEUE_TARGETS},
 }
-"""``--policies`` names and the label prefix each selects."""
+"""``--policies`` names and the label prefix each selects (``queue-only-1``, ``queue-only-4``: one target of
+queue-only alone, so the two can run as separate processes)."""
 
 
 def summarise(label: str, run: ScaleRun, static_peak_pod_s: float) -> dict[str, Any]:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.autoscale import goal_check, queue_attainment_at
+from bench.autoscale import POLICY_KEYS, Setup, goal_check, policies, queue_attainment_at, traces
 from bench.podsim import PodSpec, StepTimeModel
 from bench.scalers import FleetSignals, KubeAiScaler, QueueScaler, TrtfleetScaler
 from bench.scaletraces import ScaleTraceSpec, generate_scale_trace, mean_rate, rate_at
@@ -237,3 +237,13 @@ def test_paced_release_sends_held_requests_as_pods_absorb_them() -> None:
     # with a pod ready, is routed at once (the backlog waits for room, not the arrival)
     assert first[1] < 5.5 and first[2] > 7.5 and first[4] > 10.5
     assert (records["later"].ttft_s or math.inf) < 0.5
+
+
+def test_policy_keys_select_their_rows_and_one_queue_target_alone() -> None:
+    setup = Setup(peak_pods=4, duration_s=60.0, seed=1)
+    labels = [label for label, _, _ in policies(setup, traces(setup, 1.0)[0], 1.0)]
+    picked = {key: [label for label in labels if label.startswith(prefix)] for key, prefix in POLICY_KEYS.items()}
+    assert picked["queue-only"] == ["queue-only (waiting/pod 1)", "queue-only (waiting/pod 4)"]
+    assert picked["queue-only-1"] == ["queue-only (waiting/pod 1)"]
+    assert picked["queue-only-4"] == ["queue-only (waiting/pod 4)"]
+    assert all(len(rows) == 1 for key, rows in picked.items() if key != "queue-only")
