@@ -22,10 +22,13 @@ if it cannot either). Only this router's batch lines are known per adapter; othe
 from __future__ import annotations
 
 from trtfleet_router.routing.framework import Choice, PodView, RoutingContext
-from trtfleet_router.routing.types import AdapterRef
 
 
-def place_batch_line(ctx: RoutingContext, adapter: AdapterRef, slots: int) -> Choice | None:
+def place_batch_line(ctx: RoutingContext) -> Choice | None:
+    """The placement of ``ctx.request`` when it is a batch line of an adapter (``batch_slots`` set), else None."""
+    adapter, slots = ctx.request.adapter, ctx.request.batch_slots
+    if adapter is None or slots is None:
+        return None
     task_id = adapter.task_id
     order = {pod_id: rank for rank, pod_id in enumerate(ctx.rankings.rank(adapter.name))}
     warm: list[tuple[int, int, PodView]] = []

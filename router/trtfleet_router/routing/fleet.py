@@ -191,11 +191,7 @@ class Fleet(PodResets):
             rng=self._rng,
             prefix=self._prefix,
         )
-        choice = None
-        if request.batch_slots is not None and adapter is not None:
-            choice = place_batch_line(ctx, adapter, request.batch_slots)
-        if choice is None:
-            choice = self._policy.choose(ctx)
+        choice = place_batch_line(ctx) or self._policy.choose(ctx)
         chosen = choice.pod
         if adapter is None:
             return Decision(chosen.pod_id, False, True, self._policy.name, choice.reason)
@@ -216,9 +212,7 @@ class Fleet(PodResets):
         pod.load.inflight += 1
         adapter = request.adapter
         if request.background:
-            pod.load.background += 1
-            key = adapter.task_id if adapter is not None else None
-            pod.load.background_tasks[key] = pod.load.background_tasks.get(key, 0) + 1
+            pod.load.batch_started(adapter.task_id if adapter is not None else None)
         ticket_id = next(self._tickets)
         blocks = request.blocks
         hashes = blocks.hashes if self._uses_prefix else ()
@@ -301,12 +295,7 @@ class Fleet(PodResets):
             return  # the pod left or restarted: its books were reset
         pod.load.inflight -= 1
         if ticket.background:
-            pod.load.background -= 1
-            left = pod.load.background_tasks[task_id] - 1
-            if left:
-                pod.load.background_tasks[task_id] = left
-            else:
-                del pod.load.background_tasks[task_id]
+            pod.load.batch_finished(task_id)
         if task_id is not None and ticket.pinned:
             self._residency.release(pod.pod_id, task_id)
         if outcome is Outcome.OK:

@@ -75,6 +75,19 @@ class PodLoad:
             return self.inflight + self.remote_inflight + metrics.waiting_requests
         return self.inflight + self.remote_inflight
 
+    def batch_started(self, task_id: int | None) -> None:
+        """A batch line of adapter ``task_id`` (None: the base model) is in flight here (with ``inflight``)."""
+        self.background += 1
+        self.background_tasks[task_id] = self.background_tasks.get(task_id, 0) + 1
+
+    def batch_finished(self, task_id: int | None) -> None:
+        self.background -= 1
+        left = self.background_tasks[task_id] - 1
+        if left:
+            self.background_tasks[task_id] = left
+        else:
+            del self.background_tasks[task_id]
+
     def foreground(self, now_s: float) -> int:
         """:meth:`load` without this router's batch lines: what an interactive request is compared by."""
         return self.load(now_s) - self.background
