@@ -4,6 +4,10 @@
 the first event of an event-loop turn, schedules one flush for the end of the turn: the flush encodes
 the turn's events once, appends them to the ring and wakes every subscriber stream, which then writes
 them in one chunk. A subscriber that asks for events older than the ring is told it has a gap.
+
+The ring keeps each event's line in the stream format version 1 (7 to 9 fields, what every replica reads) and, for a
+batch line's ``put``/``acquire``, also its version 2 line with the priority class
+(:mod:`trtfleet_router.routing.events`); :meth:`EventLog.after` hands out the version the subscriber asked for.
 """
 
 from __future__ import annotations
@@ -15,7 +19,7 @@ from collections import deque
 from collections.abc import Sequence
 from typing import Final
 
-from trtfleet_router.routing.events import EventKind, encode_blocks
+from trtfleet_router.routing.events import BATCH_CLASS, EventKind, encode_blocks
 
 RING_EVENTS_DEFAULT: Final = 65536
 PREFIX_CACHE_ENTRIES: Final = 4096
@@ -34,8 +38,9 @@ class EventLog:
             raise ValueError("the event ring must hold at least one event")
         self.replica_id = replica_id
         self.seq = 0  # last seq recorded
-        self._ring: deque[tuple[int, bytes]] = deque(maxlen=ring_events)  # flushed (seq, NDJSON line)
-        self._pending: list[tuple[int, str, str, str, EventKind, int, int | None, int, Sequence[int]]] = []
+        # flushed (seq, NDJSON line, its version 2 line when that differs)
+        self._ring: deque[tuple[int, bytes, bytes | None]] = deque(maxlen=ring_events)
+        self._pending: list[tuple[int, str, str, str, EventKind, int, int | None, int, Sequence[int], bool]] = []
         self._flush_scheduled = False
         self._flushed = asyncio.Event()
         self._prefixes: dict[tuple[str, str, str], str] = {}  # (base, pod, uid) -> their JSON, encoded once
@@ -51,9 +56,10 @@ class EventLog:
         task_id: int | None = None,
         pages: int = 0,
         blocks: Sequence[int] = (),
+        background: bool = False,
     ) -> None:
         self.seq += 1
-        self._pending.append((self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages, blocks))
+        self._pending.append((self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages, blocks, background))
         if not self._flush_scheduled:
             self._flush_scheduled = True
             try:
@@ -66,7 +72,7 @@ class EventLog:
         pending, self._pending = self._pending, []
         prefixes = self._prefixes
         ring = self._ring
-        for seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages, blocks in pending:
+        for seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages, blocks, background in pending:
             # the same bytes as routing.events.encode_event, without a json.dumps per event
             key = (base_model, pod_id, pod_uid)
             prefix = prefixes.get(key)
@@ -75,11 +81,14 @@ class EventLog:
                     prefixes.clear()
                 prefix = prefixes[key] = json.dumps([base_model, pod_id, pod_uid], separators=(",", ":"))[1:-1]
             task = "null" if task_id is None else task_id
-            if blocks:  # encoded here, off the request path (the flush runs at the end of the loop's turn)
-                tail = f',{pages},"{encode_blocks(blocks)}"]\n'
+            head = f'[{seq},{prefix},"{kind.value}",{ticket},{task}'
+            hashes = encode_blocks(blocks) if blocks or background else ""  # here: off the request path
+            if blocks:
+                tail = f',{pages},"{hashes}"]\n'
             else:
                 tail = f",{pages}]\n" if pages else "]\n"
-            ring.append((seq, f'[{seq},{prefix},"{kind.value}",{ticket},{task}{tail}'.encode()))
+            classed = f'{head},{pages},"{hashes}","{BATCH_CLASS}"]\n'.encode() if background else None
+            ring.append((seq, f"{head}{tail}".encode(), classed))
         flushed, self._flushed = self._flushed, asyncio.Event()
         flushed.set()
 
@@ -89,17 +98,18 @@ class EventLog:
         """The oldest seq still in the ring (``seq + 1`` when it is empty)."""
         return self._ring[0][0] if self._ring else self.seq + 1
 
-    def after(self, since: int) -> tuple[bool, list[bytes]]:
-        """(gap, lines): the flushed events after ``since`` (up to :meth:`flushed_seq`); ``gap`` when some
-        of them already left the ring."""
+    def after(self, since: int, version: int = 1) -> tuple[bool, list[bytes]]:
+        """(gap, lines): the flushed events after ``since`` (up to :meth:`flushed_seq`) in stream format
+        ``version``; ``gap`` when some of them already left the ring."""
         ring = self._ring
         if not ring or since >= ring[-1][0]:
             return False, []
         lines = []
-        for seq, line in reversed(ring):  # O(events after since), however long the ring
+        classed = version >= 2
+        for seq, line, line_v2 in reversed(ring):  # O(events after since), however long the ring
             if seq <= since:
                 break
-            lines.append(line)
+            lines.append(line_v2 if classed and line_v2 is not None else line)
         lines.reverse()
         return since + 1 < ring[0][0], lines
 

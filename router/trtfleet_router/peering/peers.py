@@ -34,7 +34,7 @@ from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering import PeerProtocolError
 from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.view import import_view
-from trtfleet_router.routing.events import EventDecodeError, decode_event
+from trtfleet_router.routing.events import STREAM_VERSION, EventDecodeError, decode_event
 
 log = logging.getLogger(__name__)
 
@@ -227,7 +227,8 @@ class Peers:
         """Follow one stream until it ends; True if it delivered a header (a reconnect may be quick)."""
         expected = self._url_origin.get(url)
         state = self.origins.get(expected) if expected is not None else None
-        params = {"replica": self.journal.replica_id, "advertise": self.advertise_url}
+        # version 2: batch lines come with their priority class (a replica of an earlier version ignores the ask)
+        params = {"replica": self.journal.replica_id, "advertise": self.advertise_url, "version": str(STREAM_VERSION)}
         if expected is not None and state is not None:
             params |= {"since": str(state.watermark), "origin": expected}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=SILENCE_TIMEOUT_S)

@@ -1,6 +1,6 @@
 """The internal peer port: what one router replica serves to the others (never on the public API port).
 
-* ``GET /fleet/v1/events?since=<seq>&replica=<id>&advertise=<url>[&origin=<id>]`` - a long-lived NDJSON
+* ``GET /fleet/v1/events?since=<seq>&replica=<id>&advertise=<url>[&origin=<id>][&version=2]`` - a long-lived NDJSON
   stream: a header line ``{"replica", "seq", "since", "gap"}``, then this replica's own events after
   ``since`` (:mod:`trtfleet_router.routing.events`), written in one chunk per event-loop turn, and an
   empty line every ``heartbeat_s`` while idle. ``gap`` is true when events after ``since`` already left
@@ -8,7 +8,9 @@
   expects: if this replica is another one (restarted behind the same address), ``since`` means nothing
   here and the stream starts at this replica's first event. A subscriber that falls a whole ring behind
   is disconnected (it reconnects and sees the gap). ``replica``/``advertise`` say who subscribes and
-  where it can be reached: an unknown replica is subscribed back.
+  where it can be reached: an unknown replica is subscribed back. ``version`` is the newest event format the
+  subscriber reads: 1 (the default, what earlier replicas read) or 2 (batch lines' ``put``/``acquire`` carry their
+  priority class, :mod:`trtfleet_router.routing.events`); the header says which one the stream is in.
 * ``GET /fleet/v1/snapshot`` - the merged view and watermarks (:mod:`trtfleet_router.peering.view`).
 * ``GET /fleet/v1/demand`` - requests in flight and per-adapter rates per base model (all replicas).
 * ``GET /fleet/v1/held?base_model=<name>[&after=<episode>&wait=<s>&replica=<id>&above=<n>]`` - the base
@@ -31,6 +33,7 @@ from aiohttp import web
 from trtfleet_router.fleets import FleetSet
 from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.view import demand_summary, export_view
+from trtfleet_router.routing.events import STREAM_VERSION
 
 HEARTBEAT_S_DEFAULT: Final = 2.0
 NDJSON: Final = "application/x-ndjson"
@@ -94,6 +97,12 @@ class PeerServer:
             raise web.HTTPBadRequest(text="since: an integer event sequence number") from None
         if since < 0:
             raise web.HTTPBadRequest(text="since: must be >= 0")
+        try:
+            version = min(int(query.get("version", "1")), STREAM_VERSION)
+        except ValueError:
+            raise web.HTTPBadRequest(text="version: an integer event format version") from None
+        if version < 1:
+            raise web.HTTPBadRequest(text="version: must be >= 1")
         replica = query.get("replica", "")
         if replica == self.journal.replica_id:
             raise web.HTTPConflict(text="a replica does not subscribe to itself")
@@ -106,14 +115,16 @@ class PeerServer:
         response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
         await response.prepare(request)
         journal = self.journal
-        gap, lines = journal.after(since)
-        header = {"replica": journal.replica_id, "seq": journal.flushed_seq(), "since": since, "gap": gap}
+        gap, lines = journal.after(since, version)
+        header = {
+            "replica": journal.replica_id, "seq": journal.flushed_seq(), "since": since, "gap": gap, "version": version
+        }
         await response.write(json.dumps(header).encode() + b"\n" + b"".join(lines))
         cursor = journal.flushed_seq() if lines or gap else max(since, 0)
         try:
             while not self.closing:
                 await journal.wait_beyond(cursor, self.heartbeat_s)
-                gap, lines = journal.after(cursor)
+                gap, lines = journal.after(cursor, version)
                 if gap:
                     break  # fell a whole ring behind: the subscriber reconnects and learns of the gap
                 if lines:

@@ -40,6 +40,12 @@ the pod than the one the receiver knows is ignored.
 
 The codec is a JSON array per event, one per line (NDJSON): short, and every field positional; the block hashes
 are one base64 string of 8-byte little-endian hashes (a 8,000-token prompt: 250 blocks, 2.7 kB).
+
+A ``put`` or ``acquire`` of a batch line (``background``) has a 10th field, the priority class ``"batch"`` (the 9th
+is then the block hashes, ``""`` when there are none): the receivers leave it out of the load an interactive request
+is compared by, as the origin does. Replicas of earlier versions reject arrays of 10 fields, so a replica sends them
+only on the streams of subscribers that asked for them (``version=2``, :mod:`trtfleet_router.peering.server`); the
+others get the same event in 7 to 9 fields, without its class.
 """
 
 from __future__ import annotations
@@ -84,6 +90,7 @@ class ResidencyEvent:
     task_id: int | None = None
     pages: int = 0  # put: host-cache pages the adapter takes
     blocks: tuple[int, ...] = ()  # put / acquire: the request's KV-cache block hashes (chained, by adapter)
+    background: bool = False  # put / acquire: a batch line (priority class "batch")
 
 
 class Journal(Protocol):
@@ -99,6 +106,7 @@ class Journal(Protocol):
         task_id: int | None = None,
         pages: int = 0,
         blocks: Sequence[int] = (),
+        background: bool = False,
     ) -> None: ...
 
 
@@ -124,15 +132,24 @@ def decode_blocks(text: str) -> tuple[int, ...]:
     return tuple(words)
 
 
-def encode_event(event: ResidencyEvent) -> bytes:
-    """One NDJSON line (``\\n`` included)."""
+BATCH_CLASS = "batch"
+"""The 10th field of a batch line's ``put`` / ``acquire``."""
+STREAM_VERSION = 2
+"""The newest event format this version writes and reads (1: 7 to 9 fields; 2: a batch line's class too)."""
+
+
+def encode_event(event: ResidencyEvent, version: int = STREAM_VERSION) -> bytes:
+    """One NDJSON line (``\\n`` included); ``version`` 1 leaves out the priority class (earlier replicas)."""
     fields: list[object] = [
         event.seq, event.base_model, event.pod_id, event.pod_uid, event.kind.value, event.ticket, event.task_id
     ]
-    if event.pages or event.blocks:
+    classed = event.background and version >= 2
+    if event.pages or event.blocks or classed:
         fields.append(event.pages)
-    if event.blocks:
+    if event.blocks or classed:
         fields.append(encode_blocks(event.blocks))
+    if classed:
+        fields.append(BATCH_CLASS)
     return json.dumps(fields, separators=(",", ":")).encode() + b"\n"
 
 
@@ -142,15 +159,20 @@ def decode_event(origin: str, line: bytes | str) -> ResidencyEvent:
         fields = _decode(line.decode() if isinstance(line, bytes) else line)
     except ValueError as exc:  # UnicodeDecodeError included
         raise EventDecodeError(f"not JSON: {line[:80]!r}") from exc
-    if type(fields) is not list or len(fields) not in (7, 8, 9):
-        raise EventDecodeError(f"an event is a JSON array of 7 to 9 fields, got {line[:80]!r}")
+    if type(fields) is not list or len(fields) not in (7, 8, 9, 10):
+        raise EventDecodeError(f"an event is a JSON array of 7 to 10 fields, got {line[:80]!r}")
     seq, base_model, pod_id, pod_uid, kind, ticket, task_id = fields[:7]
     pages = fields[7] if len(fields) > 7 else 0
     blocks: tuple[int, ...] = ()
-    if len(fields) == 9:
+    if len(fields) >= 9:
         if type(fields[8]) is not str:
             raise EventDecodeError(f"malformed event {line[:80]!r}")
         blocks = decode_blocks(fields[8])
+    background = False
+    if len(fields) == 10:
+        if type(fields[9]) is not str:
+            raise EventDecodeError(f"malformed event {line[:80]!r}")
+        background = fields[9] == BATCH_CLASS  # another class, from a later version: interactive, as before
     event_kind = _KINDS.get(kind) if type(kind) is str else None
     if (  # exact types: cheap, and a bool is no int here
         type(seq) is not int
@@ -164,4 +186,6 @@ def decode_event(origin: str, line: bytes | str) -> ResidencyEvent:
         or pages < 0
     ):
         raise EventDecodeError(f"malformed event {line[:80]!r}")
-    return ResidencyEvent(origin, seq, base_model, pod_id, pod_uid, event_kind, ticket, task_id, pages, blocks)
+    return ResidencyEvent(
+        origin, seq, base_model, pod_id, pod_uid, event_kind, ticket, task_id, pages, blocks, background
+    )

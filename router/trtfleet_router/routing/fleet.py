@@ -244,7 +244,7 @@ class Fleet(PodResets):
             kind = EventKind.PUT if decision.send_weights and adapter is not None else EventKind.ACQUIRE
             pages = adapter.pages if adapter is not None else 0
             self._journal.record(self._model, pod.pod_id, pod.discovered_uid, kind, ticket.ticket_id, task_id, pages,
-                                 hashes)
+                                 hashes, request.background)
         return ticket
 
     def first_token(self, ticket: Ticket) -> None:

@@ -158,3 +158,6 @@ def check_books(
         in_flight = remote.inflight(pod.pod_id, pod.uid)
         if pod.load.remote_inflight != in_flight:
             raise AssertionError(f"{pod.pod_id}: remote in-flight {pod.load.remote_inflight} != {in_flight}")
+        remote_lines = remote.background(pod.pod_id, pod.uid)
+        if pod.load.remote_background != remote_lines:
+            raise AssertionError(f"{pod.pod_id}: remote batch lines {pod.load.remote_background} != {remote_lines}")

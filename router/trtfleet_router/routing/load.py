@@ -11,7 +11,9 @@ queue beyond its running batch is what a new request would sit behind. An intera
 without this router's batch lines in flight (``background``): the dispatcher admits batch lines only
 below each pod's batch slots, which keeps the engine's remaining slots for interactive requests, so a
 batch line does not delay one; counting them sent interactive requests away from the pods that held their
-adapters warm (more than twice the cold loads with a batch running, docs/benchmarks.md, Batch).
+adapters warm (more than twice the cold loads with a batch running, docs/benchmarks.md, Batch). Other replicas'
+batch lines (``remote_background``, from the class their events carry) are left out the same way: each replica
+bounds its own by the batch slots.
 
 Per adapter, :class:`AdapterDemand` keeps the router-wide in-flight count (for hot-adapter
 spreading) and an exponentially decayed request count (rare vs popular adapters). Both are O(1)
@@ -35,6 +37,7 @@ class PodLoad:
         "inflight",
         "metrics",
         "observed_at_s",
+        "remote_background",
         "remote_inflight",
     )
 
@@ -43,6 +46,7 @@ class PodLoad:
         self.background = 0  # of ``inflight``: batch lines (see the module docstring)
         self.background_tasks: dict[int | None, int] = {}  # those batch lines per adapter task id (None: base)
         self.remote_inflight = 0  # other router replicas' requests in flight here (their events)
+        self.remote_background = 0  # of ``remote_inflight``: their batch lines
         self.metrics: PodMetrics | None = None
         self.observed_at_s = -math.inf
         self.fresh_until_s = -math.inf
@@ -89,8 +93,8 @@ class PodLoad:
             del self.background_tasks[task_id]
 
     def foreground(self, now_s: float) -> int:
-        """:meth:`load` without this router's batch lines: what an interactive request is compared by."""
-        return self.load(now_s) - self.background
+        """:meth:`load` without any replica's batch lines: what an interactive request is compared by."""
+        return self.load(now_s) - self.background - self.remote_background
 
 
 class AdapterDemand:

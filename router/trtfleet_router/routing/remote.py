@@ -8,7 +8,10 @@ pinned, loading``), so that:
 * a remote ``release`` unpins only what that remote request pinned: a local pin, or another
   origin's, can never be released by it;
 * :meth:`RemoteBook.forget_origin` (a replica gone for good, or a gap in its stream) releases all
-  of that origin's pins at once, so a dead replica leaves no adapter pinned.
+  of that origin's pins at once, so a dead replica leaves no adapter pinned;
+* a remote batch line (its ``put``/``acquire`` carries the class) counts in the pod's ``remote_background`` as
+  well, so an interactive request is compared without it here as on its origin (``PodLoad.foreground``). A
+  snapshot does not carry the class: requests copied from one count as interactive until they end.
 
 A ticket remembers the pod's epoch (``PodView.uid``) it was booked on: after the pod's shadow was
 reset (restart, removal), its release finds another epoch and touches nothing, as local tickets do.
@@ -46,6 +49,7 @@ class RemoteTicket:
     task_id: int | None
     pinned: bool
     loading: bool
+    background: bool = False  # a batch line
 
 
 class RemoteBook:
@@ -83,8 +87,10 @@ class RemoteBook:
                 demand.started(task_id, now_s)
             window.record(task_id, now_s)
             pod.load.remote_inflight += 1
+            if event.background:
+                pod.load.remote_background += 1
             tickets = self._origins.setdefault(event.origin, {})
-            tickets[event.ticket] = RemoteTicket(event.pod_id, pod.uid, task_id, pinned, loading)
+            tickets[event.ticket] = RemoteTicket(event.pod_id, pod.uid, task_id, pinned, loading, event.background)
             return True
         if kind is EventKind.LOADED:
             ticket = self._origins.get(event.origin, {}).get(event.ticket)
@@ -129,6 +135,8 @@ class RemoteBook:
         if pod is None or pod.uid != ticket.pod_epoch:
             return  # the pod left or its shadow was reset since: nothing of this request is in it
         pod.load.remote_inflight -= 1
+        if ticket.background:
+            pod.load.remote_background -= 1
         if task_id is None:
             return
         if ticket.loading:
@@ -147,6 +155,9 @@ class RemoteBook:
 
     def inflight(self, pod_id: str, pod_epoch: str) -> int:
         return sum(1 for _, _, t in self.tickets() if t.pod_id == pod_id and t.pod_epoch == pod_epoch)
+
+    def background(self, pod_id: str, pod_epoch: str) -> int:
+        return sum(1 for _, _, t in self.tickets() if t.background and t.pod_id == pod_id and t.pod_epoch == pod_epoch)
 
     def loading(self, pod_id: str, pod_epoch: str) -> dict[int, int]:
         counts: dict[int, int] = {}

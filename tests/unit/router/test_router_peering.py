@@ -194,23 +194,30 @@ class _Membership:
         return {}
 
 
+def _served_fleets() -> tuple[EventLog, FleetSet]:
+    """Replica "srv"'s journal and its (empty) fleets, for a peer port."""
+    journal = EventLog("srv")
+    fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=journal)
+    fleets.apply(DiscoverySnapshot(ModelRegistry(), {}))
+    return journal, fleets
+
+
 def test_peer_port_streams_events_and_refuses_bad_requests() -> None:
     async def scenario() -> None:
-        fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=EventLog("srv"))
-        fleets.apply(DiscoverySnapshot(ModelRegistry(), {}))
-        journal = fleets.journal
-        assert isinstance(journal, EventLog)
+        journal, fleets = _served_fleets()
         membership = _Membership()
         server = PeerServer(journal, fleets, membership, heartbeat_s=0.05)
         async with TestClient(TestServer(server.app())) as client:
             assert (await client.get("/fleet/v1/events", params={"since": "x"})).status == 400
             assert (await client.get("/fleet/v1/events", params={"replica": "srv"})).status == 409
+            for bad in ("2.0", "0"):
+                assert (await client.get("/fleet/v1/events", params={"version": bad})).status == 400
             response = await client.get(
                 "/fleet/v1/events", params={"since": "0", "replica": "sub", "advertise": "http://sub:1"}
             )
             assert response.status == 200
             header = json.loads(await response.content.readline())
-            assert header == {"replica": "srv", "seq": 0, "since": 0, "gap": False}
+            assert header == {"replica": "srv", "seq": 0, "since": 0, "gap": False, "version": 1}
             assert membership.heard == [("sub", "http://sub:1")]
             assert await response.content.readline() == b"\n"  # a heartbeat while idle
             journal.record("m", "p0", "u", EventKind.ACQUIRE, 5)
@@ -234,6 +241,39 @@ def test_the_ring_holds_the_codecs_bytes() -> None:
     _, lines = journal.after(0)
     assert [encode_event(decode_event("me", line)) for line in lines] == lines
     assert decode_event("me", lines[0]).pod_uid == 'u"1'
+
+
+def test_the_ring_writes_a_batch_lines_class_for_subscribers_of_version_2_only() -> None:
+    journal = EventLog("me")
+    journal.record("m", "p0", "u", EventKind.PUT, 1, 7, 2, (), True)
+    journal.record("m", "p0", "u", EventKind.ACQUIRE, 2, 7, 0, (3,), True)
+    journal.record("m", "p0", "u", EventKind.ACQUIRE, 3, 7)
+    journal.record("m", "p0", "u", EventKind.RELEASE, 1)
+    _, old = journal.after(0)
+    _, new = journal.after(0, version=2)
+    assert [decode_event("me", line).background for line in old] == [False] * 4
+    assert [decode_event("me", line).background for line in new] == [True, True, False, False]
+    assert old[2:] == new[2:]  # the same bytes where there is no class to tell
+    for version, lines in ((1, old), (2, new)):  # the codec's bytes, either way
+        assert [encode_event(decode_event("me", line), version) for line in lines] == lines
+    assert decode_event("me", new[1]).blocks == (3,)
+
+
+def test_a_subscriber_of_version_2_gets_the_class_over_the_peer_port() -> None:
+    async def scenario() -> None:
+        journal, fleets = _served_fleets()
+        journal.record("m", "p0", "u", EventKind.ACQUIRE, 5, None, 0, (), True)
+        server = PeerServer(journal, fleets, _Membership(), heartbeat_s=0.05)
+        async with TestClient(TestServer(server.app())) as client:
+            for asked, version, background in (("2", 2, True), ("9", 2, True), (None, 1, False)):
+                params = {"since": "0"} | ({} if asked is None else {"version": asked})
+                response = await client.get("/fleet/v1/events", params=params)
+                assert json.loads(await response.content.readline())["version"] == version
+                assert decode_event("srv", await response.content.readline()).background is background
+                response.close()
+            server.close()
+
+    asyncio.run(scenario())
 
 
 def _peers(settings: PeerSettings) -> Peers:
@@ -307,5 +347,43 @@ def test_a_subscriber_that_missed_events_the_ring_dropped_forgets_that_replicas_
                 await peers.close()
             assert [t for _, _, t in b.fleet.remote.tickets() if t.pod_id == "p0"] == []  # request 1 forgotten
             assert b.fleet.pods["p1"].load.remote_inflight == 4  # the 4 requests the ring still had
+
+    asyncio.run(scenario())
+
+
+def test_a_subscribing_replica_leaves_the_origins_batch_lines_out_of_interactive_load() -> None:
+    async def scenario() -> None:
+        a, b = Replica("a"), Replica("b")
+        a_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=a.journal)
+        a_fleets.fleets["m"] = a.fleet
+        server = PeerServer(a.journal, a_fleets, _Membership(), heartbeat_s=0.05)
+        b_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=b.journal)
+        b_fleets.fleets["m"] = b.fleet
+        async with TestServer(server.app()) as test_server:
+            url = str(test_server.make_url("")).rstrip("/")
+            peers = Peers(b.journal, b_fleets, RouterMetrics(), PeerSettings(seeds=(url,), advertise_url="http://b:1"))
+            lines = [
+                a.fleet.start(Decision("p0", False, True, "t", "t"), RouteRequest("m", None, 1, 1, background=True))
+                for _ in range(2)
+            ]
+            chat = a.fleet.start(Decision("p0", False, True, "t", "t"), RouteRequest("m", None, 1, 1))
+            peers._subscribe(url)
+            load = b.fleet.pods["p0"].load
+            try:
+                deadline = time.monotonic() + 10
+                while load.remote_inflight < 3:
+                    assert time.monotonic() < deadline, "b never saw a's requests"
+                    await asyncio.sleep(0.01)
+                assert (load.remote_background, load.foreground(100.0), load.load(100.0)) == (2, 1, 3)
+                for ticket in [*lines, chat]:
+                    a.fleet.finish(ticket, Outcome.OK)
+                while load.remote_inflight:
+                    assert time.monotonic() < deadline, "b never saw a's requests end"
+                    await asyncio.sleep(0.01)
+                assert load.remote_background == 0
+                b.fleet.check_invariants()
+            finally:
+                server.close()
+                await peers.close()
 
     asyncio.run(scenario())

@@ -51,17 +51,18 @@ class Replica:
         task_id: int | None = None,
         pages: int = 0,
         blocks: Sequence[int] = (),
+        background: bool = False,
     ) -> None:
         self.seq += 1
         self.outbox.append(
             ResidencyEvent(self.name, self.seq, base_model, pod_id, pod_uid, kind, ticket, task_id, pages,
-                           tuple(blocks))
+                           tuple(blocks), background)
         )
 
-    def start(self, pod: str, adapter: AdapterRef | None) -> Ticket:
+    def start(self, pod: str, adapter: AdapterRef | None, background: bool = False) -> Ticket:
         """A request sent to ``pod`` (weights when this replica's view says cold), as if routed there."""
         warm = adapter is None or self.fleet.is_warm(pod, adapter.task_id)
-        request = RouteRequest("m", adapter, 16, 16)
+        request = RouteRequest("m", adapter, 16, 16, background=background)
         ticket = self.fleet.start(Decision(pod, not warm, warm, "test", "setup"), request)
         self.fleet.confirm(ticket)
         return ticket
@@ -364,4 +365,25 @@ def test_one_restart_seen_three_ways_empties_the_view_once() -> None:
     assert [e.kind for e in a.outbox].count(EventKind.POD_RESET) == 1
     world.deliver()
     assert b.resident("p0") == [1002]
+    world.check()
+
+
+def test_another_replicas_batch_lines_leave_interactive_requests_room_here_too() -> None:
+    world = World()
+    r0, r1 = world.replicas
+    lines = [r0.start("p0", None, background=True) for _ in range(3)]
+    chat = r0.start("p1", None)
+    world.deliver()
+    pods = r1.fleet.pods
+    assert pods["p0"].load.remote_inflight == 3 and pods["p0"].load.remote_background == 3
+    # an interactive request compares p0 without the batch lines, as r0 itself does; a batch line counts them
+    assert [pods[p].load.foreground(world.now_s) for p in PODS] == [0, 1]
+    assert [pods[p].load.load(world.now_s) for p in PODS] == [3, 1]
+    interactive = r1.fleet.route(RouteRequest("m", None, 16, 16))
+    assert interactive.pod == "p0"
+    world.check()
+    for ticket in [*lines, chat]:
+        r0.fleet.finish(ticket, Outcome.OK)
+    world.deliver()
+    assert pods["p0"].load.remote_inflight == 0 and pods["p0"].load.remote_background == 0
     world.check()
