@@ -23,7 +23,7 @@ from typing import Any, Final
 
 from bench import report
 from bench.profiles import h100_llama3_8b_fleet, pod_capacity_requests_per_s
-from bench.scalers import Autoscaler, KubeAiScaler, QueueScaler, StaticScaler, TrtfleetScaler
+from bench.scalers import Autoscaler, HoldWatchRule, KubeAiScaler, QueueScaler, StaticScaler, TrtfleetScaler
 from bench.scaletraces import ScaleTraceSpec, generate_scale_trace, mean_rate, rate_at
 from bench.simscale import ColdStart, ScaleRun, ScalingSimulation, initial_pods_for
 from bench.simulate import FleetSpec
@@ -93,17 +93,19 @@ def policies(setup: Setup, trace: ScaleTraceSpec, pod_rate_per_s: float) -> list
                      initial_pods_for(start, pod_rate_per_s, 1)))
     rows.append(("kubeai (in-flight avg 10 min)", KubeAiScaler(TARGET_REQUESTS_PER_POD, setup.peak_pods),
                  initial_pods_for(start, pod_rate_per_s, 0)))
-    rows.append(("trtfleet (requests, KV)", TrtfleetScaler(trtfleet_spec(setup.peak_pods, False), pages_per_pod),
-                 initial_pods_for(start, pod_rate_per_s, 0)))
-    rows.append(("trtfleet (+ adapter working set)",
-                 TrtfleetScaler(trtfleet_spec(setup.peak_pods, True), pages_per_pod),
-                 initial_pods_for(start, pod_rate_per_s, 0)))
+    for label, working_set, watch in (("trtfleet (requests, KV)", False, True),
+                                      ("trtfleet (+ adapter working set)", True, True),
+                                      ("trtfleet (timer only)", False, False)):
+        rule = HoldWatchRule(TARGET_REQUESTS_PER_POD) if watch else None
+        scaler = TrtfleetScaler(trtfleet_spec(setup.peak_pods, working_set), pages_per_pod, hold_watch=rule)
+        rows.append((label, scaler, initial_pods_for(start, pod_rate_per_s, 0)))
     return rows
 
 
 POLICY_KEYS: Final = {
     "static-peak": "static peak", "static-average": "static average", "queue-only": "queue-only",
     "kubeai": "kubeai", "trtfleet": "trtfleet (requests, KV)", "trtfleet-ws": "trtfleet (+ adapter working set)",
+    "trtfleet-timer": "trtfleet (timer only)",
     **{f"queue-only-{target:g}": f"queue-only (waiting/pod {target:g})" for target in QUEUE_TARGETS},
 }
 """``--policies`` names and the label prefix each selects (``queue-only-1``, ``queue-only-4``: one target of

@@ -15,7 +15,9 @@ state; none reads a clock.
   window starts at zeros); desired = ``ceil(average / targetRequests)`` within min/max; a scale-down
   happens only after ``ceil(scaleDownDelaySeconds / interval)`` consecutive lower answers. A request for a
   model at zero replicas scales it to one at once (``ScaleAtLeastOneReplica``, from the proxy).
-* :class:`TrtfleetScaler`: :func:`trtfleet.autoscaling.decide` itself with an ``AutoscalingSpec``.
+* :class:`TrtfleetScaler`: :func:`trtfleet.autoscaling.decide` itself with an ``AutoscalingSpec``; with
+  ``hold_watch`` (the operator's default) it also decides at once on held requests, by the operator's own
+  :class:`HoldWatchRule` (``trtfleet_operator.holdwatch``), not only every ``interval_s``.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
+
+from trtfleet_operator.holdwatch import DECIDE_GAP_S, Cursor, HeldAnswer, advance, is_new
 
 from trtfleet.api.autoscaling import AutoscalingSpec
 from trtfleet.autoscaling import DemandSignals, Recommended, decide
@@ -134,6 +138,30 @@ class KubeAiScaler:
 
 
 @dataclass
+class HoldWatchRule:
+    """The operator's hold watch over one router (``trtfleet_operator.holdwatch.HoldWatch._follow``): a decision
+    at once when requests are held in a new hold episode, or more are held than the watch's last decision in it
+    sized the fleet for; at most one such decision per ``DECIDE_GAP_S`` (a blocked one is asked again after it).
+    The router answers its long poll within milliseconds; the simulation asks at each 1 s scrape."""
+
+    per_pod: float | None
+    cursor: Cursor | None = None
+    decided_s: float = -math.inf
+
+    def wants_decision(self, held: int, episode: int, now_s: float) -> bool:
+        """Whether the watch decides now; call :meth:`decided` after that decision."""
+        answer = HeldAnswer("router", held, episode)
+        if is_new(answer, self.cursor):
+            return bool(now_s - self.decided_s >= DECIDE_GAP_S)  # else asked again, the cursor unchanged
+        self.cursor = advance(answer, self.cursor, False, self.per_pod)
+        return False
+
+    def decided(self, held: int, episode: int, now_s: float) -> None:
+        self.cursor = advance(HeldAnswer("router", held, episode), self.cursor, True, self.per_pod)
+        self.decided_s = now_s
+
+
+@dataclass
 class TrtfleetScaler:
     spec: AutoscalingSpec
     lora_pages_per_pod: int | None
@@ -141,6 +169,8 @@ class TrtfleetScaler:
     name: str = "trtfleet"
     history: tuple[Recommended, ...] = ()
     last_reason: str = ""
+    hold_watch: HoldWatchRule | None = None
+    """The operator's long poll for held requests (its default, ``--held-wait 20``); None: the timer alone."""
 
     def decide(self, signals: FleetSignals, current: int, now_s: float) -> int:
         demand = DemandSignals(

@@ -7,7 +7,9 @@ resolution of everything below):
 * **controller**: every ``scaler.interval_s`` it reads :class:`bench.scalers.FleetSignals` (requests in
   the router, held, waiting for LoRA capacity; running and queued in the pods; mean KV use; LoRA pages of
   the adapters in flight, weighted by their requests in the last ``adapter_window_s``, as the router's
-  ``trtfleet_router_active_adapter_pages``) and asks the scaler for a pod count;
+  ``trtfleet_router_active_adapter_pages``) and asks the scaler for a pod count; a scaler with a
+  ``hold_watch`` (trtfleet's operator) is also asked at once when its rule says so (a new hold episode: a
+  request held while none was; or more held than its last decision covered), checked at each scrape;
 * **scale-up**: a new pod is ready ``ColdStart.seconds`` after the decision (engine bytes over the
   storage bandwidth plus the load); it costs pod-seconds from the decision on. With ``warm_start`` it
   takes traffic with the window's hottest adapters already stored (as many as its device tier holds, the
@@ -107,6 +109,7 @@ class ScalingSimulation(FleetSimulation):
         self._next_id = 0
         self._next_tick_s = 0.0
         self._held: deque[int] = deque()
+        self.hold_episode = 0  # the router's: a request held while none was starts the next one
         self._held_since: dict[int, float] = {}
         self.held_total = 0
         self._seen = bytearray(len(trace))
@@ -118,6 +121,7 @@ class ScalingSimulation(FleetSimulation):
         self.least_valuable = least_valuable
         self.release_per_pod = release_per_pod
         self.prewarmed = 0
+        self.watch_decisions = 0  # decisions the hold watch asked for (besides the timer's)
         self._adapter_of = {ref.task_id: name for name, ref in self.refs.items()}
 
     # -- bookkeeping -------------------------------------------------------------------------------------
@@ -153,6 +157,8 @@ class ScalingSimulation(FleetSimulation):
             self._recent.append((self.now_s, adapter))
             self._recent_count[adapter] += 1
         if not self.ready:
+            if not self._held:
+                self.hold_episode += 1
             if key not in self._held_since:
                 self.held_total += 1
             self._held.append(key)
@@ -299,6 +305,14 @@ class ScalingSimulation(FleetSimulation):
             self._next_tick_s = self.now_s + self.scaler.interval_s
             current = len(self.ready) + len(self.starting)
             self._scale_to(self.scaler.decide(self.signals(), current, self.now_s))
+        watch = getattr(self.scaler, "hold_watch", None)
+        held = len(self._held)
+        if watch is not None and self.now_s < self.duration_s and watch.wants_decision(held, self.hold_episode,
+                                                                                        self.now_s):
+            current = len(self.ready) + len(self.starting)
+            self._scale_to(self.scaler.decide(self.signals(), current, self.now_s))
+            watch.decided(held, self.hold_episode, self.now_s)
+            self.watch_decisions += 1
         self._note()
         super()._scrape()
 

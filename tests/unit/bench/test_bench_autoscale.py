@@ -10,7 +10,7 @@ import pytest
 
 from bench.autoscale import POLICY_KEYS, Setup, goal_check, policies, queue_attainment_at, traces
 from bench.podsim import PodSpec, StepTimeModel
-from bench.scalers import FleetSignals, KubeAiScaler, QueueScaler, TrtfleetScaler
+from bench.scalers import FleetSignals, HoldWatchRule, KubeAiScaler, QueueScaler, TrtfleetScaler
 from bench.scaletraces import ScaleTraceSpec, generate_scale_trace, mean_rate, rate_at
 from bench.simscale import ColdStart, ScalingSimulation
 from bench.simulate import FleetSpec
@@ -247,3 +247,27 @@ def test_policy_keys_select_their_rows_and_one_queue_target_alone() -> None:
     assert picked["queue-only-1"] == ["queue-only (waiting/pod 1)"]
     assert picked["queue-only-4"] == ["queue-only (waiting/pod 4)"]
     assert all(len(rows) == 1 for key, rows in picked.items() if key != "queue-only")
+
+
+@pytest.mark.parametrize("watch", [True, False], ids=["hold watch", "timer only"])
+def test_the_operators_hold_watch_scales_from_zero_at_once_and_sizes_the_backlog_as_it_grows(watch: bool) -> None:
+    spec = AutoscalingSpec(min_replicas=0, max_replicas=8, target_requests_per_pod=4)
+    rule = HoldWatchRule(per_pod=4) if watch else None
+    scaler = TrtfleetScaler(spec, lora_pages_per_pod=4, interval_s=30.0, hold_watch=rule)
+    trace = [TraceRequest(3.2, "first", "a", prompt_tokens=10, max_tokens=3)]
+    trace += [TraceRequest(5.1 + 0.05 * i, f"backlog{i}", "a", prompt_tokens=10, max_tokens=3) for i in range(10)]
+    sim = ScalingSimulation(trace, TINY, scaler, initial_pods=0, duration_s=60.0,
+                            cold_start=ColdStart(engine_bytes=0, load_s=5.0))
+    run = sim.run_scaled()
+    records = {trace[r.key].request_id: r for r in run.result.records}
+    assert all(r.error is None for r in records.values()) and run.held_requests == 11
+    if watch:
+        # the first held request is decided on at the next scrape (4 s: 1 pod, covering 4 held); 11 held is
+        # more than that covers, so the next scrape after the gap sizes the backlog: 3 pods
+        assert run.timeline[:3] == [(0.0, 0), (4.0, 1), (6.0, 3)]
+        assert records["first"].ttft_s == pytest.approx(5.8, abs=0.1)  # ready at 9
+        assert sim.watch_decisions == 2
+    else:  # the timer's next tick, at 30 s, is the first to see them
+        assert run.timeline[:2] == [(0.0, 0), (30.0, 3)]
+        assert records["first"].ttft_s == pytest.approx(31.8, abs=0.1)
+        assert sim.watch_decisions == 0
