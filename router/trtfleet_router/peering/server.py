@@ -1,7 +1,7 @@
 """The internal peer port: what one router replica serves to the others (never on the public API port).
 
 * ``GET /fleet/v1/events?since=<seq>&replica=<id>&advertise=<url>[&origin=<id>][&version=2]`` - a long-lived NDJSON
-  stream: a header line ``{"replica", "seq", "since", "gap"}``, then this replica's own events after
+  stream: a header line ``{"replica", "seq", "since", "gap", "version"}``, then this replica's own events after
   ``since`` (:mod:`trtfleet_router.routing.events`), written in one chunk per event-loop turn, and an
   empty line every ``heartbeat_s`` while idle. ``gap`` is true when events after ``since`` already left
   the ring: the subscriber then knows it missed some. ``origin`` is the replica id the subscriber
