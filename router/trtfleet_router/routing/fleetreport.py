@@ -95,6 +95,9 @@ def fleet_snapshot(
                 evictions_total=pod.residency.evictions_total,
                 kv_blocks_held=prefix.blocks_held(pod_id),
                 kv_prefix_confidence=prefix.confidence(pod_id),
+                batch_lines=pod.load.background,
+                remote_inflight=pod.load.remote_inflight,
+                remote_batch_lines=pod.load.remote_background,
             )
         )
     return FleetSnapshot(model, policy, now_s, tuple(snapshots), open_tickets)

@@ -186,6 +186,9 @@ class PodSnapshot:
     evictions_total: int  # adapters the shadow evicted to make room (predicted evictions)
     kv_blocks_held: int = 0  # KV-cache blocks the prefix index believes the pod holds
     kv_prefix_confidence: float = 1.0  # share of predicted block reuse the engine's counters confirmed
+    batch_lines: int = 0  # of ``inflight``: this router's batch lines
+    remote_inflight: int = 0  # the other router replicas' requests in flight on the pod (their events)
+    remote_batch_lines: int = 0  # of ``remote_inflight``: their batch lines (events of format version 2)
 
 
 @dataclass(frozen=True, slots=True)

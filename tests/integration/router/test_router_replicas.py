@@ -5,7 +5,9 @@ processes streaming their events to each other over the peer port.
 * a replica added mid-run with ``--peer <A>`` routes warm from its first request;
 * a killed replica's pins are released on the others once its grace period ends;
 * a conversation's first turn through one replica and its second through another land on the same pod (the
-  KV-cache blocks each request leaves on its pod travel with the peer events).
+  KV-cache blocks each request leaves on its pod travel with the peer events);
+* a batch run through one replica is counted as batch lines in the other's view (event format 2), not as
+  interactive load.
 
 Every wait is on a condition (a snapshot or a metric reaching a value), bounded by a deadline.
 """
@@ -41,7 +43,12 @@ class RouterProcess:
     """One ``trtfleet router`` process; its ports come from its ``router started`` log line."""
 
     def __init__(
-        self, fleet_file: Path, log_file: Path, peers: tuple[str, ...] = (), log_level: str = "INFO"
+        self,
+        fleet_file: Path,
+        log_file: Path,
+        peers: tuple[str, ...] = (),
+        log_level: str = "INFO",
+        extra: tuple[str, ...] = (),
     ) -> None:
         command = [
             TRTFLEET, "router", "--fleet-config", str(fleet_file), "--host", "127.0.0.1",
@@ -50,6 +57,7 @@ class RouterProcess:
         ]  # fmt: skip
         for url in peers:
             command += ["--peer", url]
+        command += extra
         self.log_file = log_file
         self.process = subprocess.Popen(command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
         self.ports = self._started()
@@ -96,6 +104,13 @@ class RouterProcess:
         with urllib.request.urlopen(url, timeout=5) as response:
             pods = json.load(response)["tiny"]["pods"]
         return {pod["pod_id"]: int(pod["kv_blocks_held"]) for pod in pods}
+
+    def pods(self) -> list[dict[str, Any]]:
+        """This replica's view of the base model's pods (``/debug/fleets``)."""
+        url = f"http://127.0.0.1:{self.ports['metrics']}/debug/fleets"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            pods: list[dict[str, Any]] = json.load(response)["tiny"]["pods"]
+        return pods
 
     def settled(self) -> bool:
         """No request of any replica in flight in this replica's view."""
@@ -174,9 +189,9 @@ def fleet_file(
 def routers(fleet_file: Path, tmp_path: Path) -> Iterator[Callable[..., RouterProcess]]:
     started: list[RouterProcess] = []
 
-    def start(*peers: RouterProcess, log_level: str = "INFO") -> RouterProcess:
+    def start(*peers: RouterProcess, log_level: str = "INFO", extra: tuple[str, ...] = ()) -> RouterProcess:
         log_file = tmp_path / f"router{len(started)}.log"
-        router = RouterProcess(fleet_file, log_file, tuple(p.peer_url for p in peers), log_level)
+        router = RouterProcess(fleet_file, log_file, tuple(p.peer_url for p in peers), log_level, extra)
         started.append(router)
         return router
 
@@ -317,3 +332,33 @@ def test_two_replicas_send_a_conversations_next_turn_to_the_pod_holding_its_pref
         grown = [pod for pod in before if after_second[pod] != after_first[pod]]
         assert grown == [holder], (after_first, after_second)
         wait_for(lambda after_second=after_second: a.kv_blocks_held() == after_second, "A's index follows B's turn")
+
+
+def test_another_replicas_batch_lines_are_known_as_batch_lines(
+    routers: Callable[..., RouterProcess], converted_adapters: list[ConvertedAdapter], tmp_path: Path
+) -> None:
+    a = routers(extra=("--batch-store", str(tmp_path / "store"), "--batch-concurrency", "4"))
+    b = routers(a)
+    names = ["tiny", *(adapter.name for adapter in converted_adapters)]
+    rows = [
+        {"custom_id": f"line-{i}", "method": "POST", "url": "/v1/completions",
+         "body": {"model": names[i % len(names)], "prompt": f"line {i}", "max_tokens": 16, "temperature": 0}}
+        for i in range(40)
+    ]  # fmt: skip
+    client = a.client()
+    jsonl = "".join(json.dumps(row) + "\n" for row in rows).encode()
+    upload = client.files.create(file=("in.jsonl", jsonl), purpose="batch")
+    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
+    seen: list[tuple[int, int]] = []
+
+    def b_sees_batch_lines() -> bool:
+        pods = b.pods()
+        lines, inflight = sum(p["remote_batch_lines"] for p in pods), sum(p["remote_inflight"] for p in pods)
+        seen.append((lines, inflight))
+        return lines > 0
+
+    # B learns that A's requests are batch lines (event format 2): they are out of its interactive load
+    wait_for(b_sees_batch_lines, "B's view counts A's requests as batch lines", 60)
+    assert all(lines <= inflight for lines, inflight in seen)
+    wait_for(lambda: client.batches.retrieve(batch.id).status == "completed", "the batch completed", 120)
+    wait_for(lambda: not any(p["remote_inflight"] or p["remote_batch_lines"] for p in b.pods()), "B saw them end")
