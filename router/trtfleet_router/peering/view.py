@@ -9,15 +9,18 @@ Snapshot shape (one replica's whole view, plus how far it has applied each origi
                    "suspect": [task_id, ...],
                    "blocks": "<base64>", "confidence": 0.8}],   # KV prefix blocks, least recent first
          "tickets": {"<origin>": [[ticket, pod_id, task_id, loading], ...]},    # requests in flight
-         "prefill": {"<origin>": [[ticket, uncached tokens], ...]}}}}          # of those, still prefilling
+         "prefill": {"<origin>": [[ticket, uncached tokens], ...]},           # of those, still prefilling
+         "batch": {"<origin>": [ticket, ...]}}}}                               # of those, the batch lines
 
 ``tickets`` lists each origin's requests in flight (the replica's own included), i.e. its pins and
 loads per origin: a replica that imports the snapshot books them as remote requests, so their later
 ``release`` events unpin them. ``blocks`` (the pod's :data:`SNAPSHOT_BLOCKS_PER_POD` most recent prefix blocks,
 in the events' encoding) and ``prefill`` (the prompt work queued on a pod: requests with no first token yet)
 let a replica that joins late price prefixes and queues as the others do from its first request; the origin's
-later ``loaded`` or ``release`` ends such a prefill. ``blocks``, ``confidence`` and ``prefill`` are new keys,
-so a replica of an earlier version reads such a snapshot as before. Pure functions over fleets; no I/O.
+later ``loaded`` or ``release`` ends such a prefill. ``batch`` names the batch lines among the requests, so the
+joining replica leaves them out of interactive load as the others do. ``blocks``, ``confidence``, ``prefill`` and
+``batch`` are new keys, so a replica of an earlier version reads such a snapshot as before. Pure functions over
+fleets; no I/O.
 """
 
 from __future__ import annotations
@@ -58,30 +61,38 @@ def export_view(
                     "confidence": round(prefix.confidence(pod_id), 4),
                 }
             )
-        tickets, prefill = _in_flight(fleet, replica_id)
-        out[name] = {"pods": pods, "tickets": tickets, "prefill": prefill}
+        tickets, prefill, batch = _in_flight(fleet, replica_id)
+        out[name] = {"pods": pods, "tickets": tickets, "prefill": prefill, "batch": batch}
     return {"replica": replica_id, "seq": seq, "watermarks": dict(watermarks), "peers": dict(peers), "fleets": out}
 
 
-def _in_flight(fleet: Fleet, replica_id: str) -> tuple[dict[str, list[list[Any]]], dict[str, list[list[int]]]]:
-    """``tickets`` and ``prefill`` of a fleet's snapshot: every origin's requests on pods still known as they were."""
+def _in_flight(
+    fleet: Fleet, replica_id: str
+) -> tuple[dict[str, list[list[Any]]], dict[str, list[list[int]]], dict[str, list[int]]]:
+    """``tickets``, ``prefill`` and ``batch`` of a fleet's snapshot: every origin's requests on pods still known
+    as they were."""
     prefix = fleet.prefix_index
     tickets: dict[str, list[list[Any]]] = {}
     prefill: dict[str, list[list[int]]] = {}
-    entries: list[tuple[str, int, str, int | None, bool, PrefillKey]] = []
+    batch: dict[str, list[int]] = {}
+    entries: list[tuple[str, int, str, int | None, bool, PrefillKey, bool]] = []
     for ticket in fleet.open_tickets():
         holder = fleet.pods.get(ticket.pod)
         if holder is not None and holder.uid == ticket.pod_uid:
-            entries.append((replica_id, ticket.ticket_id, ticket.pod, ticket.task_id, False, ticket.ticket_id))
+            entries.append((replica_id, ticket.ticket_id, ticket.pod, ticket.task_id, False, ticket.ticket_id,
+                            ticket.background))
     for origin, ticket_id, remote in fleet.remote.tickets():
         holder = fleet.pods.get(remote.pod_id)
         if holder is not None and holder.uid == remote.pod_epoch:
-            entries.append((origin, ticket_id, remote.pod_id, remote.task_id, remote.loading, (origin, ticket_id)))
-    for origin, ticket_id, pod_id, task_id, loading, key in entries:
+            entries.append((origin, ticket_id, remote.pod_id, remote.task_id, remote.loading, (origin, ticket_id),
+                            remote.background))
+    for origin, ticket_id, pod_id, task_id, loading, key, background in entries:
         tickets.setdefault(origin, []).append([ticket_id, pod_id, task_id, loading])
         if pending := prefix.pending_tokens(key):
             prefill.setdefault(origin, []).append([ticket_id, pending])
-    return tickets, prefill
+        if background:
+            batch.setdefault(origin, []).append(ticket_id)
+    return tickets, prefill, batch
 
 
 def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
@@ -107,6 +118,7 @@ def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
             if "confidence" in pod:
                 prefix.set_confidence(pod_id, float(pod["confidence"]))
         booked: dict[tuple[str, int], str] = {}  # (origin, ticket) -> pod of the requests booked here
+        batch = {(origin, int(ticket)) for origin, lines in data.get("batch", {}).items() for ticket in lines}
         for origin, tickets in data.get("tickets", {}).items():
             for ticket_id, pod_id, task_id, loading in tickets:
                 if pod_id not in uids:
@@ -116,8 +128,11 @@ def import_view(fleets: Mapping[str, Fleet], snapshot: Json) -> int:
                 host = fleet.residency.pod(pod_id).cache.host
                 if loading and task_id is not None and int(task_id) in host:
                     pages = host.pages_of(int(task_id))
+                background = (origin, int(ticket_id)) in batch
                 fleet.apply_remote(
-                    ResidencyEvent(origin, 0, name, pod_id, uids[pod_id], kind, int(ticket_id), task_id, pages)
+                    ResidencyEvent(
+                        origin, 0, name, pod_id, uids[pod_id], kind, int(ticket_id), task_id, pages, (), background
+                    )
                 )
                 booked[(origin, int(ticket_id))] = pod_id
         for origin, pending in data.get("prefill", {}).items():

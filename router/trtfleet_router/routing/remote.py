@@ -10,8 +10,8 @@ pinned, loading``), so that:
 * :meth:`RemoteBook.forget_origin` (a replica gone for good, or a gap in its stream) releases all
   of that origin's pins at once, so a dead replica leaves no adapter pinned;
 * a remote batch line (its ``put``/``acquire`` carries the class) counts in the pod's ``remote_background`` as
-  well, so an interactive request is compared without it here as on its origin (``PodLoad.foreground``). A
-  snapshot does not carry the class: requests copied from one count as interactive until they end.
+  well, so an interactive request is compared without it here as on its origin (``PodLoad.foreground``); a
+  snapshot names them too (``batch``, :mod:`trtfleet_router.peering.view`).
 
 A ticket remembers the pod's epoch (``PodView.uid``) it was booked on: after the pod's shadow was
 reset (restart, removal), its release finds another epoch and touches nothing, as local tickets do.

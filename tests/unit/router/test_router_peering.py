@@ -28,7 +28,7 @@ from trtfleet_router.routing import (
     build_policy,
     parse_routing_config,
 )
-from trtfleet_router.routing.events import EventKind, decode_event, encode_event
+from trtfleet_router.routing.events import STREAM_VERSION, EventKind, decode_event, encode_event
 from trtfleet_router.routing.prefix import token_block_hashes
 
 
@@ -93,7 +93,7 @@ class Replica:
 
     def deliver_to(self, other: Replica) -> None:
         self.journal.flush()
-        for line in self.journal.after(0)[1]:
+        for line in self.journal.after(0, STREAM_VERSION)[1]:  # as a subscriber of this version asks
             other.fleet.apply_remote(decode_event(self.journal.replica_id, line))
 
 
@@ -159,9 +159,33 @@ def test_a_snapshot_of_an_earlier_version_without_prefix_keys_still_imports() ->
     snapshot = export_view({"m": a.fleet}, "a", a.journal.seq, {}, {})
     for pod in snapshot["fleets"]["m"]["pods"]:
         del pod["blocks"], pod["confidence"]
-    del snapshot["fleets"]["m"]["prefill"]
+    del snapshot["fleets"]["m"]["prefill"], snapshot["fleets"]["m"]["batch"]
     assert import_view({"m": c.fleet}, snapshot) == 1
     assert c.fleet.prefix_index.blocks_held("p0") == 0
+
+
+def test_a_snapshot_names_the_batch_lines_so_a_late_replica_leaves_them_out_of_interactive_load() -> None:
+    a, b, c = Replica("a"), Replica("b"), Replica("c")
+    line = RouteRequest("m", None, 1, 1, background=True)
+    a_line = a.fleet.start(Decision("p0", False, True, "t", "t"), line)
+    a_chat = a.fleet.start(Decision("p0", False, True, "t", "t"), RouteRequest("m", None, 1, 1))
+    b_line = b.fleet.start(Decision("p1", False, True, "t", "t"), line)
+    b.deliver_to(a)
+    snapshot = json.loads(json.dumps(export_view({"m": a.fleet}, "a", a.journal.seq, {"b": b.journal.seq}, {})))
+    assert snapshot["fleets"]["m"]["batch"] == {"a": [a_line.ticket_id], "b": [b_line.ticket_id]}
+    import_view({"m": c.fleet}, snapshot)
+    loads = {pod: c.fleet.pods[pod].load for pod in ("p0", "p1")}
+    assert [(load.remote_inflight, load.remote_background) for load in loads.values()] == [(2, 1), (1, 1)]
+    assert [load.foreground(100.0) for load in loads.values()] == [1, 0]
+    c.fleet.check_invariants()
+    for replica, ticket in ((a, a_line), (a, a_chat), (b, b_line)):
+        replica.fleet.finish(ticket, Outcome.OK)
+    for replica, since in ((a, snapshot["seq"]), (b, snapshot["watermarks"]["b"])):
+        replica.journal.flush()
+        for event_line in replica.journal.after(since, STREAM_VERSION)[1]:
+            c.fleet.apply_remote(decode_event(replica.journal.replica_id, event_line))
+    assert [(load.remote_inflight, load.remote_background) for load in loads.values()] == [(0, 0), (0, 0)]
+    c.fleet.check_invariants()
 
 
 def test_demand_sums_every_replicas_requests() -> None:
