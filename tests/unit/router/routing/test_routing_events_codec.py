@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from trtfleet_router.routing.events import (
-    STREAM_VERSION,
     EventDecodeError,
     EventKind,
     ResidencyEvent,
@@ -58,7 +57,7 @@ def test_a_batch_lines_class_goes_only_to_subscribers_of_version_2() -> None:
     old = encode_event(event, version=1)
     assert old == b'[6,"m","p0","u","acquire",7,1001]\n'  # what an earlier replica decodes: 7 to 9 fields
     assert decode_event("r", old) == ResidencyEvent("r", 6, "m", "p0", "u", EventKind.ACQUIRE, 7, 1001)
-    assert STREAM_VERSION == 2
+    assert encode_event(event).endswith(b',"batch"]\n')  # by default the newest format, with the class
 
 
 def test_a_class_from_a_later_version_reads_as_interactive() -> None:
