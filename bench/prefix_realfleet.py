@@ -84,16 +84,29 @@ def reused_total(fleet: RealFleet) -> float | None:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Engine:
-    """The workers' prompt limit and pretend prefill time (None: the reference defaults)."""
+    """The workers' prompt limit and pretend prefill time (None: the reference defaults), and settings of the
+    ``trtfleet`` policy's section to override (``--trtfleet KEY=VALUE``: camelCase keys, as in the routing config)."""
 
     max_input_len: int | None = None
     prefill_us_per_token: float | None = None
+    trtfleet: tuple[tuple[str, float], ...] = ()
 
     def limits(self, scenario: RealScenario) -> FleetLimits:
         if self.max_input_len is None:
             return scenario.limits()
         return FleetLimits(max_input_tokens=self.max_input_len, max_seq_tokens=self.max_input_len + 128,
                            prompt_overhead_tokens=2)
+
+
+def setting(text: str) -> tuple[str, float]:
+    """``KEY=VALUE`` with a numeric value, for ``--trtfleet``."""
+    key, sep, value = text.partition("=")
+    try:
+        if not sep or not key.strip():
+            raise ValueError(text)
+        return key.strip(), float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected KEY=NUMBER, got {text!r}") from None
 
 
 def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest], prompts: Sequence[str],
@@ -103,6 +116,7 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
     policy_config = scenario.policy_config()
     if engine.prefill_us_per_token is not None:  # trtfleet prices prefill at what the workers charge
         policy_config["trtfleet"]["prefillSPerToken"] = engine.prefill_us_per_token / 1e6
+    policy_config["trtfleet"].update(engine.trtfleet)
     fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
                       max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
                       policy_config=policy_config, max_input_len=engine.max_input_len,
@@ -140,9 +154,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the workers' maxInputLen (default: the reference spec's 128)")
     parser.add_argument("--prefill-us-per-token", type=float, default=None,
                         help="pretend prefill time per prompt position computed (default: none)")
+    parser.add_argument("--trtfleet", action="append", default=[], metavar="KEY=VALUE", type=setting,
+                        help="a number in the trtfleet policy's routing section, e.g. inflightDelayS=0.01 (repeatable)")
     args = parser.parse_args(argv)
     scenario = RealScenario()
-    engine = Engine(args.max_input_len, args.prefill_us_per_token)
+    engine = Engine(args.max_input_len, args.prefill_us_per_token, tuple(args.trtfleet))
     limits = engine.limits(scenario)
     rows = read_mooncake(args.trace)[: args.requests]
     scale = dataclasses.replace(MooncakeScale(), length_factor=args.length_factor, time_factor=args.time_factor,

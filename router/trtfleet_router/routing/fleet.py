@@ -219,7 +219,7 @@ class Fleet(PodResets):
         # a batch line books its blocks but no queued prefill: it is not streamed, so its "first token" is its
         # whole answer, and its prefill would count as queued there for as long as it decodes
         prefill_tokens = 0 if request.background else request.prompt_tokens
-        self._prefix.book(ticket_id, pod.pod_id, hashes, prefill_tokens, blocks.block_tokens)
+        self._prefix.book(ticket_id, pod.pod_id, hashes, prefill_tokens, blocks.block_tokens, now_s)
         task_id = None
         pinned = loads = False
         if adapter is not None:
@@ -254,7 +254,7 @@ class Fleet(PodResets):
         :meth:`confirm` publishes for a request that carried weights (the router confirms at the same first
         response) and this publishes for the others. A replica of an earlier version ignores a ``loaded``
         for a request without weights (unknown in-transit ticket)."""
-        if not self._prefix.prefill_done(ticket.ticket_id) or self._journal is None:
+        if not self._prefix.prefill_done(ticket.ticket_id, self._now()) or self._journal is None:
             return
         if ticket.loads_weights and ticket.ticket_id not in self._loading:
             return  # confirmed already: its loaded went out
@@ -281,7 +281,7 @@ class Fleet(PodResets):
         if ticket.ticket_id not in self._open:
             raise RoutingError(f"ticket {ticket.ticket_id} finished twice or never started")
         self.confirm(ticket)
-        self._prefix.prefill_done(ticket.ticket_id)
+        self._prefix.prefill_done(ticket.ticket_id, self._now())
         del self._open[ticket.ticket_id]
         task_id = ticket.task_id
         if task_id is not None:

@@ -57,13 +57,14 @@ class PodResets:
         the last partial block), until the origin's ``loaded`` (its first token) or ``release``."""
         kind = event.kind
         if kind is not EventKind.POD_RESET:
-            applied = self._remote.apply(event, self._pods, self._residency, self._demand, self._window, self._now())
+            now_s = self._now()
+            applied = self._remote.apply(event, self._pods, self._residency, self._demand, self._window, now_s)
             key = (event.origin, event.ticket)
             if applied and event.blocks:  # the other replica's request leaves its blocks on the pod, as ours do
                 tokens = self.kv_tokens_per_block
-                self._prefix.book(key, event.pod_id, event.blocks, len(event.blocks) * tokens, tokens)
+                self._prefix.book(key, event.pod_id, event.blocks, len(event.blocks) * tokens, tokens, now_s)
             elif kind is EventKind.LOADED or kind is EventKind.RELEASE:
-                applied = self._prefix.prefill_done(key) or applied
+                applied = self._prefix.prefill_done(key, now_s) or applied
             return applied
         old = self._pods.get(event.pod_id)
         if old is None or old.discovered_uid != event.pod_uid:

@@ -25,6 +25,7 @@ to a bit mask of pod slots, and the walk stops at the first block no remaining p
 
 from __future__ import annotations
 
+import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
 
@@ -43,10 +44,12 @@ class PodBlocks:
         "capacity_blocks",
         "confidence",
         "evicted_total",
+        "head_since_s",
         "last_missed",
         "last_reused",
         "pending_prefill_tokens",
         "predicted_reused",
+        "queue",
         "slot",
     )
 
@@ -60,6 +63,8 @@ class PodBlocks:
         self.last_missed: int | None = None
         self.evicted_total = 0
         self.pending_prefill_tokens = 0  # uncached prompt tokens of requests started here, first token not yet
+        self.queue: dict[PrefillKey, int] = {}  # those requests, oldest first -> their uncached tokens
+        self.head_since_s = math.inf  # since when the oldest of them has had the pod to itself (inf: unknown)
 
 
 class PrefixIndex:
@@ -218,34 +223,61 @@ class PrefixIndex:
 
     # -- prefill work in flight (the queue a long prompt adds to a pod) -------------------------------
     def book(
-        self, ticket_id: PrefillKey, pod_id: str, hashes: Sequence[int], prompt_tokens: int, block_tokens: int
+        self,
+        ticket_id: PrefillKey,
+        pod_id: str,
+        hashes: Sequence[int],
+        prompt_tokens: int,
+        block_tokens: int,
+        now_s: float | None = None,
     ) -> None:
         """A request started on the pod: its blocks are there from now on, and its uncached prompt tokens are
         prefill work there until its first token (:meth:`prefill_done`)."""
         matched = self.match(hashes).get(pod_id, 0) if hashes else 0
         if hashes:
             self.record(pod_id, hashes, matched)
-        self.prefill_started(ticket_id, pod_id, prompt_tokens - matched * block_tokens)
+        self.prefill_started(ticket_id, pod_id, prompt_tokens - matched * block_tokens, now_s)
 
-    def prefill_started(self, ticket_id: PrefillKey, pod_id: str, tokens: int) -> None:
-        """A request whose prefill computes ``tokens`` uncached tokens was started on the pod."""
+    def prefill_started(self, ticket_id: PrefillKey, pod_id: str, tokens: int, now_s: float | None = None) -> None:
+        """A request whose prefill computes ``tokens`` uncached tokens was started on the pod at ``now_s`` (None:
+        unknown, e.g. another replica's request copied from a snapshot)."""
         pod = self._pods.get(pod_id)
         if pod is not None and tokens > 0:
+            if not pod.queue:
+                pod.head_since_s = math.inf if now_s is None else now_s
             pod.pending_prefill_tokens += tokens
+            pod.queue[ticket_id] = tokens
             self._pending[ticket_id] = (pod, tokens)
 
-    def prefill_done(self, ticket_id: PrefillKey) -> bool:
-        """Its first token came back (or it ended): its prefill no longer waits on the pod. Idempotent; True
-        when it was still pending."""
+    def prefill_done(self, ticket_id: PrefillKey, now_s: float | None = None) -> bool:
+        """Its first token came back (or it ended) at ``now_s``: its prefill no longer waits on the pod.
+        Idempotent; True when it was still pending."""
         entry = self._pending.pop(ticket_id, None)
         if entry is None:
             return False
-        entry[0].pending_prefill_tokens -= entry[1]
+        pod, tokens = entry
+        pod.pending_prefill_tokens -= tokens
+        head = next(iter(pod.queue), None)
+        del pod.queue[ticket_id]
+        if head == ticket_id:  # the next one has the pod from now on
+            pod.head_since_s = math.inf if now_s is None else now_s
         return True
 
     def pending_prefill_tokens(self, pod_id: str) -> int:
         pod = self._pods.get(pod_id)
         return pod.pending_prefill_tokens if pod is not None else 0
+
+    def pending_prefill_s(self, pod_id: str, now_s: float, s_per_token: float) -> float:
+        """The prefill still to compute on the pod at ``now_s``, in seconds: every pending request's uncached
+        tokens at ``s_per_token``, less what the oldest one has computed since it got the pod (at most its own
+        prefill; nothing while that start is unknown). Without that credit a pod one step from its first token
+        looks as busy as one that has just begun a long prompt."""
+        pod = self._pods.get(pod_id)
+        if pod is None or not pod.queue:
+            return 0.0
+        head_s = next(iter(pod.queue.values())) * s_per_token
+        done_s = min(max(0.0, now_s - pod.head_since_s), head_s)
+        return pod.pending_prefill_tokens * s_per_token - done_s
 
     def pending_tokens(self, ticket_id: PrefillKey) -> int:
         """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""

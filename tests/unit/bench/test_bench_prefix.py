@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 from pathlib import Path
 
@@ -10,6 +11,7 @@ import pytest
 from bench.mooncake import MooncakeRow, MooncakeScale, assign_adapters, mooncake_trace, read_mooncake, reusable_blocks
 from bench.podkv import PodKvBlocks
 from bench.podsim import PodSpec, SimPod, SimRequest, StepTimeModel
+from bench.prefix_realfleet import setting
 from bench.profiles import h100_llama3_8b_fleet
 from bench.simulate import simulate
 
@@ -74,3 +76,10 @@ def test_trtfleet_reuses_more_prefix_than_round_robin_in_the_simulator() -> None
     reused = {policy: sum(r.reused_blocks for r in simulate(trace, policy, spec).records)
               for policy in ("trtfleet", "round-robin")}
     assert reused["trtfleet"] > reused["round-robin"]
+
+
+def test_the_real_fleet_harness_takes_numeric_trtfleet_settings_and_refuses_others() -> None:
+    assert setting("inflightDelayS=0.01") == ("inflightDelayS", 0.01)
+    for bad in ("inflightDelayS", "=1", "inflightDelayS=fast"):
+        with pytest.raises(argparse.ArgumentTypeError, match="KEY=NUMBER"):
+            setting(bad)

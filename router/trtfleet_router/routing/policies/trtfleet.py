@@ -8,6 +8,8 @@ question. Every candidate ``p`` gets one cost::
     queue(p)   = pending_prefill(p) x prefill_s_per_token         (the predicted prefill of the queue ahead:
                                                                  uncached prompt tokens of requests started
                                                                  there whose first token has not come back)
+                 - min(now - head_since(p), head_prefill(p))    (less what the oldest of them has computed
+                                                                 since it got the pod: ``pending_prefill_s``)
                  + load(p) x inflight_delay_s                   (what each request in flight adds to a new
                                                                  one's first token: its decode steps)
     adapter(p) = 0 when warm and settled, else link(p) x transfer  (transfer = a load's fixed cost + weights_bytes
@@ -145,8 +147,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
         queued = (
             best.pod is not None
-            and ctx.prefix.pending_prefill_tokens(best.pod.pod_id) * config.prefill_s_per_token
-            > transfer_s
+            and ctx.prefix.pending_prefill_s(best.pod.pod_id, ctx.now_s, config.prefill_s_per_token) > transfer_s
         )
         if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = self._cold_home(ctx, adapter, bound)
@@ -188,10 +189,11 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         return found
 
     def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
-        """The prefill still pending there (started, no first token) plus what the requests in flight add."""
+        """The prefill still pending there (started, no first token; less what the oldest has computed since
+        it got the pod) plus what the requests in flight add."""
         config = self._priced
-        pending = ctx.prefix.pending_prefill_tokens(pod_id)
-        return load * config.inflight_delay_s + pending * config.prefill_s_per_token
+        pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, config.prefill_s_per_token)
+        return load * config.inflight_delay_s + pending_s
 
     def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there."""

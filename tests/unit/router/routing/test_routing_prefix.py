@@ -145,3 +145,38 @@ def test_a_chain_root_without_lora_id_is_not_guessed() -> None:
 def test_malformed_events_are_refused_with_a_clear_error(payload: Any) -> None:
     with pytest.raises(KvEventError, match="KV-cache event"):
         parse_events(payload)
+
+
+def test_pending_prefill_is_credited_with_what_the_oldest_request_has_computed() -> None:
+    index = PrefixIndex(64)
+    index.reset_pod("p")
+    per_token = 0.001
+    index.prefill_started(1, "p", 100, now_s=10.0)  # 0.1 s of prefill, the pod to itself from 10.0
+    index.prefill_started(2, "p", 50, now_s=10.02)  # 0.05 s behind it
+    assert index.pending_prefill_s("p", 10.0, per_token) == pytest.approx(0.15)
+    assert index.pending_prefill_s("p", 10.06, per_token) == pytest.approx(0.09)
+    # the oldest is credited at most its own prefill: running late, the pod still owes the one behind it
+    assert index.pending_prefill_s("p", 11.0, per_token) == pytest.approx(0.05)
+    assert index.prefill_done(1, now_s=11.0)
+    assert index.pending_prefill_s("p", 11.0, per_token) == pytest.approx(0.05)  # the next one starts now
+    assert index.pending_prefill_s("p", 11.03, per_token) == pytest.approx(0.02)
+    assert index.prefill_done(2, now_s=11.05)
+    assert index.pending_prefill_s("p", 11.05, per_token) == 0.0
+    assert index.pending_prefill_tokens("p") == 0
+
+
+def test_a_request_behind_the_oldest_that_ends_first_leaves_the_oldest_credited() -> None:
+    index = PrefixIndex(64)
+    index.reset_pod("p")
+    index.prefill_started(1, "p", 100, now_s=10.0)
+    index.prefill_started(2, "p", 50, now_s=10.0)
+    assert index.prefill_done(2, now_s=10.04)  # e.g. both in one step, or the second one cancelled
+    assert index.pending_prefill_s("p", 10.06, 0.001) == pytest.approx(0.04)
+
+
+def test_pending_prefill_of_unknown_start_gets_no_credit() -> None:
+    index = PrefixIndex(64)
+    index.reset_pod("p")
+    index.prefill_started(("other-replica", 7), "p", 100)  # copied from a snapshot: started who knows when
+    assert index.pending_prefill_s("p", 1e9, 0.001) == pytest.approx(0.1)
+    assert index.pending_prefill_s("absent", 1e9, 0.001) == 0.0

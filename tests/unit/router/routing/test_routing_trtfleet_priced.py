@@ -122,6 +122,19 @@ def test_priced_decision(make_harness: Callable[..., Harness], case: Case) -> No
     assert got == (case.expected_rank, case.send_weights, case.reason)
 
 
+def test_a_prefill_nearly_done_no_longer_drives_requests_away(make_harness: Callable[..., Harness]) -> None:
+    """The pending-prefill-spreads case, later: the prompt ahead has computed for 0.115 of its 0.119 s since it
+    got the pod, so the warm pod's queue is 4 ms + 5 ms in flight, under an 11.7 ms load elsewhere."""
+    h = make_harness("trtfleet", pods=4, host_pages=4)
+    subject = h.adapter(SUBJECT)
+    ranking = rendezvous_rank(subject.name, h.pod_ids)
+    _setup(h, Case("prefilling", warm=(2,), prefilling={2: 1}), subject, ranking)
+    assert ranking.index(h.fleet.route(prompt_request(subject)).pod) == 0
+    h.now_s += 0.115
+    decision = h.fleet.route(prompt_request(subject))
+    assert (ranking.index(decision.pod), decision.send_weights, decision.reason) == (2, False, "warm")
+
+
 def test_base_model_requests_follow_their_prefix_while_it_is_cheaper(make_harness: Callable[..., Harness]) -> None:
     h = make_harness("trtfleet", pods=4)
     h.fleet.finish(h.fleet.start(Decision("p1", False, True, "test", "setup"), prompt_request(None)),
