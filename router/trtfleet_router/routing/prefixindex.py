@@ -45,6 +45,7 @@ class PodBlocks:
         "confidence",
         "evicted_total",
         "head_since_s",
+        "head_tokens",
         "last_missed",
         "last_reused",
         "pending_prefill_tokens",
@@ -65,6 +66,7 @@ class PodBlocks:
         self.pending_prefill_tokens = 0  # uncached prompt tokens of requests started here, first token not yet
         self.queue: dict[PrefillKey, int] = {}  # those requests, oldest first -> their uncached tokens
         self.head_since_s = math.inf  # since when the oldest of them has had the pod to itself (inf: unknown)
+        self.head_tokens = 0  # the oldest one's uncached tokens
 
 
 class PrefixIndex:
@@ -245,6 +247,7 @@ class PrefixIndex:
         if pod is not None and tokens > 0:
             if not pod.queue:
                 pod.head_since_s = math.inf if now_s is None else now_s
+                pod.head_tokens = tokens
             pod.pending_prefill_tokens += tokens
             pod.queue[ticket_id] = tokens
             self._pending[ticket_id] = (pod, tokens)
@@ -261,6 +264,7 @@ class PrefixIndex:
         del pod.queue[ticket_id]
         if head == ticket_id:  # the next one has the pod from now on
             pod.head_since_s = math.inf if now_s is None else now_s
+            pod.head_tokens = next(iter(pod.queue.values()), 0)
         return True
 
     def pending_prefill_tokens(self, pod_id: str) -> int:
@@ -273,11 +277,14 @@ class PrefixIndex:
         prefill; nothing while that start is unknown). Without that credit a pod one step from its first token
         looks as busy as one that has just begun a long prompt."""
         pod = self._pods.get(pod_id)
-        if pod is None or not pod.queue:
+        if pod is None or not pod.pending_prefill_tokens:
             return 0.0
-        head_s = next(iter(pod.queue.values())) * s_per_token
-        done_s = min(max(0.0, now_s - pod.head_since_s), head_s)
-        return pod.pending_prefill_tokens * s_per_token - done_s
+        pending_s = pod.pending_prefill_tokens * s_per_token
+        elapsed_s = now_s - pod.head_since_s
+        if elapsed_s <= 0.0:  # also for an unknown start (inf)
+            return pending_s
+        head_s = pod.head_tokens * s_per_token
+        return pending_s - (elapsed_s if elapsed_s < head_s else head_s)
 
     def pending_tokens(self, ticket_id: PrefillKey) -> int:
         """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""
@@ -309,6 +316,10 @@ class PrefixIndex:
         for pod in self._pods.values():
             if len(pod.blocks) > pod.capacity_blocks:
                 raise AssertionError(f"slot {pod.slot}: {len(pod.blocks)} blocks over {pod.capacity_blocks}")
+            if pod.pending_prefill_tokens != sum(pod.queue.values()) or (
+                pod.queue and pod.head_tokens != next(iter(pod.queue.values()))
+            ):
+                raise AssertionError(f"slot {pod.slot}: pending prefill disagrees with its queue")
             for block in pod.blocks:
                 seen[block] = seen.get(block, 0) | (1 << pod.slot)
         if seen != self._holders:
