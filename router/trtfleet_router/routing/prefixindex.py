@@ -81,7 +81,7 @@ class PrefixIndex:
         self._pods: dict[str, PodBlocks] = {}
         self._holders: dict[int, int] = {}  # block hash -> bit mask of pod slots
         self._free_slots: list[int] = []
-        self._pending: dict[PrefillKey, tuple[PodBlocks, int]] = {}  # request -> (pod, its uncached tokens)
+        self._pending: dict[PrefillKey, PodBlocks] = {}  # request -> the pod whose queue holds it
 
     # -- pods --------------------------------------------------------------------------------------
     def reset_pod(self, pod_id: str, capacity_blocks: int = 0) -> None:
@@ -244,24 +244,22 @@ class PrefixIndex:
         """A request whose prefill computes ``tokens`` uncached tokens was started on the pod at ``now_s`` (None:
         unknown, e.g. another replica's request copied from a snapshot)."""
         pod = self._pods.get(pod_id)
-        if pod is not None and tokens > 0:
+        if pod is not None and tokens > 0 and ticket_id not in self._pending:  # booked once (snapshot, then event)
             if not pod.queue:
                 pod.head_since_s = math.inf if now_s is None else now_s
                 pod.head_tokens = tokens
             pod.pending_prefill_tokens += tokens
             pod.queue[ticket_id] = tokens
-            self._pending[ticket_id] = (pod, tokens)
+            self._pending[ticket_id] = pod
 
     def prefill_done(self, ticket_id: PrefillKey, now_s: float | None = None) -> bool:
         """Its first token came back (or it ended) at ``now_s``: its prefill no longer waits on the pod.
         Idempotent; True when it was still pending."""
-        entry = self._pending.pop(ticket_id, None)
-        if entry is None:
+        pod = self._pending.pop(ticket_id, None)
+        if pod is None:
             return False
-        pod, tokens = entry
-        pod.pending_prefill_tokens -= tokens
         head = next(iter(pod.queue), None)
-        del pod.queue[ticket_id]
+        pod.pending_prefill_tokens -= pod.queue.pop(ticket_id)
         if head == ticket_id:  # the next one has the pod from now on
             pod.head_since_s = math.inf if now_s is None else now_s
             pod.head_tokens = next(iter(pod.queue.values()), 0)
@@ -288,8 +286,8 @@ class PrefixIndex:
 
     def pending_tokens(self, ticket_id: PrefillKey) -> int:
         """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""
-        entry = self._pending.get(ticket_id)
-        return entry[1] if entry is not None else 0
+        pod = self._pending.get(ticket_id)
+        return pod.queue[ticket_id] if pod is not None else 0
 
     # -- a replica's snapshot ------------------------------------------------------------------------
     def recent_blocks(self, pod_id: str, limit: int) -> list[int]:

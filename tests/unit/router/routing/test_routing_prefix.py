@@ -180,3 +180,16 @@ def test_pending_prefill_of_unknown_start_gets_no_credit() -> None:
     index.prefill_started(("other-replica", 7), "p", 100)  # copied from a snapshot: started who knows when
     assert index.pending_prefill_s("p", 1e9, 0.001) == pytest.approx(0.1)
     assert index.pending_prefill_s("absent", 1e9, 0.001) == 0.0
+
+
+def test_a_request_booked_twice_counts_once_and_ends_once() -> None:
+    index = PrefixIndex(64)
+    index.reset_pod("p")
+    index.prefill_started(("other-replica", 7), "p", 100)  # from a snapshot
+    index.prefill_started(("other-replica", 7), "p", 100, now_s=5.0)  # then its event
+    index.check_invariants()
+    assert index.pending_tokens(("other-replica", 7)) == 100
+    assert index.prefill_done(("other-replica", 7), now_s=6.0)
+    assert not index.prefill_done(("other-replica", 7), now_s=6.0)
+    assert index.pending_prefill_tokens("p") == 0
+    index.check_invariants()
