@@ -347,9 +347,7 @@ class Fleet(PodResets):
         state = self._pods.get(pod)
         if state is not None:
             state.load.observe(snapshot, self._now(), self._config.metrics_stale_after_s)
-            reused = snapshot.kv_reused_blocks_total
-            if reused is not None:  # Triton exports no missed count: 0
-                self._prefix.observe_counters(pod, reused, snapshot.kv_missed_blocks_total or 0)
+            self._prefix.observe_metrics(pod, snapshot)
 
     def observe_kv_events(self, pod: str, events: Sequence[KvEvent]) -> tuple[int, int]:
         """KV-cache events of ``pod`` (routing/kvevents.py); (blocks stored, blocks skipped)."""

@@ -94,6 +94,7 @@ def fleet_snapshot(
                 failures_total=pod.failures_total,
                 evictions_total=pod.residency.evictions_total,
                 kv_blocks_held=prefix.blocks_held(pod_id),
+                kv_blocks_capacity=prefix.capacity(pod_id),
                 kv_prefix_confidence=prefix.confidence(pod_id),
                 batch_lines=pod.load.background,
                 remote_inflight=pod.load.remote_inflight,

@@ -5,9 +5,11 @@ Three sources, from the weakest to the exact one:
 1. **The router's own routing** (:meth:`PrefixIndex.record`): a request started on a pod leaves its
    blocks there. Each pod is an LRU of its KV-cache capacity in blocks (``kv_cache_tokens /
    tokens_per_block`` from the BaseModel's capacity plan, else the routing setting
-   ``prefix.podKvBlocks``). A request's blocks are touched last block first, so its first blocks are
-   the most recent and a shared prefix outlives the tails that hang off it, as TensorRT-LLM evicts
-   leaves before their parents.
+   ``prefix.podKvBlocks``), and once the pod's metrics are scraped the size its engine reports
+   (Triton's ``kv_cache_block_type="max"`` x ``"tokens_per"``, trtllm-serve's ``kvCacheStats{maxNumBlocks,
+   tokensPerBlock}``): a plan is an estimate, the engine's own pool is not. A request's blocks are touched
+   last block first, so its first blocks are the most recent and a shared prefix outlives the tails that
+   hang off it, as TensorRT-LLM evicts leaves before their parents.
 2. **The engine's reuse counters** (:meth:`PrefixIndex.observe_counters`): trtllm-serve's
    ``kvCacheStats{reusedBlocks, missedBlocks}`` and Triton's ``nv_trt_llm_kv_cache_block_metrics
    {kv_cache_block_type="reused"}``. Between two scrapes the index predicted ``p`` reused blocks on the
@@ -28,6 +30,8 @@ from __future__ import annotations
 import math
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+
+from trtfleet_router.routing.types import PodMetrics
 
 PrefillKey = int | tuple[str, int]
 """A request whose prefill waits on a pod: a local ticket id, or ``(origin replica, its ticket)`` for another
@@ -89,6 +93,16 @@ class PrefixIndex:
         self.drop_pod(pod_id)
         slot = self._free_slots.pop() if self._free_slots else len(self._pods)
         self._pods[pod_id] = PodBlocks(slot, capacity_blocks or self._default_capacity)
+
+    def set_capacity(self, pod_id: str, capacity_blocks: int) -> None:
+        """The pod's KV-cache capacity as its engine reports it (more exact than a plan or the default); the
+        least recently used blocks beyond it go. Ignored for unknown pods, for a size below 1, and for a pod whose
+        index is off (capacity 0: routing setting ``prefix.podKvBlocks`` 0 and no capacity plan)."""
+        pod = self._pods.get(pod_id)
+        if pod is None or capacity_blocks < 1 or pod.capacity_blocks == 0 or pod.capacity_blocks == capacity_blocks:
+            return
+        pod.capacity_blocks = capacity_blocks
+        self._evict_over(pod)
 
     def drop_pod(self, pod_id: str) -> None:
         pod = self._pods.pop(pod_id, None)
@@ -183,6 +197,13 @@ class PrefixIndex:
             self._clear(pod)
             pod.predicted_reused = 0
 
+    def observe_metrics(self, pod_id: str, snapshot: PodMetrics) -> None:
+        """A scrape of the pod: its engine's KV-cache size (when exported) and its reused / missed counters."""
+        if snapshot.kv_capacity_blocks is not None:
+            self.set_capacity(pod_id, snapshot.kv_capacity_blocks)
+        if snapshot.kv_reused_blocks_total is not None:  # Triton exports no missed count: 0
+            self.observe_counters(pod_id, snapshot.kv_reused_blocks_total, snapshot.kv_missed_blocks_total or 0)
+
     def observe_counters(self, pod_id: str, reused_total: int, missed_total: int) -> None:
         """The engine's cumulative reused / missed block counters, as scraped."""
         pod = self._pods.get(pod_id)
@@ -213,15 +234,19 @@ class PrefixIndex:
                 blocks[block] = None
                 holders[block] = holders.get(block, 0) | bit
         if len(blocks) > pod.capacity_blocks:
-            keep = ~bit
-            while len(blocks) > pod.capacity_blocks:
-                old, _ = blocks.popitem(last=False)
-                pod.evicted_total += 1
-                mask = holders[old] & keep
-                if mask:
-                    holders[old] = mask
-                else:
-                    del holders[old]
+            self._evict_over(pod)
+
+    def _evict_over(self, pod: PodBlocks) -> None:
+        """Drop the pod's least recently used blocks beyond its capacity."""
+        blocks, holders, keep = pod.blocks, self._holders, ~(1 << pod.slot)
+        while len(blocks) > pod.capacity_blocks:
+            old, _ = blocks.popitem(last=False)
+            pod.evicted_total += 1
+            mask = holders[old] & keep
+            if mask:
+                holders[old] = mask
+            else:
+                del holders[old]
 
     # -- prefill work in flight (the queue a long prompt adds to a pod) -------------------------------
     def book(
@@ -308,6 +333,10 @@ class PrefixIndex:
     def blocks_held(self, pod_id: str) -> int:
         pod = self._pods.get(pod_id)
         return len(pod.blocks) if pod is not None else 0
+
+    def capacity(self, pod_id: str) -> int:
+        pod = self._pods.get(pod_id)
+        return pod.capacity_blocks if pod is not None else 0
 
     def check_invariants(self) -> None:
         seen: dict[int, int] = {}

@@ -141,6 +141,7 @@ class PodMetrics:
     kv_cache_used_fraction: float | None = None  # 0..1; None when the pod does not export it
     kv_reused_blocks_total: int | None = None  # cumulative KV blocks reused (engine counter), None: not exported
     kv_missed_blocks_total: int | None = None  # cumulative KV blocks missed (computed afresh)
+    kv_capacity_blocks: int | None = None  # the engine's KV-cache size in the router's blocks; None: not exported
 
 
 class Outcome(StrEnum):
@@ -185,6 +186,7 @@ class PodSnapshot:
     failures_total: int
     evictions_total: int  # adapters the shadow evicted to make room (predicted evictions)
     kv_blocks_held: int = 0  # KV-cache blocks the prefix index believes the pod holds
+    kv_blocks_capacity: int = 0  # the pod's size in the prefix index (engine-reported, planned or the default)
     kv_prefix_confidence: float = 1.0  # share of predicted block reuse the engine's counters confirmed
     batch_lines: int = 0  # of ``inflight``: this router's batch lines
     remote_inflight: int = 0  # the other router replicas' requests in flight on the pod (their events)

@@ -3,13 +3,16 @@
 Read: ``nv_trt_llm_request_metrics{request_type="active"|"waiting"}`` and
 ``nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="fraction"}`` (summed over models). A pod
 that does not answer within the timeout is skipped this round (its last values go stale in the fleet).
-``kv_cache_block_type="reused"`` (cumulative reused KV blocks) corrects the fleet's prefix index.
+``kv_cache_block_type="reused"`` (cumulative reused KV blocks) corrects the fleet's prefix index, and ``"max"``
+x ``"tokens_per"`` (the engine's KV-cache blocks and their size) sizes it (label names:
+triton-inference-server/tensorrtllm_backend ``inflight_batcher_llm/src/custom_metrics_reporter/
+custom_metrics_reporter.cc``@7f9aa46).
 
 trtllm-serve pods (runtime pytorch) answer ``GET /metrics`` with JSON iteration stats instead (a list, the
 iterations since the last call; ``tensorrt_llm/executor/iteration_stats.py``): the newest entry's
-``numActiveRequests``, ``numQueuedRequests`` and ``kvCacheStats{usedNumBlocks, maxNumBlocks, reusedBlocks,
-missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last scrape) says
-nothing.
+``numActiveRequests``, ``numQueuedRequests`` and ``kvCacheStats{usedNumBlocks, maxNumBlocks, tokensPerBlock,
+reusedBlocks, missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last
+scrape) says nothing.
 
 Each round also exports the ready pods' scraped load per base model (``trtfleet_router_pods_reporting_load``,
 ``trtfleet_router_pod_requests``, ``trtfleet_router_pod_kv_cache_used_ratio``): the operator's autoscaler reads
@@ -61,6 +64,15 @@ class ScrapedLoad:
     reused_blocks: int | None = None  # kv_cache_block_type="reused": cumulative KV blocks reused (prefix index)
     missed_blocks: int | None = None  # trtllm-serve kvCacheStats.missedBlocks (Triton has none)
     requests_total: int | None = None  # requests Triton handled since it started (all models)
+    kv_max_blocks: int | None = None  # the engine's KV-cache size in its own blocks (Triton "max")
+    kv_tokens_per_block: int | None = None  # its block size (Triton "tokens_per")
+
+    def kv_capacity_blocks(self, router_block_tokens: int) -> int | None:
+        """The engine's KV-cache size in blocks of ``router_block_tokens`` (the prefix index's block); None when
+        the pod does not export it. A pod that exports no block size is taken to use the router's."""
+        if not self.kv_max_blocks or router_block_tokens < 1:
+            return None
+        return self.kv_max_blocks * (self.kv_tokens_per_block or router_block_tokens) // router_block_tokens
 
 
 def parse_triton_metrics(text: str) -> ScrapedLoad:
@@ -68,6 +80,7 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
     active = waiting = requests = None
     kv = None
     reused: int | None = None
+    kv_max = tokens_per = None
     for line in text.splitlines():
         if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv", "nv_inference_request_")):
             continue
@@ -89,9 +102,14 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
             kv = value if kv is None else max(kv, value)
         elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "reused":
             reused = (reused or 0) + int(value)
+        elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "max":
+            kv_max = int(value) if kv_max is None else max(kv_max, int(value))  # one engine's pool, not a sum
+        elif match["name"] == KV_METRIC and labels.get("kv_cache_block_type") == "tokens_per":
+            tokens_per = int(value)
         elif match["name"] in REQUEST_COUNTERS:
             requests = (requests or 0) + int(value)
-    return ScrapedLoad(active, waiting, kv, reused, requests_total=requests)
+    return ScrapedLoad(active, waiting, kv, reused, requests_total=requests, kv_max_blocks=kv_max,
+                       kv_tokens_per_block=tokens_per)
 
 
 def _count(value: object) -> int | None:
@@ -108,7 +126,8 @@ def parse_trtllm_serve_stats(payload: object) -> ScrapedLoad:
     used, total = _count(kv.get("usedNumBlocks")), _count(kv.get("maxNumBlocks"))
     fraction = used / total if used is not None and total else None
     return ScrapedLoad(_count(last.get("numActiveRequests")), _count(last.get("numQueuedRequests")), fraction,
-                       _count(kv.get("reusedBlocks")), _count(kv.get("missedBlocks")))
+                       _count(kv.get("reusedBlocks")), _count(kv.get("missedBlocks")), kv_max_blocks=total,
+                       kv_tokens_per_block=_count(kv.get("tokensPerBlock")))
 
 
 def parse_pod_metrics(body: bytes) -> ScrapedLoad:
@@ -154,11 +173,13 @@ class MetricsScraper:
                     if result.active is None and result.waiting is None:
                         continue
                     fleet = self.fleets.fleets.get(base)
+                    entry = self.fleets.registry.bases.get(base)
                     if fleet is not None:
+                        capacity = result.kv_capacity_blocks(entry.kv_tokens_per_block) if entry else None
                         fleet.observe_metrics(
                             endpoint.pod_id,
                             PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction,
-                                       result.reused_blocks, result.missed_blocks),
+                                       result.reused_blocks, result.missed_blocks, capacity),
                         )
                 for base in self.fleets.registry.bases:
                     self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))

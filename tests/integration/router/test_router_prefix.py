@@ -55,3 +55,25 @@ def test_the_next_turn_of_a_conversation_goes_where_its_prefix_is(
             grown = [pod for pod in before if after_second[pod] != after_first[pod]]
             assert grown == holders, (after_first, after_second)
         router.check_books()
+
+
+def test_the_prefix_index_takes_each_pod_s_kv_cache_size_from_its_engine(
+    converted_adapters: list[ConvertedAdapter],
+) -> None:
+    """Workers whose paged KV cache holds 640 tokens in blocks of 64 export ``max`` 10 and ``tokens_per`` 64;
+    the router, which hashes prompts in blocks of 32, sizes each pod at 20 of its blocks instead of the routing
+    default (13,000), and a long conversation on one pod never leaves more than that in the index."""
+    with reference_workers(kv_max_tokens=640, kv_tokens_per_block=64) as workers, \
+            router_for(workers, converted_adapters) as router:
+        default = {pod: state["kv_blocks_capacity"] for pod, state in _pods(router).items()}
+        deadline = time.monotonic() + 30
+        while any(state["kv_blocks_capacity"] != 20 for state in _pods(router).values()):
+            assert time.monotonic() < deadline, (default, _pods(router))
+            time.sleep(0.05)
+        client = openai.OpenAI(base_url=router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
+        for turn in range(30):  # 3 blocks each: about 30 a pod, over the 20 it holds
+            client.completions.create(model="tiny", prompt=f"turn {turn:02d} " + "x" * 110, max_tokens=2)
+        pods = _settled(router)
+        assert max(state["kv_blocks_held"] for state in pods.values()) <= 20, pods
+        assert sum(state["kv_blocks_held"] for state in pods.values()) > 0, pods
+        router.check_books()

@@ -37,13 +37,35 @@ def _stats(active: int, queued: int, used: int, reused: int, missed: int) -> dic
 
 @pytest.mark.parametrize(("body", "expected"), [
     pytest.param(json.dumps([_stats(1, 0, 10, 1, 1), _stats(4, 2, 25, 7, 9)]).encode(),
-                 ScrapedLoad(4, 2, 0.25, 7, 9), id="newest-iteration-wins"),
+                 ScrapedLoad(4, 2, 0.25, 7, 9, kv_max_blocks=100, kv_tokens_per_block=32), id="newest-iteration-wins"),
     pytest.param(b"[]", ScrapedLoad(None, None, None), id="no-iteration-since-last-scrape"),
     pytest.param(b"[{]", ScrapedLoad(None, None, None), id="malformed-json"),
     pytest.param(TEXT.encode(), ScrapedLoad(5, 3, 0.25, 42, requests_total=12), id="triton-text"),
 ])
 def test_parse_pod_metrics(body: bytes, expected: ScrapedLoad) -> None:
     assert parse_pod_metrics(body) == expected
+
+
+SIZE = """nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="max",model="tensorrt_llm",version="1"} 288
+nv_trt_llm_kv_cache_block_metrics{kv_cache_block_type="tokens_per",model="tensorrt_llm",version="1"} 64
+"""
+
+
+@pytest.mark.parametrize(("text", "router_block_tokens", "expected"), [
+    pytest.param(TEXT + SIZE, 64, 288, id="same block size"),
+    pytest.param(TEXT + SIZE, 32, 576, id="the engine's blocks twice the router's"),
+    pytest.param(TEXT + SIZE.splitlines()[0] + "\n", 32, 288, id="no block size: the router's"),
+    pytest.param(TEXT, 32, None, id="not exported"),
+])
+def test_the_engine_reports_its_kv_cache_size(text: str, router_block_tokens: int, expected: int | None) -> None:
+    """Triton's ``max`` x ``tokens_per`` in the router's blocks: what sizes the pod in the prefix index."""
+    assert parse_triton_metrics(text).kv_capacity_blocks(router_block_tokens) == expected
+
+
+def test_trtllm_serve_reports_its_kv_cache_size() -> None:
+    stats = {"numActiveRequests": 1, "numQueuedRequests": 0,
+             "kvCacheStats": {"maxNumBlocks": 500, "usedNumBlocks": 5, "tokensPerBlock": 16}}
+    assert parse_pod_metrics(json.dumps([stats]).encode()).kv_capacity_blocks(32) == 250
 
 
 def test_parse_sums_the_request_counters() -> None:

@@ -17,6 +17,7 @@ from trtfleet_router.routing.prefix import (
     token_block_hashes,
 )
 from trtfleet_router.routing.prefixindex import PrefixIndex
+from trtfleet_router.routing.types import PodMetrics
 
 
 def test_reference_specials_match_the_engine_tokenizer() -> None:
@@ -95,6 +96,37 @@ def test_dropping_a_pod_frees_its_blocks_and_slot() -> None:
     index.reset_pod("p1")
     assert index.match(hashes) == {}
     index.check_invariants()
+
+
+def test_the_engine_reported_size_replaces_the_planned_one_and_drops_the_oldest_blocks() -> None:
+    """A plan of 100 blocks, an engine that reports 3: the pod keeps the 3 most recent blocks, the first ones of
+    the newest prompt (so it still matches that prompt's prefix), and the other pod's blocks stay."""
+    index = PrefixIndex(100)
+    for pod in ("p0", "p1"):
+        index.reset_pod(pod)
+    first = token_block_hashes(list(range(100, 116)), 3, 4).hashes  # 4 blocks
+    second = token_block_hashes(list(range(8 * 4)), 3, 4).hashes  # 8 blocks, recorded last
+    index.record("p0", first)
+    index.record("p0", second)
+    index.record("p1", second)
+    index.observe_metrics("p0", PodMetrics(0, 0, kv_capacity_blocks=3))
+    assert index.blocks_held("p0") == 3
+    assert index.match(second) == {"p0": 3, "p1": 8}
+    assert index.match(first) == {}
+    index.check_invariants()
+    index.observe_metrics("p0", PodMetrics(0, 0, kv_capacity_blocks=None))  # not exported: the size stays
+    index.record("p0", first)
+    assert index.blocks_held("p0") == 3
+    index.check_invariants()
+
+
+def test_an_index_turned_off_stays_off_when_the_engine_reports_its_size() -> None:
+    index = PrefixIndex(0)  # prefix.podKvBlocks 0 and no capacity plan: not modelled
+    index.reset_pod("p0")
+    index.observe_metrics("p0", PodMetrics(0, 0, kv_capacity_blocks=500))
+    index.record("p0", token_block_hashes(list(range(8)), 0, 4).hashes)
+    assert index.blocks_held("p0") == 0
+    index.observe_metrics("unknown", PodMetrics(0, 0, kv_capacity_blocks=500))  # ignored, no error
 
 
 def _stored(parent: int | None, blocks: list[tuple[int, list[int]]], lora: int | None = 5) -> dict[str, Any]:
