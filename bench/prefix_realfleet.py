@@ -41,6 +41,8 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from trtfleet_engines.reference.batch_types import KV_TOKENS_PER_BLOCK
+
 from bench.mooncake import (
     MOONCAKE_BLOCK_TOKENS,
     MooncakeRow,
@@ -90,12 +92,20 @@ class Engine:
     max_input_len: int | None = None
     prefill_us_per_token: float | None = None
     trtfleet: tuple[tuple[str, float], ...] = ()
+    kv_max_tokens: int | None = None  # each worker's paged KV cache in tokens (None: the engine's default)
 
     def limits(self, scenario: RealScenario) -> FleetLimits:
         if self.max_input_len is None:
             return scenario.limits()
         return FleetLimits(max_input_tokens=self.max_input_len, max_seq_tokens=self.max_input_len + 128,
                            prompt_overhead_tokens=2)
+
+    def kv_blocks(self, scenario: RealScenario) -> int:
+        """KV-cache blocks per worker: ``kv_max_tokens``, else what the reference engine sizes by default (max
+        batch x max sequence length), in blocks of :data:`KV_TOKENS_PER_BLOCK` (printed; the router reads the
+        same size from the workers' metrics)."""
+        tokens = self.kv_max_tokens or scenario.max_batch_size * self.limits(scenario).max_seq_tokens
+        return tokens // KV_TOKENS_PER_BLOCK
 
 
 def setting(text: str) -> tuple[str, float]:
@@ -120,7 +130,7 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
     fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
                       max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
                       policy_config=policy_config, max_input_len=engine.max_input_len,
-                      prefill_us_per_token=engine.prefill_us_per_token)
+                      prefill_us_per_token=engine.prefill_us_per_token, kv_max_tokens=engine.kv_max_tokens)
     with fleet:
         before = reused_total(fleet)
         if before is None:
@@ -154,11 +164,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the workers' maxInputLen (default: the reference spec's 128)")
     parser.add_argument("--prefill-us-per-token", type=float, default=None,
                         help="pretend prefill time per prompt position computed (default: none)")
+    parser.add_argument("--kv-max-tokens", type=int, default=None,
+                        help="each worker's paged KV cache in tokens (default: max batch x max sequence length); "
+                        "25000 is the simulator's H100 pod (400,000 tokens) at the length factor 1/16")
     parser.add_argument("--trtfleet", action="append", default=[], metavar="KEY=VALUE", type=setting,
                         help="a number in the trtfleet policy's routing section, e.g. inflightDelayS=0.01 (repeatable)")
     args = parser.parse_args(argv)
     scenario = RealScenario()
-    engine = Engine(args.max_input_len, args.prefill_us_per_token, tuple(args.trtfleet))
+    engine = Engine(args.max_input_len, args.prefill_us_per_token, tuple(args.trtfleet), args.kv_max_tokens)
     limits = engine.limits(scenario)
     rows = read_mooncake(args.trace)[: args.requests]
     scale = dataclasses.replace(MooncakeScale(), length_factor=args.length_factor, time_factor=args.time_factor,
@@ -169,7 +182,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     prompts = prompts_for(rows, trace, round(MOONCAKE_BLOCK_TOKENS * scale.length_factor))
     possible = sum(reusable_blocks(trace))
     print(f"{len(trace)} requests over {trace[-1].t_s:.0f} s, {cut} prompts cut to {limits.max_prompt_tokens}; "
-          f"{possible} prefix blocks reusable", flush=True)
+          f"{possible} prefix blocks reusable; {engine.kv_blocks(scenario)} KV blocks a worker", flush=True)
     adapter_dirs = synthetic_adapters(args.adapters)
     adapters = [(f"a{i:04d}", i + 1, path) for i, path in enumerate(adapter_dirs)]
     host_bytes, _pages = host_cache_bytes_for(scenario.adapter_pages_per_worker)

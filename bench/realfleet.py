@@ -172,6 +172,7 @@ class RealFleet:
     router_args: Sequence[str] = ()  # more ``trtfleet router`` flags (bench.batch: --batch-store ...)
     max_input_len: int | None = None  # the engine's maxInputLen (None: the reference spec's 128)
     prefill_us_per_token: float | None = None  # pretend prefill time per prompt position computed
+    kv_max_tokens: int | None = None  # the workers' paged KV cache (None: max batch x max sequence length)
     replicas: int = 1  # router processes on the same fleet file, as a Deployment's replicas behind a Service
     peer_view: bool = False  # replicas share cache events: each gets --peer-port and a --peer per other
     router_http_ports: list[int] = field(default_factory=list)
@@ -194,6 +195,7 @@ class RealFleet:
                     lora_cache_host_bytes=self.host_cache_bytes,
                     max_batch_size=self.max_batch_size, max_queue_size=self.max_queue_size,
                     min_step_ms=self.min_step_ms, prefill_us_per_token=self.prefill_us_per_token,
+                    kv_max_tokens=self.kv_max_tokens,
                 )
                 self._workers.append(self._start_worker(repo, index))
             for index in range(self.workers):
