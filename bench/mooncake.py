@@ -23,6 +23,7 @@ What this module makes of it, every rule stated and seeded:
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,10 +119,15 @@ def mooncake_trace(rows: list[MooncakeRow], scale: MooncakeScale) -> tuple[list[
     return trace, cut
 
 
-def reusable_blocks(trace: list[TraceRequest]) -> list[int]:
+def reusable_blocks(trace: list[TraceRequest], capacity_blocks: int | None = None) -> list[int]:
     """Per request, its leading blocks that an earlier request of the trace already had (what one pod with an
-    unbounded cache serving everything could reuse): the "possible" of "reused / possible"."""
-    seen: set[int] = set()
+    unbounded cache serving everything could reuse): the "possible" of "reused / possible".
+
+    With ``capacity_blocks``, what one cache of that many blocks could reuse, evicting the least recently used
+    block first and touching a request's last block first (as the engines keep a prefix longer than its tails).
+    With the fleet's combined KV cache, an estimate of what routing can reuse on that fleet, not a bound: pods
+    that each keep their own conversations can keep more than one shared LRU."""
+    seen: OrderedDict[int, None] = OrderedDict()
     out = []
     for request in trace:
         count = 0
@@ -130,5 +136,18 @@ def reusable_blocks(trace: list[TraceRequest]) -> list[int]:
                 break
             count += 1
         out.append(count)
-        seen.update(request.blocks)
+        for block in reversed(request.blocks):
+            seen[block] = None
+            seen.move_to_end(block)
+        while capacity_blocks is not None and len(seen) > capacity_blocks:
+            seen.popitem(last=False)
     return out
+
+
+def ttft_floor_s(trace: list[TraceRequest], reused: list[int], block_tokens: int, step_s: float,
+                 prefill_s_per_token: float) -> float:
+    """Mean first-token time with no queueing at all: one step plus the prefill of each prompt's tokens outside
+    its ``reused`` leading blocks (at least one token is computed), as the reference engine charges it."""
+    total = sum(step_s + max(1, r.prompt_tokens - n * block_tokens) * prefill_s_per_token
+                for r, n in zip(trace, reused, strict=True))
+    return total / len(trace) if trace else 0.0

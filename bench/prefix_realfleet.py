@@ -25,6 +25,9 @@ weights), and ``--prefill-us-per-token T`` makes every engine step last T us lon
 computes (reused KV blocks cost nothing, as on a GPU); trtfleet's router is told the same per-token price
 (``prefillSPerToken``). 232 us at lengths x 1/16 is the H100's 14.5 us per token of Llama-3.1-8B FP8 (the
 router's default) at the trace's own lengths: a scaled prompt's prefill lasts as long as the real one would.
+With a prefill price the header also prints floors for the mean TTFT (:func:`floor_line`). ``--kv-max-tokens``
+sizes the workers' paged KV cache (25,000: the simulator's H100 pod x 1/16); the router reads it from their
+metrics.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ from bench.mooncake import (
     mooncake_trace,
     read_mooncake,
     reusable_blocks,
+    ttft_floor_s,
 )
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.routing import WORK, RealScenario, host_cache_bytes_for, replay
@@ -106,6 +110,20 @@ class Engine:
         same size from the workers' metrics)."""
         tokens = self.kv_max_tokens or scenario.max_batch_size * self.limits(scenario).max_seq_tokens
         return tokens // KV_TOKENS_PER_BLOCK
+
+
+def floor_line(trace: list[TraceRequest], block_tokens: int, scenario: RealScenario, engine: Engine) -> str:
+    """Floors for this fleet: the blocks one LRU cache of all workers' KV blocks would reuse (an estimate, see
+    :func:`reusable_blocks`), and the mean TTFT with no queueing (one pretend step plus the uncached prefill)
+    without reuse, with that reuse, and with every possible block reused (an unbounded cache: a true floor)."""
+    step_s, per_token_s = (scenario.min_step_ms or 0.0) / 1e3, (engine.prefill_us_per_token or 0.0) / 1e6
+    fleet_blocks = scenario.workers * engine.kv_blocks(scenario)
+    bounded = reusable_blocks(trace, fleet_blocks)
+    floors = [ttft_floor_s(trace, reused, block_tokens, step_s, per_token_s) * 1e3
+              for reused in ([0] * len(trace), bounded, reusable_blocks(trace))]
+    return (f"the fleet's {fleet_blocks} KV blocks as one LRU reuse at most {sum(bounded)} blocks; mean TTFT with no "
+            f"queueing {floors[0]:.0f} ms without reuse, {floors[1]:.0f} ms with that reuse, {floors[2]:.0f} ms "
+            "with an unbounded cache")
 
 
 def setting(text: str) -> tuple[str, float]:
@@ -183,6 +201,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     possible = sum(reusable_blocks(trace))
     print(f"{len(trace)} requests over {trace[-1].t_s:.0f} s, {cut} prompts cut to {limits.max_prompt_tokens}; "
           f"{possible} prefix blocks reusable; {engine.kv_blocks(scenario)} KV blocks a worker", flush=True)
+    if engine.prefill_us_per_token is not None:
+        print(floor_line(trace, scale.tokens_per_block, scenario, engine), flush=True)
     adapter_dirs = synthetic_adapters(args.adapters)
     adapters = [(f"a{i:04d}", i + 1, path) for i, path in enumerate(adapter_dirs)]
     host_bytes, _pages = host_cache_bytes_for(scenario.adapter_pages_per_worker)

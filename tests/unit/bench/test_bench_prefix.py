@@ -8,7 +8,15 @@ from pathlib import Path
 
 import pytest
 
-from bench.mooncake import MooncakeRow, MooncakeScale, assign_adapters, mooncake_trace, read_mooncake, reusable_blocks
+from bench.mooncake import (
+    MooncakeRow,
+    MooncakeScale,
+    assign_adapters,
+    mooncake_trace,
+    read_mooncake,
+    reusable_blocks,
+    ttft_floor_s,
+)
 from bench.podkv import PodKvBlocks
 from bench.podsim import PodSpec, SimPod, SimRequest, StepTimeModel
 from bench.prefix_realfleet import setting
@@ -38,6 +46,19 @@ def test_scaled_blocks_are_shared_by_the_turns_of_a_conversation() -> None:
     assert not set(other.blocks) & set(first.blocks)
     assert reusable_blocks(trace) == [0, 0, 16]
     assert [r.t_s for r in trace] == pytest.approx([0.0, 0.0001, 0.0002])
+
+
+def test_a_bounded_cache_reuses_only_what_it_still_holds_and_sets_the_ttft_floor() -> None:
+    """16 blocks of conversation A, 16 of B, then A's second turn: a cache of 20 blocks has lost A's prefix
+    to B's (least recently used first, a prompt's last block touched first) except its first 4 blocks."""
+    trace, _ = mooncake_trace(ROWS, SCALE)
+    assert reusable_blocks(trace, 1000) == reusable_blocks(trace) == [0, 0, 16]
+    assert reusable_blocks(trace, 20) == [0, 0, 4]
+    assert reusable_blocks(trace, 16) == [0, 0, 0]
+    # one 20 ms step plus 1 ms a token: 512, 512 and 640 tokens, of which 0, 0 and 4 x 32 reused
+    floor = ttft_floor_s(trace, [0, 0, 4], 32, 0.020, 0.001)
+    assert floor == pytest.approx(0.020 + (512 + 512 + 640 - 128) * 0.001 / 3)
+    assert ttft_floor_s(trace, [16, 16, 20], 32, 0.0, 0.001) == pytest.approx(0.001)  # a token is always computed
 
 
 def test_reading_a_bad_row_names_the_line(tmp_path: Path) -> None:
