@@ -121,7 +121,7 @@ def floor_line(trace: list[TraceRequest], block_tokens: int, scenario: RealScena
     bounded = reusable_blocks(trace, fleet_blocks)
     floors = [ttft_floor_s(trace, reused, block_tokens, step_s, per_token_s) * 1e3
               for reused in ([0] * len(trace), bounded, reusable_blocks(trace))]
-    return (f"the fleet's {fleet_blocks} KV blocks as one LRU reuse at most {sum(bounded)} blocks; mean TTFT with no "
+    return (f"the fleet's {fleet_blocks} KV blocks as one LRU would reuse {sum(bounded)} blocks; mean TTFT with no "
             f"queueing {floors[0]:.0f} ms without reuse, {floors[1]:.0f} ms with that reuse, {floors[2]:.0f} ms "
             "with an unbounded cache")
 
