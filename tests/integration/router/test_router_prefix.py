@@ -1,6 +1,7 @@
 """The router in front of three real reference workers: the next turn of a conversation goes to the pod that
-holds its prefix (the router's prefix index, modelled from its own routing; the reference engine on this
-build keeps no KV blocks between requests, so the engine's own reuse counters are not asserted here)."""
+holds its prefix (the router's prefix index, modelled from its own routing), and the index holds each pod to
+the KV-cache size the pod's engine reports. The engines' own reuse counters are asserted in the reference
+engine's tests and counted by ``bench/prefix_realfleet.py``."""
 
 from __future__ import annotations
 
@@ -74,6 +75,6 @@ def test_the_prefix_index_takes_each_pod_s_kv_cache_size_from_its_engine(
         for turn in range(30):  # 3 blocks each: about 30 a pod, over the 20 it holds
             client.completions.create(model="tiny", prompt=f"turn {turn:02d} " + "x" * 110, max_tokens=2)
         pods = _settled(router)
-        assert max(state["kv_blocks_held"] for state in pods.values()) <= 20, pods
-        assert sum(state["kv_blocks_held"] for state in pods.values()) > 0, pods
+        # 90 distinct blocks on 3 pods: one pod got at least 30, and the index kept its newest 20
+        assert max(state["kv_blocks_held"] for state in pods.values()) == 20, pods
         router.check_books()
