@@ -184,7 +184,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="pretend prefill time per prompt position computed (default: none)")
     parser.add_argument("--kv-max-tokens", type=int, default=None,
                         help="each worker's paged KV cache in tokens (default: max batch x max sequence length); "
-                        "25000 is the simulator's H100 pod (400,000 tokens) at the length factor 1/16")
+                        "25000 is about the simulator's H100 pod (434,257 tokens) at the length factor 1/16")
     parser.add_argument("--trtfleet", action="append", default=[], metavar="KEY=VALUE", type=setting,
                         help="a number in the trtfleet policy's routing section, e.g. inflightDelayS=0.01 (repeatable)")
     args = parser.parse_args(argv)

@@ -21,7 +21,7 @@ from bench.podkv import PodKvBlocks
 from bench.podsim import PodSpec, SimPod, SimRequest, StepTimeModel
 from bench.prefix_realfleet import setting
 from bench.profiles import h100_llama3_8b_fleet
-from bench.simulate import simulate
+from bench.simulate import FleetSimulation, simulate
 
 ROWS = [
     MooncakeRow(0.0, 2048, 8, (1, 2, 3, 4)),  # conversation A, turn 1
@@ -97,6 +97,14 @@ def test_trtfleet_reuses_more_prefix_than_round_robin_in_the_simulator() -> None
     reused = {policy: sum(r.reused_blocks for r in simulate(trace, policy, spec).records)
               for policy in ("trtfleet", "round-robin")}
     assert reused["trtfleet"] > reused["round-robin"]
+
+
+def test_each_simulated_pods_prefix_index_is_the_size_of_its_kv_pool() -> None:
+    spec = h100_llama3_8b_fleet(4)
+    blocks = spec.pod.kv_capacity_tokens // spec.pod.kv_tokens_per_block
+    assert blocks != 13_000  # not the routing default: the plan's size reaches the index
+    for replica in FleetSimulation([], "trtfleet", spec).replicas:
+        assert {pod.kv_blocks_capacity for pod in replica.fleet.snapshot().pods} == {blocks}
 
 
 def test_the_real_fleet_harness_takes_numeric_trtfleet_settings_and_refuses_others() -> None:
