@@ -4,9 +4,14 @@
     .venv/bin/python -m bench.batch --lines 500     # a smoke run
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-pod-slots 6,4 --repeats 3
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --trace   # where interactive time goes
+    .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-concurrency 24,6,2 \
+        --cancel-after-interactive --repeats 3    # what each batch rate costs interactive requests
 
-``--batch-pod-slots`` takes one value or several (one ``interactive+batch`` case per value, named
-``interactive+batch slots=N``); ``--repeats N`` runs the cases N times, round by round (machine noise hits
+``--batch-pod-slots`` and ``--batch-concurrency`` take one value or several (one ``interactive+batch`` case per
+value, named ``interactive+batch slots=N`` or ``conc=N``; both lists: every pair);
+``--cancel-after-interactive`` cancels the batch when the interactive load ends (through the API, as a user
+would), so the batch runs throughout the window and ``lines_per_s`` is the rate in it at any concurrency;
+``--repeats N`` runs the cases N times, round by round (machine noise hits
 every case alike), and ends with each case's medians: on a shared 2-core machine the interactive p99 of a
 single 120 s run (about 240 requests: its third-slowest) moves by more than the 10 % the goal is about.
 
@@ -74,6 +79,8 @@ class BatchScenario:
     seed: int = 0
     trace: bool = False
     """Router at debug level; each row gets :func:`trace_summary` of its interactive requests."""
+    cancel_after_interactive: bool = False
+    """Cancel the batch when the interactive load ends; ``lines_per_s`` is then the rate during that window."""
 
 
 def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
@@ -174,14 +181,16 @@ def run_case(
     data: bytes | None,
     pod_slots: int | None = None,
     label: str | None = None,
+    concurrency: int | None = None,
 ) -> dict[str, Any]:
     label = label or case
     work = WORK / label.replace(" ", "-").replace("+", "-").replace("=", "")
     order = "input" if case == "batch input order" else "model"
     slots = scenario.batch_pod_slots if pod_slots is None else pod_slots
+    conc = scenario.batch_concurrency if concurrency is None else concurrency
     router_args = [
         "--batch-store", str(work / "store"), "--batch-order", order,
-        "--batch-concurrency", str(scenario.batch_concurrency), "--batch-pod-slots", str(slots),
+        "--batch-concurrency", str(conc), "--batch-pod-slots", str(slots),
     ]
     if scenario.batch_ttft_target_ms is not None:
         router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
@@ -202,16 +211,26 @@ def run_case(
         if case.startswith("interactive"):
             row.update(interactive_load(fleet.base_url, scenario, names))
         if client is not None and batch_id is not None:
-            batch = wait_batch(client, batch_id)
-            took_s = time.monotonic() - began
+            if scenario.cancel_after_interactive and case.startswith("interactive"):
+                took_s = time.monotonic() - began
+                counts = client.batches.retrieve(batch_id).request_counts
+                done = counts.completed if counts else 0
+                client.batches.cancel(batch_id)
+                batch = wait_batch(client, batch_id)
+            else:
+                batch = wait_batch(client, batch_id)
+                took_s = time.monotonic() - began
+                done = scenario.lines
             counts = batch.request_counts
             row.update(
                 status=batch.status,
                 completed=counts.completed if counts else 0,
                 failed=counts.failed if counts else 0,
                 batch_s=round(took_s, 1),
-                lines_per_s=round(scenario.lines / took_s, 1),
+                lines_per_s=round(done / took_s, 1),
             )
+            if scenario.cancel_after_interactive and case.startswith("interactive"):
+                row["completed_in_window"] = done  # "completed" adds the lines in flight at the cancel
         loads = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads") - loads_before
         row["adapter_loads"] = int(loads)
         row["loads_per_adapter_per_pod"] = round(loads / (len(adapters) * scenario.workers), 2)
@@ -225,19 +244,29 @@ def run_case(
 CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order")
 
 
-def expand_cases(cases: Sequence[str], slots: Sequence[int]) -> list[tuple[str, int | None, str]]:
-    """``(case, pod slots, label)`` to run: one ``interactive+batch`` per slots value when there are several
-    (labelled ``interactive+batch slots=N``); the other cases once, at the scenario's slots."""
-    runs: list[tuple[str, int | None, str]] = []
+def expand_cases(
+    cases: Sequence[str], slots: Sequence[int], concurrencies: Sequence[int] = ()
+) -> list[tuple[str, int | None, int | None, str]]:
+    """``(case, pod slots, concurrency, label)`` to run: one ``interactive+batch`` per pair of values when
+    either list has several (labelled ``interactive+batch slots=N conc=M``, naming only what varies); the
+    other cases once, at the first values. ``None``: the scenario's value."""
+    first_slots = slots[0] if slots else None
+    first_conc = concurrencies[0] if concurrencies else None
+    runs: list[tuple[str, int | None, int | None, str]] = []
     for case in cases:
-        if case == "interactive+batch" and len(slots) > 1:
-            runs.extend((case, value, f"{case} slots={value}") for value in slots)
+        if case == "interactive+batch" and (len(slots) > 1 or len(concurrencies) > 1):
+            for slot in slots or (None,):
+                for conc in concurrencies or (None,):
+                    named = [f"slots={slot}"] * (len(slots) > 1) + [f"conc={conc}"] * (len(concurrencies) > 1)
+                    runs.append((case, slot, conc, " ".join([case, *named])))
         else:
-            runs.append((case, slots[0] if slots else None, case))
+            runs.append((case, first_slots, first_conc, case))
     return runs
 
 
-def run(scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[int] = ()) -> list[dict[str, Any]]:
+def run(
+    scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[int] = (), concurrencies: Sequence[int] = ()
+) -> list[dict[str, Any]]:
     from bench.routing import host_cache_bytes_for
 
     paths = synthetic_adapters(scenario.adapters, seed=scenario.seed)
@@ -245,8 +274,8 @@ def run(scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[i
     host_bytes, _ = host_cache_bytes_for(scenario.host_cache_pages)
     data = batch_input(scenario, [name for name, _, _ in adapters])
     return [
-        run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, value, label)
-        for case, value, label in expand_cases(cases, slots or (scenario.batch_pod_slots,))
+        run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, slot, label, conc)
+        for case, slot, conc, label in expand_cases(cases, slots or (scenario.batch_pod_slots,), concurrencies)
     ]
 
 
@@ -258,6 +287,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
     parser.add_argument("--batch-pod-slots", default=str(BatchScenario.batch_pod_slots),
                         help="batch slots per pod; several, comma-separated: one interactive+batch case each")
+    parser.add_argument("--batch-concurrency", default=str(BatchScenario.batch_concurrency),
+                        help="the runner's lines in flight; several, comma-separated: one interactive+batch case each")
+    parser.add_argument("--cancel-after-interactive", action="store_true",
+                        help="cancel the batch when the interactive load ends (lines_per_s: the rate in that window)")
     parser.add_argument("--repeats", type=int, default=1,
                         help="rounds over the cases (interleaved); with more than one, a last table of medians")
     parser.add_argument("--batch-ttft-target-ms", type=float, default=BatchScenario.batch_ttft_target_ms,
@@ -272,24 +305,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}")
     try:
         slots = [int(value) for value in args.batch_pod_slots.split(",") if value.strip()]
+        concurrencies = [int(value) for value in args.batch_concurrency.split(",") if value.strip()]
     except ValueError:
-        parser.error("--batch-pod-slots: integers, comma-separated")
-    if not slots or min(slots) < 1 or args.repeats < 1:
-        parser.error("--batch-pod-slots needs values of at least 1, --repeats at least 1")
+        parser.error("--batch-pod-slots and --batch-concurrency: integers, comma-separated")
+    if not slots or not concurrencies or min(slots + concurrencies) < 1 or args.repeats < 1:
+        parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --repeats at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=slots[0],
-                             batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace)
+                             batch_concurrency=concurrencies[0],
+                             batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
+                             cancel_after_interactive=args.cancel_after_interactive)
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):
-        rounds.append(run(scenario, cases, slots))
+        rounds.append(run(scenario, cases, slots, concurrencies))
         print(f"round {index + 1} of {args.repeats}:\n{table(rounds[-1])}", flush=True)
     rows = medians(rounds) if args.repeats > 1 else rounds[0]
     loads = (load_before, os.getloadavg())
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "results.json").write_text(
-        json.dumps({"scenario": asdict(scenario), "slots": slots, "rounds": rounds, "rows": rows,
-                    "loadavg_before_after": loads}, indent=2)
+        json.dumps({"scenario": asdict(scenario), "slots": slots, "concurrencies": concurrencies, "rounds": rounds,
+                    "rows": rows, "loadavg_before_after": loads}, indent=2)
     )
     if args.repeats > 1:
         print(f"medians over {args.repeats} rounds:")

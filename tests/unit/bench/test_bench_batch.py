@@ -25,12 +25,26 @@ def test_table_has_one_row_per_case() -> None:
 
 def test_several_slot_values_give_one_interactive_batch_case_each() -> None:
     assert expand_cases(["interactive", "interactive+batch", "batch grouped"], [6, 4]) == [
-        ("interactive", 6, "interactive"),
-        ("interactive+batch", 6, "interactive+batch slots=6"),
-        ("interactive+batch", 4, "interactive+batch slots=4"),
-        ("batch grouped", 6, "batch grouped"),
+        ("interactive", 6, None, "interactive"),
+        ("interactive+batch", 6, None, "interactive+batch slots=6"),
+        ("interactive+batch", 4, None, "interactive+batch slots=4"),
+        ("batch grouped", 6, None, "batch grouped"),
     ]
-    assert expand_cases(["interactive+batch"], [4]) == [("interactive+batch", 4, "interactive+batch")]
+    assert expand_cases(["interactive+batch"], [4]) == [("interactive+batch", 4, None, "interactive+batch")]
+
+
+def test_several_concurrencies_give_a_case_each_and_two_lists_every_pair() -> None:
+    assert expand_cases(["interactive", "interactive+batch"], [6], [24, 2]) == [
+        ("interactive", 6, 24, "interactive"),
+        ("interactive+batch", 6, 24, "interactive+batch conc=24"),
+        ("interactive+batch", 6, 2, "interactive+batch conc=2"),
+    ]
+    pairs = expand_cases(["interactive+batch"], [6, 4], [8, 2])
+    assert [label for *_, label in pairs] == [
+        "interactive+batch slots=6 conc=8", "interactive+batch slots=6 conc=2",
+        "interactive+batch slots=4 conc=8", "interactive+batch slots=4 conc=2",
+    ]
+    assert [(slot, conc) for _, slot, conc, _ in pairs] == [(6, 8), (6, 2), (4, 8), (4, 2)]
 
 
 def test_medians_are_per_case_over_the_rounds_with_each_rounds_p99() -> None:
