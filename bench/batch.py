@@ -287,6 +287,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
     parser.add_argument("--batch-pod-slots", default=str(BatchScenario.batch_pod_slots),
                         help="batch slots per pod; several, comma-separated: one interactive+batch case each")
+    parser.add_argument("--min-step-ms", type=float, default=BatchScenario.min_step_ms,
+                        help="the workers' pretend GPU step (the simulator's H100 profile: 5.2 ms fixed per step)")
     parser.add_argument("--batch-concurrency", default=str(BatchScenario.batch_concurrency),
                         help="the runner's lines in flight; several, comma-separated: one interactive+batch case each")
     parser.add_argument("--cancel-after-interactive", action="store_true",
@@ -313,6 +315,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=slots[0],
                              batch_concurrency=concurrencies[0],
+                             min_step_ms=args.min_step_ms,
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
                              cancel_after_interactive=args.cancel_after_interactive)
     load_before = os.getloadavg()
