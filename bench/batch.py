@@ -362,6 +362,8 @@ def section(
         else "no TTFT target"
     )
     before, after = loads
+    window = (" The batch is cancelled when the interactive load ends (`lines_per_s`: its rate in that window)."
+              if s.cancel_after_interactive else "")
     return f"""{report.provenance(command)}
 
 {s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
@@ -374,8 +376,9 @@ adapter drawn at random (input order = what online arrival order would be). Inte
 {s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed, random adapters; TTFT is the first streamed
 text. A fresh fleet (cold caches) per case. `adapter_loads`: the router's `adapter_loads_total` over the case
 (requests that carried weights); `loads_per_adapter_per_pod` divides it by adapters x workers (1.0 = each
-adapter loaded once on each pod). Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f}
-at the start and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
+adapter loaded once on each pod).{window}
+Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start
+and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
 
 {table(rows)}"""
 

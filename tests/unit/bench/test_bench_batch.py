@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.batch import BatchScenario, batch_input, expand_cases
+from bench.batch import BatchScenario, batch_input, expand_cases, section
 from bench.batchreport import medians, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
@@ -45,6 +45,14 @@ def test_several_concurrencies_give_a_case_each_and_two_lists_every_pair() -> No
         "interactive+batch slots=4 conc=8", "interactive+batch slots=4 conc=2",
     ]
     assert [(slot, conc) for _, slot, conc, _ in pairs] == [(6, 8), (6, 2), (4, 8), (4, 2)]
+
+
+def test_the_section_says_when_the_batch_was_cancelled_at_the_window_end() -> None:
+    loads = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
+    phrase = "cancelled when the interactive load ends"
+    assert phrase in section(BatchScenario(cancel_after_interactive=True, min_step_ms=5.2), [], "cmd", loads)
+    assert phrase not in section(BatchScenario(), [], "cmd", loads)
+    assert "every step at least\n5.2 ms" in section(BatchScenario(min_step_ms=5.2), [], "cmd", loads)
 
 
 def test_medians_are_per_case_over_the_rounds_with_each_rounds_p99() -> None:
