@@ -9,8 +9,6 @@
 
 ``--batch-pod-slots`` and ``--batch-concurrency`` take one value or several (one ``interactive+batch`` case per
 value, named ``interactive+batch slots=N`` or ``conc=N``; both lists: every pair);
-``--batch-prefill-gate pod,off`` compares the router's gate for batch lines while an interactive prompt awaits its
-first answer (one case each, as the two lists above);
 ``--cancel-after-interactive`` cancels the batch when the interactive load ends (through the API, as a user
 would), so the batch runs throughout the window and ``lines_per_s`` is the rate in it at any concurrency;
 ``--repeats N`` runs the cases N times, round by round (machine noise hits
@@ -39,7 +37,6 @@ router some CPU: compare traced runs with traced runs.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import random
@@ -52,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.batchreport import medians, section, table, trace_summary
+from bench.batchreport import medians, table, trace_summary
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
 from bench.traces import prompt_text
@@ -77,8 +74,6 @@ class BatchScenario:
     batch_pod_slots: int = 6
     """Batch lines are admitted while a pod's load is below this: max batch 8 minus 2 slots kept for
     interactive requests (an engine does not preempt a running sequence)."""
-    batch_prefill_gate: str | None = None
-    """The router's ``--batch-prefill-gate`` (pod, fleet, off; None: its default)."""
     batch_ttft_target_ms: float | None = 30.0
     """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
     seed: int = 0
@@ -187,7 +182,6 @@ def run_case(
     pod_slots: int | None = None,
     label: str | None = None,
     concurrency: int | None = None,
-    prefill_gate: str | None = None,
 ) -> dict[str, Any]:
     label = label or case
     work = WORK / label.replace(" ", "-").replace("+", "-").replace("=", "")
@@ -200,9 +194,6 @@ def run_case(
     ]
     if scenario.batch_ttft_target_ms is not None:
         router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
-    gate = prefill_gate or scenario.batch_prefill_gate
-    if gate is not None:
-        router_args += ["--batch-prefill-gate", gate]
     if scenario.trace:
         router_args += ["--log-level", "DEBUG"]  # the last --log-level wins
     router_log = work / "router.log"
@@ -260,43 +251,28 @@ def run_case(
 CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order")
 
 
-@dataclass(frozen=True)
-class CaseRun:
-    case: str
-    slots: int | None
-    concurrency: int | None
-    label: str
-    prefill_gate: str | None = None
-    """``None``: the scenario's value."""
-
-
 def expand_cases(
-    cases: Sequence[str], slots: Sequence[int], concurrencies: Sequence[int] = (), gates: Sequence[str] = ()
-) -> list[CaseRun]:
-    """The runs: one ``interactive+batch`` per combination of values when any list has several (labelled
-    ``interactive+batch slots=N conc=M gate=G``, naming only what varies); the other cases once, at the first
-    values. ``None``: the scenario's value."""
-    lists = {"slots": list(slots), "conc": list(concurrencies), "gate": list(gates)}
-    varied = [name for name, values in lists.items() if len(values) > 1]
-    runs: list[CaseRun] = []
+    cases: Sequence[str], slots: Sequence[int], concurrencies: Sequence[int] = ()
+) -> list[tuple[str, int | None, int | None, str]]:
+    """``(case, pod slots, concurrency, label)`` to run: one ``interactive+batch`` per pair of values when
+    either list has several (labelled ``interactive+batch slots=N conc=M``, naming only what varies); the
+    other cases once, at the first values. ``None``: the scenario's value."""
+    first_slots = slots[0] if slots else None
+    first_conc = concurrencies[0] if concurrencies else None
+    runs: list[tuple[str, int | None, int | None, str]] = []
     for case in cases:
-        combos = itertools.product(*(values or [None] for values in lists.values()))
-        if not (case == "interactive+batch" and varied):
-            combos = iter([tuple(values[0] if values else None for values in lists.values())])
-        for slot, conc, gate in combos:
-            chosen = {"slots": slot, "conc": conc, "gate": gate}
-            label = " ".join([case, *(f"{name}={chosen[name]}" for name in varied)]) if case == "interactive+batch" \
-                else case
-            runs.append(CaseRun(case, slot, conc, label, gate))
+        if case == "interactive+batch" and (len(slots) > 1 or len(concurrencies) > 1):
+            for slot in slots or (None,):
+                for conc in concurrencies or (None,):
+                    named = [f"slots={slot}"] * (len(slots) > 1) + [f"conc={conc}"] * (len(concurrencies) > 1)
+                    runs.append((case, slot, conc, " ".join([case, *named])))
+        else:
+            runs.append((case, first_slots, first_conc, case))
     return runs
 
 
 def run(
-    scenario: BatchScenario,
-    cases: Sequence[str] = CASES,
-    slots: Sequence[int] = (),
-    concurrencies: Sequence[int] = (),
-    gates: Sequence[str] = (),
+    scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[int] = (), concurrencies: Sequence[int] = ()
 ) -> list[dict[str, Any]]:
     from bench.routing import host_cache_bytes_for
 
@@ -305,9 +281,8 @@ def run(
     host_bytes, _ = host_cache_bytes_for(scenario.host_cache_pages)
     data = batch_input(scenario, [name for name, _, _ in adapters])
     return [
-        run_case(one.case, scenario, adapters, host_bytes, None if one.case == "interactive" else data, one.slots,
-                 one.label, one.concurrency, one.prefill_gate)
-        for one in expand_cases(cases, slots or (scenario.batch_pod_slots,), concurrencies, gates)
+        run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, slot, label, conc)
+        for case, slot, conc, label in expand_cases(cases, slots or (scenario.batch_pod_slots,), concurrencies)
     ]
 
 
@@ -323,9 +298,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the workers' pretend GPU step (the simulator's H100 profile: 5.2 ms fixed per step)")
     parser.add_argument("--batch-concurrency", default=str(BatchScenario.batch_concurrency),
                         help="the runner's lines in flight; several, comma-separated: one interactive+batch case each")
-    parser.add_argument("--batch-prefill-gate", default="",
-                        help="the router's gate (pod, fleet, off); several, comma-separated: one interactive+batch "
-                        "case each")
     parser.add_argument("--cancel-after-interactive", action="store_true",
                         help="cancel the batch when the interactive load ends (lines_per_s: the rate in that window)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -345,28 +317,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         concurrencies = [int(value) for value in args.batch_concurrency.split(",") if value.strip()]
     except ValueError:
         parser.error("--batch-pod-slots and --batch-concurrency: integers, comma-separated")
-    gates = [value.strip() for value in args.batch_prefill_gate.split(",") if value.strip()]
-    if set(gates) - {"pod", "fleet", "off"}:
-        parser.error("--batch-prefill-gate: pod, fleet or off, comma-separated")
     if not slots or not concurrencies or min(slots + concurrencies) < 1 or args.repeats < 1:
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --repeats at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=slots[0],
-                             batch_concurrency=concurrencies[0], batch_prefill_gate=gates[0] if gates else None,
+                             batch_concurrency=concurrencies[0],
                              min_step_ms=args.min_step_ms,
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
                              cancel_after_interactive=args.cancel_after_interactive)
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):
-        rounds.append(run(scenario, cases, slots, concurrencies, gates))
+        rounds.append(run(scenario, cases, slots, concurrencies))
         print(f"round {index + 1} of {args.repeats}:\n{table(rounds[-1])}", flush=True)
     rows = medians(rounds) if args.repeats > 1 else rounds[0]
     loads = (load_before, os.getloadavg())
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "results.json").write_text(
-        json.dumps({"scenario": asdict(scenario), "slots": slots, "concurrencies": concurrencies, "gates": gates,
-                    "rounds": rounds,
+        json.dumps({"scenario": asdict(scenario), "slots": slots, "concurrencies": concurrencies, "rounds": rounds,
                     "rows": rows, "loadavg_before_after": loads}, indent=2)
     )
     if args.repeats > 1:
@@ -377,6 +345,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = " ".join([".venv/bin/python -m bench.batch", *given])
         report.write_section("batch", section(scenario, rows, command, loads))
     return 0
+
+
+def section(
+    scenario: BatchScenario,
+    rows: Sequence[dict[str, Any]],
+    command: str,
+    loads: tuple[tuple[float, float, float], tuple[float, float, float]],
+) -> str:
+    s = scenario
+    aimd = (
+        f"`--batch-ttft-target-ms {s.batch_ttft_target_ms:g}` (an interactive first answer slower than that "
+        "halves the runner's lines in flight, at most once a second; they grow back by one per window of "
+        "finished lines)"
+        if s.batch_ttft_target_ms is not None
+        else "no TTFT target"
+    )
+    before, after = loads
+    window = (" The batch is cancelled when the interactive load ends (`lines_per_s`: its rate in that window)."
+              if s.cancel_after_interactive else "")
+    return f"""{report.provenance(command)}
+
+{s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
+{s.min_step_ms:g} ms: a pretend GPU step), host LoRA cache {s.host_cache_pages} pages each, {s.adapters} synthetic
+rank-8 adapters, `trtfleet router --batch-store` with `--batch-concurrency {s.batch_concurrency}
+--batch-pod-slots {s.batch_pod_slots}` and {aimd}; batch lines start on a pod only while its load is below
+the slots and no interactive request waits in the router (interactive first). The batch: {s.lines:,}
+`/v1/completions` lines ({s.prompt_tokens}-token prompts, `max_tokens` {s.max_tokens}, greedy), each line's
+adapter drawn at random (input order = what online arrival order would be). Interactive load: Poisson
+{s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed, random adapters; TTFT is the first streamed
+text. A fresh fleet (cold caches) per case. `adapter_loads`: the router's `adapter_loads_total` over the case
+(requests that carried weights); `loads_per_adapter_per_pod` divides it by adapters x workers (1.0 = each
+adapter loaded once on each pod).{window}
+Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start
+and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
+
+{table(rows)}"""
 
 
 if __name__ == "__main__":

@@ -43,7 +43,6 @@ from trtfleet_router.server.common import (
     FrontendSettings,
 )
 from trtfleet_router.upstream.dispatch import UpstreamCalls
-from trtfleet_router.upstream.priority import PrefillGate
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT
 from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
 from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES
@@ -163,13 +162,6 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="an interactive first answer slower than this halves the batch runner's lines in flight (AIMD)",
     )
     batch.add_argument(
-        "--batch-prefill-gate",
-        choices=[gate.value for gate in PrefillGate],
-        default=PrefillGate.POD.value,
-        help="pod: no batch line starts on a pod while an interactive prompt there awaits its first answer "
-        "(default); fleet: while one anywhere in its base model's fleet does; off",
-    )
-    batch.add_argument(
         "--batch-max-file-bytes",
         type=int,
         default=MAX_FILE_BYTES_DEFAULT,
@@ -276,7 +268,6 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),
             pod_slots=args.batch_pod_slots,
             ttft_target_ms=args.batch_ttft_target_ms,
-            prefill_gate=PrefillGate(args.batch_prefill_gate),
             max_file_bytes=args.batch_max_file_bytes,
         ),
     )

@@ -21,7 +21,6 @@ from trtfleet_router.errors import RouterError
 from trtfleet_router.server.batch_http import MAX_FILE_BYTES_DEFAULT, BatchFrontend
 from trtfleet_router.server.common import Services
 from trtfleet_router.server.openai_http import OpenAIFrontend
-from trtfleet_router.upstream.priority import PrefillGate
 
 
 @dataclass(frozen=True)
@@ -33,8 +32,6 @@ class BatchSettings:
     """Batch lines start on a pod only while its load is below this (interactive requests go first)."""
     ttft_target_ms: float | None = None
     """An interactive first answer slower than this halves the runner's window (None: not compared)."""
-    prefill_gate: PrefillGate = PrefillGate.POD
-    """Where an interactive prompt awaiting its first answer holds batch lines back (upstream/priority.py)."""
     max_file_bytes: int = MAX_FILE_BYTES_DEFAULT
 
 
@@ -80,7 +77,6 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
 
     dispatcher = services.dispatcher
     dispatcher.batch_pod_slots = settings.pod_slots
-    dispatcher.batch_prefill_gate = settings.prefill_gate
     if settings.ttft_target_ms is not None:
         dispatcher.interactive.ttft_target_s = settings.ttft_target_ms / 1000
     gate = FleetCapacity(services.fleets, settings.pod_slots, dispatcher.capacity_waits, dispatcher.interactive)

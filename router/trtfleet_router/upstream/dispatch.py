@@ -17,8 +17,7 @@ generate JSON). :meth:`Dispatcher.stream` yields the pod's responses:
   (:mod:`.capacity`, ``capacityWaitS`` / ``capacityQueueMax``, capped by its deadline) and routes again
   each time a request of that base model ends; 503 only after that;
 * **interactive first** (:mod:`.priority`): a batch line starts on its pod only while the pod has
-  headroom, no interactive request waits and no interactive prompt there awaits its first answer;
-  otherwise it waits in the batch lane and routes again;
+  headroom and no interactive request waits; otherwise it waits in the batch lane and routes again;
 * **holding for a pod**: when the base model has no ready pod at all (``NoReadyPod``: scaled to zero, or
   its first pods starting), the request is held (:mod:`.hold`, ``holdWaitS`` / ``holdQueueMax``, capped by
   its deadline) and routes again whenever discovery hands the fleet new pods; 503 with ``Retry-After``
@@ -80,7 +79,7 @@ from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.hold import PodHolds, fleet_budget, hold_for_pods
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
-from trtfleet_router.upstream.priority import InteractiveSignal, PrefillGate, Priority, batch_admits
+from trtfleet_router.upstream.priority import InteractiveSignal, Priority, batch_may_start
 from trtfleet_router.upstream.protocol import (
     FailureKind,
     UpstreamFailure,
@@ -131,7 +130,6 @@ class Dispatcher:
         self.holds = PodHolds(fleets.routing_config.hold_queue_max, fleet_budget(fleets))
         self.batch_pod_slots: int | None = None
         """Batch lines start on a pod only while its load is below this (None: no batch headroom rule)."""
-        self.batch_prefill_gate = PrefillGate.POD
         self.interactive = InteractiveSignal()
         fleets.pod_listeners.append(self.holds.pods_changed)
 
@@ -226,7 +224,6 @@ class Dispatcher:
                         self.fleets.record_success(base_name, decision.pod)
                         if not batch:
                             self.interactive.first_answer(base_name, time.monotonic() - started_s)
-                            self.capacity_waits.wake(base_name)  # a batch line held by its prefill may go
                     outcome = Outcome.OK
                     yield response
                 outcome = Outcome.OK
@@ -359,13 +356,13 @@ class Dispatcher:
         self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float, pod_slots: int
     ) -> Decision:
         """A batch line's decision: routed as any request, then held in the batch lane while
-        :func:`~.priority.batch_admits` says no; after ``capacityWaitS`` it goes anyway (progress)."""
+        :func:`~.priority.batch_may_start` says no; after ``capacityWaitS`` it goes anyway (progress)."""
         base = route.model
         until_s = min(time.monotonic() + self.fleets.routing_config.capacity_wait_s, deadline_s)
         while True:
             decision = await self._route(fleet, route, last, deadline_s, Priority.BATCH)
             waiting = self.capacity_waits.waiting(base)
-            if batch_admits(fleet, decision.pod, pod_slots, waiting, self.batch_prefill_gate):
+            if batch_may_start(pod_load=fleet.load_of(decision.pod), pod_slots=pod_slots, interactive_waiting=waiting):
                 return decision
             if not await self.capacity_waits.wait(base, until_s - time.monotonic(), priority=Priority.BATCH):
                 self.metrics.capacity_waits.labels(base, "batch_bound").inc()

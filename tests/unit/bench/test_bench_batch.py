@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 
-from bench.batch import BatchScenario, CaseRun, batch_input, expand_cases, section
+from bench.batch import BatchScenario, batch_input, expand_cases, section
 from bench.batchreport import medians, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
@@ -23,51 +23,28 @@ def test_table_has_one_row_per_case() -> None:
     assert text.splitlines()[2].startswith("| batch grouped | 12.5 |")
 
 
-def _runs(runs: list[CaseRun]) -> list[tuple[str, int | None, int | None, str]]:
-    return [(one.case, one.slots, one.concurrency, one.label) for one in runs]
-
-
 def test_several_slot_values_give_one_interactive_batch_case_each() -> None:
-    assert _runs(expand_cases(["interactive", "interactive+batch", "batch grouped"], [6, 4])) == [
+    assert expand_cases(["interactive", "interactive+batch", "batch grouped"], [6, 4]) == [
         ("interactive", 6, None, "interactive"),
         ("interactive+batch", 6, None, "interactive+batch slots=6"),
         ("interactive+batch", 4, None, "interactive+batch slots=4"),
         ("batch grouped", 6, None, "batch grouped"),
     ]
-    assert _runs(expand_cases(["interactive+batch"], [4])) == [("interactive+batch", 4, None, "interactive+batch")]
+    assert expand_cases(["interactive+batch"], [4]) == [("interactive+batch", 4, None, "interactive+batch")]
 
 
 def test_several_concurrencies_give_a_case_each_and_two_lists_every_pair() -> None:
-    assert _runs(expand_cases(["interactive", "interactive+batch"], [6], [24, 2])) == [
+    assert expand_cases(["interactive", "interactive+batch"], [6], [24, 2]) == [
         ("interactive", 6, 24, "interactive"),
         ("interactive+batch", 6, 24, "interactive+batch conc=24"),
         ("interactive+batch", 6, 2, "interactive+batch conc=2"),
     ]
     pairs = expand_cases(["interactive+batch"], [6, 4], [8, 2])
-    assert [one.label for one in pairs] == [
+    assert [label for *_, label in pairs] == [
         "interactive+batch slots=6 conc=8", "interactive+batch slots=6 conc=2",
         "interactive+batch slots=4 conc=8", "interactive+batch slots=4 conc=2",
     ]
-    assert [(one.slots, one.concurrency) for one in pairs] == [(6, 8), (6, 2), (4, 8), (4, 2)]
-
-
-def test_several_prefill_gates_give_a_case_each_and_one_gate_names_none() -> None:
-    runs = expand_cases(["interactive", "interactive+batch"], [6], [24], ["pod", "off"])
-    assert [(one.label, one.prefill_gate) for one in runs] == [
-        ("interactive", "pod"), ("interactive+batch gate=pod", "pod"), ("interactive+batch gate=off", "off"),
-    ]
-    assert [one.label for one in expand_cases(["interactive+batch"], [6], [24, 2], ["fleet"])] == [
-        "interactive+batch conc=24", "interactive+batch conc=2",
-    ]
-    assert {one.prefill_gate for one in expand_cases(["interactive+batch"], [6])} == {None}
-
-
-def test_the_section_names_the_prefill_gate() -> None:
-    rows = [{"case": "interactive+batch"}]
-    loads = ((0.0, 0.0, 0.0), (0.0, 0.0, 0.0))
-    assert "`--batch-prefill-gate\npod`" in section(BatchScenario(), rows, "cmd", loads)
-    off = section(BatchScenario(batch_prefill_gate="off"), rows, "cmd", loads)
-    assert "`--batch-prefill-gate\noff`" in off and "awaits its first answer" not in off
+    assert [(slot, conc) for _, slot, conc, _ in pairs] == [(6, 8), (6, 2), (4, 8), (4, 2)]
 
 
 def test_the_section_says_when_the_batch_was_cancelled_at_the_window_end() -> None:
