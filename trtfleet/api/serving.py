@@ -80,14 +80,15 @@ class ServingSpec(ApiModel):
         default=256,
         ge=0,
         le=1_000_000,
-        description="Requests queued per pod before back-pressure (0 = no limit); Triton's queue (tensorrtllm, "
-        "reference), not passed to trtllm-serve (pytorch).",
+        description="Requests queued per pod before back-pressure (0 = no limit); Triton's queue policy "
+        "(tensorrtllm), the engine's own queue (reference), not passed to trtllm-serve (pytorch).",
     )
     max_queue_delay_microseconds: int = Field(
         default=100,
         ge=0,
         le=10_000_000,
-        description="Triton batcher delay (tensorrtllm, reference); not used by pytorch.",
+        description="Triton batcher delay (tensorrtllm); not used by reference (no Triton batcher) nor "
+        "pytorch.",
     )
     chat_template: str | None = Field(
         default=None,

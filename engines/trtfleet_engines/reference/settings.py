@@ -25,10 +25,13 @@ parameter                              meaning
 ``max_tokens_in_paged_kv_cache``       KV-cache size in tokens (TRT-LLM's parameter; default
                                        ``max_batch_size x max_seq_len``)
 ``reference_tokens_per_block``         trtllm-build ``--tokens_per_block`` (default 32)
+``reference_max_queue_size``           the executor's queue limit (0 = none)
 =====================================  ==========================================================
 
-``max_batch_size`` is the config's own; the executor's queue limit is
-``dynamic_batching.default_queue_policy.max_queue_size``, as in TRT-LLM's Python model.
+``max_batch_size`` is the config's own. TRT-LLM reads the executor's queue limit from
+``dynamic_batching.default_queue_policy.max_queue_size``; the reference models render no Triton batcher
+(:mod:`trtfleet_engines.triton.render` says why), so the limit comes from ``reference_max_queue_size``,
+or from that block in a hand-written config that has one.
 """
 
 from __future__ import annotations
@@ -106,12 +109,13 @@ def settings_from_model_config(model_config: Mapping[str, Any]) -> EngineSetting
     max_batch_size = int(model_config.get("max_batch_size") or 1)
     max_input_len = _int(params, "reference_max_input_len", 1024)
     queue = (model_config.get("dynamic_batching") or {}).get("default_queue_policy") or {}
+    max_queue_size = _int(params, "reference_max_queue_size", int(queue.get("max_queue_size") or 0))
     limits = BatchLimits(
         max_batch_size=max_batch_size,
         max_num_tokens=_int(params, "reference_max_num_tokens", 8192),
         max_input_len=max_input_len,
         max_seq_len=_int(params, "reference_max_seq_len", max_input_len + 1024),
-        max_queue_size=int(queue.get("max_queue_size") or 0),
+        max_queue_size=max(max_queue_size, 0),
     )
     dtype = params.get("reference_dtype") or "float16"
     lora: LoraCacheSettings | None = None

@@ -19,6 +19,12 @@ Conventions (documented here because the operator and the reference engine rely 
   FMHA); when one is off for that reason, a ``#`` comment in the config says which rule.
 * ``tokenizer_dir``, ``xgrammar_tokenizer_info_path`` and ``guided_decoding_backend`` are always rendered:
   the C++ backend reads them without a default (the list and its commit: docs/engine-fidelity.md).
+* The reference engine's models render no ``dynamic_batching`` block. Triton's batcher
+  (``src/dynamic_batch_scheduler.cc``, triton-inference-server/core@73aad7c) wakes on a new request only
+  while an instance already waits for work, and a payload's completion callback wakes it before the
+  instance is back waiting; a request that comes while the one instance is busy then waits up to the
+  batcher's 500 ms idle timeout unless another request follows. The reference engine batches and bounds
+  its queue itself (``reference_max_queue_size``); the real backend keeps TRT-LLM's block.
 * ``lora_weights`` and the prompt-table tensors carry the engine dtype (TYPE_FP16 or TYPE_BF16) in every
   model, so an ensemble over a bf16 engine type-checks.
 """
@@ -46,6 +52,9 @@ MODEL_NAMES: tuple[str, ...] = (ENSEMBLE, POSTPROCESSING, PREPROCESSING, TENSORR
 
 REFERENCE_MODEL_DIR_PARAMETER = "reference_model_dir"
 """Parameter only the reference engine's python ``tensorrt_llm`` model reads: where its model lives."""
+REFERENCE_MAX_QUEUE_SIZE_PARAMETER = "reference_max_queue_size"
+"""The reference engine's queue limit (``serving.maxQueueSize``), which TRT-LLM reads from Triton's
+``dynamic_batching.default_queue_policy``: the reference models render no ``dynamic_batching``."""
 
 LOGITS_DATA_TYPE = "TYPE_FP32"
 """trtllm-build's default logits dtype (``--logits_dtype`` is never set by trtfleet)."""
@@ -132,15 +141,13 @@ def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, refe
         ]
     if reference:
         params.append((REFERENCE_MODEL_DIR_PARAMETER, engine_dir))
+        params.append((REFERENCE_MAX_QUEUE_SIZE_PARAMETER, str(serving.max_queue_size)))
     why = [f"# {reason}" for reason in features.reasons]
     return _join(
         _head(TENSORRT_LLM, spec, backend="python" if reference else "tensorrtllm"),
         why,
         _decoupled(),
-        pbtxt.dynamic_batching(
-            max_queue_delay_microseconds=serving.max_queue_delay_microseconds,
-            max_queue_size=serving.max_queue_size,
-        ),
+        _triton_batcher(spec, reference),
         pbtxt.tensor_list("input", _resolve(tensors.TENSORRT_LLM_INPUTS, spec), is_input=True),
         pbtxt.tensor_list("output", _resolve(tensors.TENSORRT_LLM_OUTPUTS, spec), is_input=False),
         pbtxt.instance_group_cpu(1),
@@ -148,13 +155,27 @@ def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, refe
     )
 
 
-def _preprocessing(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, instances: int) -> str:
+def _triton_batcher(spec: BaseModelSpec, reference: bool) -> list[str]:
+    """The ``dynamic_batching`` block of ``tensorrt_llm`` / ``preprocessing``; none for the reference engine.
+
+    The reference engine's models each run one instance, and Triton's batcher can then hold a request up
+    to its 500 ms idle wait (see the module docstring); the reference engine batches in its own loop and
+    bounds its own queue (``reference_max_queue_size``).
+    """
+    if reference:
+        return []
+    return pbtxt.dynamic_batching(
+        max_queue_delay_microseconds=spec.serving.max_queue_delay_microseconds,
+        max_queue_size=spec.serving.max_queue_size,
+    )
+
+
+def _preprocessing(
+    spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, instances: int, reference: bool
+) -> str:
     return _join(
         _head(PREPROCESSING, spec, backend="python"),
-        pbtxt.dynamic_batching(
-            max_queue_delay_microseconds=spec.serving.max_queue_delay_microseconds,
-            max_queue_size=spec.serving.max_queue_size,
-        ),
+        _triton_batcher(spec, reference),
         pbtxt.tensor_list("input", _resolve(tensors.PREPROCESSING_INPUTS, spec), is_input=True),
         pbtxt.tensor_list("output", _resolve(tensors.PREPROCESSING_OUTPUTS, spec), is_input=False),
         pbtxt.parameters(
@@ -169,10 +190,10 @@ def _preprocessing(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, ins
     )
 
 
-def _postprocessing(spec: BaseModelSpec, tokenizer_dir: str, instances: int) -> str:
+def _postprocessing(spec: BaseModelSpec, tokenizer_dir: str, instances: int, reference: bool) -> str:
     return _join(
         _head(POSTPROCESSING, spec, backend="python"),
-        pbtxt.dynamic_batching(),
+        [] if reference else pbtxt.dynamic_batching(),
         pbtxt.tensor_list("input", _resolve(tensors.POSTPROCESSING_INPUTS, spec), is_input=True),
         pbtxt.tensor_list("output", _resolve(tensors.POSTPROCESSING_OUTPUTS, spec), is_input=False),
         pbtxt.parameters([("tokenizer_dir", tokenizer_dir), ("skip_special_tokens", "true")]),
@@ -231,8 +252,8 @@ def render_configs(
     bls_instances = PYTHON_INSTANCES_REFERENCE if is_reference else BLS_INSTANCES_GPU
     return {
         ENSEMBLE: _ensemble(spec),
-        POSTPROCESSING: _postprocessing(spec, tokenizer, tokenizer_instances),
-        PREPROCESSING: _preprocessing(spec, engine_dir, tokenizer, tokenizer_instances),
+        POSTPROCESSING: _postprocessing(spec, tokenizer, tokenizer_instances, is_reference),
+        PREPROCESSING: _preprocessing(spec, engine_dir, tokenizer, tokenizer_instances, is_reference),
         TENSORRT_LLM: _tensorrt_llm(spec, engine_dir, tokenizer, is_reference),
         BLS: _bls(spec, bls_instances),
     }

@@ -128,10 +128,27 @@ def test_reference_uses_the_python_backend_with_the_same_interface(make_spec: Ma
     assert (gpu.backend, ref.backend) == ("tensorrtllm", "python")
     assert list(gpu.input) == list(ref.input) and list(gpu.output) == list(ref.output)
     # the reference engine's model directory holds its tokenizer (see render.py)
-    assert _params(ref) == {**_params(gpu), "reference_model_dir": ENGINE, "tokenizer_dir": ENGINE}
+    assert _params(ref) == {
+        **_params(gpu),
+        "reference_model_dir": ENGINE,
+        "tokenizer_dir": ENGINE,
+        "reference_max_queue_size": "256",
+    }
     by_runtime = render_configs(make_spec({"runtime": "reference"}), ENGINE)
     assert _parse(by_runtime["tensorrt_llm"]).backend == "python"
     assert _params(_parse(by_runtime["preprocessing"]))["tokenizer_dir"] == ENGINE
+
+
+def test_reference_models_have_no_triton_batcher(make_spec: MakeSpec) -> None:
+    """Triton's batcher can hold a request 500 ms on a one-instance model (render.py); the engine queues."""
+    spec = make_spec({"serving": {"maxQueueSize": 17}})
+    gpu = {name: _parse(text) for name, text in render_configs(spec, ENGINE).items()}
+    ref = {name: _parse(text) for name, text in render_configs(spec, ENGINE, reference=True).items()}
+    for name in ("tensorrt_llm", "preprocessing", "postprocessing"):
+        assert gpu[name].HasField("dynamic_batching"), name
+        assert not ref[name].HasField("dynamic_batching"), name
+    assert _params(ref["tensorrt_llm"])["reference_max_queue_size"] == "17"
+    assert "reference_max_queue_size" not in _params(gpu["tensorrt_llm"])
 
 
 def test_lora_disabled_drops_lora_inputs_and_parameters(make_spec: MakeSpec) -> None:

@@ -108,6 +108,27 @@ def test_kv_cache_parameters(params: dict[str, str], expected: KvCacheSettings) 
     assert settings_from_model_config(config).kv_cache == expected
 
 
+@pytest.mark.parametrize(
+    ("params", "batcher", "expected"),
+    [
+        pytest.param({"reference_max_queue_size": "5"}, None, 5, id="parameter"),
+        pytest.param({}, {"default_queue_policy": {"max_queue_size": 7}}, 7, id="hand-written-batcher"),
+        pytest.param({"reference_max_queue_size": "5"}, {"default_queue_policy": {"max_queue_size": 7}}, 5,
+                     id="parameter-wins"),
+        pytest.param({}, None, 0, id="no-limit"),
+    ],
+)
+def test_queue_limit_sources(params: dict[str, str], batcher: dict[str, object] | None, expected: int) -> None:
+    parameters = {"reference_model_dir": "/m", **params}
+    config: dict[str, object] = {
+        "max_batch_size": 8,
+        "parameters": {k: {"string_value": v} for k, v in parameters.items()},
+    }
+    if batcher is not None:
+        config["dynamic_batching"] = batcher
+    assert settings_from_model_config(config).limits.max_queue_size == expected
+
+
 def test_kv_cache_overrides_reach_the_engine(tmp_path: Path) -> None:
     repo = build_reference_repository(tmp_path / "repo", model_dir=_model_dir(tmp_path), kv_tokens_per_block=16,
                                       kv_max_tokens=512, enable_kv_cache_reuse=False)
