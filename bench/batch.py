@@ -49,7 +49,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.batchreport import medians, table, trace_summary
+from bench.batchreport import WARMUP_REQUESTS, medians, table, trace_summary
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
 from bench.traces import prompt_text
@@ -103,7 +103,7 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
 
     client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
     rng = random.Random(scenario.seed + 1)
-    ttfts: list[float] = []
+    answered: list[tuple[int, float]] = []  # (send index, TTFT s)
     errors: list[str] = []
     lock = threading.Lock()
 
@@ -123,7 +123,7 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
                     first = time.perf_counter() - began
             with lock:
                 if first is not None:
-                    ttfts.append(first)
+                    answered.append((index, first))
         except openai.OpenAIError as exc:
             with lock:
                 errors.append(str(exc)[:200])
@@ -142,12 +142,14 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
         at_s += rng.expovariate(scenario.interactive_rps)
     for thread in threads:
         thread.join(300)
+    ttfts = [t for _, t in sorted(answered)]  # in send order: the first WARMUP_REQUESTS meet a fresh fleet
     return {
         "requests": index,
         "errors": len(errors),
         "ttft_p50_ms": percentile(ttfts, 50) * 1000,
         "ttft_p99_ms": percentile(ttfts, 99) * 1000,
         "ttft_top5_ms": [round(t * 1000) for t in sorted(ttfts)[-5:]],
+        "ttft_p99_past_warmup_ms": percentile(ttfts[WARMUP_REQUESTS:], 99) * 1000,
         "ttfts_ms": [round(t * 1000, 1) for t in ttfts],  # every round's, pooled over rounds (batchreport.py)
         "ttft_mean_ms": round(1000 * sum(ttfts) / max(1, len(ttfts)), 1),
     }
@@ -374,9 +376,10 @@ the slots and no interactive request waits in the router (interactive first). Th
 `/v1/completions` lines ({s.prompt_tokens}-token prompts, `max_tokens` {s.max_tokens}, greedy), each line's
 adapter drawn at random (input order = what online arrival order would be). Interactive load: Poisson
 {s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed, random adapters; TTFT is the first streamed
-text. A fresh fleet (cold caches) per case. `adapter_loads`: the router's `adapter_loads_total` over the case
-(requests that carried weights); `loads_per_adapter_per_pod` divides it by adapters x workers (1.0 = each
-adapter loaded once on each pod).{window}
+text; `ttft_p99_past_warmup_ms` leaves each case's first {WARMUP_REQUESTS} interactive requests out (a fresh
+fleet's first answers). A fresh fleet (cold caches) per case. `adapter_loads`: the router's
+`adapter_loads_total` over the case (requests that carried weights); `loads_per_adapter_per_pod` divides it by
+adapters x workers (1.0 = each adapter loaded once on each pod).{window}
 Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start
 and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
 

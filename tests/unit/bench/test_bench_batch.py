@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from bench.batch import BatchScenario, batch_input, expand_cases, section
-from bench.batchreport import medians, table, trace_summary
+from bench.batchreport import WARMUP_REQUESTS, medians, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
 
@@ -81,6 +83,20 @@ def test_the_pooled_p99_is_over_every_rounds_requests() -> None:
     assert row["ttft_p99_ms"] == 500.0
     assert row["p99_pooled_ms"] < 500.0
     assert "p99_pooled_ms" in table([row]).splitlines()[0]
+
+
+def test_the_past_warmup_p99_leaves_each_rounds_first_requests_out() -> None:
+    """A fresh fleet's first answers are slow in every case; past them the p99 is the steady tail."""
+    ttfts = [90.0, 80.0, 70.0] + [12.0] * (WARMUP_REQUESTS - 3) + [10.0] * 89 + [30.0]
+    rounds = [[{"case": "interactive", "ttft_p99_ms": 80.0, "ttft_p99_past_warmup_ms": 29.0, "ttfts_ms": ttfts}]
+              for _ in range(3)]
+    row = medians(rounds)[0]
+    assert row["p99_pooled_ms"] >= 70.0  # 9 slow of 300: the warm-up sets the plain p99
+    # 270 answers past warm-up, 3 of them 30 ms: rank 266.31 lies between a 10 and a 30
+    assert row["p99_past_warmup_pooled_ms"] == pytest.approx(16.2)
+    assert row["ttft_p99_past_warmup_ms"] == 29.0
+    header = table([row]).splitlines()[0]
+    assert "ttft_p99_past_warmup_ms" in header and "p99_past_warmup_pooled_ms" in header
 
 
 def test_trace_summary_counts_interactive_requests_only() -> None:
