@@ -44,8 +44,8 @@ MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "
                   "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", *TRACE_COLUMNS)
 WARMUP_REQUESTS = 10
 """Interactive requests (in send order, about 5 s at 2 req/s) left out of the ``past_warmup`` figures: each case
-starts a fresh fleet, whose first requests (one per worker, or the first beside a starting batch) took 70-250 ms
-in the 2026-12-06 runs and set a 252-request p99 by themselves."""
+starts a fresh fleet, whose first requests (three or four on the 3-worker fleet without a batch, one or two beside
+a starting batch) took 70-250 ms in the 2026-12-06 runs and set a 252-request p99 by themselves."""
 
 
 def medians(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
