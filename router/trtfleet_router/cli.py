@@ -156,6 +156,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="requests per pod up to which batch lines are admitted (interactive ones go first)",
     )
     batch.add_argument(
+        "--batch-reserve-pods",
+        type=int,
+        default=0,
+        help="pods that take no batch line while interactive requests come, and take those first (at most all "
+        "ready pods but one)",
+    )
+    batch.add_argument(
         "--batch-ttft-target-ms",
         type=float,
         default=None,
@@ -268,6 +275,7 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
             runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),
             pod_slots=args.batch_pod_slots,
             ttft_target_ms=args.batch_ttft_target_ms,
+            reserve_pods=args.batch_reserve_pods,
             max_file_bytes=args.batch_max_file_bytes,
         ),
     )

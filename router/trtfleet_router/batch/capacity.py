@@ -3,7 +3,8 @@
 A pod has ``pod_slots`` slots for concurrent requests (batch and interactive alike, interactive
 first); its load is the router's in-flight count on it plus its scraped queue while fresh (the load
 every routing policy compares, :mod:`trtfleet_router.routing.load`). The fleet of a model has free
-capacity while some ready pod's load is below its slots. The runner's minimum rate still admits a
+capacity while some ready pod's load is below its slots (not counting the pods a reserve keeps for interactive
+requests while they come, ``routing/reserve.py``). The runner's minimum rate still admits a
 line now and then when there is none, so a batch on a saturated fleet progresses. The dispatcher
 applies the same slots per pod when it admits a line (:mod:`trtfleet_router.upstream.priority`).
 
@@ -19,7 +20,7 @@ from typing import Final
 
 from trtfleet_router.errors import RouterError
 from trtfleet_router.fleets import FleetSet
-from trtfleet_router.routing.types import FleetSnapshot
+from trtfleet_router.routing.types import FleetSnapshot, PodSnapshot
 from trtfleet_router.upstream.capacity import CapacityWaits
 from trtfleet_router.upstream.priority import InteractiveSignal
 
@@ -43,6 +44,7 @@ class FleetCapacity:
         pod_slots: int = POD_SLOTS_DEFAULT,
         waits: CapacityWaits | None = None,
         signal: InteractiveSignal | None = None,
+        reserve_pods: int = 0,
     ) -> None:
         if pod_slots < 1:
             raise ValueError("batch pod slots must be at least 1")
@@ -50,6 +52,7 @@ class FleetCapacity:
         self.pod_slots = pod_slots
         self.waits = waits
         self.signal = signal
+        self.reserve_pods = reserve_pods
 
     def _snapshot(self, model: str) -> tuple[str, FleetSnapshot] | None:
         """The base model serving ``model`` and its fleet (None for an unknown model or base: its line
@@ -61,21 +64,28 @@ class FleetCapacity:
         fleet = self.fleets.fleets.get(target.base.name)
         return None if fleet is None else (target.base.name, fleet.snapshot())
 
-    def has_free_capacity(self, model: str) -> bool:
+    def _batch_pods(self, model: str) -> list[PodSnapshot] | None:
+        """The ready pods a batch line of ``model`` may start on now: not those the reserve keeps for
+        interactive requests (``routing/reserve.py``). None for an unknown model or base."""
         found = self._snapshot(model)
         if found is None:
+            return None
+        base, snapshot = found
+        fleet = self.fleets.fleets.get(base)
+        reserved = fleet.reserved_now(self.reserve_pods) if fleet is not None and self.reserve_pods else frozenset()
+        return [p for p in snapshot.pods if p.ready and p.pod_id not in reserved]
+
+    def has_free_capacity(self, model: str) -> bool:
+        pods = self._batch_pods(model)
+        if pods is None:
             return True
-        _, snapshot = found
-        loads = (p.inflight + (p.waiting_requests or 0) for p in snapshot.pods if p.ready)
-        return free_slots(loads, self.pod_slots) > 0
+        return free_slots((p.inflight + (p.waiting_requests or 0) for p in pods), self.pod_slots) > 0
 
     def lanes(self, model: str) -> int:
-        """The ready pods serving ``model``: the runner runs that many adapters' lines at once, and the batch
-        lane keeps each on the pods that hold it (``routing/batchplace.py``)."""
-        found = self._snapshot(model)
-        if found is None:
-            return 1
-        return max(1, sum(1 for p in found[1].pods if p.ready))
+        """The ready pods a batch line of ``model`` may use: the runner runs that many adapters' lines at once, and
+        the batch lane keeps each on the pods that hold it (``routing/batchplace.py``)."""
+        pods = self._batch_pods(model)
+        return 1 if pods is None else max(1, len(pods))
 
     def interactive_pressure(self, model: str, since_s: float) -> bool:
         found = self._snapshot(model)

@@ -33,6 +33,12 @@ class BatchSettings:
     ttft_target_ms: float | None = None
     """An interactive first answer slower than this halves the runner's window (None: not compared)."""
     max_file_bytes: int = MAX_FILE_BYTES_DEFAULT
+    reserve_pods: int = 0
+    """Pods kept free of batch lines while interactive requests come (``routing/reserve.py``)."""
+
+    def __post_init__(self) -> None:
+        if self.reserve_pods < 0:
+            raise ValueError(f"--batch-reserve-pods must be 0 or more, got {self.reserve_pods}")
 
 
 @dataclass(frozen=True)
@@ -77,9 +83,12 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
 
     dispatcher = services.dispatcher
     dispatcher.batch_pod_slots = settings.pod_slots
+    dispatcher.batch_reserve_pods = settings.reserve_pods
     if settings.ttft_target_ms is not None:
         dispatcher.interactive.ttft_target_s = settings.ttft_target_ms / 1000
-    gate = FleetCapacity(services.fleets, settings.pod_slots, dispatcher.capacity_waits, dispatcher.interactive)
+    gate = FleetCapacity(
+        services.fleets, settings.pod_slots, dispatcher.capacity_waits, dispatcher.interactive, settings.reserve_pods
+    )
     runner = BatchRunner(
         service,
         DispatchExecutor(OpenAIFrontend(services)),

@@ -44,6 +44,7 @@ from trtfleet_router.routing.podstate import PodState
 from trtfleet_router.routing.prefix import BLOCK_TOKENS_DEFAULT
 from trtfleet_router.routing.prefixindex import PrefixIndex
 from trtfleet_router.routing.remote import RemoteBook
+from trtfleet_router.routing.reserve import InteractiveReserve
 from trtfleet_router.routing.residency import Residency
 from trtfleet_router.routing.types import (
     AdapterRef,
@@ -103,6 +104,7 @@ class Fleet(PodResets):
         self._journal = journal
         self._remote = RemoteBook()
         self._window = ActivityWindow(ACTIVITY_WINDOW_S)
+        self._reserve = InteractiveReserve()  # routing/reserve.py
 
     @property
     def policy_name(self) -> str:
@@ -162,7 +164,6 @@ class Fleet(PodResets):
     def route(self, request: RouteRequest) -> Decision:
         """Which pod takes ``request`` and whether weights go with it. Books nothing (a policy may
         advance its own rotation); :meth:`start` does the bookkeeping once the request is sent.
-
         Raises NoCapacity (retry later) or AdapterTooLarge (never fits).
         """
         now_s = self._now()
@@ -179,6 +180,8 @@ class Fleet(PodResets):
             loads = [pod.load.load(now_s) for pod in pods]
         else:  # batch lines leave interactive room (routing/load.py)
             loads = [pod.load.foreground(now_s) for pod in pods]
+        if request.reserve_pods:  # pods kept free of batch lines while interactive requests come
+            request, pods, loads = self._reserve.apply(request, pods, loads, self._rankings, self._ready, now_s)
         ctx = RoutingContext(
             request=request,
             now_s=now_s,
@@ -213,6 +216,7 @@ class Fleet(PodResets):
         adapter = request.adapter
         if request.background:
             pod.load.batch_started(adapter.task_id if adapter is not None else None)
+        self._reserve.started(request.background, now_s)
         ticket_id = next(self._tickets)
         blocks = request.blocks
         hashes = blocks.hashes if self._uses_prefix else ()
@@ -283,8 +287,7 @@ class Fleet(PodResets):
         self.confirm(ticket)
         self._prefix.prefill_done(ticket.ticket_id, self._now())
         del self._open[ticket.ticket_id]
-        task_id = ticket.task_id
-        if task_id is not None:
+        if (task_id := ticket.task_id) is not None:
             self._demand.finished(task_id)
         pod = self._pods.get(ticket.pod)
         journal = self._journal
@@ -329,6 +332,10 @@ class Fleet(PodResets):
         """Requests started per task id (None: no adapter) over the last ``ACTIVITY_WINDOW_S``, every replica's."""
         return self._window.counts(self._now())
 
+    def reserved_now(self, count: int) -> frozenset[str]:
+        """Ready pods a reserve of ``count`` keeps free of batch lines now (``routing/reserve.py``)."""
+        return self._reserve.reserved_now(count, self._rankings, self._ready, self._now())
+
     def ready_count(self) -> int:
         """Pods of the fleet that are ready now (ejected ones included: they come back)."""
         return len(self._ready)
@@ -339,8 +346,7 @@ class Fleet(PodResets):
 
     def load_of(self, pod: str) -> int:
         """The load policies compare for ``pod`` now (in flight plus its fresh queue; 0 if unknown)."""
-        state = self._pods.get(pod)
-        return 0 if state is None else state.load.load(self._now())
+        return 0 if (state := self._pods.get(pod)) is None else state.load.load(self._now())
 
     def observe_metrics(self, pod: str, snapshot: PodMetrics) -> None:
         """Scraped metrics of ``pod`` as of now (unknown pods are ignored)."""
@@ -360,13 +366,11 @@ class Fleet(PodResets):
 
     # -- prewarming ------------------------------------------------------------------------------
     def prewarm_plan(self, adapters: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
-        """(pod, adapter) pairs to push weights to so each adapter is warm on ``min_pods`` ready pods
-        (see :func:`~trtfleet_router.routing.fleetreport.prewarm_plan`)."""
+        """(pod, adapter) pairs keeping each adapter warm on ``min_pods`` ready pods (``fleetreport.prewarm_plan``)."""
         return prewarm_plan(self._pods, self._rankings, adapters)
 
     def warm_start_plan(self, new_pods: Sequence[str], hottest: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:
-        """(pod, adapter) pairs that warm new pods with the hottest adapters (see
-        :func:`~trtfleet_router.routing.fleetreport.warm_start_plan`)."""
+        """(pod, adapter) pairs that warm new pods with the hottest adapters (``fleetreport.warm_start_plan``)."""
         return warm_start_plan(self._pods, new_pods, hottest)
 
     @staticmethod
@@ -376,13 +380,11 @@ class Fleet(PodResets):
     # -- introspection ---------------------------------------------------------------------------
     def is_warm(self, pod: str, task_id: int) -> bool:
         """Whether the shadow of ``pod`` holds ``task_id`` (False for an unknown pod)."""
-        state = self._pods.get(pod)
-        return state is not None and state.residency.is_warm(task_id)
+        return (state := self._pods.get(pod)) is not None and state.residency.is_warm(task_id)
 
     def has_evictable_slot(self, pod: str, pages: int) -> bool:
         """Whether ``pod``'s shadow could store ``pages`` now, evicting idle adapters only."""
-        state = self._pods.get(pod)
-        return state is not None and state.residency.has_evictable_slot(pages)
+        return (state := self._pods.get(pod)) is not None and state.residency.has_evictable_slot(pages)
 
     def pod_load(self) -> PodLoadSummary:
         """The ready pods' scraped load as of now (what the router exports for the operator's autoscaler)."""

@@ -102,6 +102,10 @@ class RouteRequest:
     background: bool = False
     # a batch line's slots per pod: placed where its adapter is warm, one adapter per pod (routing/batchplace.py)
     batch_slots: int | None = None
+    # pods kept free of batch lines while interactive requests come, and the requests in flight up to which
+    # a reserved pod takes interactive ones first (routing/reserve.py); 0: no reserve
+    reserve_pods: int = 0
+    reserve_room: int = 0
 
 
 @dataclass(frozen=True, slots=True)

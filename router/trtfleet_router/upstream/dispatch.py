@@ -130,6 +130,8 @@ class Dispatcher:
         self.holds = PodHolds(fleets.routing_config.hold_queue_max, fleet_budget(fleets))
         self.batch_pod_slots: int | None = None
         """Batch lines start on a pod only while its load is below this (None: no batch headroom rule)."""
+        self.batch_reserve_pods = 0
+        """Pods kept free of batch lines while interactive requests come (``routing/reserve.py``)."""
         self.interactive = InteractiveSignal()
         fleets.pod_listeners.append(self.holds.pods_changed)
 
@@ -173,6 +175,8 @@ class Dispatcher:
             # placed where their adapter is warm, one adapter per pod (routing/batchplace.py)
             background=call.priority is Priority.BATCH and self.batch_pod_slots is not None,
             batch_slots=self.batch_pod_slots if call.priority is Priority.BATCH else None,
+            reserve_pods=self.batch_reserve_pods if self.batch_pod_slots is not None else 0,
+            reserve_room=self.batch_pod_slots or 0,
         )
         attempts = 0
         miss_recovered = False

@@ -1,0 +1,119 @@
+"""Pods kept free of batch lines while interactive requests come (``--batch-reserve-pods``; pure).
+
+An engine runs its batch step by step (in-flight batching): a request that reaches a pod in the middle of a step
+waits for that step to end before its own prefill runs. A batch line on every pod therefore costs each
+interactive request up to one step, however few lines run and however first the router puts it; only a pod
+with nothing in flight starts the request at once (docs/benchmarks.md, Batch). The reserve trades batch
+throughput for that: while interactive requests come, ``count`` pods take no new batch line, and interactive
+requests go there first.
+
+* **Which pods**: the first ``count`` ready pods in the rendezvous order of :data:`RESERVE_KEY`, so every
+  router replica reserves the same ones and a pod joining or leaving moves few others. At most all ready pods
+  but one: a batch always keeps a pod to progress on.
+* **When**: while an interactive request started within the last :data:`RESERVE_HOLD_S` seconds on this
+  router, or another replica has an interactive request in flight on any pod (their events). A batch alone
+  uses every pod; when interactive requests come back, the lines already on a reserved pod finish there and
+  no new one starts.
+* **Batch lines** are placed among the other pods only (``routing/batchplace.py`` on that subset).
+* **Interactive requests** are routed among the reserved pods while one of them has fewer than ``room``
+  requests in flight (the dispatcher passes its batch slots: a reserved pod takes as many as a batch pod
+  admits batch lines); when every reserved pod is that full, among all pods, as without a reserve.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+from typing import Final, TypeVar
+
+from trtfleet_router.routing.framework import PodView
+from trtfleet_router.routing.hashing import RendezvousRankings
+from trtfleet_router.routing.types import RouteRequest
+
+RESERVE_KEY: Final = "\x00trtfleet/interactive-reserve"  # no adapter or model name holds a NUL
+RESERVE_HOLD_S: Final = 30.0
+
+PodT = TypeVar("PodT", bound=PodView)
+
+
+def reserved_pods(rankings: RendezvousRankings, ready_ids: Sequence[str], count: int) -> frozenset[str]:
+    """The ids of the reserved pods among ``ready_ids`` (at most all but one)."""
+    count = min(count, len(ready_ids) - 1)
+    if count <= 0:
+        return frozenset()
+    ready = set(ready_ids)
+    chosen: list[str] = []
+    for pod_id in rankings.rank(RESERVE_KEY):
+        if pod_id in ready:
+            chosen.append(pod_id)
+            if len(chosen) == count:
+                break
+    return frozenset(chosen)
+
+
+def hidden_pods(
+    ids: Sequence[str], loads: Sequence[int], reserved: frozenset[str], batch_line: bool, room: int
+) -> frozenset[str]:
+    """Of the candidates ``ids`` (with the ``loads`` the request is compared by), those a request does not see
+    with ``reserved`` held back (none: it is routed as without a reserve).
+
+    An interactive request's loads leave batch lines out, which is right for the room check: a reserved pod runs
+    none once its last ones finish.
+    """
+    if not reserved:
+        return frozenset()
+    if batch_line:
+        hidden = frozenset(pod_id for pod_id in ids if pod_id in reserved)
+        # every candidate left is reserved (the others were tried): the batch line may use them
+        return frozenset() if len(hidden) == len(ids) else hidden
+    if any(pod_id in reserved and load < room for pod_id, load in zip(ids, loads, strict=True)):
+        return frozenset(pod_id for pod_id, load in zip(ids, loads, strict=True)
+                         if pod_id not in reserved or load >= room)
+    return frozenset()
+
+
+class InteractiveReserve:
+    """One fleet's reserve: when it holds (the last interactive request this router started, on the fleet's
+    clock, or another replica's in flight) and what it leaves a request to be routed among."""
+
+    __slots__ = ("_last_interactive_s",)
+
+    def __init__(self) -> None:
+        self._last_interactive_s = float("-inf")
+
+    def started(self, batch_line: bool, now_s: float) -> None:
+        """A request was sent (``Fleet.start``)."""
+        if not batch_line:
+            self._last_interactive_s = now_s
+
+    def holds(self, now_s: float, pods: Sequence[PodView]) -> bool:
+        if now_s - self._last_interactive_s <= RESERVE_HOLD_S:
+            return True
+        return any(pod.load.remote_inflight > pod.load.remote_background for pod in pods)
+
+    def reserved_now(
+        self, count: int, rankings: RendezvousRankings, ready: Sequence[PodView], now_s: float
+    ) -> frozenset[str]:
+        """The reserved pods now for a reserve of ``count`` (none while the reserve does not hold)."""
+        if count <= 0 or not self.holds(now_s, ready):
+            return frozenset()
+        return reserved_pods(rankings, [pod.pod_id for pod in ready], count)
+
+    def apply(
+        self,
+        request: RouteRequest,
+        pods: Sequence[PodT],
+        loads: Sequence[int],
+        rankings: RendezvousRankings,
+        ready: Sequence[PodView],
+        now_s: float,
+    ) -> tuple[RouteRequest, list[PodT], list[int]]:
+        """``request``, its candidate ``pods`` and their ``loads`` with the reserve applied: the pods it does not
+        see are added to its ``exclude_pods``, which every policy reads (``RoutingContext.is_candidate``)."""
+        reserved = self.reserved_now(request.reserve_pods, rankings, ready, now_s)
+        hidden = hidden_pods([pod.pod_id for pod in pods], loads, reserved, request.background, request.reserve_room)
+        if not hidden:
+            return request, list(pods), list(loads)
+        keep = [i for i, pod in enumerate(pods) if pod.pod_id not in hidden]
+        return (replace(request, exclude_pods=request.exclude_pods | hidden), [pods[i] for i in keep],
+                [loads[i] for i in keep])

@@ -1,0 +1,155 @@
+"""Pods kept free of batch lines while interactive requests come (``routing/reserve.py``), under the policies a
+fleet may run: which pods, when the reserve holds, where batch lines and interactive requests go."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import replace
+
+import pytest
+from trtfleet_router.routing import AdapterRef, Decision, Ticket
+from trtfleet_router.routing.hashing import RendezvousRankings
+from trtfleet_router.routing.reserve import RESERVE_HOLD_S, InteractiveReserve, hidden_pods, reserved_pods
+
+from tests.unit.router.routing.conftest import Harness
+
+SLOTS = 3
+
+
+def _rankings(pods: list[str]) -> RendezvousRankings:
+    rankings = RendezvousRankings(16)
+    rankings.set_pods(pods)
+    return rankings
+
+
+def _batch(h: Harness, adapter: AdapterRef | None, reserve: int = 1) -> tuple[Decision, Ticket]:
+    """Route and start one batch line as the dispatcher does with ``--batch-pod-slots`` and a reserve."""
+    request = replace(h.request(adapter), background=True, batch_slots=SLOTS, reserve_pods=reserve,
+                      reserve_room=SLOTS)
+    decision = h.fleet.route(request)
+    ticket = h.fleet.start(decision, request)
+    h.open.append(ticket)
+    return decision, ticket
+
+
+def _interactive(h: Harness, adapter: AdapterRef | None, reserve: int = 1) -> tuple[Decision, Ticket]:
+    request = replace(h.request(adapter), reserve_pods=reserve, reserve_room=SLOTS)
+    decision = h.fleet.route(request)
+    ticket = h.fleet.start(decision, request)
+    h.open.append(ticket)
+    return decision, ticket
+
+
+def _reserved(h: Harness, count: int = 1) -> frozenset[str]:
+    return reserved_pods(_rankings(h.pod_ids), h.pod_ids, count)
+
+
+@pytest.fixture(params=["trtfleet", "trtfleet-adapter", "round-robin", "least-load"])
+def policy(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+def test_the_reserved_pods_are_the_same_in_any_order_and_never_all() -> None:
+    pods = [f"pod-{i}" for i in range(6)]
+    chosen = reserved_pods(_rankings(pods), pods, 2)
+    assert len(chosen) == 2 and chosen == reserved_pods(_rankings(list(reversed(pods))), list(reversed(pods)), 2)
+    assert reserved_pods(_rankings(pods), pods, 0) == frozenset()
+    assert len(reserved_pods(_rankings(pods), pods, 9)) == 5  # a batch keeps one pod
+    assert reserved_pods(_rankings(pods), pods[:1], 1) == frozenset()
+    # a pod that is not reserved leaving moves nothing (rendezvous order)
+    other = next(p for p in pods if p not in chosen)
+    fewer = [p for p in pods if p != other]
+    assert reserved_pods(_rankings(fewer), fewer, 2) == chosen
+
+
+def test_what_batch_lines_and_interactive_requests_do_not_see() -> None:
+    ids = ["a", "b", "c"]
+    reserved = frozenset({"b"})
+    assert hidden_pods(ids, [5, 0, 2], reserved, True, SLOTS) == {"b"}
+    assert hidden_pods(ids, [5, 0, 2], reserved, False, SLOTS) == {"a", "c"}
+    # the reserved pod full: interactive requests see every pod, as without a reserve
+    assert hidden_pods(ids, [5, SLOTS, 2], reserved, False, SLOTS) == frozenset()
+    # only reserved pods left to a batch line (the others tried): it may use them
+    assert hidden_pods(["b"], [1], reserved, True, SLOTS) == frozenset()
+    assert hidden_pods(ids, [1, 1, 1], frozenset(), True, SLOTS) == frozenset()
+
+
+def test_the_reserve_holds_after_an_interactive_request_or_while_another_replica_runs_one() -> None:
+    class Load:
+        remote_inflight = 0
+        remote_background = 0
+
+    class Pod:
+        pod_id = "p0"
+        load = Load()
+
+    reserve = InteractiveReserve()
+    pods = [Pod()]
+    assert not reserve.holds(100.0, pods)  # type: ignore[arg-type]
+    reserve.started(True, 100.0)  # a batch line does not start it
+    assert not reserve.holds(100.0, pods)  # type: ignore[arg-type]
+    reserve.started(False, 100.0)
+    assert reserve.holds(100.0 + RESERVE_HOLD_S, pods)  # type: ignore[arg-type]
+    assert not reserve.holds(100.0 + RESERVE_HOLD_S + 0.1, pods)  # type: ignore[arg-type]
+    Load.remote_inflight = Load.remote_background = 2  # another replica's batch lines only
+    assert not reserve.holds(200.0, pods)  # type: ignore[arg-type]
+    Load.remote_inflight = 3  # and one interactive request
+    assert reserve.holds(200.0, pods)  # type: ignore[arg-type]
+
+
+def test_without_interactive_requests_a_batch_uses_every_pod(make_harness: Callable[..., Harness], policy: str) -> None:
+    h = make_harness(policy, pods=3)
+    pods = {_batch(h, h.adapter(i))[0].pod for i in range(3)}  # three adapters: one pod each
+    assert pods == set(h.pod_ids)
+    h.fleet.check_invariants()
+
+
+def test_while_interactive_requests_come_batch_lines_keep_off_the_reserved_pod(
+    make_harness: Callable[..., Harness], policy: str
+) -> None:
+    h = make_harness(policy, pods=3)
+    (kept,) = _reserved(h)
+    adapter = h.adapter(1)
+    h.make_warm(kept, adapter)  # an interactive request: the reserve holds from now, and the adapter is warm there
+    decisions = [_batch(h, h.adapter(i))[0] for i in range(1, 4)]
+    assert kept not in {d.pod for d in decisions}
+    assert decisions[0].reason == "batch-spread"  # warm only on the reserved pod: loaded elsewhere
+    h.fleet.check_invariants()
+
+
+def test_interactive_requests_go_to_the_reserved_pod_until_it_is_full(
+    make_harness: Callable[..., Harness], policy: str
+) -> None:
+    h = make_harness(policy, pods=3)
+    (kept,) = _reserved(h)
+    adapter = h.adapter(1)
+    warm_elsewhere = next(p for p in h.pod_ids if p != kept)
+    h.make_warm(warm_elsewhere, adapter)  # an interactive request: the reserve holds from now
+    first = [_interactive(h, adapter)[0] for _ in range(SLOTS)]
+    assert {d.pod for d in first} == {kept}  # even cold there: the reserved pod starts it at once
+    assert first[0].send_weights
+    # the reserved pod holds SLOTS requests: the next goes by the policy over every pod
+    decision, _ = _interactive(h, h.adapter(2))
+    assert decision.pod in h.pod_ids
+    h.fleet.check_invariants()
+
+
+def test_once_interactive_requests_stop_the_batch_takes_the_reserved_pod_again(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = make_harness("trtfleet", pods=2)
+    (kept,) = _reserved(h)
+    h.run(None)  # an interactive request
+    assert _batch(h, h.adapter(1))[0].pod != kept
+    assert _batch(h, h.adapter(2))[0].pod != kept  # waits for the other pod rather than use the reserved one
+    h.now_s += RESERVE_HOLD_S + 1
+    assert _batch(h, h.adapter(3))[0].pod == kept
+    h.fleet.check_invariants()
+
+
+def test_no_reserve_asked_routes_as_before(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=3)
+    h.run(None)
+    pods = {_batch(h, h.adapter(i), reserve=0)[0].pod for i in range(3)}
+    assert pods == set(h.pod_ids)
+    h.fleet.check_invariants()
