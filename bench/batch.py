@@ -7,8 +7,9 @@
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-concurrency 24,6,2 \
         --cancel-after-interactive --repeats 3    # what each batch rate costs interactive requests
 
-``--batch-pod-slots`` and ``--batch-concurrency`` take one value or several (one ``interactive+batch`` case per
-value, named ``interactive+batch slots=N`` or ``conc=N``; both lists: every pair);
+``--batch-pod-slots``, ``--batch-concurrency`` and ``--batch-reserve-pods`` take one value or several (one
+``interactive+batch`` case per value, named ``interactive+batch slots=N``, ``conc=N`` or ``reserve=N``; several
+lists: every combination);
 ``--cancel-after-interactive`` cancels the batch when the interactive load ends (through the API, as a user
 would), so the batch runs throughout the window and ``lines_per_s`` is the rate in it at any concurrency;
 ``--repeats N`` runs the cases N times, round by round (machine noise hits
@@ -37,6 +38,7 @@ router some CPU: compare traced runs with traced runs.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import random
@@ -49,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 from bench import report
-from bench.batchreport import WARMUP_REQUESTS, medians, table, trace_summary
+from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
 from bench.traces import prompt_text
@@ -74,6 +76,8 @@ class BatchScenario:
     batch_pod_slots: int = 6
     """Batch lines are admitted while a pod's load is below this: max batch 8 minus 2 slots kept for
     interactive requests (an engine does not preempt a running sequence)."""
+    batch_reserve_pods: int = 0
+    """Pods that take no batch line while interactive requests come (the router's ``--batch-reserve-pods``)."""
     batch_ttft_target_ms: float | None = 30.0
     """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
     seed: int = 0
@@ -181,18 +185,18 @@ def run_case(
     adapters: list[tuple[str, int, Path]],
     host_bytes: int,
     data: bytes | None,
-    pod_slots: int | None = None,
+    settings: dict[str, int] | None = None,
     label: str | None = None,
-    concurrency: int | None = None,
 ) -> dict[str, Any]:
+    """One case on a fresh fleet; ``settings`` (``slots``, ``conc``, ``reserve``) override the scenario's."""
     label = label or case
     work = WORK / label.replace(" ", "-").replace("+", "-").replace("=", "")
     order = "input" if case == "batch input order" else "model"
-    slots = scenario.batch_pod_slots if pod_slots is None else pod_slots
-    conc = scenario.batch_concurrency if concurrency is None else concurrency
+    values = {"slots": scenario.batch_pod_slots, "conc": scenario.batch_concurrency,
+              "reserve": scenario.batch_reserve_pods, **(settings or {})}
     router_args = [
-        "--batch-store", str(work / "store"), "--batch-order", order,
-        "--batch-concurrency", str(conc), "--batch-pod-slots", str(slots),
+        "--batch-store", str(work / "store"), "--batch-order", order, "--batch-concurrency", str(values["conc"]),
+        "--batch-pod-slots", str(values["slots"]), "--batch-reserve-pods", str(values["reserve"]),
     ]
     if scenario.batch_ttft_target_ms is not None:
         router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
@@ -253,28 +257,30 @@ def run_case(
 CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order")
 
 
+DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods"}
+
+
 def expand_cases(
-    cases: Sequence[str], slots: Sequence[int], concurrencies: Sequence[int] = ()
-) -> list[tuple[str, int | None, int | None, str]]:
-    """``(case, pod slots, concurrency, label)`` to run: one ``interactive+batch`` per pair of values when
-    either list has several (labelled ``interactive+batch slots=N conc=M``, naming only what varies); the
-    other cases once, at the first values. ``None``: the scenario's value."""
-    first_slots = slots[0] if slots else None
-    first_conc = concurrencies[0] if concurrencies else None
-    runs: list[tuple[str, int | None, int | None, str]] = []
+    cases: Sequence[str], dimensions: dict[str, Sequence[int]]
+) -> list[tuple[str, dict[str, int], str]]:
+    """``(case, settings, label)`` to run. ``dimensions``: values per setting (keys of :data:`DIMENSIONS`);
+    where some have several, one ``interactive+batch`` per combination (labelled ``interactive+batch
+    slots=N conc=M``, naming only what varies); the other cases once, at the first values."""
+    firsts = {name: values[0] for name, values in dimensions.items() if values}
+    varying = [name for name, values in dimensions.items() if len(values) > 1]
+    runs: list[tuple[str, dict[str, int], str]] = []
     for case in cases:
-        if case == "interactive+batch" and (len(slots) > 1 or len(concurrencies) > 1):
-            for slot in slots or (None,):
-                for conc in concurrencies or (None,):
-                    named = [f"slots={slot}"] * (len(slots) > 1) + [f"conc={conc}"] * (len(concurrencies) > 1)
-                    runs.append((case, slot, conc, " ".join([case, *named])))
+        if case == "interactive+batch" and varying:
+            for combo in itertools.product(*(dimensions[name] for name in varying)):
+                named = [f"{name}={value}" for name, value in zip(varying, combo, strict=True)]
+                runs.append((case, {**firsts, **dict(zip(varying, combo, strict=True))}, " ".join([case, *named])))
         else:
-            runs.append((case, first_slots, first_conc, case))
+            runs.append((case, dict(firsts), case))
     return runs
 
 
 def run(
-    scenario: BatchScenario, cases: Sequence[str] = CASES, slots: Sequence[int] = (), concurrencies: Sequence[int] = ()
+    scenario: BatchScenario, cases: Sequence[str] = CASES, dimensions: dict[str, Sequence[int]] | None = None
 ) -> list[dict[str, Any]]:
     from bench.routing import host_cache_bytes_for
 
@@ -283,8 +289,8 @@ def run(
     host_bytes, _ = host_cache_bytes_for(scenario.host_cache_pages)
     data = batch_input(scenario, [name for name, _, _ in adapters])
     return [
-        run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, slot, label, conc)
-        for case, slot, conc, label in expand_cases(cases, slots or (scenario.batch_pod_slots,), concurrencies)
+        run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, settings, label)
+        for case, settings, label in expand_cases(cases, dimensions or {})
     ]
 
 
@@ -300,6 +306,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="the workers' pretend GPU step (the simulator's H100 profile: 5.2 ms fixed per step)")
     parser.add_argument("--batch-concurrency", default=str(BatchScenario.batch_concurrency),
                         help="the runner's lines in flight; several, comma-separated: one interactive+batch case each")
+    parser.add_argument("--batch-reserve-pods", default=str(BatchScenario.batch_reserve_pods),
+                        help="router's --batch-reserve-pods; several, comma-separated: one interactive+batch case each")
     parser.add_argument("--cancel-after-interactive", action="store_true",
                         help="cancel the batch when the interactive load ends (lines_per_s: the rate in that window)")
     parser.add_argument("--repeats", type=int, default=1,
@@ -315,28 +323,30 @@ def main(argv: Sequence[str] | None = None) -> int:
     if set(cases) - set(CASES):
         parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}")
     try:
-        slots = [int(value) for value in args.batch_pod_slots.split(",") if value.strip()]
-        concurrencies = [int(value) for value in args.batch_concurrency.split(",") if value.strip()]
+        dimensions = {name: [int(value) for value in getattr(args, flag[2:].replace("-", "_")).split(",")
+                             if value.strip()] for name, flag in DIMENSIONS.items()}
     except ValueError:
-        parser.error("--batch-pod-slots and --batch-concurrency: integers, comma-separated")
-    if not slots or not concurrencies or min(slots + concurrencies) < 1 or args.repeats < 1:
-        parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --repeats at least 1")
+        parser.error(f"{', '.join(DIMENSIONS.values())}: integers, comma-separated")
+    lowest = {"slots": 1, "conc": 1, "reserve": 0}
+    if any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1:
+        parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
+                     "at least 0, --repeats at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
-                             interactive_rps=args.interactive_rps, batch_pod_slots=slots[0],
-                             batch_concurrency=concurrencies[0],
+                             interactive_rps=args.interactive_rps, batch_pod_slots=dimensions["slots"][0],
+                             batch_concurrency=dimensions["conc"][0], batch_reserve_pods=dimensions["reserve"][0],
                              min_step_ms=args.min_step_ms,
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
                              cancel_after_interactive=args.cancel_after_interactive)
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):
-        rounds.append(run(scenario, cases, slots, concurrencies))
+        rounds.append(run(scenario, cases, dimensions))
         print(f"round {index + 1} of {args.repeats}:\n{table(rounds[-1])}", flush=True)
     rows = medians(rounds) if args.repeats > 1 else rounds[0]
     loads = (load_before, os.getloadavg())
     WORK.mkdir(parents=True, exist_ok=True)
     (WORK / "results.json").write_text(
-        json.dumps({"scenario": asdict(scenario), "slots": slots, "concurrencies": concurrencies, "rounds": rounds,
+        json.dumps({"scenario": asdict(scenario), "dimensions": dimensions, "rounds": rounds,
                     "rows": rows, "loadavg_before_after": loads}, indent=2)
     )
     if args.repeats > 1:
@@ -347,43 +357,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         command = " ".join([".venv/bin/python -m bench.batch", *given])
         report.write_section("batch", section(scenario, rows, command, loads))
     return 0
-
-
-def section(
-    scenario: BatchScenario,
-    rows: Sequence[dict[str, Any]],
-    command: str,
-    loads: tuple[tuple[float, float, float], tuple[float, float, float]],
-) -> str:
-    s = scenario
-    aimd = (
-        f"`--batch-ttft-target-ms {s.batch_ttft_target_ms:g}` (an interactive first answer slower than that "
-        "halves the runner's lines in flight, at most once a second; they grow back by one per window of "
-        "finished lines)"
-        if s.batch_ttft_target_ms is not None
-        else "no TTFT target"
-    )
-    before, after = loads
-    window = (" The batch is cancelled when the interactive load ends (`lines_per_s`: its rate in that window)."
-              if s.cancel_after_interactive else "")
-    return f"""{report.provenance(command)}
-
-{s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
-{s.min_step_ms:g} ms: a pretend GPU step), host LoRA cache {s.host_cache_pages} pages each, {s.adapters} synthetic
-rank-8 adapters, `trtfleet router --batch-store` with `--batch-concurrency {s.batch_concurrency}
---batch-pod-slots {s.batch_pod_slots}` and {aimd}; batch lines start on a pod only while its load is below
-the slots and no interactive request waits in the router (interactive first). The batch: {s.lines:,}
-`/v1/completions` lines ({s.prompt_tokens}-token prompts, `max_tokens` {s.max_tokens}, greedy), each line's
-adapter drawn at random (input order = what online arrival order would be). Interactive load: Poisson
-{s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed, random adapters; TTFT is the first streamed
-text; `ttft_p99_past_warmup_ms` leaves each case's first {WARMUP_REQUESTS} interactive requests out (a fresh
-fleet's first answers). A fresh fleet (cold caches) per case. `adapter_loads`: the router's
-`adapter_loads_total` over the case (requests that carried weights); `loads_per_adapter_per_pod` divides it by
-adapters x workers (1.0 = each adapter loaded once on each pod).{window}
-Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start
-and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
-
-{table(rows)}"""
 
 
 if __name__ == "__main__":

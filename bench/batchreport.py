@@ -1,4 +1,4 @@
-"""bench.batch's report: the router's debug lines summed up, medians over rounds, the table (pure)."""
+"""bench.batch's report: the router's debug lines summed up, medians over rounds, the table, the docs section (pure)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,13 @@ import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from bench import report
 from bench.simstats import percentile
+
+if TYPE_CHECKING:
+    from bench.batch import BatchScenario
 
 
 def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
@@ -93,3 +97,42 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
                          else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
+
+
+def section(
+    scenario: BatchScenario,
+    rows: Sequence[dict[str, Any]],
+    command: str,
+    loads: tuple[tuple[float, float, float], tuple[float, float, float]],
+) -> str:
+    s = scenario
+    aimd = (
+        f"`--batch-ttft-target-ms {s.batch_ttft_target_ms:g}` (an interactive first answer slower than that "
+        "halves the runner's lines in flight, at most once a second; they grow back by one per window of "
+        "finished lines)"
+        if s.batch_ttft_target_ms is not None
+        else "no TTFT target"
+    )
+    reserve = (f" `--batch-reserve-pods {s.batch_reserve_pods}` (that many pods take no batch line while interactive "
+               "requests come, and take those first)" if s.batch_reserve_pods else "")
+    before, after = loads
+    window = (" The batch is cancelled when the interactive load ends (`lines_per_s`: its rate in that window)."
+              if s.cancel_after_interactive else "")
+    return f"""{report.provenance(command)}
+
+{s.workers} real `tritonserver` reference workers (tiny Llama, max batch {s.max_batch_size}, every step at least
+{s.min_step_ms:g} ms: a pretend GPU step), host LoRA cache {s.host_cache_pages} pages each, {s.adapters} synthetic
+rank-8 adapters, `trtfleet router --batch-store` with `--batch-concurrency {s.batch_concurrency}
+--batch-pod-slots {s.batch_pod_slots}`{reserve} and {aimd}; batch lines start on a pod only while its load is below
+the slots and no interactive request waits in the router (interactive first). The batch: {s.lines:,}
+`/v1/completions` lines ({s.prompt_tokens}-token prompts, `max_tokens` {s.max_tokens}, greedy), each line's
+adapter drawn at random (input order = what online arrival order would be). Interactive load: Poisson
+{s.interactive_rps:g} req/s for {s.interactive_s:g} s, streamed, random adapters; TTFT is the first streamed
+text; `ttft_p99_past_warmup_ms` leaves each case's first {WARMUP_REQUESTS} interactive requests out (a fresh
+fleet's first answers). A fresh fleet (cold caches) per case. `adapter_loads`: the router's
+`adapter_loads_total` over the case (requests that carried weights); `loads_per_adapter_per_pod` divides it by
+adapters x workers (1.0 = each adapter loaded once on each pod).{window}
+Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f} at the start
+and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
+
+{table(rows)}"""

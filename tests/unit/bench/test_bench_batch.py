@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bench.batch import BatchScenario, batch_input, expand_cases, section
-from bench.batchreport import WARMUP_REQUESTS, medians, table, trace_summary
+from bench.batch import BatchScenario, batch_input, expand_cases
+from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
 
@@ -26,27 +26,29 @@ def test_table_has_one_row_per_case() -> None:
 
 
 def test_several_slot_values_give_one_interactive_batch_case_each() -> None:
-    assert expand_cases(["interactive", "interactive+batch", "batch grouped"], [6, 4]) == [
-        ("interactive", 6, None, "interactive"),
-        ("interactive+batch", 6, None, "interactive+batch slots=6"),
-        ("interactive+batch", 4, None, "interactive+batch slots=4"),
-        ("batch grouped", 6, None, "batch grouped"),
+    assert expand_cases(["interactive", "interactive+batch", "batch grouped"], {"slots": [6, 4]}) == [
+        ("interactive", {"slots": 6}, "interactive"),
+        ("interactive+batch", {"slots": 6}, "interactive+batch slots=6"),
+        ("interactive+batch", {"slots": 4}, "interactive+batch slots=4"),
+        ("batch grouped", {"slots": 6}, "batch grouped"),
     ]
-    assert expand_cases(["interactive+batch"], [4]) == [("interactive+batch", 4, None, "interactive+batch")]
+    only = expand_cases(["interactive+batch"], {"slots": [4]})
+    assert only == [("interactive+batch", {"slots": 4}, "interactive+batch")]
 
 
-def test_several_concurrencies_give_a_case_each_and_two_lists_every_pair() -> None:
-    assert expand_cases(["interactive", "interactive+batch"], [6], [24, 2]) == [
-        ("interactive", 6, 24, "interactive"),
-        ("interactive+batch", 6, 24, "interactive+batch conc=24"),
-        ("interactive+batch", 6, 2, "interactive+batch conc=2"),
+def test_several_lists_give_every_combination_naming_only_what_varies() -> None:
+    runs = expand_cases(["interactive", "interactive+batch"], {"slots": [6], "conc": [24, 2], "reserve": [0]})
+    assert runs == [
+        ("interactive", {"slots": 6, "conc": 24, "reserve": 0}, "interactive"),
+        ("interactive+batch", {"slots": 6, "conc": 24, "reserve": 0}, "interactive+batch conc=24"),
+        ("interactive+batch", {"slots": 6, "conc": 2, "reserve": 0}, "interactive+batch conc=2"),
     ]
-    pairs = expand_cases(["interactive+batch"], [6, 4], [8, 2])
-    assert [label for *_, label in pairs] == [
-        "interactive+batch slots=6 conc=8", "interactive+batch slots=6 conc=2",
-        "interactive+batch slots=4 conc=8", "interactive+batch slots=4 conc=2",
+    combos = expand_cases(["interactive+batch"], {"slots": [6, 4], "conc": [8], "reserve": [0, 1]})
+    assert [label for *_, label in combos] == [
+        "interactive+batch slots=6 reserve=0", "interactive+batch slots=6 reserve=1",
+        "interactive+batch slots=4 reserve=0", "interactive+batch slots=4 reserve=1",
     ]
-    assert [(slot, conc) for _, slot, conc, _ in pairs] == [(6, 8), (6, 2), (4, 8), (4, 2)]
+    assert [(s["slots"], s["conc"], s["reserve"]) for _, s, _ in combos] == [(6, 8, 0), (6, 8, 1), (4, 8, 0), (4, 8, 1)]
 
 
 def test_the_section_says_when_the_batch_was_cancelled_at_the_window_end() -> None:
