@@ -15,9 +15,10 @@ requests go there first.
   uses every pod; when interactive requests come back, the lines already on a reserved pod finish there and
   no new one starts.
 * **Batch lines** are placed among the other pods only (``routing/batchplace.py`` on that subset).
-* **Interactive requests** are routed among the reserved pods while one of them has fewer than ``room``
-  requests in flight (the dispatcher passes its batch slots: a reserved pod takes as many as a batch pod
-  admits batch lines); when every reserved pod is that full, among all pods, as without a reserve.
+* **Interactive requests**, while the reserve holds and a batch line of any replica is in flight, are routed
+  among the reserved pods while one of them has fewer than ``room`` requests in flight (the dispatcher passes
+  its batch slots: a reserved pod takes as many as a batch pod admits batch lines); when every reserved pod is
+  that full, or no batch line runs, among all pods, as without a reserve.
 """
 
 from __future__ import annotations
@@ -110,6 +111,8 @@ class InteractiveReserve:
     ) -> tuple[RouteRequest, list[PodT], list[int]]:
         """``request``, its candidate ``pods`` and their ``loads`` with the reserve applied: the pods it does not
         see are added to its ``exclude_pods``, which every policy reads (``RoutingContext.is_candidate``)."""
+        if not request.background and not any(pod.load.background or pod.load.remote_background for pod in ready):
+            return request, list(pods), list(loads)  # no batch line anywhere: the whole fleet is interactive room
         reserved = self.reserved_now(request.reserve_pods, rankings, ready, now_s)
         hidden = hidden_pods([pod.pod_id for pod in pods], loads, reserved, request.background, request.reserve_room)
         if not hidden:

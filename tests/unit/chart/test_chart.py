@@ -145,9 +145,11 @@ def test_batches_are_off_by_default_and_a_store_turns_them_on(tmp_path: Path) ->
     _pod, container = _router(_render(tmp_path, []))
     assert not any(arg.startswith("--batch") for arg in container["args"])
     pod, container = _router(_render(tmp_path, ["--set", "router.batch.pvc=batches", "--set",
-                                                "router.batch.podSlots=2", "--set", "router.batch.order=input"]))
+                                                "router.batch.podSlots=2", "--set", "router.batch.order=input",
+                                                "--set", "router.batch.reservePods=1"]))
     assert [a for a in container["args"] if a.startswith("--batch")] == [
-        "--batch-store=/var/lib/trtfleet/batch", "--batch-pod-slots=2", "--batch-order=input"]
+        "--batch-store=/var/lib/trtfleet/batch", "--batch-pod-slots=2", "--batch-reserve-pods=1",
+        "--batch-order=input"]
     assert {"name": "batch-store", "mountPath": "/var/lib/trtfleet/batch"} in container["volumeMounts"]
     assert {"name": "batch-store", "persistentVolumeClaim": {"claimName": "batches"}} in pod["volumes"]
     _pod, container = _router(_render(tmp_path, CASES["production"]))
@@ -162,6 +164,7 @@ def test_batches_are_off_by_default_and_a_store_turns_them_on(tmp_path: Path) ->
     [
         ({"router": {"batch": {"store": "gs://bucket"}}}, "does not match"),
         ({"router": {"batch": {"podSlots": 0}}}, "minimum"),
+        ({"router": {"batch": {"reservePods": -1}}}, "minimum"),
         ({"router": {"batch": {"order": "fifo"}}}, "value must be one of"),
     ],
 )

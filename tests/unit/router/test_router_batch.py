@@ -155,3 +155,55 @@ def test_fleet_capacity_follows_the_fleets_in_flight_requests() -> None:
     fleet.finish(tickets[0], Outcome.OK)
     assert capacity.has_free_capacity("a")
     assert capacity.has_free_capacity("unknown-model")  # the line runs and gets its 404 answer
+
+
+def test_fleet_capacity_leaves_out_the_pods_a_reserve_holds_for_interactive_requests() -> None:
+    """With ``--batch-reserve-pods 1`` the runner counts the batch's room and lanes without the reserved pod once
+    an interactive request came, and with it again when none came for the hold time."""
+    from trtfleet_router.batch.capacity import FleetCapacity
+    from trtfleet_router.chat import chat_renderer
+    from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+    from trtfleet_router.models_registry import BaseModelEntry, EngineLimits, ModelRegistry
+    from trtfleet_router.routing.config import RoutingConfig
+    from trtfleet_router.routing.reserve import RESERVE_HOLD_S
+    from trtfleet_router.routing.types import Outcome, RouteRequest
+
+    clock = [1000.0]
+    fleets = FleetSet(RoutingConfig(), seed=1, now=lambda: clock[0])
+    registry = ModelRegistry([BaseModelEntry("tiny", "reference", EngineLimits(100, 150), chat_renderer("reference"))])
+    fleets.apply(DiscoverySnapshot(registry, {"tiny": {n: PodEndpoint(n, f"{n}:1", n) for n in ("p1", "p2", "p3")}}))
+    capacity = FleetCapacity(fleets, pod_slots=1, reserve_pods=1)
+    fleet = fleets.fleet("tiny")
+    assert capacity.lanes("tiny") == 3 and fleet.reserved_now(1) == frozenset()  # no interactive request yet
+    interactive = RouteRequest("tiny", None, 4, 4, request_id="i", reserve_pods=1, reserve_room=1)
+    fleet.finish(fleet.start(fleet.route(interactive), interactive), Outcome.OK)  # the reserve holds from now
+    (kept,) = fleet.reserved_now(1)
+    assert capacity.lanes("tiny") == 2
+    tickets = []
+    for index in range(2):  # one batch line on each pod that is not reserved: no room left for the batch
+        line = RouteRequest("tiny", None, 4, 4, request_id=f"b{index}", background=True, batch_slots=1,
+                            reserve_pods=1, reserve_room=1)
+        decision = fleet.route(line)
+        assert decision.pod != kept
+        tickets.append(fleet.start(decision, line))
+    assert not capacity.has_free_capacity("tiny")
+    clock[0] += RESERVE_HOLD_S + 1  # no interactive request for the hold time: the batch may use every pod
+    assert capacity.has_free_capacity("tiny") and capacity.lanes("tiny") == 3
+    for ticket in tickets:
+        fleet.finish(ticket, Outcome.OK)
+    fleet.check_invariants()
+
+
+def test_the_reserve_flag_reaches_the_batch_settings_and_a_negative_one_is_refused() -> None:
+    import argparse
+
+    from trtfleet_router.cli import configure, settings_from_args
+
+    parser = argparse.ArgumentParser()
+    configure(parser)
+    args = ["--fleet-config", "f.yaml", "--batch-store", "/tmp/store"]
+    settings = settings_from_args(parser.parse_args([*args, "--batch-reserve-pods", "1"]))
+    assert settings.batch.reserve_pods == 1
+    assert settings_from_args(parser.parse_args(args)).batch.reserve_pods == 0
+    with pytest.raises(ValueError, match="--batch-reserve-pods must be 0 or more, got -1"):
+        settings_from_args(parser.parse_args([*args, "--batch-reserve-pods", "-1"]))

@@ -125,6 +125,7 @@ def test_interactive_requests_go_to_the_reserved_pod_until_it_is_full(
     adapter = h.adapter(1)
     warm_elsewhere = next(p for p in h.pod_ids if p != kept)
     h.make_warm(warm_elsewhere, adapter)  # an interactive request: the reserve holds from now
+    _batch(h, h.adapter(5))  # and a batch runs
     first = [_interactive(h, adapter)[0] for _ in range(SLOTS)]
     assert {d.pod for d in first} == {kept}  # even cold there: the reserved pod starts it at once
     assert first[0].send_weights
@@ -152,4 +153,18 @@ def test_no_reserve_asked_routes_as_before(make_harness: Callable[..., Harness])
     h.run(None)
     pods = {_batch(h, h.adapter(i), reserve=0)[0].pod for i in range(3)}
     assert pods == set(h.pod_ids)
+    h.fleet.check_invariants()
+
+
+def test_with_no_batch_line_in_flight_interactive_requests_use_every_pod(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=3)
+    (kept,) = _reserved(h)
+    adapter = h.adapter(1)
+    warm_elsewhere = next(p for p in h.pod_ids if p != kept)
+    h.make_warm(warm_elsewhere, adapter)  # the reserve holds, but no batch runs
+    assert _interactive(h, adapter)[0].pod == warm_elsewhere  # the policy's warm pod, not the reserved one
+    _, line = _batch(h, h.adapter(5))
+    assert _interactive(h, adapter)[0].pod == kept
+    h.finish(line)
+    assert _interactive(h, adapter)[0].pod == warm_elsewhere
     h.fleet.check_invariants()
