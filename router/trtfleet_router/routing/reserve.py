@@ -16,9 +16,9 @@ requests go there first.
   no new one starts.
 * **Batch lines** are placed among the other pods only (``routing/batchplace.py`` on that subset).
 * **Interactive requests**, while the reserve holds and a batch line of any replica is in flight, are routed
-  among the reserved pods while one of them has fewer than ``room`` requests in flight (the dispatcher passes
-  its batch slots: a reserved pod takes as many as a batch pod admits batch lines); when every reserved pod is
-  that full, or no batch line runs, among all pods, as without a reserve.
+  among the reserved pods that have fewer than ``room`` requests in flight (the dispatcher passes its batch
+  slots: a reserved pod takes as many as a batch pod admits batch lines) and can take the request's adapter;
+  when no reserved pod can, or no batch line runs, among all pods, as without a reserve.
 """
 
 from __future__ import annotations
@@ -53,13 +53,20 @@ def reserved_pods(rankings: RendezvousRankings, ready_ids: Sequence[str], count:
 
 
 def hidden_pods(
-    ids: Sequence[str], loads: Sequence[int], reserved: frozenset[str], batch_line: bool, room: int
+    ids: Sequence[str],
+    loads: Sequence[int],
+    reserved: frozenset[str],
+    batch_line: bool,
+    room: int,
+    fits: Sequence[bool] | None = None,
 ) -> frozenset[str]:
     """Of the candidates ``ids`` (with the ``loads`` the request is compared by), those a request does not see
     with ``reserved`` held back (none: it is routed as without a reserve).
 
     An interactive request's loads leave batch lines out, which is right for the room check: a reserved pod runs
-    none once its last ones finish.
+    none once its last ones finish. ``fits`` (per candidate; None: all): whether the pod can take the request's
+    adapter now (warm, or room in its LoRA cache); a reserved pod that cannot is no room for it, so a cache full
+    of busy adapters there never makes an interactive request wait while other pods could serve it.
     """
     if not reserved:
         return frozenset()
@@ -67,9 +74,12 @@ def hidden_pods(
         hidden = frozenset(pod_id for pod_id in ids if pod_id in reserved)
         # every candidate left is reserved (the others were tried): the batch line may use them
         return frozenset() if len(hidden) == len(ids) else hidden
-    if any(pod_id in reserved and load < room for pod_id, load in zip(ids, loads, strict=True)):
-        return frozenset(pod_id for pod_id, load in zip(ids, loads, strict=True)
-                         if pod_id not in reserved or load >= room)
+    usable = [
+        pod_id in reserved and load < room and (fits is None or fits[i])
+        for i, (pod_id, load) in enumerate(zip(ids, loads, strict=True))
+    ]
+    if any(usable):
+        return frozenset(pod_id for pod_id, ok in zip(ids, usable, strict=True) if not ok)
     return frozenset()
 
 
@@ -114,7 +124,13 @@ class InteractiveReserve:
         if not request.background and not any(pod.load.background or pod.load.remote_background for pod in ready):
             return request, list(pods), list(loads)  # no batch line anywhere: the whole fleet is interactive room
         reserved = self.reserved_now(request.reserve_pods, rankings, ready, now_s)
-        hidden = hidden_pods([pod.pod_id for pod in pods], loads, reserved, request.background, request.reserve_room)
+        adapter = request.adapter
+        fits = None
+        if adapter is not None and not request.background:
+            task_id = adapter.task_id
+            fits = [pod.residency.holds(task_id) or pod.residency.has_evictable_slot(adapter.pages) for pod in pods]
+        ids = [pod.pod_id for pod in pods]
+        hidden = hidden_pods(ids, loads, reserved, request.background, request.reserve_room, fits)
         if not hidden:
             return request, list(pods), list(loads)
         keep = [i for i, pod in enumerate(pods) if pod.pod_id not in hidden]

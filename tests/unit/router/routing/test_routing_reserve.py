@@ -72,6 +72,10 @@ def test_what_batch_lines_and_interactive_requests_do_not_see() -> None:
     # only reserved pods left to a batch line (the others tried): it may use them
     assert hidden_pods(["b"], [1], reserved, True, SLOTS) == frozenset()
     assert hidden_pods(ids, [1, 1, 1], frozenset(), True, SLOTS) == frozenset()
+    # the reserved pod cannot take the adapter (its cache full of busy ones): every pod
+    assert hidden_pods(ids, [5, 0, 2], reserved, False, SLOTS, [True, False, True]) == frozenset()
+    both = frozenset({"a", "b"})
+    assert hidden_pods(ids, [0, 0, 2], both, False, SLOTS, [False, True, True]) == {"a", "c"}
 
 
 def test_the_reserve_holds_after_an_interactive_request_or_while_another_replica_runs_one() -> None:
@@ -167,4 +171,17 @@ def test_with_no_batch_line_in_flight_interactive_requests_use_every_pod(make_ha
     assert _interactive(h, adapter)[0].pod == kept
     h.finish(line)
     assert _interactive(h, adapter)[0].pod == warm_elsewhere
+    h.fleet.check_invariants()
+
+
+def test_a_reserved_pod_whose_cache_is_full_of_busy_adapters_sends_interactive_requests_elsewhere(
+    make_harness: Callable[..., Harness],
+) -> None:
+    h = make_harness("trtfleet", pods=3, host_pages=2)
+    (kept,) = _reserved(h)
+    for index in (7, 8):  # both pages of the reserved pod pinned by interactive requests in flight
+        h.pin(kept, h.adapter(index))
+    _batch(h, h.adapter(5))
+    decision, _ = _interactive(h, h.adapter(1))  # cold, and the reserved pod cannot store it now
+    assert decision.pod != kept
     h.fleet.check_invariants()
