@@ -92,9 +92,9 @@ class InteractiveReserve:
     def __init__(self) -> None:
         self._last_interactive_s = float("-inf")
 
-    def started(self, batch_line: bool, now_s: float) -> None:
-        """A request was sent (``Fleet.start``)."""
-        if not batch_line:
+    def started(self, interactive: bool, now_s: float) -> None:
+        """A request was sent (``Fleet.start``); batch lines and prewarming pushes are not ``interactive``."""
+        if interactive:
             self._last_interactive_s = now_s
 
     def holds(self, now_s: float, pods: Sequence[PodView]) -> bool:

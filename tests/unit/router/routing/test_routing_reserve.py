@@ -90,9 +90,9 @@ def test_the_reserve_holds_after_an_interactive_request_or_while_another_replica
     reserve = InteractiveReserve()
     pods = [Pod()]
     assert not reserve.holds(100.0, pods)  # type: ignore[arg-type]
-    reserve.started(True, 100.0)  # a batch line does not start it
+    reserve.started(False, 100.0)  # a batch line does not start it
     assert not reserve.holds(100.0, pods)  # type: ignore[arg-type]
-    reserve.started(False, 100.0)
+    reserve.started(True, 100.0)
     assert reserve.holds(100.0 + RESERVE_HOLD_S, pods)  # type: ignore[arg-type]
     assert not reserve.holds(100.0 + RESERVE_HOLD_S + 0.1, pods)  # type: ignore[arg-type]
     Load.remote_inflight = Load.remote_background = 2  # another replica's batch lines only
@@ -184,4 +184,14 @@ def test_a_reserved_pod_whose_cache_is_full_of_busy_adapters_sends_interactive_r
     _batch(h, h.adapter(5))
     decision, _ = _interactive(h, h.adapter(1))  # cold, and the reserved pod cannot store it now
     assert decision.pod != kept
+    h.fleet.check_invariants()
+
+
+def test_prewarming_pushes_do_not_hold_the_reserve(make_harness: Callable[..., Harness]) -> None:
+    h = make_harness("trtfleet", pods=3)
+    request = h.request(h.adapter(1))
+    h.open.append(h.fleet.start(h.fleet.prewarm_decision("p0"), request))
+    assert h.fleet.reserved_now(1) == frozenset()
+    h.run(None)  # an interactive request
+    assert len(h.fleet.reserved_now(1)) == 1
     h.fleet.check_invariants()
