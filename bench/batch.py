@@ -8,8 +8,8 @@
         --cancel-after-interactive --repeats 3    # what each batch rate costs interactive requests
 
 ``--batch-pod-slots``, ``--batch-concurrency`` and ``--batch-reserve-pods`` take one value or several (one
-``interactive+batch`` case per value, named ``interactive+batch slots=N``, ``conc=N`` or ``reserve=N``; several
-lists: every combination);
+``interactive+batch`` case per value, named ``interactive+batch slots=N``, ``conc=N`` or ``reserve=N``; the
+reserve also takes ``auto``; several lists: every combination);
 ``--cancel-after-interactive`` cancels the batch when the interactive load ends (through the API, as a user
 would), so the batch runs throughout the window and ``lines_per_s`` is the rate in it at any concurrency;
 ``--repeats N`` runs the cases N times, round by round (machine noise hits
@@ -50,6 +50,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from trtfleet_router.routing.reserve import RESERVE_AUTO
+
 from bench import report
 from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
@@ -77,7 +79,8 @@ class BatchScenario:
     """Batch lines are admitted while a pod's load is below this: max batch 8 minus 2 slots kept for
     interactive requests (an engine does not preempt a running sequence)."""
     batch_reserve_pods: int = 0
-    """Pods that take no batch line while interactive requests come (the router's ``--batch-reserve-pods``)."""
+    """Pods that take no batch line while interactive requests come (the router's ``--batch-reserve-pods``;
+    ``RESERVE_AUTO``: ``auto``)."""
     batch_ttft_target_ms: float | None = 30.0
     """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
     seed: int = 0
@@ -196,7 +199,7 @@ def run_case(
               "reserve": scenario.batch_reserve_pods, **(settings or {})}
     router_args = [
         "--batch-store", str(work / "store"), "--batch-order", order, "--batch-concurrency", str(values["conc"]),
-        "--batch-pod-slots", str(values["slots"]), "--batch-reserve-pods", str(values["reserve"]),
+        "--batch-pod-slots", str(values["slots"]), "--batch-reserve-pods", setting_text("reserve", values["reserve"]),
     ]
     if scenario.batch_ttft_target_ms is not None:
         router_args += ["--batch-ttft-target-ms", f"{scenario.batch_ttft_target_ms:g}"]
@@ -260,6 +263,18 @@ CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order
 DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods"}
 
 
+def setting_text(name: str, value: int) -> str:
+    """A setting as the router's flag and the case label write it (``reserve`` -1: ``auto``)."""
+    return "auto" if name == "reserve" and value == RESERVE_AUTO else str(value)
+
+
+def parse_setting(name: str, text: str) -> int:
+    """One value of a ``DIMENSIONS`` flag (``auto`` only for ``reserve``); ValueError otherwise."""
+    if name == "reserve" and text.strip().lower() == "auto":
+        return RESERVE_AUTO
+    return int(text)
+
+
 def expand_cases(
     cases: Sequence[str], dimensions: dict[str, Sequence[int]]
 ) -> list[tuple[str, dict[str, int], str]]:
@@ -272,7 +287,7 @@ def expand_cases(
     for case in cases:
         if case == "interactive+batch" and varying:
             for combo in itertools.product(*(dimensions[name] for name in varying)):
-                named = [f"{name}={value}" for name, value in zip(varying, combo, strict=True)]
+                named = [f"{name}={setting_text(name, value)}" for name, value in zip(varying, combo, strict=True)]
                 runs.append((case, {**firsts, **dict(zip(varying, combo, strict=True))}, " ".join([case, *named])))
         else:
             runs.append((case, dict(firsts), case))
@@ -323,14 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if set(cases) - set(CASES):
         parser.error(f"unknown cases {sorted(set(cases) - set(CASES))}")
     try:
-        dimensions = {name: [int(value) for value in getattr(args, flag[2:].replace("-", "_")).split(",")
-                             if value.strip()] for name, flag in DIMENSIONS.items()}
+        dimensions = {name: [parse_setting(name, text) for text in getattr(args, flag[2:].replace("-", "_")).split(",")
+                             if text.strip()] for name, flag in DIMENSIONS.items()}
     except ValueError:
-        parser.error(f"{', '.join(DIMENSIONS.values())}: integers, comma-separated")
-    lowest = {"slots": 1, "conc": 1, "reserve": 0}
+        parser.error(f"{', '.join(DIMENSIONS.values())}: integers (or auto for reserve), comma-separated")
+    lowest = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO}
     if any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1:
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
-                     "at least 0, --repeats at least 1")
+                     "at least 0 or auto, --repeats at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=dimensions["slots"][0],
                              batch_concurrency=dimensions["conc"][0], batch_reserve_pods=dimensions["reserve"][0],

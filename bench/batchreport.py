@@ -113,7 +113,8 @@ def section(
         if s.batch_ttft_target_ms is not None
         else "no TTFT target"
     )
-    reserve = (f" `--batch-reserve-pods {s.batch_reserve_pods}` (that many pods take no batch line while interactive "
+    count = "auto" if s.batch_reserve_pods < 0 else str(s.batch_reserve_pods)
+    reserve = (f" `--batch-reserve-pods {count}` (that many pods take no batch line while interactive "
                "requests come, and take those first)" if s.batch_reserve_pods else "")
     before, after = loads
     window = (" The batch is cancelled when the interactive load ends (`lines_per_s`: its rate in that window)."

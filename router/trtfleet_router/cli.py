@@ -34,6 +34,7 @@ from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
 from trtfleet_router.peering.peers import GRACE_S_DEFAULT, PEER_PORT_DEFAULT, SYNC_TIMEOUT_S_DEFAULT, PeerSettings
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
+from trtfleet_router.routing.reserve import RESERVE_AUTO
 from trtfleet_router.server.batch_http import MAX_FILE_BYTES_DEFAULT
 from trtfleet_router.server.common import (
     BODY_TIMEOUT_S_DEFAULT,
@@ -157,10 +158,10 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     batch.add_argument(
         "--batch-reserve-pods",
-        type=int,
+        type=_reserve_pods,
         default=0,
         help="pods that take no batch line while interactive requests come, and take those first (at most all "
-        "ready pods but one)",
+        "ready pods but one); auto: sized from the interactive requests in flight",
     )
     batch.add_argument(
         "--batch-ttft-target-ms",
@@ -182,6 +183,19 @@ def configure(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--log-level", default="INFO")
     parser.set_defaults(func=run)
+
+
+def _reserve_pods(value: str) -> int:
+    """``--batch-reserve-pods``: a count, or ``auto`` (:data:`~trtfleet_router.routing.reserve.RESERVE_AUTO`)."""
+    if value.strip().lower() == "auto":
+        return RESERVE_AUTO
+    try:
+        count = int(value)
+    except ValueError:
+        count = -1
+    if count < 0:
+        raise argparse.ArgumentTypeError(f"a number of pods (0 or more) or auto, not {value!r}")
+    return count
 
 
 def _routing_config(args: argparse.Namespace) -> RoutingConfig:

@@ -18,6 +18,7 @@ from trtfleet_router.batch.leader import LeaderElection
 from trtfleet_router.batch.resources import BatchResources
 from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
 from trtfleet_router.errors import RouterError
+from trtfleet_router.routing.reserve import RESERVE_AUTO
 from trtfleet_router.server.batch_http import MAX_FILE_BYTES_DEFAULT, BatchFrontend
 from trtfleet_router.server.common import Services
 from trtfleet_router.server.openai_http import OpenAIFrontend
@@ -34,11 +35,11 @@ class BatchSettings:
     """An interactive first answer slower than this halves the runner's window (None: not compared)."""
     max_file_bytes: int = MAX_FILE_BYTES_DEFAULT
     reserve_pods: int = 0
-    """Pods kept free of batch lines while interactive requests come (``routing/reserve.py``)."""
+    """Pods kept free of batch lines while interactive requests come, or ``RESERVE_AUTO`` (``routing/reserve.py``)."""
 
     def __post_init__(self) -> None:
-        if self.reserve_pods < 0:
-            raise ValueError(f"--batch-reserve-pods must be 0 or more, got {self.reserve_pods}")
+        if self.reserve_pods < 0 and self.reserve_pods != RESERVE_AUTO:
+            raise ValueError(f"--batch-reserve-pods must be 0 or more, or auto; got {self.reserve_pods}")
 
 
 @dataclass(frozen=True)

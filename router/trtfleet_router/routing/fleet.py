@@ -216,7 +216,7 @@ class Fleet(PodResets):
         adapter = request.adapter
         if request.background:
             pod.load.batch_started(adapter.task_id if adapter is not None else None)
-        self._reserve.started(not request.background and decision.policy != PREWARM_POLICY, now_s)
+        self._reserve.started(request, decision.policy == PREWARM_POLICY, now_s, self._ready)
         ticket_id = next(self._tickets)
         blocks = request.blocks
         hashes = blocks.hashes if self._uses_prefix else ()

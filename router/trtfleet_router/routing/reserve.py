@@ -10,6 +10,12 @@ requests go there first.
 * **Which pods**: the first ``count`` ready pods in the rendezvous order of :data:`RESERVE_KEY`, so every
   router replica reserves the same ones and a pod joining or leaving moves few others. At most all ready pods
   but one: a batch always keeps a pod to progress on.
+* **How many** with :data:`RESERVE_AUTO`: enough that the interactive load keeps each reserved pod busy
+  :data:`RESERVE_OCCUPANCY` of the time, ``ceil(mean in flight / RESERVE_OCCUPANCY)``, at least one. The mean
+  is what each interactive request finds in flight on the fleet when it starts (every replica's, batch lines
+  left out), averaged over about the last :data:`RESERVE_SAMPLES` of them: for Poisson arrivals that is the
+  time average (arrivals see time averages); bursts see more, which reserves more. Replicas see the same
+  requests in flight (their events), so their means and counts agree but for the moments around a change.
 * **When**: while an interactive request started within the last :data:`RESERVE_HOLD_S` seconds on this
   router, or another replica has an interactive request in flight on any pod (their events). A batch alone
   uses every pod; when interactive requests come back, the lines already on a reserved pod finish there and
@@ -23,6 +29,7 @@ requests go there first.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final, TypeVar
@@ -33,6 +40,9 @@ from trtfleet_router.routing.types import RouteRequest
 
 RESERVE_KEY: Final = "\x00trtfleet/interactive-reserve"  # no adapter or model name holds a NUL
 RESERVE_HOLD_S: Final = 30.0
+RESERVE_AUTO: Final = -1  # a reserve sized from the interactive load (``--batch-reserve-pods auto``)
+RESERVE_OCCUPANCY: Final = 0.35  # auto: the share of the time each reserved pod is to run interactive requests
+RESERVE_SAMPLES: Final = 32  # auto: the interactive requests the mean in flight is taken over (about)
 
 PodT = TypeVar("PodT", bound=PodView)
 
@@ -87,15 +97,30 @@ class InteractiveReserve:
     """One fleet's reserve: when it holds (the last interactive request this router started, on the fleet's
     clock, or another replica's in flight) and what it leaves a request to be routed among."""
 
-    __slots__ = ("_last_interactive_s",)
+    __slots__ = ("_last_interactive_s", "_mean_inflight", "_samples")
 
     def __init__(self) -> None:
         self._last_interactive_s = float("-inf")
+        self._mean_inflight = 0.0
+        self._samples = 0
 
-    def started(self, interactive: bool, now_s: float) -> None:
-        """A request was sent (``Fleet.start``); batch lines and prewarming pushes are not ``interactive``."""
-        if interactive:
-            self._last_interactive_s = now_s
+    def started(self, request: RouteRequest, prewarm: bool, now_s: float, ready: Sequence[PodView]) -> None:
+        """``request`` was sent (``Fleet.start``, which already counts it in flight). Batch lines and prewarming
+        pushes are not interactive; with an auto reserve an interactive request samples the interactive load."""
+        if request.background or prewarm:
+            return
+        self._last_interactive_s = now_s
+        if request.reserve_pods == RESERVE_AUTO:
+            found = sum(p.load.inflight - p.load.background + p.load.remote_inflight - p.load.remote_background
+                        for p in ready) - 1  # not itself
+            self._samples = min(self._samples + 1, RESERVE_SAMPLES)
+            self._mean_inflight += (max(0, found) - self._mean_inflight) / self._samples
+
+    def size(self, count: int) -> int:
+        """The pods a reserve of ``count`` holds back (before the all-but-one cap): ``count``, or by the load."""
+        if count != RESERVE_AUTO:
+            return count
+        return max(1, math.ceil(self._mean_inflight / RESERVE_OCCUPANCY - 1e-9))
 
     def holds(self, now_s: float, pods: Sequence[PodView]) -> bool:
         if now_s - self._last_interactive_s <= RESERVE_HOLD_S:
@@ -106,9 +131,9 @@ class InteractiveReserve:
         self, count: int, rankings: RendezvousRankings, ready: Sequence[PodView], now_s: float
     ) -> frozenset[str]:
         """The reserved pods now for a reserve of ``count`` (none while the reserve does not hold)."""
-        if count <= 0 or not self.holds(now_s, ready):
+        if count == 0 or not self.holds(now_s, ready):
             return frozenset()
-        return reserved_pods(rankings, [pod.pod_id for pod in ready], count)
+        return reserved_pods(rankings, [pod.pod_id for pod in ready], self.size(count))
 
     def apply(
         self,

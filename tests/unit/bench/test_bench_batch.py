@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.batch import BatchScenario, batch_input, expand_cases
+from bench.batch import BatchScenario, batch_input, expand_cases, parse_setting, setting_text
 from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
@@ -49,6 +49,12 @@ def test_several_lists_give_every_combination_naming_only_what_varies() -> None:
         "interactive+batch slots=4 reserve=0", "interactive+batch slots=4 reserve=1",
     ]
     assert [(s["slots"], s["conc"], s["reserve"]) for _, s, _ in combos] == [(6, 8, 0), (6, 8, 1), (4, 8, 0), (4, 8, 1)]
+    auto = parse_setting("reserve", "auto")
+    assert [label for *_, label in expand_cases(["interactive+batch"], {"reserve": [2, auto]})] == [
+        "interactive+batch reserve=2", "interactive+batch reserve=auto"]
+    assert setting_text("reserve", auto) == "auto" and setting_text("slots", 6) == "6"
+    with pytest.raises(ValueError):
+        parse_setting("slots", "auto")  # only the reserve has an auto
 
 
 def test_the_section_says_when_the_batch_was_cancelled_at_the_window_end() -> None:

@@ -146,9 +146,9 @@ def test_batches_are_off_by_default_and_a_store_turns_them_on(tmp_path: Path) ->
     assert not any(arg.startswith("--batch") for arg in container["args"])
     pod, container = _router(_render(tmp_path, ["--set", "router.batch.pvc=batches", "--set",
                                                 "router.batch.podSlots=2", "--set", "router.batch.order=input",
-                                                "--set", "router.batch.reservePods=1"]))
+                                                "--set", "router.batch.reservePods=auto"]))
     assert [a for a in container["args"] if a.startswith("--batch")] == [
-        "--batch-store=/var/lib/trtfleet/batch", "--batch-pod-slots=2", "--batch-reserve-pods=1",
+        "--batch-store=/var/lib/trtfleet/batch", "--batch-pod-slots=2", "--batch-reserve-pods=auto",
         "--batch-order=input"]
     assert {"name": "batch-store", "mountPath": "/var/lib/trtfleet/batch"} in container["volumeMounts"]
     assert {"name": "batch-store", "persistentVolumeClaim": {"claimName": "batches"}} in pod["volumes"]
@@ -164,7 +164,8 @@ def test_batches_are_off_by_default_and_a_store_turns_them_on(tmp_path: Path) ->
     [
         ({"router": {"batch": {"store": "gs://bucket"}}}, "does not match"),
         ({"router": {"batch": {"podSlots": 0}}}, "minimum"),
-        ({"router": {"batch": {"reservePods": -1}}}, "minimum"),
+        ({"router": {"batch": {"reservePods": -1}}}, "minimum: got -1"),
+        ({"router": {"batch": {"reservePods": "some"}}}, "value must be 'auto'"),
         ({"router": {"batch": {"order": "fifo"}}}, "value must be one of"),
     ],
 )

@@ -194,9 +194,10 @@ def test_fleet_capacity_leaves_out_the_pods_a_reserve_holds_for_interactive_requ
     fleet.check_invariants()
 
 
-def test_the_reserve_flag_reaches_the_batch_settings_and_a_negative_one_is_refused() -> None:
+def test_the_reserve_flag_reaches_the_batch_settings_and_a_bad_one_is_refused() -> None:
     import argparse
 
+    from trtfleet_router.batch.wiring import BatchSettings
     from trtfleet_router.cli import configure, settings_from_args
 
     parser = argparse.ArgumentParser()
@@ -205,5 +206,9 @@ def test_the_reserve_flag_reaches_the_batch_settings_and_a_negative_one_is_refus
     settings = settings_from_args(parser.parse_args([*args, "--batch-reserve-pods", "1"]))
     assert settings.batch.reserve_pods == 1
     assert settings_from_args(parser.parse_args(args)).batch.reserve_pods == 0
-    with pytest.raises(ValueError, match="--batch-reserve-pods must be 0 or more, got -1"):
-        settings_from_args(parser.parse_args([*args, "--batch-reserve-pods", "-1"]))
+    assert settings_from_args(parser.parse_args([*args, "--batch-reserve-pods", "auto"])).batch.reserve_pods == -1
+    for bad in ("-1", "many"):  # argparse: "a number of pods (0 or more) or auto, not ..."
+        with pytest.raises(SystemExit):
+            parser.parse_args([*args, "--batch-reserve-pods", bad])
+    with pytest.raises(ValueError, match="--batch-reserve-pods must be 0 or more, or auto; got -2"):
+        BatchSettings(store="/tmp/store", reserve_pods=-2)

@@ -7,9 +7,16 @@ from collections.abc import Callable
 from dataclasses import replace
 
 import pytest
-from trtfleet_router.routing import AdapterRef, Decision, Ticket
+from trtfleet_router.routing import AdapterRef, Decision, RouteRequest, Ticket
 from trtfleet_router.routing.hashing import RendezvousRankings
-from trtfleet_router.routing.reserve import RESERVE_HOLD_S, InteractiveReserve, hidden_pods, reserved_pods
+from trtfleet_router.routing.reserve import (
+    RESERVE_AUTO,
+    RESERVE_HOLD_S,
+    RESERVE_SAMPLES,
+    InteractiveReserve,
+    hidden_pods,
+    reserved_pods,
+)
 
 from tests.unit.router.routing.conftest import Harness
 
@@ -89,10 +96,12 @@ def test_the_reserve_holds_after_an_interactive_request_or_while_another_replica
 
     reserve = InteractiveReserve()
     pods = [Pod()]
+    request = RouteRequest("m", None, 16, 16, reserve_pods=1, reserve_room=SLOTS)
     assert not reserve.holds(100.0, pods)  # type: ignore[arg-type]
-    reserve.started(False, 100.0)  # a batch line does not start it
+    reserve.started(replace(request, background=True), False, 100.0, ())  # a batch line does not start it
+    reserve.started(request, True, 100.0, ())  # nor a prewarming push
     assert not reserve.holds(100.0, pods)  # type: ignore[arg-type]
-    reserve.started(True, 100.0)
+    reserve.started(request, False, 100.0, ())
     assert reserve.holds(100.0 + RESERVE_HOLD_S, pods)  # type: ignore[arg-type]
     assert not reserve.holds(100.0 + RESERVE_HOLD_S + 0.1, pods)  # type: ignore[arg-type]
     Load.remote_inflight = Load.remote_background = 2  # another replica's batch lines only
@@ -194,4 +203,24 @@ def test_prewarming_pushes_do_not_hold_the_reserve(make_harness: Callable[..., H
     assert h.fleet.reserved_now(1) == frozenset()
     h.run(None)  # an interactive request
     assert len(h.fleet.reserved_now(1)) == 1
+    h.fleet.check_invariants()
+
+
+def test_an_auto_reserve_is_sized_from_the_interactive_requests_in_flight(make_harness: Callable[..., Harness]) -> None:
+    """Each interactive request samples what it finds in flight (batch lines left out); the reserve holds
+    ceil(mean / 0.35) pods, at least one, at most all but one."""
+    h = make_harness("trtfleet", pods=4)
+    _batch(h, h.adapter(5), reserve=RESERVE_AUTO)  # batch lines are not interactive load
+    assert h.fleet.reserved_now(RESERVE_AUTO) == frozenset()  # no interactive request yet: it does not hold
+    _, ticket = _interactive(h, None, reserve=RESERVE_AUTO)  # it found none in flight
+    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 1  # at least one
+    for _ in range(RESERVE_SAMPLES):  # each one finds exactly one other in flight (the first)
+        _, other = _interactive(h, None, reserve=RESERVE_AUTO)
+        h.finish(other)
+    # mean found: about 0.97 (a running mean over at most 32 samples, the first one 0) -> ceil(0.97 / 0.35) = 3
+    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 3  # all but one of four
+    h.finish(ticket)
+    for _ in range(4 * RESERVE_SAMPLES):  # then they come one at a time: the mean decays towards 0
+        h.finish(_interactive(h, None, reserve=RESERVE_AUTO)[1])
+    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 1
     h.fleet.check_invariants()
