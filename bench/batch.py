@@ -53,7 +53,7 @@ from typing import Any
 from trtfleet_router.routing.reserve import RESERVE_AUTO
 
 from bench import report
-from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
+from bench.batchreport import WARMUP_REQUESTS, medians, section, setting_text, table, trace_summary
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
 from bench.traces import prompt_text
@@ -261,11 +261,6 @@ CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order
 
 
 DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods"}
-
-
-def setting_text(name: str, value: int) -> str:
-    """A setting as the router's flag and the case label write it (``reserve`` -1: ``auto``)."""
-    return "auto" if name == "reserve" and value == RESERVE_AUTO else str(value)
 
 
 def parse_setting(name: str, text: str) -> int:

@@ -8,6 +8,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from trtfleet_router.routing.reserve import RESERVE_AUTO
+
 from bench import report
 from bench.simstats import percentile
 
@@ -99,6 +101,11 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def setting_text(name: str, value: int) -> str:
+    """A ``bench.batch`` setting as the router's flag and the case labels write it (``reserve`` -1: ``auto``)."""
+    return "auto" if name == "reserve" and value == RESERVE_AUTO else str(value)
+
+
 def section(
     scenario: BatchScenario,
     rows: Sequence[dict[str, Any]],
@@ -113,7 +120,7 @@ def section(
         if s.batch_ttft_target_ms is not None
         else "no TTFT target"
     )
-    count = "auto" if s.batch_reserve_pods < 0 else str(s.batch_reserve_pods)
+    count = setting_text("reserve", s.batch_reserve_pods)
     reserve = (f" `--batch-reserve-pods {count}` (that many pods take no batch line while interactive "
                "requests come, and take those first)" if s.batch_reserve_pods else "")
     before, after = loads

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from bench.batch import BatchScenario, batch_input, expand_cases, parse_setting, setting_text
-from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
+from bench.batch import BatchScenario, batch_input, expand_cases, parse_setting
+from bench.batchreport import WARMUP_REQUESTS, medians, section, setting_text, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
 
