@@ -54,6 +54,7 @@ from trtfleet_router.routing.reserve import RESERVE_AUTO
 
 from bench import report
 from bench.batchreport import WARMUP_REQUESTS, medians, section, setting_text, table, trace_summary
+from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
 from bench.traces import prompt_text
@@ -84,6 +85,9 @@ class BatchScenario:
     batch_ttft_target_ms: float | None = 30.0
     """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
     seed: int = 0
+    trtfleet: tuple[tuple[str, float], ...] = ()
+    """Settings of the router's ``trtfleet`` policy section (``--trtfleet KEY=VALUE``, camelCase; () its defaults),
+    every case alike: e.g. the cold-load and in-flight prices measured on these workers."""
     trace: bool = False
     """Router at debug level; each row gets :func:`trace_summary` of its interactive requests."""
     cancel_after_interactive: bool = False
@@ -182,6 +186,11 @@ def wait_batch(client: Any, batch_id: str) -> Any:
         time.sleep(0.5)
 
 
+def policy_config(scenario: BatchScenario) -> dict[str, dict[str, float]] | None:
+    """The router's routing config: the ``trtfleet`` section's settings given (None: every default)."""
+    return {"trtfleet": dict(scenario.trtfleet)} if scenario.trtfleet else None
+
+
 def run_case(
     case: str,
     scenario: BatchScenario,
@@ -208,7 +217,8 @@ def run_case(
     router_log = work / "router.log"
     log_offset = router_log.stat().st_size if router_log.exists() else 0  # the log is appended to
     fleet = RealFleet("trtfleet", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
-                      seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args)
+                      seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args,
+                      policy_config=policy_config(scenario))
     names = [name for name, _, _ in adapters]
     row: dict[str, Any] = {"case": label}
     with fleet:
@@ -308,6 +318,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.batch", description=__doc__.split("\n")[0])
     parser.add_argument("--lines", type=int, default=BatchScenario.lines)
     parser.add_argument("--adapters", type=int, default=BatchScenario.adapters)
+    parser.add_argument("--workers", type=int, default=BatchScenario.workers, help="reference workers (pods)")
     parser.add_argument("--interactive-s", type=float, default=BatchScenario.interactive_s)
     parser.add_argument("--interactive-rps", type=float, default=BatchScenario.interactive_rps)
     parser.add_argument("--batch-pod-slots", default=str(BatchScenario.batch_pod_slots),
@@ -325,6 +336,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-ttft-target-ms", type=float, default=BatchScenario.batch_ttft_target_ms,
                         help="AIMD target for interactive first answers (0: off)")
     parser.add_argument("--cases", default=",".join(CASES), help=f"comma-separated of {', '.join(CASES)}")
+    parser.add_argument("--trtfleet", action="append", default=[], metavar="KEY=VALUE", type=setting,
+                        help="a number in the trtfleet policy's routing section for every case, e.g. "
+                        "loadOverheadS=0.0016 (repeatable; default: the policy's defaults)")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
@@ -338,13 +352,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ValueError:
         parser.error(f"{', '.join(DIMENSIONS.values())}: integers (or auto for reserve), comma-separated")
     lowest = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO}
-    if any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1:
+    if (any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1
+            or args.workers < 1):
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
-                     "at least 0 or auto, --repeats at least 1")
-    scenario = BatchScenario(lines=args.lines, adapters=args.adapters, interactive_s=args.interactive_s,
+                     "at least 0 or auto, --repeats and --workers at least 1")
+    scenario = BatchScenario(lines=args.lines, adapters=args.adapters, workers=args.workers,
+                             interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=dimensions["slots"][0],
                              batch_concurrency=dimensions["conc"][0], batch_reserve_pods=dimensions["reserve"][0],
-                             min_step_ms=args.min_step_ms,
+                             min_step_ms=args.min_step_ms, trtfleet=tuple(args.trtfleet),
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
                              cancel_after_interactive=args.cancel_after_interactive)
     load_before = os.getloadavg()

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from bench.batch import BatchScenario, batch_input, expand_cases, parse_setting
+from bench.batch import BatchScenario, batch_input, expand_cases, main, parse_setting, policy_config
 from bench.batchreport import WARMUP_REQUESTS, medians, section, setting_text, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
@@ -128,3 +128,13 @@ def test_trace_summary_counts_interactive_requests_only() -> None:
         "first_answer_p99_ms_cold": 180.0,
     }
     assert "interactive_cold" in table([{"case": "interactive", **summary}]).splitlines()[0]
+
+
+def test_trtfleet_settings_reach_the_routers_policy_section_and_bad_flags_are_refused() -> None:
+    assert policy_config(BatchScenario()) is None
+    scenario = BatchScenario(trtfleet=(("loadOverheadS", 0.0016), ("inflightDelayS", 0.01)))
+    assert policy_config(scenario) == {"trtfleet": {"loadOverheadS": 0.0016, "inflightDelayS": 0.01}}
+    with pytest.raises(SystemExit):
+        main(["--trtfleet", "loadOverheadS"])  # no value: the parser refuses it
+    with pytest.raises(SystemExit):
+        main(["--workers", "0"])
