@@ -230,6 +230,9 @@ class RouterMetrics:
         self.pod_warm_demand: Callable[[], Iterable[tuple[str, str, int]]] | None = None
         """``(base model, pod, warm demand)`` per pod, set by the router (it knows the pods' warm sets)."""
         loop_metrics.extra.append(self._active_adapter_families)
+        self.batch_reserved_pods: Callable[[], Iterable[tuple[str, int]]] | None = None
+        """``(base model, pods reserved now)``, set by the batch wiring when ``--batch-reserve-pods`` is on."""
+        loop_metrics.extra.append(self._batch_reserve_families)
         self.peers_connected = gauge("peers_connected", "Other router replicas whose event stream is up.")
         self.peer_events = counter(
             "peer_events", "Other replicas' residency events received: applied, ignored (unknown pod).", "result"
@@ -276,6 +279,19 @@ class RouterMetrics:
             for base, pod, demand in self.pod_warm_demand():
                 warm.add_metric((base, pod), demand)
             yield warm
+
+    def _batch_reserve_families(self) -> Iterator[Metric]:
+        if self.batch_reserved_pods is None:
+            return
+        reserved = GaugeMetricFamily(
+            PREFIX + "batch_reserved_pods",
+            "Ready pods the batch reserve keeps free of new batch lines now (0 while no interactive request "
+            "comes), per base model.",
+            labels=("base_model",),
+        )
+        for base, count in self.batch_reserved_pods():
+            reserved.add_metric((base,), count)
+        yield reserved
 
     def exposition(self) -> bytes:
         """The registry in Prometheus' text format."""

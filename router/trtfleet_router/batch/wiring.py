@@ -90,6 +90,11 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
     gate = FleetCapacity(
         services.fleets, settings.pod_slots, dispatcher.capacity_waits, dispatcher.interactive, settings.reserve_pods
     )
+    if settings.reserve_pods:
+        reserve, fleet_set = settings.reserve_pods, services.fleets
+        services.metrics.batch_reserved_pods = lambda: [
+            (base, len(fleet.reserved_now(reserve))) for base, fleet in list(fleet_set.fleets.items())
+        ]
     runner = BatchRunner(
         service,
         DispatchExecutor(OpenAIFrontend(services)),

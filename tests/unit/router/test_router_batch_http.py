@@ -133,3 +133,30 @@ def test_batches_create_list_page_and_missing_ids(fleet: EchoFleet) -> None:
         "[101] p1",
         "[101] p2",
     ]
+
+
+def test_the_reserved_pods_gauge_follows_the_reserve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``trtfleet_router_batch_reserved_pods`` says how many pods the reserve keeps free of batch lines: none
+    before an interactive request, one after (the hold made a lifetime here: the test does not race its 30 s)."""
+    from trtfleet_router.routing import reserve
+
+    monkeypatch.setattr(reserve, "RESERVE_HOLD_S", 1e9)
+    batch = BatchSettings(store=str(tmp_path / "store"), reserve_pods=1)
+    started = EchoFleet(tmp_path, batch=batch)
+    try:
+
+        def gauge() -> list[str]:
+            with urllib.request.urlopen(started.router.metrics_url, timeout=10) as response:
+                text = response.read().decode()
+            return [line for line in text.splitlines() if line.startswith("trtfleet_router_batch_reserved_pods")]
+
+        assert gauge() == ['trtfleet_router_batch_reserved_pods{base_model="tiny"} 0.0']
+        _client(started).completions.create(model="a1", prompt="hello", max_tokens=4)
+        assert gauge() == ['trtfleet_router_batch_reserved_pods{base_model="tiny"} 1.0']
+    finally:
+        started.close()
+
+
+def test_no_reserved_pods_gauge_without_a_reserve(fleet: EchoFleet) -> None:
+    with urllib.request.urlopen(fleet.router.metrics_url, timeout=10) as response:
+        assert b"trtfleet_router_batch_reserved_pods" not in response.read()
