@@ -6,6 +6,10 @@
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --trace   # where interactive time goes
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-concurrency 24,6,2 \
         --cancel-after-interactive --repeats 3    # what each batch rate costs interactive requests
+    .venv/bin/python -m bench.batch --workers 6 --trtfleet loadOverheadS=0.0016 --trtfleet inflightDelayS=0.01 \
+        --cases interactive,interactive+batch --batch-reserve-pods 3,4 --batch-pod-slots 8 --cancel-after-interactive \
+        --repeats 3
+        # six pods, the policy priced for the reference workers (a cold load 1.6 ms, a request in flight 10 ms)
 
 ``--batch-pod-slots``, ``--batch-concurrency`` and ``--batch-reserve-pods`` take one value or several (one
 ``interactive+batch`` case per value, named ``interactive+batch slots=N``, ``conc=N`` or ``reserve=N``; the
