@@ -19,10 +19,13 @@ if TYPE_CHECKING:
 
 def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
     """Of the interactive requests in the router's debug ``upstream done`` lines: how many went warm and how
-    many carried weights, the longest wait for a decision, and the p99 from decision to first answer."""
+    many carried weights, the longest wait for a decision, and the p99 from decision to first answer; and, past
+    the first :data:`WARMUP_REQUESTS` of them (in log order), how many shared their pod with another request in
+    flight as they started (``pod_load`` 2 or more) and their first answers against those that had it alone."""
     warm: list[float] = []
     cold: list[float] = []
     waits: list[float] = []
+    started: list[tuple[float, int]] = []  # (first answer ms, pod load this request included), in log order
     for line in lines:
         if '"upstream done"' not in line:
             continue
@@ -31,21 +34,30 @@ def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
             continue
         (cold if record["send_weights"] else warm).append(record["first_answer_ms"])
         waits.append(record["decided_ms"])
+        started.append((record["first_answer_ms"], record["pod_load"]))
+    past = started[WARMUP_REQUESTS:]
+    alone = [first for first, load in past if load <= 1]
+    shared = [first for first, load in past if load > 1]
 
-    def p99(values: list[float]) -> float:
-        return round(percentile(values, 99), 1) if values else math.nan
+    def pct(values: list[float], q: float) -> float:
+        return round(percentile(values, q), 1) if values else math.nan
 
     return {
         "interactive_warm": len(warm),
         "interactive_cold": len(cold),
         "decision_wait_max_ms": max(waits, default=math.nan),
-        "first_answer_p99_ms_warm": p99(warm),
-        "first_answer_p99_ms_cold": p99(cold),
+        "first_answer_p99_ms_warm": pct(warm, 99),
+        "first_answer_p99_ms_cold": pct(cold, 99),
+        "shared_pod_past_warmup": len(shared),
+        "first_answer_p50_ms_alone": pct(alone, 50),
+        "first_answer_p50_ms_shared": pct(shared, 50),
+        "first_answer_p99_ms_shared": pct(shared, 99),
     }
 
 
 TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms", "first_answer_p99_ms_warm",
-                 "first_answer_p99_ms_cold")
+                 "first_answer_p99_ms_cold", "shared_pod_past_warmup", "first_answer_p50_ms_alone",
+                 "first_answer_p50_ms_shared", "first_answer_p99_ms_shared")
 MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
                   "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", *TRACE_COLUMNS)
 WARMUP_REQUESTS = 10

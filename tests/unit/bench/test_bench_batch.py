@@ -107,27 +107,41 @@ def test_the_past_warmup_p99_leaves_each_rounds_first_requests_out() -> None:
     assert "ttft_p99_past_warmup_ms" in header and "p99_past_warmup_pooled_ms" in header
 
 
-def test_trace_summary_counts_interactive_requests_only() -> None:
-    def done(priority: str, weights: bool, decided: float, first: float | None) -> str:
-        ctx = {"priority": priority, "send_weights": weights, "decided_ms": decided, "first_answer_ms": first}
-        return json.dumps({"level": "debug", "msg": "upstream done", **ctx})
+def _done(priority: str, weights: bool, decided: float, first: float | None, load: int = 1) -> str:
+    ctx = {"priority": priority, "send_weights": weights, "decided_ms": decided, "first_answer_ms": first,
+           "pod_load": load}
+    return json.dumps({"level": "debug", "msg": "upstream done", **ctx})
 
+
+def test_trace_summary_counts_interactive_requests_only() -> None:
     lines = [
-        done("interactive", False, 0.1, 12.0),
-        done("interactive", True, 2.5, 180.0),
-        done("batch", True, 900.0, 400.0),  # batch lines are not counted
-        done("interactive", False, 0.2, None),  # answered nothing: no first answer to time
+        _done("interactive", False, 0.1, 12.0),
+        _done("interactive", True, 2.5, 180.0),
+        _done("batch", True, 900.0, 400.0),  # batch lines are not counted
+        _done("interactive", False, 0.2, None),  # answered nothing: no first answer to time
         '{"level": "info", "msg": "adapter weights loaded"}',
     ]
     summary = trace_summary(lines)
-    assert summary == {
+    assert {key: summary[key] for key in list(summary)[:5]} == {
         "interactive_warm": 1,
         "interactive_cold": 1,
         "decision_wait_max_ms": 2.5,
         "first_answer_p99_ms_warm": 12.0,
         "first_answer_p99_ms_cold": 180.0,
     }
+    assert summary["shared_pod_past_warmup"] == 0  # both were warm-up requests
     assert "interactive_cold" in table([{"case": "interactive", **summary}]).splitlines()[0]
+
+
+def test_trace_summary_splits_requests_that_shared_their_pod_past_warmup() -> None:
+    warmup = [_done("interactive", False, 0.1, 500.0, load=3) for _ in range(WARMUP_REQUESTS)]
+    alone = [_done("interactive", True, 0.1, ms) for ms in (8.0, 9.0, 10.0)]
+    shared = [_done("interactive", False, 0.1, ms, load=2) for ms in (18.0, 20.0)]
+    summary = trace_summary([*warmup, *alone, _done("batch", False, 0.1, 30.0, load=5), *shared])
+    assert summary["shared_pod_past_warmup"] == 2
+    assert summary["first_answer_p50_ms_alone"] == 9.0
+    assert summary["first_answer_p50_ms_shared"] == 19.0
+    assert summary["first_answer_p99_ms_shared"] == 20.0
 
 
 def test_trtfleet_settings_reach_the_routers_policy_section_and_bad_flags_are_refused() -> None:
