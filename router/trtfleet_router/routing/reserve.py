@@ -149,6 +149,8 @@ class InteractiveReserve:
         if not request.background and not any(pod.load.background or pod.load.remote_background for pod in ready):
             return request, list(pods), list(loads)  # no batch line anywhere: the whole fleet is interactive room
         reserved = self.reserved_now(request.reserve_pods, rankings, ready, now_s)
+        if not reserved:
+            return request, list(pods), list(loads)
         adapter = request.adapter
         fits = None
         if adapter is not None and not request.background:
