@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.batch --lines 500     # a smoke run
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-pod-slots 6,4 --repeats 3
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --trace   # where interactive time goes
+    .venv/bin/python -m bench.batch --cases interactive,interactive+batch --cpu-burn 0.5   # the same CPU, no batch
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-concurrency 24,6,2 \
         --cancel-after-interactive --repeats 3    # what each batch rate costs interactive requests
     .venv/bin/python -m bench.batch --workers 6 --trtfleet loadOverheadS=0.0016 --trtfleet inflightDelayS=0.01 \
@@ -42,7 +43,6 @@ router some CPU: compare traced runs with traced runs.
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
 import os
 import random
@@ -57,7 +57,18 @@ from typing import Any
 from trtfleet_router.routing.reserve import RESERVE_AUTO
 
 from bench import report
-from bench.batchreport import WARMUP_REQUESTS, medians, section, setting_text, table, trace_summary
+from bench.batchreport import (
+    DIMENSIONS,
+    WARMUP_REQUESTS,
+    expand_cases,
+    medians,
+    parse_setting,
+    section,
+    setting_text,
+    table,
+    trace_summary,
+)
+from bench.cpushare import Burn, burn_list, tree_cpu_s
 from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
@@ -203,8 +214,11 @@ def run_case(
     data: bytes | None,
     settings: dict[str, int] | None = None,
     label: str | None = None,
+    burn_cores: float = 0.0,
 ) -> dict[str, Any]:
-    """One case on a fresh fleet; ``settings`` (``slots``, ``conc``, ``reserve``) override the scenario's."""
+    """One case on a fresh fleet; ``settings`` (``slots``, ``conc``, ``reserve``) override the scenario's;
+    ``burn_cores`` of CPU kept busy beside it (:class:`bench.cpushare.Burn`). ``fleet_cores``: the CPU the
+    bench's child processes took (fleet and burn), per second of the interactive window or of the batch."""
     label = label or case
     work = WORK / label.replace(" ", "-").replace("+", "-").replace("=", "")
     order = "input" if case == "batch input order" else "model"
@@ -225,14 +239,15 @@ def run_case(
                       policy_config=policy_config(scenario))
     names = [name for name, _, _ in adapters]
     row: dict[str, Any] = {"case": label}
-    with fleet:
+    with fleet, Burn(burn_cores):
         loads_before = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads")
         client = batch_id = None
-        began = time.monotonic()
+        began, cpu_before = time.monotonic(), tree_cpu_s()
         if data is not None:
             client, batch_id = start_batch(fleet.base_url, data)
         if case.startswith("interactive"):
             row.update(interactive_load(fleet.base_url, scenario, names))
+            row["fleet_cores"] = round((tree_cpu_s() - cpu_before) / (time.monotonic() - began), 2)
         if client is not None and batch_id is not None:
             if scenario.cancel_after_interactive and case.startswith("interactive"):
                 took_s = time.monotonic() - began
@@ -251,6 +266,7 @@ def run_case(
                 batch = wait_batch(client, batch_id)
                 took_s = time.monotonic() - began
                 done = scenario.lines
+                row.setdefault("fleet_cores", round((tree_cpu_s() - cpu_before) / took_s, 2))
             counts = batch.request_counts
             row.update(
                 status=batch.status,
@@ -274,38 +290,11 @@ def run_case(
 CASES = ("interactive", "interactive+batch", "batch grouped", "batch input order")
 
 
-DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods"}
-
-
-def parse_setting(name: str, text: str) -> int:
-    """One value of a ``DIMENSIONS`` flag (``auto`` only for ``reserve``); ValueError otherwise."""
-    if name == "reserve" and text.strip().lower() == "auto":
-        return RESERVE_AUTO
-    return int(text)
-
-
-def expand_cases(
-    cases: Sequence[str], dimensions: dict[str, Sequence[int]]
-) -> list[tuple[str, dict[str, int], str]]:
-    """``(case, settings, label)`` to run. ``dimensions``: values per setting (keys of :data:`DIMENSIONS`);
-    where some have several, one ``interactive+batch`` per combination (labelled ``interactive+batch
-    slots=N conc=M``, naming only what varies); the other cases once, at the first values."""
-    firsts = {name: values[0] for name, values in dimensions.items() if values}
-    varying = [name for name, values in dimensions.items() if len(values) > 1]
-    runs: list[tuple[str, dict[str, int], str]] = []
-    for case in cases:
-        if case == "interactive+batch" and varying:
-            for combo in itertools.product(*(dimensions[name] for name in varying)):
-                named = [f"{name}={setting_text(name, value)}" for name, value in zip(varying, combo, strict=True)]
-                runs.append((case, {**firsts, **dict(zip(varying, combo, strict=True))}, " ".join([case, *named])))
-        else:
-            runs.append((case, dict(firsts), case))
-    return runs
-
-
 def run(
-    scenario: BatchScenario, cases: Sequence[str] = CASES, dimensions: dict[str, Sequence[int]] | None = None
+    scenario: BatchScenario, cases: Sequence[str] = CASES, dimensions: dict[str, Sequence[int]] | None = None,
+    burns: Sequence[float] = (),
 ) -> list[dict[str, Any]]:
+    """The cases in order, then the interactive load once beside each CPU burn of ``burns`` (cores)."""
     from bench.routing import host_cache_bytes_for
 
     paths = synthetic_adapters(scenario.adapters, seed=scenario.seed)
@@ -315,7 +304,8 @@ def run(
     return [
         run_case(case, scenario, adapters, host_bytes, None if case == "interactive" else data, settings, label)
         for case, settings, label in expand_cases(cases, dimensions or {})
-    ]
+    ] + [run_case("interactive", scenario, adapters, host_bytes, None, label=f"interactive cpu={cores:g}",
+                  burn_cores=cores) for cores in burns]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -343,6 +333,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--trtfleet", action="append", default=[], metavar="KEY=VALUE", type=setting,
                         help="a number in the trtfleet policy's routing section for every case, e.g. "
                         "loadOverheadS=0.0016 (repeatable; default: the policy's defaults)")
+    parser.add_argument("--cpu-burn", type=burn_list, default=[],
+                        help="cores, comma-separated: after the cases, the interactive load once beside each burn "
+                        "of that much CPU, no batch (a control for what a batch takes of a small machine)")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
@@ -370,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):
-        rounds.append(run(scenario, cases, dimensions))
+        rounds.append(run(scenario, cases, dimensions, args.cpu_burn))
         print(f"round {index + 1} of {args.repeats}:\n{table(rounds[-1])}", flush=True)
     rows = medians(rounds) if args.repeats > 1 else rounds[0]
     loads = (load_before, os.getloadavg())

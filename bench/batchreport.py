@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -50,6 +51,7 @@ def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
         "first_answer_p99_ms_cold": pct(cold, 99),
         "shared_pod_past_warmup": len(shared),
         "first_answer_p50_ms_alone": pct(alone, 50),
+        "first_answer_p99_ms_alone": pct(alone, 99),
         "first_answer_p50_ms_shared": pct(shared, 50),
         "first_answer_p99_ms_shared": pct(shared, 99),
     }
@@ -57,9 +59,9 @@ def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
 
 TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms", "first_answer_p99_ms_warm",
                  "first_answer_p99_ms_cold", "shared_pod_past_warmup", "first_answer_p50_ms_alone",
-                 "first_answer_p50_ms_shared", "first_answer_p99_ms_shared")
+                 "first_answer_p99_ms_alone", "first_answer_p50_ms_shared", "first_answer_p99_ms_shared")
 MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
-                  "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", *TRACE_COLUMNS)
+                  "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", "fleet_cores", *TRACE_COLUMNS)
 WARMUP_REQUESTS = 10
 """Interactive requests (in send order, about 5 s at 2 req/s) left out of the ``past_warmup`` figures: each case
 starts a fresh fleet, whose first requests (three or four on the 3-worker fleet without a batch, one or two beside
@@ -92,7 +94,7 @@ def medians(rounds: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 def table(rows: Sequence[dict[str, Any]]) -> str:
     columns: tuple[str, ...] = ("case", "lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms",
-                                "ttft_p99_ms", "errors", "failed")
+                                "ttft_p99_ms", "errors", "failed", "fleet_cores")
     if any("p99_per_round_ms" in row for row in rows):
         columns = (*columns[:6], "p99_per_round_ms", *columns[6:])
     if any("p99_pooled_ms" in row for row in rows):
@@ -156,3 +158,32 @@ Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f
 and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
 
 {table(rows)}"""
+
+
+DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods"}
+
+
+def parse_setting(name: str, text: str) -> int:
+    """One value of a ``DIMENSIONS`` flag (``auto`` only for ``reserve``); ValueError otherwise."""
+    if name == "reserve" and text.strip().lower() == "auto":
+        return RESERVE_AUTO
+    return int(text)
+
+
+def expand_cases(
+    cases: Sequence[str], dimensions: dict[str, Sequence[int]]
+) -> list[tuple[str, dict[str, int], str]]:
+    """``(case, settings, label)`` to run. ``dimensions``: values per setting (keys of :data:`DIMENSIONS`);
+    where some have several, one ``interactive+batch`` per combination (labelled ``interactive+batch
+    slots=N conc=M``, naming only what varies); the other cases once, at the first values."""
+    firsts = {name: values[0] for name, values in dimensions.items() if values}
+    varying = [name for name, values in dimensions.items() if len(values) > 1]
+    runs: list[tuple[str, dict[str, int], str]] = []
+    for case in cases:
+        if case == "interactive+batch" and varying:
+            for combo in itertools.product(*(dimensions[name] for name in varying)):
+                named = [f"{name}={setting_text(name, value)}" for name, value in zip(varying, combo, strict=True)]
+                runs.append((case, {**firsts, **dict(zip(varying, combo, strict=True))}, " ".join([case, *named])))
+        else:
+            runs.append((case, dict(firsts), case))
+    return runs

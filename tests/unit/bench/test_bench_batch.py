@@ -140,6 +140,7 @@ def test_trace_summary_splits_requests_that_shared_their_pod_past_warmup() -> No
     summary = trace_summary([*warmup, *alone, _done("batch", False, 0.1, 30.0, load=5), *shared])
     assert summary["shared_pod_past_warmup"] == 2
     assert summary["first_answer_p50_ms_alone"] == 9.0
+    assert summary["first_answer_p99_ms_alone"] == 10.0
     assert summary["first_answer_p50_ms_shared"] == 19.0
     assert summary["first_answer_p99_ms_shared"] == 20.0
 

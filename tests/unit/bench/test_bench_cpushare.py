@@ -1,0 +1,81 @@
+"""bench.cpushare: the CPU of a process tree as /proc counts it, and a burn that takes what it is asked for."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.batch import main
+from bench.batchreport import table
+from bench.cpushare import Burn, burn_list, tree_cpu_s
+
+TICK_S = 1 / os.sysconf("SC_CLK_TCK")
+
+
+def _stat(proc: Path, pid: int, comm: str, ppid: int, ticks: tuple[int, int, int, int]) -> None:
+    (proc / str(pid)).mkdir()
+    utime, stime, cutime, cstime = ticks
+    # stat(5): pid (comm) state ppid pgrp session tty_nr tpgid flags minflt cminflt majflt cmajflt utime stime ...
+    fields = ["S", ppid, 1, 1, 0, -1, 0, 0, 0, 0, 0, utime, stime, cutime, cstime, 20, 0, 1]
+    (proc / str(pid) / "stat").write_text(f"{pid} ({comm}) " + " ".join(str(f) for f in fields) + "\n")
+
+
+def test_tree_cpu_counts_the_descendants_of_the_root_only(tmp_path: Path) -> None:
+    _stat(tmp_path, 10, "bench", 1, (500, 500, 0, 0))  # the root: left out
+    _stat(tmp_path, 11, "tritonserver", 10, (100, 20, 0, 0))
+    _stat(tmp_path, 12, "triton_python_backend_stub (x) y", 11, (30, 5, 7, 1))  # a grandchild, odd comm
+    _stat(tmp_path, 13, "other", 1, (900, 900, 0, 0))  # not below the root
+    (tmp_path / "self").mkdir()  # not a pid
+    assert tree_cpu_s(10, proc=tmp_path) == pytest.approx((120 + 43) * TICK_S)
+    assert tree_cpu_s(11, proc=tmp_path) == pytest.approx(43 * TICK_S)
+    assert tree_cpu_s(13, proc=tmp_path) == 0.0
+    assert tree_cpu_s(10, proc=tmp_path / "absent") == 0.0
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+def test_tree_cpu_sees_a_real_child_spend_cpu() -> None:
+    spin = "import time\nwhile time.process_time() < 0.3: pass\nprint('done', flush=True)\ntime.sleep(60)"
+    child = subprocess.Popen([sys.executable, "-c", spin], stdout=subprocess.PIPE)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == b"done\n"
+        assert tree_cpu_s() >= 0.25  # its 0.3 s, to the tick, and whatever else this test process runs
+    finally:
+        child.kill()
+        child.wait()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="needs Linux /proc")
+@pytest.mark.timeout(120)
+def test_a_burn_starts_one_process_per_started_core_spends_cpu_and_stops() -> None:
+    with Burn(0.0) as nothing:
+        assert nothing._processes == []
+    before = tree_cpu_s()
+    with Burn(1.5) as burn:
+        processes = list(burn._processes)
+        assert len(processes) == 2
+        while tree_cpu_s() - before < 0.2:  # CPU, not a wall-clock window: waits for what it counts
+            time.sleep(0.05)
+    assert all(process.poll() is not None for process in processes)
+    with pytest.raises(ValueError, match="between 0"):
+        Burn(-1)
+
+
+def test_burn_lists_are_cores_within_the_machine() -> None:
+    assert burn_list("0.5, 1") == [0.5, 1.0]
+    for bad in ("", "x", "-0.5", str((os.cpu_count() or 1) + 1)):
+        with pytest.raises(argparse.ArgumentTypeError):
+            burn_list(bad)
+    with pytest.raises(SystemExit):
+        main(["--cpu-burn", "many"])
+
+
+def test_the_table_shows_the_cores_the_fleet_took() -> None:
+    text = table([{"case": "interactive cpu=0.5", "ttft_p50_ms": 9.0, "fleet_cores": 0.71}])
+    header, _, row = text.splitlines()
+    assert header.split(" | ")[-1] == "fleet_cores |" and row.endswith("| 0.71 |")
