@@ -60,6 +60,7 @@ from bench import report
 from bench.batchreport import (
     DIMENSIONS,
     WARMUP_REQUESTS,
+    batch_pods,
     expand_cases,
     medians,
     parse_setting,
@@ -68,7 +69,7 @@ from bench.batchreport import (
     table,
     trace_summary,
 )
-from bench.cpushare import Burn, burn_list, tree_cpu_s
+from bench.cpushare import Burn, burn_list, renice_tree, tree_cpu_s
 from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.simstats import percentile
@@ -107,6 +108,9 @@ class BatchScenario:
     """Router at debug level; each row gets :func:`trace_summary` of its interactive requests."""
     cancel_after_interactive: bool = False
     """Cancel the batch when the interactive load ends; ``lines_per_s`` is then the rate during that window."""
+    batch_pods_nice: int = 0
+    """With a batch and a fixed reserve: the nice value of the workers the reserve leaves to the batch (0: as
+    the others), so that their engines run on CPU the reserved pods and the router leave idle (``nice``)."""
 
 
 def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
@@ -223,7 +227,7 @@ def run_case(
     work = WORK / label.replace(" ", "-").replace("+", "-").replace("=", "")
     order = "input" if case == "batch input order" else "model"
     values = {"slots": scenario.batch_pod_slots, "conc": scenario.batch_concurrency,
-              "reserve": scenario.batch_reserve_pods, **(settings or {})}
+              "reserve": scenario.batch_reserve_pods, "nice": scenario.batch_pods_nice, **(settings or {})}
     router_args = [
         "--batch-store", str(work / "store"), "--batch-order", order, "--batch-concurrency", str(values["conc"]),
         "--batch-pod-slots", str(values["slots"]), "--batch-reserve-pods", setting_text("reserve", values["reserve"]),
@@ -240,6 +244,10 @@ def run_case(
     names = [name for name, _, _ in adapters]
     row: dict[str, Any] = {"case": label}
     with fleet, Burn(burn_cores):
+        if data is not None and values["nice"] and values["reserve"] > 0:
+            row["batch_pods_niced"] = batch_pods(scenario.workers, values["reserve"])
+            for pod in row["batch_pods_niced"]:
+                renice_tree(fleet.worker_pid(int(pod[1:])), values["nice"])
         loads_before = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads")
         client = batch_id = None
         began, cpu_before = time.monotonic(), tree_cpu_s()
@@ -336,6 +344,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--cpu-burn", type=burn_list, default=[],
                         help="cores, comma-separated: after the cases, the interactive load once beside each burn "
                         "of that much CPU, no batch (a control for what a batch takes of a small machine)")
+    parser.add_argument("--batch-pods-nice", default="0", help="with a fixed reserve: the pods it leaves to the "
+                        "batch at this nice value, 0-19 (their engines use CPU the reserved pods leave idle, as pods "
+                        "with their own CPUs would); several, comma-separated: one interactive+batch case each")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
@@ -348,18 +359,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                              if text.strip()] for name, flag in DIMENSIONS.items()}
     except ValueError:
         parser.error(f"{', '.join(DIMENSIONS.values())}: integers (or auto for reserve), comma-separated")
-    lowest = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO}
+    lowest = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO, "nice": 0}
     if (any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1
-            or args.workers < 1):
+            or args.workers < 1 or max(dimensions["nice"]) > 19):
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
-                     "at least 0 or auto, --repeats and --workers at least 1")
+                     "at least 0 or auto, --batch-pods-nice 0 to 19, --repeats and --workers at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, workers=args.workers,
                              interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=dimensions["slots"][0],
                              batch_concurrency=dimensions["conc"][0], batch_reserve_pods=dimensions["reserve"][0],
                              min_step_ms=args.min_step_ms, trtfleet=tuple(args.trtfleet),
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
-                             cancel_after_interactive=args.cancel_after_interactive)
+                             cancel_after_interactive=args.cancel_after_interactive,
+                             batch_pods_nice=dimensions["nice"][0])
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):

@@ -1,4 +1,5 @@
-"""bench.batch's report: the router's debug lines summed up, medians over rounds, the table, the docs section (pure)."""
+"""bench.batch's pure parts: its cases and settings, the pods a reserve leaves to the batch, the router's debug
+lines summed up, medians over rounds, the table, the docs section."""
 
 from __future__ import annotations
 
@@ -9,7 +10,8 @@ import statistics
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from trtfleet_router.routing.reserve import RESERVE_AUTO
+from trtfleet_router.routing.hashing import RendezvousRankings
+from trtfleet_router.routing.reserve import RESERVE_AUTO, reserved_pods
 
 from bench import report
 from bench.simstats import percentile
@@ -160,7 +162,8 @@ and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with
 {table(rows)}"""
 
 
-DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods"}
+DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods",
+              "nice": "--batch-pods-nice"}
 
 
 def parse_setting(name: str, text: str) -> int:
@@ -187,3 +190,11 @@ def expand_cases(
         else:
             runs.append((case, dict(firsts), case))
     return runs
+
+
+def batch_pods(workers: int, reserve: int) -> list[str]:
+    """The pods (``bench.realfleet`` names them w0, w1, ...) that a reserve of ``reserve`` leaves to the batch."""
+    ids = [f"w{i}" for i in range(workers)]
+    rankings = RendezvousRankings(len(ids))
+    rankings.set_pods(ids)
+    return sorted(set(ids) - reserved_pods(rankings, ids, reserve))

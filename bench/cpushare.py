@@ -7,6 +7,9 @@ fleet's pods do not share their host's CPU that way. Two tools tell the two cost
 * :func:`tree_cpu_s`: CPU seconds (user + system) used so far by this process's descendants (workers, their
   Python-backend stubs, routers, burners), read from ``/proc`` (Linux); a case's ``fleet_cores`` is its rise over
   a window divided by the window's length;
+* :func:`renice_tree`: a process, its descendants and every thread of them at a lower priority (``bench.batch
+  --batch-pods-nice``: the pods the reserve leaves to the batch run on CPU the others leave idle, as pods with
+  their own host CPUs would);
 * :class:`Burn`: processes that keep ``cores`` of CPU busy, duty-cycled over :data:`PERIOD_S` (``bench.batch
   --cpu-burn``): the interactive load beside a burn that takes what a batch takes, without any batch line in the
   fleet.
@@ -45,31 +48,49 @@ def _stat_fields(pid: str, proc: Path) -> list[str] | None:
     return text[text.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...; comm may hold spaces
 
 
+def _descendants(root: int, proc: Path) -> list[int]:
+    parents: dict[int, int] = {}
+    for entry in proc.iterdir():
+        fields = _stat_fields(entry.name, proc) if entry.name.isdigit() else None
+        if fields is not None:
+            parents[int(entry.name)] = int(fields[1])
+    found: list[int] = []
+    frontier = {root}
+    while frontier:
+        children = [pid for pid, parent in parents.items() if parent in frontier]
+        found += children
+        frontier = set(children)
+    return found
+
+
+def renice_tree(root: int, nice: int, proc: Path = Path("/proc")) -> int:
+    """Every thread of ``root`` and of its descendants at ``nice`` (Linux keeps a nice value per thread, and a
+    new thread or child takes its creator's); the count of threads set."""
+    count = 0
+    for pid in [root, *_descendants(root, proc)]:
+        try:
+            tids = [int(task.name) for task in (proc / str(pid) / "task").iterdir()]
+        except OSError:  # gone
+            continue
+        for tid in tids:
+            try:
+                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                count += 1
+            except (ProcessLookupError, PermissionError):
+                continue
+    return count
+
+
 def tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> float:
     """CPU seconds (user + system, of the processes and of their waited-for children) of ``root``'s live
     descendants, ``root`` (default: this process) left out; 0.0 where there is no ``/proc``."""
     if not proc.is_dir():
         return 0.0
-    root = os.getpid() if root is None else root
-    parents: dict[int, int] = {}
-    ticks: dict[int, int] = {}
-    for entry in proc.iterdir():
-        if not entry.name.isdigit():
-            continue
-        fields = _stat_fields(entry.name, proc)
-        if fields is None:
-            continue
-        pid = int(entry.name)
-        parents[pid] = int(fields[1])
-        # utime, stime, cutime, cstime: fields 14-17 of stat(5), here 11-14 after the state
-        ticks[pid] = sum(int(value) for value in fields[11:15])
     total = 0
-    for pid in ticks:
-        seen, parent = 0, parents.get(pid)
-        while parent is not None and parent != root and parent > 1 and seen < 64:
-            parent, seen = parents.get(parent), seen + 1
-        if parent == root:
-            total += ticks[pid]
+    for pid in _descendants(os.getpid() if root is None else root, proc):
+        fields = _stat_fields(str(pid), proc)
+        if fields is not None:  # utime, stime, cutime, cstime: fields 14-17 of stat(5), here 11-14 after the state
+            total += sum(int(value) for value in fields[11:15])
     return total / os.sysconf("SC_CLK_TCK")
 
 

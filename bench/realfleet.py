@@ -227,6 +227,10 @@ class RealFleet:
             retry.wait_ready()
             return retry
 
+    def worker_pid(self, index: int) -> int:
+        """The process id of worker ``index``'s ``tritonserver`` (its Python-backend stubs are its children)."""
+        return int(self._workers[index].process.pid)
+
     def spec(self) -> Any:
         """The workers' BaseModel spec: the reference one, with ``max_input_len`` (and room for 128 more
         tokens in a sequence) when set."""

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from bench.batch import BatchScenario, batch_input, expand_cases, main, parse_setting, policy_config
-from bench.batchreport import WARMUP_REQUESTS, medians, section, setting_text, table, trace_summary
+from bench.batchreport import WARMUP_REQUESTS, batch_pods, medians, section, setting_text, table, trace_summary
 from trtfleet.batch.lines import parse_input
 
 
@@ -153,3 +153,22 @@ def test_trtfleet_settings_reach_the_routers_policy_section_and_bad_flags_are_re
         main(["--trtfleet", "loadOverheadS"])  # no value: the parser refuses it
     with pytest.raises(SystemExit):
         main(["--workers", "0"])
+
+
+def test_the_niced_pods_are_those_the_routers_reserve_leaves_to_the_batch() -> None:
+    from trtfleet_router.routing.hashing import rendezvous_rank
+    from trtfleet_router.routing.reserve import RESERVE_KEY
+
+    ranking = rendezvous_rank(RESERVE_KEY, ("w0", "w1", "w2", "w3", "w4", "w5"))
+    assert batch_pods(6, 4) == sorted(ranking[4:])
+    assert batch_pods(3, 2) == sorted(rendezvous_rank(RESERVE_KEY, ("w0", "w1", "w2"))[2:])
+    assert len(batch_pods(3, 5)) == 1  # a reserve keeps at least one pod for the batch
+    assert batch_pods(3, 0) == ["w0", "w1", "w2"]
+
+
+def test_nice_values_make_one_case_each_and_stay_in_range() -> None:
+    runs = expand_cases(["interactive", "interactive+batch"], {"reserve": [2], "nice": [0, 19]})
+    assert [label for _, _, label in runs] == ["interactive", "interactive+batch nice=0", "interactive+batch nice=19"]
+    for bad in ("20", "-1"):
+        with pytest.raises(SystemExit):
+            main(["--batch-pods-nice", bad])

@@ -13,7 +13,7 @@ import pytest
 
 from bench.batch import main
 from bench.batchreport import table
-from bench.cpushare import Burn, burn_list, tree_cpu_s
+from bench.cpushare import Burn, burn_list, renice_tree, tree_cpu_s
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
@@ -79,3 +79,33 @@ def test_the_table_shows_the_cores_the_fleet_took() -> None:
     text = table([{"case": "interactive cpu=0.5", "ttft_p50_ms": 9.0, "fleet_cores": 0.71}])
     header, _, row = text.splitlines()
     assert header.split(" | ")[-1] == "fleet_cores |" and row.endswith("| 0.71 |")
+
+
+def _nice_of(tid_dir: Path) -> int:
+    text = (tid_dir / "stat").read_text()
+    return int(text[text.rindex(")") + 2 :].split()[16])  # stat(5) field 19, the nice value
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_renice_sets_every_thread_of_a_process_and_of_its_children() -> None:
+    # a parent with a second thread, and a child of its own: every thread of both must end up at nice 7
+    code = (
+        "import subprocess, sys, threading, time\n"
+        "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "print(child.pid, flush=True)\n"
+        "time.sleep(60)\n"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    try:
+        assert parent.stdout is not None
+        child_pid = int(parent.stdout.readline())
+        tasks = [*Path(f"/proc/{parent.pid}/task").iterdir(), *Path(f"/proc/{child_pid}/task").iterdir()]
+        assert len(tasks) >= 3
+        assert renice_tree(parent.pid, 7) == len(tasks)
+        assert [_nice_of(task) for task in tasks] == [7] * len(tasks)
+        assert os.getpriority(os.PRIO_PROCESS, 0) != 7  # this test's own process is not below the parent
+    finally:
+        parent.kill()
+        parent.wait()
+        subprocess.run(["kill", "-9", str(child_pid)], check=False)
