@@ -255,6 +255,8 @@ def run_case(
             client, batch_id = start_batch(fleet.base_url, data)
         if case.startswith("interactive"):
             row.update(interactive_load(fleet.base_url, scenario, names))
+            if data is not None and values["reserve"] == RESERVE_AUTO:  # the size auto holds as the window ends
+                row["reserved_pods"] = parse_counters(fleet.router_metrics(), "trtfleet_router_batch_reserved_pods")
             row["fleet_cores"] = round((tree_cpu_s() - cpu_before) / (time.monotonic() - began), 2)
         if client is not None and batch_id is not None:
             if scenario.cancel_after_interactive and case.startswith("interactive"):

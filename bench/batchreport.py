@@ -63,7 +63,8 @@ TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms",
                  "first_answer_p99_ms_cold", "shared_pod_past_warmup", "first_answer_p50_ms_alone",
                  "first_answer_p99_ms_alone", "first_answer_p50_ms_shared", "first_answer_p99_ms_shared")
 MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
-                  "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", "fleet_cores", *TRACE_COLUMNS)
+                  "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", "fleet_cores", "reserved_pods",
+                  *TRACE_COLUMNS)
 WARMUP_REQUESTS = 10
 """Interactive requests (in send order, about 5 s at 2 req/s) left out of the ``past_warmup`` figures: each case
 starts a fresh fleet, whose first requests (three or four on the 3-worker fleet without a batch, one or two beside
@@ -104,6 +105,8 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     steady = [name for name in ("ttft_p99_past_warmup_ms", "p99_past_warmup_pooled_ms")
               if any(name in row for row in rows)]
     columns = (*columns[:6], *steady, *columns[6:])
+    if any("reserved_pods" in row for row in rows):
+        columns = (*columns, "reserved_pods")
     if any("interactive_cold" in row for row in rows):
         columns = (*columns, *TRACE_COLUMNS)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]

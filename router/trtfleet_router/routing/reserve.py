@@ -10,12 +10,15 @@ requests go there first.
 * **Which pods**: the first ``count`` ready pods in the rendezvous order of :data:`RESERVE_KEY`, so every
   router replica reserves the same ones and a pod joining or leaving moves few others. At most all ready pods
   but one: a batch always keeps a pod to progress on.
-* **How many** with :data:`RESERVE_AUTO`: enough that the interactive load keeps each reserved pod busy
-  :data:`RESERVE_OCCUPANCY` of the time, ``ceil(mean in flight / RESERVE_OCCUPANCY)``, at least one. The mean
-  is what each interactive request finds in flight on the fleet when it starts (every replica's, batch lines
-  left out), averaged over about the last :data:`RESERVE_SAMPLES` of them: for Poisson arrivals that is the
-  time average (arrivals see time averages); bursts see more, which reserves more. Replicas see the same
-  requests in flight (their events), so their means and counts agree but for the moments around a change.
+* **How many** with :data:`RESERVE_AUTO`: the fewest pods that an interactive request finds all busy at most
+  :data:`RESERVE_BUSY_SHARE` of the time (:func:`pods_for_load`): a request that finds every reserved pod busy
+  shares one, and waits for the other request's step, which is what sets the interactive p99 (a share under
+  1 % leaves the p99 to requests that had a pod to themselves). The load is the mean of what each interactive
+  request finds in flight on the fleet when it starts (every replica's, batch lines left out), over about the
+  last :data:`RESERVE_SAMPLES` of them: for Poisson arrivals that is the time average (arrivals see time
+  averages), and the count found is Poisson (in flight = M/G/infinity), so all n pods are busy for a share
+  ``P(N >= n)``; bursts see more, which reserves more. Replicas see the same requests in flight (their events),
+  so their means and counts agree but for the moments around a change.
 * **When**: while an interactive request started within the last :data:`RESERVE_HOLD_S` seconds on this
   router, or another replica has an interactive request in flight on any pod (their events). A batch alone
   uses every pod; when interactive requests come back, the lines already on a reserved pod finish there and
@@ -41,10 +44,22 @@ from trtfleet_router.routing.types import RouteRequest
 RESERVE_KEY: Final = "\x00trtfleet/interactive-reserve"  # no adapter or model name holds a NUL
 RESERVE_HOLD_S: Final = 30.0
 RESERVE_AUTO: Final = -1  # a reserve sized from the interactive load (``--batch-reserve-pods auto``)
-RESERVE_OCCUPANCY: Final = 0.35  # auto: the share of the time each reserved pod is to run interactive requests
+RESERVE_BUSY_SHARE: Final = 0.01  # auto: the share of interactive requests that may find every reserved pod busy
 RESERVE_SAMPLES: Final = 32  # auto: the interactive requests the mean in flight is taken over (about)
 
 PodT = TypeVar("PodT", bound=PodView)
+
+
+def pods_for_load(mean_inflight: float, share: float = RESERVE_BUSY_SHARE, limit: int = 4096) -> int:
+    """The fewest pods, at least one and at most ``limit``, that a request arriving with a Poisson count of
+    mean ``mean_inflight`` others in flight finds all busy (that count or more) at most ``share`` of the time."""
+    term = math.exp(-max(0.0, mean_inflight))  # P(N = 0)
+    below, pods = term, 1  # below: P(N <= pods - 1)
+    while 1.0 - below > share and pods < limit:
+        term *= mean_inflight / pods
+        below += term
+        pods += 1
+    return pods
 
 
 def reserved_pods(rankings: RendezvousRankings, ready_ids: Sequence[str], count: int) -> frozenset[str]:
@@ -116,11 +131,12 @@ class InteractiveReserve:
             self._samples = min(self._samples + 1, RESERVE_SAMPLES)
             self._mean_inflight += (max(0, found) - self._mean_inflight) / self._samples
 
-    def size(self, count: int) -> int:
-        """The pods a reserve of ``count`` holds back (before the all-but-one cap): ``count``, or by the load."""
+    def size(self, count: int, ready: int) -> int:
+        """The pods a reserve of ``count`` holds back (before the all-but-one cap of ``ready`` pods): ``count``,
+        or by the load (its search stops at the cap: one step a pod, however heavy the load)."""
         if count != RESERVE_AUTO:
             return count
-        return max(1, math.ceil(self._mean_inflight / RESERVE_OCCUPANCY - 1e-9))
+        return pods_for_load(self._mean_inflight, limit=max(1, ready - 1))
 
     def holds(self, now_s: float, pods: Sequence[PodView]) -> bool:
         if now_s - self._last_interactive_s <= RESERVE_HOLD_S:
@@ -133,7 +149,7 @@ class InteractiveReserve:
         """The reserved pods now for a reserve of ``count`` (none while the reserve does not hold)."""
         if count == 0 or not self.holds(now_s, ready):
             return frozenset()
-        return reserved_pods(rankings, [pod.pod_id for pod in ready], self.size(count))
+        return reserved_pods(rankings, [pod.pod_id for pod in ready], self.size(count, len(ready)))
 
     def apply(
         self,

@@ -172,3 +172,9 @@ def test_nice_values_make_one_case_each_and_stay_in_range() -> None:
     for bad in ("20", "-1"):
         with pytest.raises(SystemExit):
             main(["--batch-pods-nice", bad])
+
+
+def test_the_table_shows_the_size_an_auto_reserve_held() -> None:
+    header, _, row = table([{"case": "interactive+batch reserve=auto", "reserved_pods": 4.0}]).splitlines()
+    assert header.endswith("| reserved_pods |") and row.endswith("| 4.0 |")
+    assert "reserved_pods" not in table([{"case": "interactive"}])

@@ -3,6 +3,7 @@ fleet may run: which pods, when the reserve holds, where batch lines and interac
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import replace
 
@@ -11,10 +12,12 @@ from trtfleet_router.routing import AdapterRef, Decision, RouteRequest, Ticket
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.reserve import (
     RESERVE_AUTO,
+    RESERVE_BUSY_SHARE,
     RESERVE_HOLD_S,
     RESERVE_SAMPLES,
     InteractiveReserve,
     hidden_pods,
+    pods_for_load,
     reserved_pods,
 )
 
@@ -207,8 +210,9 @@ def test_prewarming_pushes_do_not_hold_the_reserve(make_harness: Callable[..., H
 
 
 def test_an_auto_reserve_is_sized_from_the_interactive_requests_in_flight(make_harness: Callable[..., Harness]) -> None:
-    """Each interactive request samples what it finds in flight (batch lines left out); the reserve holds
-    ceil(mean / 0.35) pods, at least one, at most all but one."""
+    """Each interactive request samples what it finds in flight (batch lines left out); the reserve holds the
+    fewest pods that a Poisson count of that mean fills at most 1 % of the time, at least one, at most all but
+    one."""
     h = make_harness("trtfleet", pods=4)
     _batch(h, h.adapter(5), reserve=RESERVE_AUTO)  # batch lines are not interactive load
     assert h.fleet.reserved_now(RESERVE_AUTO) == frozenset()  # no interactive request yet: it does not hold
@@ -217,10 +221,37 @@ def test_an_auto_reserve_is_sized_from_the_interactive_requests_in_flight(make_h
     for _ in range(RESERVE_SAMPLES):  # each one finds exactly one other in flight (the first)
         _, other = _interactive(h, None, reserve=RESERVE_AUTO)
         h.finish(other)
-    # mean found: about 0.97 (a running mean over at most 32 samples, the first one 0) -> ceil(0.97 / 0.35) = 3
-    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 3  # all but one of four
+    # mean found: about 0.97 (a running mean over at most 32 samples, the first one 0) -> 5 pods (P(N >= 5) is
+    # 0.3 %, P(N >= 4) 1.7 %), capped at all but one of four
+    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 3
     h.finish(ticket)
-    for _ in range(4 * RESERVE_SAMPLES):  # then they come one at a time: the mean decays towards 0
+    for _ in range(8 * RESERVE_SAMPLES):  # then they come one at a time: the mean decays towards 0
         h.finish(_interactive(h, None, reserve=RESERVE_AUTO)[1])
+    # 0.97 x (31/32)^256 is 0.0003, under the 0.01 that two pods need (P(N >= 1) = 1 - exp(-mean))
     assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 1
     h.fleet.check_invariants()
+
+
+@pytest.mark.parametrize(
+    ("mean", "pods"),
+    [
+        (0.0, 1),  # no load: one pod
+        (0.1, 2),  # P(N >= 1) = 9.5 %, P(N >= 2) = 0.47 %
+        (0.68, 4),  # the reference batch bench's load (2 req/s x 0.34 s): 14.9 %, 3.2 %, then 0.52 %
+        (3.0, 9),  # P(N >= 8) = 1.2 %, P(N >= 9) = 0.38 %
+    ],
+)
+def test_the_auto_reserve_is_the_fewest_pods_a_poisson_load_fills_at_most_one_percent_of_the_time(
+    mean: float, pods: int
+) -> None:
+    assert pods_for_load(mean) == pods
+    tail = 1.0 - sum(math.exp(-mean) * mean**k / math.factorial(k) for k in range(pods))  # P(N >= pods)
+    assert tail <= RESERVE_BUSY_SHARE
+    if pods > 1:
+        assert tail + math.exp(-mean) * mean ** (pods - 1) / math.factorial(pods - 1) > RESERVE_BUSY_SHARE
+
+
+def test_the_auto_reserve_stops_at_its_limit_under_any_load() -> None:
+    assert pods_for_load(2000.0, limit=64) == 64  # exp(-2000) is 0.0 in floats: the limit ends the search
+    assert pods_for_load(0.68, share=0.2) == 2
+    assert pods_for_load(-1.0) == 1
