@@ -65,7 +65,8 @@ def _descendants(root: int, proc: Path) -> list[int]:
 
 def renice_tree(root: int, nice: int, proc: Path = Path("/proc")) -> int:
     """Every thread of ``root`` and of its descendants at ``nice`` (Linux keeps a nice value per thread, and a
-    new thread or child takes its creator's); the count of threads set."""
+    new thread or child takes its creator's); the count of threads set. ProcessLookupError when it set none (no
+    such process, or none it may renice), so a run never reports pods niced that are not."""
     count = 0
     for pid in [root, *_descendants(root, proc)]:
         try:
@@ -78,6 +79,8 @@ def renice_tree(root: int, nice: int, proc: Path = Path("/proc")) -> int:
                 count += 1
             except (ProcessLookupError, PermissionError):
                 continue
+    if count == 0:
+        raise ProcessLookupError(f"no thread of process {root} could be set to nice {nice}")
     return count
 
 

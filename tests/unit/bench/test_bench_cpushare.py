@@ -105,6 +105,8 @@ def test_renice_sets_every_thread_of_a_process_and_of_its_children() -> None:
         assert renice_tree(parent.pid, 7) == len(tasks)
         assert [_nice_of(task) for task in tasks] == [7] * len(tasks)
         assert os.getpriority(os.PRIO_PROCESS, 0) != 7  # this test's own process is not below the parent
+        with pytest.raises(ProcessLookupError, match="no thread of process"):
+            renice_tree(child_pid + 10**7, 7)  # above any pid Linux hands out (pid_max is at most 2**22)
     finally:
         parent.kill()
         parent.wait()
