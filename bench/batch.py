@@ -4,7 +4,6 @@
     .venv/bin/python -m bench.batch --lines 500     # a smoke run
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-pod-slots 6,4 --repeats 3
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --trace   # where interactive time goes
-    .venv/bin/python -m bench.batch --cases interactive,interactive+batch --cpu-burn 0.5   # the same CPU, no batch
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-concurrency 24,6,2 \
         --cancel-after-interactive --repeats 3    # what each batch rate costs interactive requests
     .venv/bin/python -m bench.batch --workers 6 --trtfleet loadOverheadS=0.0016 --trtfleet inflightDelayS=0.01 \
@@ -361,11 +360,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                              if text.strip()] for name, flag in DIMENSIONS.items()}
     except ValueError:
         parser.error(f"{', '.join(DIMENSIONS.values())}: integers (or auto for reserve), comma-separated")
-    lowest = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO, "nice": 0}
+    lowest, nice = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO, "nice": 0}, dimensions["nice"]
     if (any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1
-            or args.workers < 1 or max(dimensions["nice"]) > 19):
+            or args.workers < 1 or max(nice) > 19 or (max(nice) > 0 and min(dimensions["reserve"]) < 1)):
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
-                     "at least 0 or auto, --batch-pods-nice 0 to 19, --repeats and --workers at least 1")
+                     "at least 0 or auto, --batch-pods-nice 0 to 19 (above 0 only with reserves of 1 or more), "
+                     "--repeats and --workers at least 1")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, workers=args.workers,
                              interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=dimensions["slots"][0],

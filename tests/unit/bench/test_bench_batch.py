@@ -178,3 +178,9 @@ def test_the_table_shows_the_size_an_auto_reserve_held() -> None:
     header, _, row = table([{"case": "interactive+batch reserve=auto", "reserved_pods": 4.0}]).splitlines()
     assert header.endswith("| reserved_pods |") and row.endswith("| 4.0 |")
     assert "reserved_pods" not in table([{"case": "interactive"}])
+
+
+def test_nice_without_a_fixed_reserve_is_refused_rather_than_ignored() -> None:
+    for reserve in ("0", "auto", "2,0"):
+        with pytest.raises(SystemExit):
+            main(["--batch-pods-nice", "19", "--batch-reserve-pods", reserve])
