@@ -27,6 +27,7 @@ from trtfleet.api.basemodel import Runtime
 from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+from trtfleet_router.looplag import LoopLagProbe
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering.journal import EventLog, new_replica_id
 from trtfleet_router.peering.peers import Peers, PeerSettings
@@ -215,6 +216,7 @@ class Router:
         self._background(self._prewarm_loop(), "prewarm")
         self._background(self.warm_starts.run(), "warm-start")
         self._background(self._health_loop(), "health")
+        self._background(LoopLagProbe(self.metrics.event_loop_lag).run(), "loop-lag")
         if self.batch is not None:
             self._background(self.batch.run(), "batch")
         log.info(

@@ -32,6 +32,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from trtfleet_router.activity import AdapterActivity
+from trtfleet_router.looplag import LAG_BUCKETS_S
 from trtfleet_router.loopmetrics import LoopCounter as LoopCounter
 from trtfleet_router.loopmetrics import LoopGauge as LoopGauge
 from trtfleet_router.loopmetrics import LoopHistogram as LoopHistogram
@@ -165,6 +166,11 @@ class RouterMetrics:
         self.inflight_requests = gauge("inflight_requests", "Upstream requests in flight per pod.", "pod")
         self.routing_decision = histogram(
             "routing_decision_seconds", "Time the routing policy takes to pick a pod.", buckets=DECISION_BUCKETS_S
+        )
+        self.event_loop_lag = histogram(
+            "event_loop_lag_seconds",
+            "How much later than due the event loop ran a timer, sampled every 20 ms (looplag.py).",
+            buckets=LAG_BUCKETS_S,
         )
         self.upstream_retries = counter(
             "upstream_retries",

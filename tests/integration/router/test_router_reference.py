@@ -89,6 +89,8 @@ def test_openai_answers_match_the_worker(
     assert _metric(router, "trtfleet_router_adapter_loads_total") >= len(converted_adapters)
     assert _metric(router, 'trtfleet_router_upstream_attempts_total{transport="http"}') > 0  # warm ones
     assert _metric(router, 'trtfleet_router_upstream_attempts_total{transport="grpc_shared"}') > 0  # with weights
+    lag = "trtfleet_router_event_loop_lag_seconds_count"  # the probe runs in a started router
+    eventually(lambda: _metric(router, lag) > 0, timeout=30, what="a loop lag sample")
 
 
 def test_triton_clients_answers_match_the_worker(

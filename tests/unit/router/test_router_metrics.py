@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import time
+
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
+from trtfleet_router.looplag import LoopLagProbe, lag_s
 from trtfleet_router.metrics import LoopCounter, LoopGauge, LoopHistogram, RouterMetrics, _LoopCollector
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
@@ -84,3 +89,39 @@ def test_router_metrics_expose_the_per_request_series() -> None:
     text = metrics.exposition().decode()
     assert 'trtfleet_router_requests_total{code="ok",frontend="openai",model_kind="adapter"} 1.0' in text
     assert "trtfleet_router_routing_decision_seconds_count 1.0" in text
+
+
+def test_loop_lag_is_how_late_a_wake_up_came() -> None:
+    assert lag_s(10.0, 0.02, 10.02) == 0.0
+    assert lag_s(10.0, 0.02, 10.5) == pytest.approx(0.48)
+    assert lag_s(10.0, 0.02, 10.01) == 0.0  # an early wake-up is no lag
+    with pytest.raises(ValueError, match="positive"):
+        LoopLagProbe(RouterMetrics().event_loop_lag, interval_s=0)
+
+
+def test_loop_lag_probe_records_a_blocked_loop() -> None:
+    """A callback that holds the loop 100 ms while the probe sleeps 10 ms: the probe wakes at least 90 ms late
+    (time.sleep sleeps at least what it is asked, so the bound holds however fast the machine)."""
+    metrics = RouterMetrics()
+    samples: list[float] = []
+
+    class Recorder:
+        def observe(self, value: float) -> None:
+            samples.append(value)
+            metrics.event_loop_lag.observe(value)
+            if len(samples) == 1:  # runs after the probe has asked for its next wake-up
+                asyncio.get_running_loop().call_soon(time.sleep, 0.1)
+
+    async def two_samples() -> None:
+        task = asyncio.create_task(LoopLagProbe(Recorder(), interval_s=0.01).run())
+        while len(samples) < 2:
+            await asyncio.sleep(0.005)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    asyncio.run(two_samples())
+    assert samples[1] >= 0.09
+    text = metrics.exposition().decode()
+    assert "trtfleet_router_event_loop_lag_seconds_count 2.0" in text
+    assert 'trtfleet_router_event_loop_lag_seconds_bucket{le="0.05"}' in text
