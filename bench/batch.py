@@ -56,6 +56,7 @@ from typing import Any
 from trtfleet_router.routing.reserve import RESERVE_AUTO
 
 from bench import report
+from bench.batchapi import start_batch, wait_batch
 from bench.batchreport import (
     DIMENSIONS,
     WARMUP_REQUESTS,
@@ -71,11 +72,11 @@ from bench.batchreport import (
 from bench.cpushare import Burn, burn_list, renice_tree, tree_cpu_s
 from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
+from bench.routerwindow import RouterWindow
 from bench.simstats import percentile
 from bench.traces import prompt_text
 
 WORK = report.RESULTS / "batch"
-BATCH_WAIT_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -110,6 +111,8 @@ class BatchScenario:
     batch_pods_nice: int = 0
     """With a batch and a fixed reserve: the nice value of the workers the reserve leaves to the batch (0: as
     the others), so that their engines run on CPU the reserved pods and the router leave idle (``nice``)."""
+    router_nice: int = 0
+    """Every case's router at this nice value (below 0: ahead of the pods for CPU, as a router on its own CPU)."""
 
 
 def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
@@ -184,26 +187,6 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
     }
 
 
-def start_batch(base_url: str, data: bytes) -> tuple[Any, str]:
-    import openai
-
-    client = openai.OpenAI(base_url=base_url + "/v1", api_key="unused", max_retries=0, timeout=120)
-    upload = client.files.create(file=("bench.jsonl", data), purpose="batch")
-    batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
-    return client, batch.id
-
-
-def wait_batch(client: Any, batch_id: str) -> Any:
-    deadline = time.monotonic() + BATCH_WAIT_S
-    while True:
-        batch = client.batches.retrieve(batch_id)
-        if batch.status in ("completed", "failed", "expired", "cancelled"):
-            return batch
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"batch {batch_id} still {batch.status} after {BATCH_WAIT_S} s")
-        time.sleep(0.5)
-
-
 def policy_config(scenario: BatchScenario) -> dict[str, dict[str, float]] | None:
     """The router's routing config: the ``trtfleet`` section's settings given (None: every default)."""
     return {"trtfleet": dict(scenario.trtfleet)} if scenario.trtfleet else None
@@ -243,13 +226,15 @@ def run_case(
     names = [name for name, _, _ in adapters]
     row: dict[str, Any] = {"case": label}
     with fleet, Burn(burn_cores):
+        if scenario.router_nice:
+            renice_tree(fleet.router_pid(), scenario.router_nice)
         if data is not None and values["nice"] and values["reserve"] > 0:
             row["batch_pods_niced"] = batch_pods(scenario.workers, values["reserve"])
             for pod in row["batch_pods_niced"]:
                 renice_tree(fleet.worker_pid(int(pod[1:])), values["nice"])
         loads_before = parse_counters(fleet.router_metrics(), "trtfleet_router_adapter_loads")
         client = batch_id = None
-        began, cpu_before = time.monotonic(), tree_cpu_s()
+        began, cpu_before, window = time.monotonic(), tree_cpu_s(), RouterWindow(fleet)
         if data is not None:
             client, batch_id = start_batch(fleet.base_url, data)
         if case.startswith("interactive"):
@@ -257,6 +242,7 @@ def run_case(
             if data is not None and values["reserve"] == RESERVE_AUTO:  # the size auto holds as the window ends
                 row["reserved_pods"] = parse_counters(fleet.router_metrics(), "trtfleet_router_batch_reserved_pods")
             row["fleet_cores"] = round((tree_cpu_s() - cpu_before) / (time.monotonic() - began), 2)
+            row.update(window.summary())
         if client is not None and batch_id is not None:
             if scenario.cancel_after_interactive and case.startswith("interactive"):
                 took_s = time.monotonic() - began
@@ -276,6 +262,7 @@ def run_case(
                 took_s = time.monotonic() - began
                 done = scenario.lines
                 row.setdefault("fleet_cores", round((tree_cpu_s() - cpu_before) / took_s, 2))
+                row.update({**window.summary(), **row})
             counts = batch.request_counts
             row.update(
                 status=batch.status,
@@ -348,6 +335,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-pods-nice", default="0", help="with a fixed reserve: the pods it leaves to the "
                         "batch at this nice value, 0-19 (their engines use CPU the reserved pods leave idle, as pods "
                         "with their own CPUs would); several, comma-separated: one interactive+batch case each")
+    parser.add_argument("--router-nice", type=int, default=0, help="every case's router at this nice value, -20 "
+                        "to 19 (below 0: ahead of the pods for CPU, as a router with its own CPU would be)")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
@@ -362,10 +351,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"{', '.join(DIMENSIONS.values())}: integers (or auto for reserve), comma-separated")
     lowest, nice = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO, "nice": 0}, dimensions["nice"]
     if (any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1
-            or args.workers < 1 or max(nice) > 19 or (max(nice) > 0 and min(dimensions["reserve"]) < 1)):
+            or args.workers < 1 or max(nice) > 19 or (max(nice) > 0 and min(dimensions["reserve"]) < 1)
+            or not -20 <= args.router_nice <= 19):
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
                      "at least 0 or auto, --batch-pods-nice 0 to 19 (above 0 only with reserves of 1 or more), "
-                     "--repeats and --workers at least 1")
+                     "--repeats and --workers at least 1, --router-nice -20 to 19")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, workers=args.workers,
                              interactive_s=args.interactive_s,
                              interactive_rps=args.interactive_rps, batch_pod_slots=dimensions["slots"][0],
@@ -373,7 +363,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                              min_step_ms=args.min_step_ms, trtfleet=tuple(args.trtfleet),
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
                              cancel_after_interactive=args.cancel_after_interactive,
-                             batch_pods_nice=dimensions["nice"][0])
+                             batch_pods_nice=dimensions["nice"][0], router_nice=args.router_nice)
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):

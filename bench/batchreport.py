@@ -62,9 +62,10 @@ def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
 TRACE_COLUMNS = ("interactive_warm", "interactive_cold", "decision_wait_max_ms", "first_answer_p99_ms_warm",
                  "first_answer_p99_ms_cold", "shared_pod_past_warmup", "first_answer_p50_ms_alone",
                  "first_answer_p99_ms_alone", "first_answer_p50_ms_shared", "first_answer_p99_ms_shared")
+ROUTER_COLUMNS = ("router_cores", "loop_lag_p50_ms", "loop_lag_p99_ms")  # bench/routerwindow.py
 MEDIAN_COLUMNS = ("lines_per_s", "adapter_loads", "loads_per_adapter_per_pod", "ttft_p50_ms", "ttft_p99_ms",
                   "ttft_p99_past_warmup_ms", "ttft_mean_ms", "errors", "failed", "fleet_cores", "reserved_pods",
-                  *TRACE_COLUMNS)
+                  *ROUTER_COLUMNS, *TRACE_COLUMNS)
 WARMUP_REQUESTS = 10
 """Interactive requests (in send order, about 5 s at 2 req/s) left out of the ``past_warmup`` figures: each case
 starts a fresh fleet, whose first requests (three or four on the 3-worker fleet without a batch, one or two beside
@@ -107,6 +108,7 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     columns = (*columns[:6], *steady, *columns[6:])
     if any("reserved_pods" in row for row in rows):
         columns = (*columns, "reserved_pods")
+    columns = (*columns, *(name for name in ROUTER_COLUMNS if any(name in row for row in rows)))
     if any("interactive_cold" in row for row in rows):
         columns = (*columns, *TRACE_COLUMNS)
     lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
@@ -114,8 +116,9 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         cells = []
         for column in columns:
             value = row.get(column, "")
-            cells.append(f"{value:.0f}" if isinstance(value, float) and not math.isnan(value) and "ms" in column
-                         else str(value))
+            whole = "ms" in column and not column.startswith("loop_lag")  # a loop's lag is a few ms: keep tenths
+            cells.append(f"{value:.0f}" if isinstance(value, float) and not math.isnan(value) and whole
+                         else f"{value:.1f}" if isinstance(value, float) and "loop_lag" in column else str(value))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

@@ -231,6 +231,9 @@ class RealFleet:
         """The process id of worker ``index``'s ``tritonserver`` (its Python-backend stubs are its children)."""
         return int(self._workers[index].process.pid)
 
+    def router_pid(self, index: int = 0) -> int:
+        return int(self._routers[index].pid)
+
     def spec(self) -> Any:
         """The workers' BaseModel spec: the reference one, with ``max_input_len`` (and room for 128 more
         tokens in a sequence) when set."""
