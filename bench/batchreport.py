@@ -116,9 +116,12 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
         cells = []
         for column in columns:
             value = row.get(column, "")
-            whole = "ms" in column and not column.startswith("loop_lag")  # a loop's lag is a few ms: keep tenths
-            cells.append(f"{value:.0f}" if isinstance(value, float) and not math.isnan(value) and whole
-                         else f"{value:.1f}" if isinstance(value, float) and "loop_lag" in column else str(value))
+            if not isinstance(value, float) or math.isnan(value):
+                cells.append(str(value))
+            elif column.startswith("loop_lag"):  # a loop's lag is a few ms: tenths
+                cells.append(f"{value:.1f}")
+            else:  # whole ms; a median of other floats without its binary tail (46.650000000000006: 46.65)
+                cells.append(f"{value:.0f}" if "ms" in column else f"{round(value, 3):g}")
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
 

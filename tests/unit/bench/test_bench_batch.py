@@ -176,7 +176,7 @@ def test_nice_values_make_one_case_each_and_stay_in_range() -> None:
 
 def test_the_table_shows_the_size_an_auto_reserve_held() -> None:
     header, _, row = table([{"case": "interactive+batch reserve=auto", "reserved_pods": 4.0}]).splitlines()
-    assert header.endswith("| reserved_pods |") and row.endswith("| 4.0 |")
+    assert header.endswith("| reserved_pods |") and row.endswith("| 4 |")
     assert "reserved_pods" not in table([{"case": "interactive"}])
 
 
@@ -184,3 +184,8 @@ def test_nice_without_a_fixed_reserve_is_refused_rather_than_ignored() -> None:
     for reserve in ("0", "auto", "2,0"):
         with pytest.raises(SystemExit):
             main(["--batch-pods-nice", "19", "--batch-reserve-pods", reserve])
+
+
+def test_medians_print_without_their_binary_tails() -> None:
+    medians_row = table([{"case": "x", "lines_per_s": 46.650000000000006, "fleet_cores": 1.795, "errors": 0.0}])
+    assert medians_row.splitlines()[2] == "| x | 46.65 |  |  |  |  | 0 |  | 1.795 |"
