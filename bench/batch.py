@@ -36,7 +36,9 @@ Batch lines and interactive requests use the same prompts' shape; greedy; ``max_
 ``--trace`` runs the router at debug level and adds, from its ``upstream done`` lines, how the interactive
 requests were routed (warm, or carrying weights) and where their time went: waiting for a decision in the
 router, and from the decision to the pod's first answer (p99, warm and cold apart). The debug log costs the
-router some CPU: compare traced runs with traced runs.
+router some CPU: compare traced runs with traced runs. Every case also reports the router's own
+CPU and its event loop's lag over the window (:mod:`bench.routerwindow`); ``--router-nice N`` runs every case's
+router at nice N (below 0: ahead of the pods for CPU).
 """
 
 from __future__ import annotations
