@@ -4,6 +4,7 @@ a stream that had started ends with a clear error, and the router keeps serving 
 from __future__ import annotations
 
 import json
+import signal
 import time
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
@@ -41,6 +42,10 @@ def test_worker_killed_mid_run(converted_adapters: list[ConvertedAdapter]) -> No
         busy = [pod for pod, count in _inflight(router).items() if count]
         assert len(busy) == 1 and first
         victim = workers[int(busy[0].removeprefix("w"))]
+        # Frozen (not yet dead), the victim cannot finish the stream, however long the unary requests below take
+        # to reach it: the stream is certain to be cut mid-way. The router does not see a stopped pod (a scrape
+        # that times out is skipped), so it routes to it as before.
+        victim.process.send_signal(signal.SIGSTOP)
 
         def unary(index: int) -> tuple[str, str]:
             adapter = converted_adapters[index % len(converted_adapters)]
@@ -50,7 +55,7 @@ def test_worker_killed_mid_run(converted_adapters: list[ConvertedAdapter]) -> No
         with ThreadPoolExecutor(max_workers=12) as pool:
             futures = [pool.submit(unary, i) for i in range(24)]
             deadline = time.monotonic() + 30
-            while _inflight(router).get(busy[0], 0) < 2:  # unary requests queued behind the stream on the victim
+            while _inflight(router).get(busy[0], 0) < 2:  # a unary request sent to the frozen victim
                 assert time.monotonic() < deadline, "no unary request reached the victim: nothing would be retried"
                 time.sleep(0.01)
             victim.process.kill()
