@@ -9,6 +9,7 @@ Example (camelCase or snake_case keys; every key optional)::
     demandHalfLifeS: 60         # recent-request counts per adapter (every policy's fleet keeps them)
     prefix: {podKvBlocks: 13000}  # KV-cache blocks per pod when the capacity plan does not say
     outlierDetection: {consecutiveFailures: 3, baseEjectionTimeS: 5, maxEjectionPercent: 50}
+    batchReserve: {busyShare: 0.01, holdS: 30}  # with --batch-reserve-pods (routing/reserve.py)
     streamTimeouts: {firstTokenS: 60, interTokenS: 20}
     streamTimeoutsByModel: {llama-70b: {firstTokenS: 180}}
     trtfleet:
@@ -36,6 +37,7 @@ from pydantic.alias_generators import to_snake
 
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
+from trtfleet_router.routing.reserve import ReserveConfig
 from trtfleet_router.routing.types import RoutingConfigError
 
 DEFAULT_POLICY = "trtfleet"
@@ -123,6 +125,11 @@ class RoutingConfig(ApiModel):
     )
     outlier_detection: OutlierDetectionConfig = Field(
         default_factory=OutlierDetectionConfig, description="When a failing pod is ejected, and for how long."
+    )
+    batch_reserve: ReserveConfig = Field(
+        default_factory=ReserveConfig,
+        description="With ``--batch-reserve-pods``: how long the pods kept free of batch lines stay kept after "
+        "the last interactive request, and how many ``auto`` keeps.",
     )
     stream_timeouts: StreamTimeouts = Field(
         default_factory=StreamTimeouts, description="First-token and inter-token timeouts of every base model."

@@ -104,7 +104,7 @@ class Fleet(PodResets):
         self._journal = journal
         self._remote = RemoteBook()
         self._window = ActivityWindow(ACTIVITY_WINDOW_S)
-        self._reserve = InteractiveReserve()  # routing/reserve.py
+        self._reserve = InteractiveReserve(config.batch_reserve)  # routing/reserve.py
 
     @property
     def policy_name(self) -> str:

@@ -11,15 +11,15 @@ requests go there first.
   router replica reserves the same ones and a pod joining or leaving moves few others. At most all ready pods
   but one: a batch always keeps a pod to progress on.
 * **How many** with :data:`RESERVE_AUTO`: the fewest pods that an interactive request finds all busy at most
-  :data:`RESERVE_BUSY_SHARE` of the time (:func:`pods_for_load`): a request that finds every reserved pod busy
-  shares one, and waits for the other request's step, which is what sets the interactive p99 (a share under
-  1 % leaves the p99 to requests that had a pod to themselves). The load is the mean of what each interactive
-  request finds in flight on the fleet when it starts (every replica's, batch lines left out), over about the
-  last :data:`RESERVE_SAMPLES` of them: for Poisson arrivals that is the time average (arrivals see time
-  averages), and the count found is Poisson (in flight = M/G/infinity), so all n pods are busy for a share
-  ``P(N >= n)``; bursts see more, which reserves more. Replicas see the same requests in flight (their events),
-  so their means and counts agree but for the moments around a change.
-* **When**: while an interactive request started within the last :data:`RESERVE_HOLD_S` seconds on this
+  ``busyShare`` of the time (:func:`pods_for_load`; :class:`ReserveConfig`, the routing file's ``batchReserve``, 1 %
+  by default): a request that finds every reserved pod busy shares one, and waits for the other request's step,
+  which is what sets the interactive p99 (a share under 1 % leaves the p99 to requests that had a pod to
+  themselves). The load is the mean of what each interactive request finds in flight on the fleet when it starts
+  (every replica's, batch lines left out), over about the last :data:`RESERVE_SAMPLES` of them: for Poisson arrivals
+  that is the time average (arrivals see time averages), and the count found is Poisson (in flight = M/G/infinity),
+  so all n pods are busy for a share ``P(N >= n)``; bursts see more, which reserves more. Replicas see the same
+  requests in flight (their events), so their means and counts agree but for the moments around a change.
+* **When**: while an interactive request started within the last ``holdS`` seconds (30) on this
   router, or another replica has an interactive request in flight on any pod (their events). A batch alone
   uses every pod; when interactive requests come back, the lines already on a reserved pod finish there and
   no new one starts.
@@ -37,17 +37,41 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final, TypeVar
 
+from pydantic import Field
+
+from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.framework import PodView
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.types import RouteRequest
 
 RESERVE_KEY: Final = "\x00trtfleet/interactive-reserve"  # no adapter or model name holds a NUL
-RESERVE_HOLD_S: Final = 30.0
+RESERVE_HOLD_S: Final = 30.0  # ReserveConfig.hold_s's default
 RESERVE_AUTO: Final = -1  # a reserve sized from the interactive load (``--batch-reserve-pods auto``)
-RESERVE_BUSY_SHARE: Final = 0.01  # auto: the share of interactive requests that may find every reserved pod busy
+RESERVE_BUSY_SHARE: Final = 0.01  # ReserveConfig.busy_share's default
 RESERVE_SAMPLES: Final = 32  # auto: the interactive requests the mean in flight is taken over (about)
 
 PodT = TypeVar("PodT", bound=PodView)
+
+
+class ReserveConfig(ApiModel):
+    """How the reserve of ``--batch-reserve-pods`` holds and, with ``auto``, how large it is (the routing file's
+    ``batchReserve``; the count itself is the router flag)."""
+
+    busy_share: float = Field(
+        default=RESERVE_BUSY_SHARE,
+        gt=0,
+        lt=1,
+        description="With ``--batch-reserve-pods auto``: the largest share of interactive requests that may find "
+        "every reserved pod busy (each of those shares a pod and waits for another request's step). Smaller "
+        "reserves more pods: 0.01 keeps that tail out of the interactive p99; 0.05 would leave it in the p95.",
+    )
+    hold_s: float = Field(
+        default=RESERVE_HOLD_S,
+        ge=0,
+        description="How long after the last interactive request this router started the reserve keeps holding "
+        "(another replica's interactive requests in flight hold it too); past it a batch takes every pod. "
+        "Longer keeps the pods free through longer pauses in interactive traffic, at the batch's cost.",
+    )
 
 
 def pods_for_load(mean_inflight: float, share: float = RESERVE_BUSY_SHARE, limit: int = 4096) -> int:
@@ -112,9 +136,10 @@ class InteractiveReserve:
     """One fleet's reserve: when it holds (the last interactive request this router started, on the fleet's
     clock, or another replica's in flight) and what it leaves a request to be routed among."""
 
-    __slots__ = ("_last_interactive_s", "_mean_inflight", "_samples")
+    __slots__ = ("_config", "_last_interactive_s", "_mean_inflight", "_samples")
 
-    def __init__(self) -> None:
+    def __init__(self, config: ReserveConfig | None = None) -> None:
+        self._config = config or ReserveConfig()
         self._last_interactive_s = float("-inf")
         self._mean_inflight = 0.0
         self._samples = 0
@@ -136,10 +161,10 @@ class InteractiveReserve:
         or by the load (its search stops at the cap: one step a pod, however heavy the load)."""
         if count != RESERVE_AUTO:
             return count
-        return pods_for_load(self._mean_inflight, limit=max(1, ready - 1))
+        return pods_for_load(self._mean_inflight, self._config.busy_share, limit=max(1, ready - 1))
 
     def holds(self, now_s: float, pods: Sequence[PodView]) -> bool:
-        if now_s - self._last_interactive_s <= RESERVE_HOLD_S:
+        if now_s - self._last_interactive_s <= self._config.hold_s:
             return True
         return any(pod.load.remote_inflight > pod.load.remote_background for pod in pods)
 

@@ -135,14 +135,15 @@ def test_batches_create_list_page_and_missing_ids(fleet: EchoFleet) -> None:
     ]
 
 
-def test_the_reserved_pods_gauge_follows_the_reserve(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_reserved_pods_gauge_follows_the_reserve(tmp_path: Path) -> None:
     """``trtfleet_router_batch_reserved_pods`` says how many pods the reserve keeps free of batch lines: none
-    before an interactive request, one after (the hold made a lifetime here: the test does not race its 30 s)."""
-    from trtfleet_router.routing import reserve
+    before an interactive request, one after (the routing file's hold made a lifetime here: the test does not
+    race the default 30 s)."""
+    from trtfleet_router.routing.policies import parse_routing_config
 
-    monkeypatch.setattr(reserve, "RESERVE_HOLD_S", 1e9)
     batch = BatchSettings(store=str(tmp_path / "store"), reserve_pods=1)
-    started = EchoFleet(tmp_path, batch=batch)
+    routing = parse_routing_config({"batchReserve": {"holdS": 1e9}})
+    started = EchoFleet(tmp_path, batch=batch, routing=routing)
     try:
 
         def gauge() -> list[str]:

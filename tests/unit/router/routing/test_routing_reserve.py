@@ -16,6 +16,7 @@ from trtfleet_router.routing.reserve import (
     RESERVE_HOLD_S,
     RESERVE_SAMPLES,
     InteractiveReserve,
+    ReserveConfig,
     hidden_pods,
     pods_for_load,
     reserved_pods,
@@ -230,6 +231,38 @@ def test_an_auto_reserve_is_sized_from_the_interactive_requests_in_flight(make_h
     # 0.97 x (31/32)^256 is 0.0003, under the 0.01 that two pods need (P(N >= 1) = 1 - exp(-mean))
     assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 1
     h.fleet.check_invariants()
+
+
+def test_the_routing_files_batch_reserve_sets_the_hold_and_the_auto_share(
+    make_harness: Callable[..., Harness],
+) -> None:
+    """``batchReserve: {holdS, busyShare}`` replaces the 30 s and the 1 %: the same load as above (a mean of about
+    0.97 found in flight) reserves 2 pods at a 30 % share (P(N >= 2) = 25 %, P(N >= 1) = 62 %), not 5; and the
+    reserve lets go 5 s after the last interactive request."""
+    h = make_harness("trtfleet", pods=6, config={"batchReserve": {"holdS": 5, "busyShare": 0.3}})
+    _batch(h, h.adapter(5), reserve=RESERVE_AUTO)
+    _, ticket = _interactive(h, None, reserve=RESERVE_AUTO)
+    for _ in range(RESERVE_SAMPLES):
+        _, other = _interactive(h, None, reserve=RESERVE_AUTO)
+        h.finish(other)
+    h.finish(ticket)
+    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 2
+    h.now_s += 5.0
+    assert len(h.fleet.reserved_now(RESERVE_AUTO)) == 2
+    h.now_s += 0.1
+    assert h.fleet.reserved_now(RESERVE_AUTO) == frozenset()
+    h.fleet.check_invariants()
+
+
+def test_the_batch_reserve_settings_are_validated() -> None:
+    from trtfleet_router.routing.policies import parse_routing_config
+    from trtfleet_router.routing.types import RoutingConfigError
+
+    defaults = ReserveConfig(hold_s=RESERVE_HOLD_S, busy_share=RESERVE_BUSY_SHARE)
+    assert parse_routing_config(None).batch_reserve == defaults
+    for bad in ({"busyShare": 0}, {"busyShare": 1.0}, {"holdS": -1}, {"hold": 5}):
+        with pytest.raises(RoutingConfigError, match="batchReserve"):
+            parse_routing_config({"batchReserve": bad})
 
 
 @pytest.mark.parametrize(
