@@ -38,7 +38,9 @@ requests were routed (warm, or carrying weights) and where their time went: wait
 router, and from the decision to the pod's first answer (p99, warm and cold apart). The debug log costs the
 router some CPU: compare traced runs with traced runs. Every case also reports the router's own
 CPU and its event loop's lag over the window (:mod:`bench.routerwindow`); ``--router-nice N`` runs every case's
-router at nice N (below 0: ahead of the pods for CPU).
+router at nice N (below 0: ahead of the pods for CPU). ``--batch-pods-cpus LIST`` (with a fixed reserve) keeps the
+pods the reserve leaves to the batch on those CPUs and the reserved pods, the router and the load on the others, in
+every case: pods with compute of their own, as near as a small machine gets.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from typing import Any
 from trtfleet_router.routing.reserve import RESERVE_AUTO
 
 from bench import report
-from bench.batchapi import start_batch, wait_batch
+from bench.batchapi import batch_input, start_batch, wait_batch
 from bench.batchreport import (
     DIMENSIONS,
     WARMUP_REQUESTS,
@@ -71,7 +73,7 @@ from bench.batchreport import (
     table,
     trace_summary,
 )
-from bench.cpushare import Burn, burn_list, renice_tree, tree_cpu_s
+from bench.cpushare import Burn, burn_list, cpu_set, pin_split, renice_tree, tree_cpu_s
 from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.routerwindow import RouterWindow
@@ -115,20 +117,9 @@ class BatchScenario:
     the others), so that their engines run on CPU the reserved pods and the router leave idle (``nice``)."""
     router_nice: int = 0
     """Every case's router at this nice value (below 0: ahead of the pods for CPU, as a router on its own CPU)."""
-
-
-def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
-    rng = random.Random(scenario.seed)
-    rows = []
-    for index in range(scenario.lines):
-        body = {
-            "model": rng.choice(list(names)),
-            "prompt": prompt_text(f"batch-{index}", scenario.prompt_tokens),
-            "max_tokens": scenario.max_tokens,
-            "temperature": 0,
-        }
-        rows.append({"custom_id": f"line-{index}", "method": "POST", "url": "/v1/completions", "body": body})
-    return "".join(json.dumps(r) + "\n" for r in rows).encode()
+    batch_pods_cpus: tuple[int, ...] = ()
+    """With a fixed reserve, every case: the pods it leaves to the batch on these CPUs, the rest on ``other_cpus``."""
+    other_cpus: tuple[int, ...] = ()
 
 
 def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str]) -> dict[str, Any]:
@@ -230,6 +221,10 @@ def run_case(
     with fleet, Burn(burn_cores):
         if scenario.router_nice:
             renice_tree(fleet.router_pid(), scenario.router_nice)
+        if scenario.batch_pods_cpus:  # the batch's pods on cores of their own (also with no batch: the same fleet)
+            pids = {f"w{i}": fleet.worker_pid(i) for i in range(scenario.workers)} | {"router": fleet.router_pid()}
+            row["batch_pods_pinned"] = pin_split(pids, batch_pods(scenario.workers, values["reserve"]),
+                                                 set(scenario.batch_pods_cpus), set(scenario.other_cpus))
         if data is not None and values["nice"] and values["reserve"] > 0:
             row["batch_pods_niced"] = batch_pods(scenario.workers, values["reserve"])
             for pod in row["batch_pods_niced"]:
@@ -339,6 +334,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "with their own CPUs would); several, comma-separated: one interactive+batch case each")
     parser.add_argument("--router-nice", type=int, default=0, help="every case's router at this nice value, -20 "
                         "to 19 (below 0: ahead of the pods for CPU, as a router with its own CPU would be)")
+    parser.add_argument("--batch-pods-cpus", type=cpu_set, default=set(), help="with a fixed reserve, every case: "
+                        "the pods it leaves to the batch on these CPUs (taskset -c style), the other pods, the router "
+                        "and the load on the rest (pods with compute of their own, as near as a small machine gets)")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
@@ -354,9 +352,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     lowest, nice = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO, "nice": 0}, dimensions["nice"]
     if (any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1
             or args.workers < 1 or max(nice) > 19 or (max(nice) > 0 and min(dimensions["reserve"]) < 1)
-            or not -20 <= args.router_nice <= 19):
+            or not -20 <= args.router_nice <= 19 or (args.batch_pods_cpus and min(dimensions["reserve"]) < 1)):
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
-                     "at least 0 or auto, --batch-pods-nice 0 to 19 (above 0 only with reserves of 1 or more), "
+                     "at least 0 or auto, --batch-pods-nice 0 to 19 (above 0 only with reserves of 1 or more, as "
+                     "--batch-pods-cpus), "
                      "--repeats and --workers at least 1, --router-nice -20 to 19")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, workers=args.workers,
                              interactive_s=args.interactive_s,
@@ -365,7 +364,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              min_step_ms=args.min_step_ms, trtfleet=tuple(args.trtfleet),
                              batch_ttft_target_ms=args.batch_ttft_target_ms or None, trace=args.trace,
                              cancel_after_interactive=args.cancel_after_interactive,
-                             batch_pods_nice=dimensions["nice"][0], router_nice=args.router_nice)
+                             batch_pods_nice=dimensions["nice"][0], router_nice=args.router_nice,
+                             batch_pods_cpus=tuple(sorted(args.batch_pods_cpus)),
+                             other_cpus=tuple(sorted(os.sched_getaffinity(0) - args.batch_pods_cpus)))
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):

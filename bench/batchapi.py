@@ -1,11 +1,34 @@
-"""The bench's side of the OpenAI Batch API, through the official client: upload and create, wait for an end."""
+"""The bench's side of the OpenAI Batch API, through the official client: the input file, upload and create, wait
+for an end."""
 
 from __future__ import annotations
 
+import json
+import random
 import time
-from typing import Any, Final
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Final
+
+from bench.traces import prompt_text
+
+if TYPE_CHECKING:
+    from bench.batch import BatchScenario
 
 BATCH_WAIT_S: Final = 3600.0
+
+
+def batch_input(scenario: BatchScenario, names: Sequence[str]) -> bytes:
+    rng = random.Random(scenario.seed)
+    rows = []
+    for index in range(scenario.lines):
+        body = {
+            "model": rng.choice(list(names)),
+            "prompt": prompt_text(f"batch-{index}", scenario.prompt_tokens),
+            "max_tokens": scenario.max_tokens,
+            "temperature": 0,
+        }
+        rows.append({"custom_id": f"line-{index}", "method": "POST", "url": "/v1/completions", "body": body})
+    return "".join(json.dumps(r) + "\n" for r in rows).encode()
 
 
 def start_batch(base_url: str, data: bytes) -> tuple[Any, str]:

@@ -10,6 +10,9 @@ fleet's pods do not share their host's CPU that way. Two tools tell the two cost
 * :func:`renice_tree`: a process, its descendants and every thread of them at a lower priority (``bench.batch
   --batch-pods-nice``: the pods the reserve leaves to the batch run on CPU the others leave idle, as pods with
   their own host CPUs would);
+* :func:`pin_tree`: a process, its descendants and every thread of them allowed only some CPUs (``bench.batch
+  --batch-pods-cpus``: the pods the reserve leaves to the batch on their own cores, the rest of the fleet, the
+  router and the load on the others: pods with their own compute, as near as two cores allow);
 * :class:`Burn`: processes that keep ``cores`` of CPU busy, duty-cycled over :data:`PERIOD_S` (``bench.batch
   --cpu-burn``): the interactive load beside a burn that takes what a batch takes, without any batch line in the
   fleet.
@@ -22,6 +25,7 @@ import math
 import os
 import subprocess
 import sys
+from collections.abc import Callable, Collection, Mapping
 from pathlib import Path
 from typing import Final
 
@@ -63,10 +67,10 @@ def _descendants(root: int, proc: Path) -> list[int]:
     return found
 
 
-def renice_tree(root: int, nice: int, proc: Path = Path("/proc")) -> int:
-    """Every thread of ``root`` and of its descendants at ``nice`` (Linux keeps a nice value per thread, and a
-    new thread or child takes its creator's); the count of threads set. ProcessLookupError when it set none (no
-    such process, or none it may renice), so a run never reports pods niced that are not."""
+def _each_thread(root: int, apply: Callable[[int], object], what: str, proc: Path) -> int:
+    """``apply(tid)`` on every thread of ``root`` and of its descendants; the count it succeeded on.
+    ProcessLookupError when none (no such process, or none this process may change), so a run never reports
+    pods set that are not."""
     count = 0
     for pid in [root, *_descendants(root, proc)]:
         try:
@@ -75,13 +79,62 @@ def renice_tree(root: int, nice: int, proc: Path = Path("/proc")) -> int:
             continue
         for tid in tids:
             try:
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                apply(tid)
                 count += 1
             except (ProcessLookupError, PermissionError):
                 continue
     if count == 0:
-        raise ProcessLookupError(f"no thread of process {root} could be set to nice {nice}")
+        raise ProcessLookupError(f"no thread of process {root} could be set to {what}")
     return count
+
+
+def renice_tree(root: int, nice: int, proc: Path = Path("/proc")) -> int:
+    """Every thread of ``root`` and of its descendants at ``nice`` (Linux keeps a nice value per thread, and a
+    new thread or child takes its creator's); the count of threads set (:func:`_each_thread`)."""
+    return _each_thread(root, lambda tid: os.setpriority(os.PRIO_PROCESS, tid, nice), f"nice {nice}", proc)
+
+
+def pin_tree(root: int, cpus: set[int], proc: Path = Path("/proc")) -> int:
+    """Every thread of ``root`` and of its descendants allowed only ``cpus`` (affinity, too, is per thread and
+    inherited by new threads and children); the count of threads set (:func:`_each_thread`)."""
+    return _each_thread(root, lambda tid: os.sched_setaffinity(tid, cpus), f"CPUs {sorted(cpus)}", proc)
+
+
+def pin_self(cpus: set[int]) -> None:
+    """Every thread of this process allowed only ``cpus`` (its children are left as they are)."""
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            os.sched_setaffinity(int(task.name), cpus)
+        except ProcessLookupError:  # a thread that ended since the listing
+            continue
+
+
+def pin_split(pids: Mapping[str, int], apart: Collection[str], cpus: set[int], others: set[int]) -> list[str]:
+    """The process trees of ``pids`` whose names are in ``apart`` on ``cpus``; the other trees and this process
+    (the load generator: its request threads are made by the threads pinned here) on ``others``. The names
+    pinned apart, sorted."""
+    for name, pid in pids.items():
+        pin_tree(pid, cpus if name in apart else others)
+    pin_self(others)
+    return sorted(name for name in pids if name in apart)
+
+
+def cpu_set(text: str) -> set[int]:
+    """``--batch-pods-cpus``: CPUs as ``taskset -c`` writes them (``1``, ``2-3``, ``0,2``), each one this process
+    may run on, and not all of them (the rest is for the router and the reserved pods)."""
+    allowed = os.sched_getaffinity(0)
+    cpus: set[int] = set()
+    try:
+        for part in (p.strip() for p in text.split(",") if p.strip()):
+            low, dash, high = part.partition("-")
+            cpus.update(range(int(low), int(high if dash else low) + 1))
+    except ValueError:
+        cpus = set()
+    if not cpus or not cpus < allowed:
+        raise argparse.ArgumentTypeError(
+            f"CPUs like 1 or 2-3, some but not all of the {sorted(allowed)} this process may use, not {text!r}"
+        )
+    return cpus
 
 
 def tree_cpu_s(root: int | None = None, proc: Path = Path("/proc")) -> float:

@@ -7,13 +7,15 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
 from bench.batch import main
 from bench.batchreport import table
-from bench.cpushare import Burn, burn_list, renice_tree, tree_cpu_s
+from bench.cpushare import Burn, burn_list, cpu_set, pin_self, pin_split, pin_tree, renice_tree, tree_cpu_s
 
 TICK_S = 1 / os.sysconf("SC_CLK_TCK")
 
@@ -86,9 +88,9 @@ def _nice_of(tid_dir: Path) -> int:
     return int(text[text.rindex(")") + 2 :].split()[16])  # stat(5) field 19, the nice value
 
 
-@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
-def test_renice_sets_every_thread_of_a_process_and_of_its_children() -> None:
-    # a parent with a second thread, and a child of its own: every thread of both must end up at nice 7
+@contextmanager
+def _family() -> Iterator[tuple[int, int, list[Path]]]:
+    """A parent with a second thread and a child of its own: their pids, and every thread of both."""
     code = (
         "import subprocess, sys, threading, time\n"
         "threading.Thread(target=time.sleep, args=(60,), daemon=True).start()\n"
@@ -97,17 +99,65 @@ def test_renice_sets_every_thread_of_a_process_and_of_its_children() -> None:
         "time.sleep(60)\n"
     )
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE)
+    child_pid = None
     try:
         assert parent.stdout is not None
         child_pid = int(parent.stdout.readline())
         tasks = [*Path(f"/proc/{parent.pid}/task").iterdir(), *Path(f"/proc/{child_pid}/task").iterdir()]
         assert len(tasks) >= 3
-        assert renice_tree(parent.pid, 7) == len(tasks)
-        assert [_nice_of(task) for task in tasks] == [7] * len(tasks)
-        assert os.getpriority(os.PRIO_PROCESS, 0) != 7  # this test's own process is not below the parent
-        with pytest.raises(ProcessLookupError, match="no thread of process"):
-            renice_tree(child_pid + 10**7, 7)  # above any pid Linux hands out (pid_max is at most 2**22)
+        yield parent.pid, child_pid, tasks
     finally:
         parent.kill()
         parent.wait()
-        subprocess.run(["kill", "-9", str(child_pid)], check=False)
+        if child_pid is not None:
+            subprocess.run(["kill", "-9", str(child_pid)], check=False)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_renice_sets_every_thread_of_a_process_and_of_its_children() -> None:
+    with _family() as (parent, child, tasks):
+        assert renice_tree(parent, 7) == len(tasks)
+        assert [_nice_of(task) for task in tasks] == [7] * len(tasks)
+        assert os.getpriority(os.PRIO_PROCESS, 0) != 7  # this test's own process is not below the parent
+        with pytest.raises(ProcessLookupError, match="no thread of process"):
+            renice_tree(child + 10**7, 7)  # above any pid Linux hands out (pid_max is at most 2**22)
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_pinning_allows_every_thread_of_a_process_and_of_its_children_only_the_cpus_given() -> None:
+    last = max(os.sched_getaffinity(0))
+    with _family() as (parent, child, tasks):
+        assert pin_tree(parent, {last}) == len(tasks)
+        assert [os.sched_getaffinity(int(task.name)) for task in tasks] == [{last}] * len(tasks)
+        with pytest.raises(ProcessLookupError, match="no thread of process"):
+            pin_tree(child + 10**7, {last})
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="needs Linux /proc")
+def test_a_split_puts_the_trees_named_apart_on_their_cpus_and_the_rest_and_this_process_on_the_others() -> None:
+    allowed = os.sched_getaffinity(0)
+    first, last = min(allowed), max(allowed)  # one CPU: the same, and the split still sets every thread
+    sleepers = [subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"]) for _ in range(2)]
+    try:
+        pids = {"w0": sleepers[0].pid, "w1": sleepers[1].pid}
+        assert pin_split(pids, ["w1", "w7"], {last}, {first}) == ["w1"]
+        assert os.sched_getaffinity(sleepers[0].pid) == {first}
+        assert os.sched_getaffinity(sleepers[1].pid) == {last}
+        assert all(os.sched_getaffinity(int(task.name)) == {first} for task in Path("/proc/self/task").iterdir())
+    finally:
+        pin_self(allowed)
+        for sleeper in sleepers:
+            sleeper.kill()
+            sleeper.wait()
+
+
+def test_the_cpus_for_the_batch_pods_are_some_but_not_all_of_the_allowed_ones() -> None:
+    allowed = sorted(os.sched_getaffinity(0))
+    for bad in ("", "x", "1-", "-1", "3-1", ",".join(map(str, allowed)), str(allowed[-1] + 1)):
+        with pytest.raises(argparse.ArgumentTypeError, match="some but not all"):
+            cpu_set(bad)
+    if len(allowed) > 1:  # a one-CPU machine has no valid split
+        assert cpu_set(str(allowed[-1])) == {allowed[-1]}
+        assert cpu_set(f" {allowed[0]}-{allowed[0]} ,") == {allowed[0]}
+    with pytest.raises(SystemExit):  # the batch's pods are the fixed reserve's complement: none without one
+        main(["--batch-pods-cpus", str(allowed[-1]), "--batch-reserve-pods", "auto"])
