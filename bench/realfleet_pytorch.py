@@ -69,6 +69,7 @@ class ServeFleet(RealFleet):
 
     def _spawn(self, index: int) -> ServeWorker:
         from trtfleet_engines.reference.server import free_port
+        from trtfleet_engines.reference.threads import one_blas_thread
 
         port = free_port()
         log = self.work_dir / f"serve-w{index}.log"
@@ -80,7 +81,7 @@ class ServeFleet(RealFleet):
             command += ["--min-step-ms", str(self.min_step_ms)]
         with log.open("wb") as sink:
             process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                       env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                       env=one_blas_thread({**os.environ, "PYTHONUNBUFFERED": "1"}))
         return ServeWorker(port, process, log)
 
     @staticmethod

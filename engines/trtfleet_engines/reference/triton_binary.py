@@ -20,6 +20,7 @@ from pathlib import Path
 
 from trtfleet_engines.reference.errors import TritonNotInstalledError
 from trtfleet_engines.reference.stubs import STUB_NAME, install_stub_recorder
+from trtfleet_engines.reference.threads import one_blas_thread
 
 EXIT_TIMEOUT_S = 5
 """tritonserver's wait for in-flight requests after SIGTERM (its default, 30 s, outlasts STOP_TIMEOUT_S)."""
@@ -88,7 +89,7 @@ def _import_roots() -> list[str]:
 
 
 def worker_environment(install: TritonInstall, base: dict[str, str] | None = None) -> dict[str, str]:
-    """Environment for tritonserver: library path and the Python import path for the stub."""
+    """Environment for tritonserver: library path and the Python import path for the stub, one BLAS thread."""
     env = dict(os.environ if base is None else base)
     libdir = sysconfig.get_config_var("LIBDIR") or ""
     lib_path = [p for p in (libdir, str(install.libs_dir), env.get("LD_LIBRARY_PATH", "")) if p]
@@ -97,6 +98,7 @@ def worker_environment(install: TritonInstall, base: dict[str, str] | None = Non
     # site.addsitedir (which also runs .pth files, e.g. an editable install's finder).
     env[SITE_DIRS_ENV] = os.pathsep.join(_import_roots())
     env.setdefault("PYTHONUNBUFFERED", "1")
+    one_blas_thread(env)  # the stubs' numpy: reference/threads.py
     return env
 
 

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from trtfleet_engines.plan import ENGINE_SUBDIR, SERVE_ARTIFACT_DIR
+from trtfleet_engines.reference.threads import BLAS_THREADS_ENV
 from trtfleet_engines.triton import render_configs
 
 from trtfleet.api.basemodel import BaseModelSpec, Runtime
@@ -38,6 +39,7 @@ from trtfleet_operator.builders.common import (
     scheduling,
     shm_mount,
     shm_volume,
+    sorted_env,
 )
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.names import (
@@ -233,6 +235,7 @@ def _server_container(
             str(METRICS_PORT),
             *extra_args,
         ]
+        container["env"] = sorted_env(BLAS_THREADS_ENV)  # numpy reads it at import (reference/threads.py)
     else:
         world_size = spec.parallelism.tensor * spec.parallelism.pipeline
         container["image"] = config.images.for_engine(spec.engine.image)

@@ -15,6 +15,7 @@ import httpx
 import openai
 from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR
 from trtfleet_engines.reference.server import free_port, http_status
+from trtfleet_engines.reference.threads import one_blas_thread
 
 from tests.integration.reference.triton_client import wait_until
 
@@ -62,7 +63,7 @@ def serving(tmp_dir: Path, args: Sequence[str] = (), *, clean_exit: bool = True)
     ``clean_exit``, check it stopped cleanly; a test that kills it passes False)."""
     port = free_port()
     log = tmp_dir / f"serve-{port}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = one_blas_thread({**os.environ, "PYTHONUNBUFFERED": "1"})  # as the worker launchers do
     command = [sys.executable, "-m", "trtfleet_engines.reference.serve", "--host", "127.0.0.1", "--port", str(port),
                *args]
     with log.open("wb") as sink:
@@ -89,7 +90,8 @@ def trtfleet_worker(
     log = tmp_dir / f"worker-{port}.log"
     with log.open("wb") as sink:
         process = subprocess.Popen([sys.executable, "-m", "trtfleet", "worker", "--host", "127.0.0.1", *args],
-                                   stdout=sink, stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                                   stdout=sink, stderr=subprocess.STDOUT,
+                                   env=one_blas_thread({**os.environ, "PYTHONUNBUFFERED": "1"}))
 
     def up() -> bool:
         if process.poll() is not None:

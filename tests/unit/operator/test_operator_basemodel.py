@@ -278,6 +278,8 @@ def test_reference_runtime_serves_without_a_build() -> None:
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["command"] == ["trtfleet", "worker"]
     assert "nvidia.com/gpu" not in str(container.get("resources", {}))
+    # numpy in the worker reads these at import: one BLAS thread, no spinning ones (reference/threads.py)
+    assert {e["name"]: e["value"] for e in container["env"]} == {"OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1"}
     assert condition(result.status, "EngineBuilt")["reason"] == "NotNeeded"
 
 

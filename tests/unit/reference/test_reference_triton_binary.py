@@ -37,6 +37,13 @@ def test_environment_puts_this_pythons_libdir_first() -> None:
     assert str(Path(trtfleet_engines.__file__).resolve().parent.parent) in env[SITE_DIRS_ENV].split(":")
 
 
+def test_environment_gives_the_stubs_numpy_one_blas_thread_unless_told_otherwise() -> None:
+    install = locate_triton()
+    env = worker_environment(install, {})
+    assert env["OPENBLAS_NUM_THREADS"] == "1" and env["OMP_NUM_THREADS"] == "1"
+    assert worker_environment(install, {"OPENBLAS_NUM_THREADS": "4"})["OPENBLAS_NUM_THREADS"] == "4"
+
+
 def test_command_uses_explicit_model_control_on_the_given_ports(tmp_path: Path) -> None:
     command = tritonserver_command(
         locate_triton(),

@@ -1,0 +1,29 @@
+"""One BLAS thread in every reference-engine process.
+
+numpy's OpenBLAS starts a thread per CPU the process may use, and after each call its idle threads spin for a
+while before they sleep. The reference model's products are small (a batch of at most a few rows against a tiny
+Llama's matrices): extra threads make no step faster, and their spinning takes CPU from every other process on
+the host. On the 2-core bench machine six reference workers serving 2 interactive requests a second took 0.83
+cores with the default threads and 0.17 with one (``python -m bench.batch``, docs/benchmarks.md, Batch), so on a
+shared host the spin, not the model, was most of what one pod's load took from another.
+
+OpenBLAS reads ``OPENBLAS_NUM_THREADS`` (and, when built with OpenMP, ``OMP_NUM_THREADS``) once, when numpy is
+imported, so the variables go into the environment a worker process starts with: :func:`one_blas_thread` for
+launchers (tritonserver and its Python-backend stubs, ``python -m trtfleet_engines.reference.serve``), and the
+operator's reference pods carry them in their container env. A value already set is kept.
+"""
+
+from __future__ import annotations
+
+from collections.abc import MutableMapping
+from typing import Final, TypeVar
+
+BLAS_THREADS_ENV: Final = {"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+EnvT = TypeVar("EnvT", bound=MutableMapping[str, str])
+
+
+def one_blas_thread(env: EnvT) -> EnvT:
+    """``env`` with :data:`BLAS_THREADS_ENV` added where it sets none of them itself."""
+    for name, value in BLAS_THREADS_ENV.items():
+        env.setdefault(name, value)
+    return env
