@@ -73,7 +73,7 @@ from bench.batchreport import (
     table,
     trace_summary,
 )
-from bench.cpushare import Burn, burn_list, cpu_set, pin_split, renice_tree, tree_cpu_s
+from bench.cpushare import Burn, burn_list, cpu_set, pin_split, pin_tree, renice_tree, tree_cpu_s
 from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
 from bench.routerwindow import RouterWindow
@@ -120,6 +120,7 @@ class BatchScenario:
     batch_pods_cpus: tuple[int, ...] = ()
     """With a fixed reserve, every case: the pods it leaves to the batch on these CPUs, the rest on ``other_cpus``."""
     other_cpus: tuple[int, ...] = ()
+    router_cpus: tuple[int, ...] = ()  # with batch_pods_cpus: the router's CPUs when not other_cpus
 
 
 def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str]) -> dict[str, Any]:
@@ -225,6 +226,8 @@ def run_case(
             pids = {f"w{i}": fleet.worker_pid(i) for i in range(scenario.workers)} | {"router": fleet.router_pid()}
             row["batch_pods_pinned"] = pin_split(pids, batch_pods(scenario.workers, values["reserve"]),
                                                  set(scenario.batch_pods_cpus), set(scenario.other_cpus))
+            if scenario.router_cpus:
+                pin_tree(fleet.router_pid(), set(scenario.router_cpus))
         if data is not None and values["nice"] and values["reserve"] > 0:
             row["batch_pods_niced"] = batch_pods(scenario.workers, values["reserve"])
             for pod in row["batch_pods_niced"]:
@@ -337,6 +340,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--batch-pods-cpus", type=cpu_set, default=set(), help="with a fixed reserve, every case: "
                         "the pods it leaves to the batch on these CPUs (taskset -c style), the other pods, the router "
                         "and the load on the rest (pods with compute of their own, as near as a small machine gets)")
+    parser.add_argument("--router-cpus", type=cpu_set, default=set(), help="with --batch-pods-cpus: the router's "
+                        "CPUs instead of the reserved pods' (e.g. the batch pods', with those at --batch-pods-nice 19)")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
     parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
@@ -352,10 +357,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     lowest, nice = {"slots": 1, "conc": 1, "reserve": RESERVE_AUTO, "nice": 0}, dimensions["nice"]
     if (any(not values or min(values) < lowest[name] for name, values in dimensions.items()) or args.repeats < 1
             or args.workers < 1 or max(nice) > 19 or (max(nice) > 0 and min(dimensions["reserve"]) < 1)
-            or not -20 <= args.router_nice <= 19 or (args.batch_pods_cpus and min(dimensions["reserve"]) < 1)):
+            or not -20 <= args.router_nice <= 19 or (args.batch_pods_cpus and min(dimensions["reserve"]) < 1)
+            or (args.router_cpus and not args.batch_pods_cpus)):
         parser.error("--batch-pod-slots and --batch-concurrency need values of at least 1, --batch-reserve-pods "
                      "at least 0 or auto, --batch-pods-nice 0 to 19 (above 0 only with reserves of 1 or more, as "
-                     "--batch-pods-cpus), "
+                     "--batch-pods-cpus; --router-cpus only with it), "
                      "--repeats and --workers at least 1, --router-nice -20 to 19")
     scenario = BatchScenario(lines=args.lines, adapters=args.adapters, workers=args.workers,
                              interactive_s=args.interactive_s,
@@ -366,7 +372,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                              cancel_after_interactive=args.cancel_after_interactive,
                              batch_pods_nice=dimensions["nice"][0], router_nice=args.router_nice,
                              batch_pods_cpus=tuple(sorted(args.batch_pods_cpus)),
-                             other_cpus=tuple(sorted(os.sched_getaffinity(0) - args.batch_pods_cpus)))
+                             other_cpus=tuple(sorted(os.sched_getaffinity(0) - args.batch_pods_cpus)),
+                             router_cpus=tuple(sorted(args.router_cpus)))
     load_before = os.getloadavg()
     rounds = []
     for index in range(args.repeats):
