@@ -161,3 +161,5 @@ def test_the_cpus_for_the_batch_pods_are_some_but_not_all_of_the_allowed_ones() 
         assert cpu_set(f" {allowed[0]}-{allowed[0]} ,") == {allowed[0]}
     with pytest.raises(SystemExit):  # the batch's pods are the fixed reserve's complement: none without one
         main(["--batch-pods-cpus", str(allowed[-1]), "--batch-reserve-pods", "auto"])
+    with pytest.raises(SystemExit):  # the router's own CPUs only where the pods have theirs
+        main(["--router-cpus", str(allowed[-1]), "--batch-reserve-pods", "2"])
