@@ -28,7 +28,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import pydantic
 import yaml
@@ -37,11 +37,12 @@ from pydantic.alias_generators import to_snake
 
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
-from trtfleet_router.routing.reserve import ReserveConfig
 from trtfleet_router.routing.types import RoutingConfigError
 
 DEFAULT_POLICY = "trtfleet"
 SectionT = TypeVar("SectionT", bound=pydantic.BaseModel)
+RESERVE_HOLD_S: Final = 30.0  # ReserveConfig.hold_s's default
+RESERVE_BUSY_SHARE: Final = 0.01  # ReserveConfig.busy_share's default
 
 
 class StreamTimeouts(ApiModel):
@@ -72,6 +73,27 @@ class PrefixConfig(ApiModel):
         description="KV-cache capacity of a pod in blocks when the BaseModel's capacity plan does not give it "
         "(status.capacity.kvCacheTokens / tokens per block). 13,000 blocks of 32 tokens: Llama-3-8B fp16 on one "
         "H100 (about 420,000 tokens). 0 turns the modelled index off (events still fill it).",
+    )
+
+
+class ReserveConfig(ApiModel):
+    """How the reserve of ``--batch-reserve-pods`` holds and, with ``auto``, how large it is (the routing file's
+    ``batchReserve``; the count itself is the router flag)."""
+
+    busy_share: float = Field(
+        default=RESERVE_BUSY_SHARE,
+        gt=0,
+        lt=1,
+        description="With ``--batch-reserve-pods auto``: the largest share of interactive requests that may find "
+        "every reserved pod busy (each of those shares a pod and waits for another request's step). Smaller "
+        "reserves more pods: 0.01 keeps that tail out of the interactive p99; 0.05 would leave it in the p95.",
+    )
+    hold_s: float = Field(
+        default=RESERVE_HOLD_S,
+        ge=0,
+        description="How long after the last interactive request this router started the reserve keeps holding "
+        "(another replica's interactive requests in flight hold it too); past it a batch takes every pod. "
+        "Longer keeps the pods free through longer pauses in interactive traffic, at the batch's cost.",
     )
 
 

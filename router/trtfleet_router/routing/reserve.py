@@ -37,41 +37,16 @@ from collections.abc import Sequence
 from dataclasses import replace
 from typing import Final, TypeVar
 
-from pydantic import Field
-
-from trtfleet.api.common import ApiModel
+from trtfleet_router.routing.config import RESERVE_BUSY_SHARE, ReserveConfig
 from trtfleet_router.routing.framework import PodView
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.types import RouteRequest
 
 RESERVE_KEY: Final = "\x00trtfleet/interactive-reserve"  # no adapter or model name holds a NUL
-RESERVE_HOLD_S: Final = 30.0  # ReserveConfig.hold_s's default
 RESERVE_AUTO: Final = -1  # a reserve sized from the interactive load (``--batch-reserve-pods auto``)
-RESERVE_BUSY_SHARE: Final = 0.01  # ReserveConfig.busy_share's default
 RESERVE_SAMPLES: Final = 32  # auto: the interactive requests the mean in flight is taken over (about)
 
 PodT = TypeVar("PodT", bound=PodView)
-
-
-class ReserveConfig(ApiModel):
-    """How the reserve of ``--batch-reserve-pods`` holds and, with ``auto``, how large it is (the routing file's
-    ``batchReserve``; the count itself is the router flag)."""
-
-    busy_share: float = Field(
-        default=RESERVE_BUSY_SHARE,
-        gt=0,
-        lt=1,
-        description="With ``--batch-reserve-pods auto``: the largest share of interactive requests that may find "
-        "every reserved pod busy (each of those shares a pod and waits for another request's step). Smaller "
-        "reserves more pods: 0.01 keeps that tail out of the interactive p99; 0.05 would leave it in the p95.",
-    )
-    hold_s: float = Field(
-        default=RESERVE_HOLD_S,
-        ge=0,
-        description="How long after the last interactive request this router started the reserve keeps holding "
-        "(another replica's interactive requests in flight hold it too); past it a batch takes every pod. "
-        "Longer keeps the pods free through longer pauses in interactive traffic, at the batch's cost.",
-    )
 
 
 def pods_for_load(mean_inflight: float, share: float = RESERVE_BUSY_SHARE, limit: int = 4096) -> int:

@@ -164,8 +164,7 @@ def test_fleet_capacity_leaves_out_the_pods_a_reserve_holds_for_interactive_requ
     from trtfleet_router.chat import chat_renderer
     from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
     from trtfleet_router.models_registry import BaseModelEntry, EngineLimits, ModelRegistry
-    from trtfleet_router.routing.config import RoutingConfig
-    from trtfleet_router.routing.reserve import RESERVE_HOLD_S
+    from trtfleet_router.routing.config import RESERVE_HOLD_S, RoutingConfig
     from trtfleet_router.routing.types import Outcome, RouteRequest
 
     clock = [1000.0]

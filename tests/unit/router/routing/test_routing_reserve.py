@@ -9,14 +9,12 @@ from dataclasses import replace
 
 import pytest
 from trtfleet_router.routing import AdapterRef, Decision, RouteRequest, Ticket
+from trtfleet_router.routing.config import RESERVE_BUSY_SHARE, RESERVE_HOLD_S, ReserveConfig
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.reserve import (
     RESERVE_AUTO,
-    RESERVE_BUSY_SHARE,
-    RESERVE_HOLD_S,
     RESERVE_SAMPLES,
     InteractiveReserve,
-    ReserveConfig,
     hidden_pods,
     pods_for_load,
     reserved_pods,
