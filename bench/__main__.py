@@ -1,4 +1,4 @@
-"""``python -m bench [--quick] [--only SECTIONS]``: regenerate every table and plot of docs/benchmarks.md.
+"""``python -m bench [--quick] [--only SECTIONS]``: regenerate the tables and plots of docs/benchmarks/.
 
 Sections: ``bound`` (offline bound), ``sim`` (fleet simulation), ``autoscale`` (autoscalers in the
 simulator), ``routing`` (real runs: reference-engine
@@ -9,7 +9,7 @@ Run only when named in ``--only``: ``replicas`` (the real runs through 1, 2, 4 r
 scenario through 1, 2, 4, 8 replicas in both views; ``--replicas`` overrides the counts).
 ``--runtime pytorch`` runs ``routing`` and ``sim`` on trtllm-serve workers / pods instead (sections
 ``routing-pytorch``, ``sim-pytorch``). ``sim`` without ``routing`` keeps the calibration block already in the doc.
-Raw results go to ``bench/results/`` (ignored), tables to ``docs/benchmarks.md``, plots to ``docs/img/``.
+Raw results go to ``bench/results/`` (ignored), tables to ``docs/benchmarks/*.md``, plots to ``docs/img/``.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print("== autoscaling (simulator)", flush=True)
         report.write_section("autoscale", autoscale.autoscale_report(autoscale.default_setup(args.quick)))
-    print(f"done in {time.monotonic() - started:.0f} s: {report.DOC.relative_to(report.ROOT)}", flush=True)
+    print(f"done in {time.monotonic() - started:.0f} s: {report.PAGES.relative_to(report.ROOT)}", flush=True)
     return 0
 
 

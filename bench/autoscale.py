@@ -242,7 +242,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--trace", choices=("diurnal", "bursty", "adapter-shift"), help="run one trace only")
     parser.add_argument("--policies", default="", help=f"comma-separated subset of {', '.join(POLICY_KEYS)}")
-    parser.add_argument("--write", action="store_true", help="write the Autoscaling section of docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="write docs/benchmarks/autoscaling.md")
     args = parser.parse_args(argv)
     chosen = [key for key in args.policies.split(",") if key]
     unknown = [key for key in chosen if key not in POLICY_KEYS]

@@ -1,6 +1,6 @@
 """Batches on the reference fleet: throughput, adapter loads grouped vs input order, interactive TTFT.
 
-    .venv/bin/python -m bench.batch                 # 10,000 lines (the docs/benchmarks.md figures)
+    .venv/bin/python -m bench.batch                 # 10,000 lines (the docs/benchmarks/batch.md figures)
     .venv/bin/python -m bench.batch --lines 500     # a smoke run
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --batch-pod-slots 6,4 --repeats 3
     .venv/bin/python -m bench.batch --cases interactive,interactive+batch --trace   # where interactive time goes
@@ -344,7 +344,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                         "CPUs instead of the reserved pods' (e.g. the batch pods', with those at --batch-pods-nice 19)")
     parser.add_argument("--trace", action="store_true",
                         help="router at debug level: how interactive requests were routed and where their time went")
-    parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks.md")
+    parser.add_argument("--write-doc", action="store_true", help="write the Batch section of docs/benchmarks/batch.md")
     args = parser.parse_args(argv)
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]
     if set(cases) - set(CASES):

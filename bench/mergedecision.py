@@ -1,7 +1,7 @@
 """The merge decision on a trace (pure, seconds): adapter shares against the advice, and what merging the
 advised ones does to pods and per-request time, on the H100 Llama-3-8B step-time model.
 
-``python -m bench.mergedecision`` prints the section of docs/benchmarks.md ("Merge or hot-swap").
+``python -m bench.mergedecision`` prints the section of docs/benchmarks/merge.md ("Merge or hot-swap").
 
 The trace: 4 hours of router readings, one a minute (the router's 60 s activity window, so each reading
 is Poisson(rate x 60) / 60), for 200 adapters with Zipf(1.0) popularity over a total of 5 pods' worth of

@@ -105,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--length-factor", type=float, default=DEFAULTS.length_factor)
     parser.add_argument("--time-factor", type=float, default=DEFAULTS.time_factor)
     parser.add_argument("--seed", type=int, default=DEFAULTS.seed)
-    parser.add_argument("--write", action="store_true", help="write the section of docs/benchmarks.md")
+    parser.add_argument("--write", action="store_true", help="write the section of docs/benchmarks/prefix.md")
     parser.add_argument("--hot", action="store_true", help="also the hot-adapter cases (1,000 req/s, 60 s)")
     args = parser.parse_args(argv)
     scale = dataclasses.replace(MooncakeScale(), num_adapters=args.adapters, zipf_alpha=args.zipf,

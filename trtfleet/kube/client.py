@@ -3,7 +3,7 @@
 The library owns credentials and TLS (:mod:`trtfleet.kube.config`) and its aiohttp session carries every
 request; this module only sends JSON to a path and reads JSON back, because both components work on
 plain dicts (the generated models would cost a parse per object and buy nothing here; see the
-"Kubernetes client" section of docs/benchmarks.md for the figures).
+"Kubernetes client" section of docs/benchmarks/overhead.md for the figures).
 
 * :meth:`KubeApi.request` - one call; the body is sent as JSON under the given content type
   (``application/apply-patch+yaml`` for server-side apply, ``application/merge-patch+json``, ...); an
@@ -46,7 +46,7 @@ def _tls_identity(configuration: Configuration) -> tuple[object, ...]:
 def _api_client(configuration: Configuration) -> ApiClient:
     """The library's client with one change, its session's ``trust_env``: with it aiohttp looks up the
     proxy and ``.netrc`` in a thread for every request, which took 1.7 to 2.5 times the client CPU per call (see
-    docs/benchmarks.md, "Kubernetes client"). The proxy is resolved once instead, when the credentials
+    docs/benchmarks/overhead.md, "Kubernetes client"). The proxy is resolved once instead, when the credentials
     are loaded (:func:`trtfleet.kube.config.environment_proxy`). The library's TLS connector is kept."""
     client = ApiClient(configuration)
     client.user_agent = USER_AGENT

@@ -6,7 +6,7 @@ Llama's matrices), so the threads buy little, and their spinning takes CPU from 
 in a container on a large node each stub would start a thread per node CPU, whatever its CPU limit. On the
 2-core bench machine six reference workers serving 2 interactive requests a second took 0.83-0.84 cores with two
 threads and 0.16-0.18 with one, and 1.8 cores against 0.8 beside a batch of 45 lines a second (``python -m
-bench.batch``, docs/benchmarks.md, Batch). The spin was not free: a spinning thread takes its next call without
+bench.batch``, docs/benchmarks/batch.md). The spin was not free: a spinning thread takes its next call without
 a wake-up, and with no batch the interactive p99 was 17-20 ms with two threads against 23 ms with one (runs of
 different days' code, the rest of the path unchanged; not split further). A pod is sized by its pretend GPU
 step, not by how fast the host multiplies, so the CPU goes first here.

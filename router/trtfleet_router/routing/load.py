@@ -11,7 +11,7 @@ queue beyond its running batch is what a new request would sit behind. An intera
 without this router's batch lines in flight (``background``): the dispatcher admits batch lines only
 below each pod's batch slots, which keeps the engine's remaining slots for interactive requests, so a
 batch line does not delay one; counting them sent interactive requests away from the pods that held their
-adapters warm (more than twice the cold loads with a batch running, docs/benchmarks.md, Batch). Other replicas'
+adapters warm (more than twice the cold loads with a batch running, docs/benchmarks/batch.md). Other replicas'
 batch lines (``remote_background``, from the class their events carry) are left out the same way: each replica
 bounds its own by the batch slots.
 

@@ -3,7 +3,7 @@
 An engine runs its batch step by step (in-flight batching): a request that reaches a pod in the middle of a step
 waits for that step to end before its own prefill runs. A batch line on every pod therefore costs each
 interactive request up to one step, however few lines run and however first the router puts it; only a pod
-with nothing in flight starts the request at once (docs/benchmarks.md, Batch). The reserve trades batch
+with nothing in flight starts the request at once (docs/benchmarks/batch.md). The reserve trades batch
 throughput for that: while interactive requests come, ``count`` pods take no new batch line, and interactive
 requests go there first.
 

@@ -16,15 +16,23 @@ def test_write_section_replaces_only_its_own_block(tmp_path: Path) -> None:
     doc = tmp_path / "benchmarks.md"
     report.write_section("bound", "first", doc)
     text = doc.read_text()
-    for _key, heading in report.SECTIONS:
-        assert heading in text  # headings other engineers fill are there from the start
-    doc.write_text(text.replace("## Router overhead\n", "## Router overhead\n\nhand-written numbers\n"))
+    for _key, heading, page in report.SECTIONS:
+        assert (heading in text) == (page == "routing")  # the page's headings are there from the start
+    doc.write_text(text.replace("## Routing quality (real runs)\n", "## Routing quality (real runs)\n\nhand-written\n"))
     report.write_section("bound", "second", doc)
-    report.write_section("sim", "simulated", doc)
+    report.write_section("routing", "ROUTING-BODY", doc)
     text = doc.read_text()
-    assert "second" in text and "first" not in text and "simulated" in text
-    assert "hand-written numbers" in text
-    assert text.index("## Offline bound") < text.index("second") < text.index("## Fleet simulation")
+    assert "second" in text and "first" not in text and "ROUTING-BODY" in text
+    assert "hand-written" in text
+    assert text.index("## Routing quality (real runs)") < text.index("ROUTING-BODY") < text.index("## Offline bound")
+    assert text.index("## Offline bound") < text.index("second")
+
+
+def test_each_section_has_its_page() -> None:
+    assert report.page_of("sim") == report.PAGES / "simulation.md"
+    assert report.page_of("batch").name == "batch.md"
+    with pytest.raises(KeyError, match="unknown benchmark section"):
+        report.page_of("nope")
 
 
 def test_table_formats_numbers() -> None:

@@ -95,7 +95,7 @@ class TrtfleetPricedConfig(TrtfleetPolicyConfig):
         ge=0,
         description="What one request in flight on a pod adds to a new request's first token beyond the prefill "
         "queued ahead (decode steps it shares the batch with). 5 ms: the Mooncake replay in the simulator is "
-        "as good from 3 to 10 ms (docs/benchmarks.md, Prefix and adapter); trtfleet-adapter's 50 ms per "
+        "as good from 3 to 10 ms (docs/benchmarks/prefix.md); trtfleet-adapter's 50 ms per "
         "request (queueDelayPerInflightS) is the whole service time over the batch and outweighs prefill.",
     )
 

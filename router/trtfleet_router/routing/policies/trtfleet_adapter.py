@@ -91,7 +91,7 @@ class TrtfleetPolicyConfig(ApiModel):
         "over the link: Triton unpacking the lora_weights/lora_config tensors, the PEFT cache's put into host "
         "pages and their copy to device pages before the step. 5 ms is an estimate for a GPU pod, not a "
         "measurement; `python -m bench.coldload` measures it on your fleet (1.7 ms on the CPU reference "
-        "workers: docs/benchmarks.md, Routing quality).",
+        "workers: docs/benchmarks/routing.md).",
     )
     pod_read_overhead_s: float = Field(
         default=0.05,
