@@ -40,7 +40,7 @@ EXAMPLE = report.ROOT / "examples" / "basemodel-llama3-8b-pytorch.yaml"
 ADAPTER_RANK = 8  # the adapters of the tensorrt simulation (bench.profiles.h100_llama3_8b_fleet)
 POD_READ_BYTES_PER_S = 5e8
 READ_SOURCE = (
-    "the router's `podReadBytesPerS` default (`trtfleet_router/routing/policies/trtfleet_adapter.py`: a read of "
+    "the router's `podReadBytesPerS` default (`trtfleet_router/routing/policies/cold_placement.py`: a read of "
     "the PEFT directory from the shared adapter volume plus TRT-LLM's PEFT-to-weights conversion on the pod), "
     "an assumption, not measured on a real trtllm-serve"
 )
@@ -109,7 +109,7 @@ def policy_rows(trace: Sequence[TraceRequest], spec: FleetSpec) -> tuple[list[di
 
 def _verdict(rows: Sequence[dict[str, Any]], label: str) -> str:
     """:func:`bench.simbench.verdict` against the baselines only (not trtfleet's own adapter-only variant)."""
-    return verdict([row for row in rows if row["policy"] != "trtfleet-adapter"], label)
+    return verdict([row for row in rows if row["policy"] != "adapter-affinity"], label)
 
 
 def _scale(quick: bool, tiers: PytorchTiers) -> str:
