@@ -182,8 +182,8 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
 
 
 def policy_config(scenario: BatchScenario) -> dict[str, dict[str, float]] | None:
-    """The router's routing config: the ``trtfleet`` section's settings given (None: every default)."""
-    return {"trtfleet": dict(scenario.trtfleet)} if scenario.trtfleet else None
+    """The router's routing config: the ``ttft_cost`` block's settings given (None: every default)."""
+    return {"ttft_cost": dict(scenario.trtfleet)} if scenario.trtfleet else None
 
 
 def run_case(

@@ -22,8 +22,8 @@ from aiohttp import web
 
 from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
-from trtfleet_router.looplag import LoopLagProbe
+from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
+from trtfleet_router.loopmetrics import LoopLagProbe
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering.journal import EventLog, new_replica_id
 from trtfleet_router.peering.peers import Peers, PeerSettings

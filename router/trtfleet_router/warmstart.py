@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from trtfleet_router.activity import AdapterActivity, warm_demand
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 
 log = logging.getLogger(__name__)
 

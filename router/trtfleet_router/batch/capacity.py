@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from typing import Final
 
 from trtfleet_router.errors import RouterError
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.routing.types import FleetSnapshot, PodSnapshot
 from trtfleet_router.upstream.admission import InteractiveSignal
 from trtfleet_router.upstream.capacity import CapacityWaits

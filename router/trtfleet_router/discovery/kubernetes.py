@@ -57,7 +57,7 @@ from trtfleet.api.labels import (
 )
 from trtfleet.loracache import declared_geometry, pages_for_adapter
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
-from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
+from trtfleet_router.liveview import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
     DEFAULT_UPSTREAM_MODEL,
     AdapterEntry,

@@ -80,7 +80,7 @@ from trtfleet_router.discovery.fleetfile import (
 from trtfleet_router.discovery.fleetfile import (
     parse_backend as parse_backend,
 )
-from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
+from trtfleet_router.liveview import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
     BYTES_PER_TOKEN_DEFAULT,
     BYTES_PER_TOKEN_REFERENCE,

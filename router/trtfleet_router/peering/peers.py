@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering import PeerProtocolError
 from trtfleet_router.peering.journal import EventLog

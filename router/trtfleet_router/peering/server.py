@@ -30,7 +30,7 @@ from typing import Final, Protocol
 
 from aiohttp import web
 
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.view import demand_summary, export_view
 from trtfleet_router.routing.events import STREAM_VERSION

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable
 
 from trtfleet_router.errors import AdapterUnservable, RouterError
-from trtfleet_router.fleets import FleetSet, PodEndpoint
+from trtfleet_router.liveview import FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.types import (

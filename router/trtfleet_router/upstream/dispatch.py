@@ -16,7 +16,7 @@
   pod (refused or broken connection, a dead stub) or a stalled one (see ``streamTimeouts``) tries the next pod
   up to ``max_attempts``, then :class:`~trtfleet_router.errors.Overloaded` (429) or
   :class:`~trtfleet_router.errors.Unavailable` (503). Pod failures count toward outlier detection, which ejects
-  the pod with back-off (:meth:`~trtfleet_router.fleets.FleetSet.record_failure`); request errors never do. A
+  the pod with back-off (:meth:`~trtfleet_router.liveview.FleetSet.record_failure`); request errors never do. A
   failure after the first response was yielded is never retried (the client has part of the answer):
   :class:`~trtfleet_router.errors.StreamInterrupted`.
 
@@ -36,7 +36,7 @@ from typing import Final
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router.errors import NoCapacityAvailable
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import StreamTimeouts
 from trtfleet_router.routing.types import Decision, Outcome, RouteRequest, UnknownPod

@@ -13,7 +13,7 @@ import asyncio
 import grpc
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.fleets import FleetSet, PodEndpoint
+from trtfleet_router.liveview import FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.pool import ChannelPool

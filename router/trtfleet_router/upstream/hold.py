@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from trtfleet_router.errors import NoCapacityAvailable
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.types import NoReadyPod
 from trtfleet_router.upstream.waiting import WaitLine

@@ -13,7 +13,7 @@ import logging
 from typing import Final
 
 from trtfleet_router.errors import RouterError
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.protocol import SamplingParams

@@ -41,7 +41,7 @@ from typing import Final
 import aiohttp
 
 from trtfleet_router import jsoncodec
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.types import PodMetrics
 

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.fleets import PodEndpoint
+from trtfleet_router.liveview import PodEndpoint
 from trtfleet_router.upstream.payload import Payload
 from trtfleet_router.upstream.protocol import UpstreamModelInfo, request_stream_final_flag, with_weights
 from trtfleet_router.weights import AdapterWeights

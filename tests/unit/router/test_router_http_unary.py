@@ -9,7 +9,7 @@ from collections.abc import Awaitable, Callable
 
 import pytest
 from tritonclient.grpc import service_pb2
-from trtfleet_router.fleets import PodEndpoint
+from trtfleet_router.liveview import PodEndpoint
 from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.http_client import dechunk, parse_head
 from trtfleet_router.upstream.http_transport import HttpTransport
