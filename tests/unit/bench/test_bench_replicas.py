@@ -85,6 +85,9 @@ def test_peer_flags_name_every_other_replica() -> None:
         "--peer-port", "18082", "--peer", "http://127.0.0.1:18081", "--peer", "http://127.0.0.1:18083",
     ]
     assert peer_flags(0, [18081]) == ["--peer-port", "18081"]
+    assert peer_flags(0, [18081, 18082], token_file=Path("t")) == [
+        "--peer-port", "18081", "--internal-token-file", "t", "--peer", "http://127.0.0.1:18082",
+    ]
     with pytest.raises(ReplicaSpecError):
         peer_flags(3, [1, 2])
 
