@@ -116,8 +116,8 @@ class OpenAIFrontend:
 
     async def _handle(self, request: web.Request, record: RequestRecord, *, chat: bool) -> web.StreamResponse:
         services = self.services
-        body = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
         key = presented_key(request.headers)
+        body = await read_json_body(request, services.body_limit(key), services.settings.body_timeout_s)
         parsed, text_request, usage, response_id = self._prepare(body, record, chat=chat, key=key, internal=False)
         if parsed.stream:
             return await self._stream(request, text_request, parsed, usage, record, chat, response_id)

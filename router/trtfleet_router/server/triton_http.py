@@ -190,16 +190,15 @@ class TritonHttpFrontend:
 
     async def _infer(self, request: web.Request, record: RequestRecord, name: str) -> web.Response:
         services = self.services
-        body = await read_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
+        key = presented_key(request.headers)
+        body = await read_body(request, services.body_limit(key), services.settings.body_timeout_s)
         header_length = request.headers.get(HEADER_LENGTH)
         try:
             length = int(header_length) if header_length is not None else None
         except ValueError as exc:
             raise MalformedRequest(f"{HEADER_LENGTH} must be an integer") from exc
         proto, choice = parse_infer_request(body, length)
-        target, call = await prepare_tensor_call(
-            services, proto, name, presented_key(request.headers), record.request_id
-        )
+        target, call = await prepare_tensor_call(services, proto, name, key, record.request_id)
         record.model_kind, record.model = target.model_kind, name
         await travel_as_generate_json(services, target, call, streaming=False)
         merged = await self._collect(call)
@@ -215,7 +214,7 @@ class TritonHttpFrontend:
     ) -> UpstreamCall:
         services = self.services
         key = presented_key(request.headers)
-        doc = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
+        doc = await read_json_body(request, services.body_limit(key), services.settings.body_timeout_s)
         target = services.resolve(name, key)
         config = await services.model_info.config(target.base)
         proto = parse_generate_request(doc, config)
