@@ -177,7 +177,7 @@ def test_replica_routers_start_on_one_fleet_file_and_peer_flags_fail_clearly(tmp
     peers = RealFleet("trtfleet", 0, [], 1 << 20, tmp_path / "peers", replicas=2, peer_view=True)
     if _router_has_peer_view():
         with peers:
-            assert all(peers.router_metrics(index) for index in range(2))
+            assert all(peers.router_metrics(index) and peers.fleets_debug(index) for index in range(2))
     else:
         with pytest.raises(PeerViewUnsupported, match="--peer-port/--peer"):
             peers.start()
