@@ -131,8 +131,9 @@ def test_a_stranger_can_neither_subscribe_read_nor_inject(
                 status, body = get(url, presented)
                 assert status == 401, (url, presented, status)
                 assert token.encode() not in body
+                assert membership(a) == before, url  # nothing subscribed to, nothing applied, read with the token
         assert open_stream(a.peer_url + subscribe + f"&token={token}", None)[0] == 401  # not in the query
-        assert membership(a) == before  # nothing was subscribed to, nothing applied
+        assert membership(a) == before
         assert all(token not in line for line in a.log_file.read_text().splitlines())
         assert not stranger.requests
         # The same subscription with the token is heard: the router's task to the URL starts at once, so the
