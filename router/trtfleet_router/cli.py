@@ -273,11 +273,14 @@ def _peering(args: argparse.Namespace) -> PeerSettings | None:
         if args.peer or args.peer_dns:
             raise SystemExit("trtfleet router: --peer/--peer-dns need the peer port (--peer-port is -1)")
         return None
-    for url in args.peer:
+    named = [("--peer", url) for url in args.peer]
+    if args.peer_advertise:  # the others refuse a subscription whose advertised URL is not a peer URL
+        named.append(("--peer-advertise", args.peer_advertise))
+    for flag, url in named:
         try:
             normalize_peer_url(url)
         except ValueError as exc:
-            raise SystemExit(f"trtfleet router: --peer {url!r}: {exc}, e.g. http://10.0.0.7:8082") from None
+            raise SystemExit(f"trtfleet router: {flag} {url!r}: {exc}, e.g. http://10.0.0.7:8082") from None
     return PeerSettings(
         port=args.peer_port,
         seeds=tuple(args.peer),
