@@ -44,6 +44,7 @@ crds: install
 
 docs: install
 	$(VENV)/bin/trtfleet crds --markdown > docs/crd-reference.md
+	$(PY) -m trtfleet_router.routing.policydoc > docs/router-policies.md
 
 crds-check: install
 	$(VENV)/bin/trtfleet crds --check crds

@@ -182,8 +182,8 @@ def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str
 
 
 def policy_config(scenario: BatchScenario) -> dict[str, dict[str, float]] | None:
-    """The router's routing config: the ``trtfleet`` section's settings given (None: every default)."""
-    return {"trtfleet": dict(scenario.trtfleet)} if scenario.trtfleet else None
+    """The router's routing config: the ``ttft_cost`` block's settings given (None: every default)."""
+    return {"ttft_cost": dict(scenario.trtfleet)} if scenario.trtfleet else None
 
 
 def run_case(
@@ -214,7 +214,7 @@ def run_case(
         router_args += ["--log-level", "DEBUG"]  # the last --log-level wins
     router_log = work / "router.log"
     log_offset = router_log.stat().st_size if router_log.exists() else 0  # the log is appended to
-    fleet = RealFleet("trtfleet", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
+    fleet = RealFleet("ttft-cost", scenario.workers, adapters, host_bytes, work, max_batch_size=scenario.max_batch_size,
                       seed=scenario.seed, min_step_ms=scenario.min_step_ms, router_args=router_args,
                       policy_config=policy_config(scenario))
     names = [name for name, _, _ in adapters]

@@ -78,7 +78,7 @@ def compare(
     for real in real_rows:
         policy = str(real["policy"])
         config = sim_routing_config(
-            {"policy": policy, "trtfleet": {"loadBoundInflight": getattr(scenario, "load_bound_inflight", 12)}}
+            {"policy": policy, "ttft_cost": {"loadBoundInflight": getattr(scenario, "load_bound_inflight", 12)}}
         )  # the router's configuration in the real run
         simulated = summarize(simulate(sim_trace, policy, spec, seed=scenario.seed, config=config))
         sim = {

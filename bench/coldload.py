@@ -34,7 +34,7 @@ from bench.traces import TraceRequest
 WORK = report.RESULTS / "coldload"
 ADAPTERS_DEFAULT = 24
 PROMPT_TOKENS = 48  # the routing trace's median prompt
-POLICY = "trtfleet-adapter"  # a warm request goes where its adapter is (one worker: always there)
+POLICY = "adapter-affinity"  # a warm request goes where its adapter is (one worker: always there)
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,7 +117,7 @@ async def _pairs(base_url: str, names: Sequence[str]) -> list[tuple[Sample, Samp
 def measure(runtime: str = "tensorrtllm", count: int = ADAPTERS_DEFAULT,
             scenario: RealScenario | None = None) -> ColdLoad:
     """Start the fleet, measure ``count`` cold/warm pairs, stop it (see the module docstring)."""
-    from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicyConfig
+    from trtfleet_router.routing.policies.cold_placement import AdapterPlacementConfig
 
     scenario = scenario or RealScenario()
     fleet, weights_bytes = _fleet(runtime, count, scenario)
@@ -126,7 +126,7 @@ def measure(runtime: str = "tensorrtllm", count: int = ADAPTERS_DEFAULT,
     failed = [s.error for pair in pairs for s in pair if s.error is not None or s.ttft_s is None]
     if failed:
         raise RuntimeError(f"cold-load measurement: {len(failed)} requests failed ({failed[:3]})")
-    defaults = TrtfleetPolicyConfig()
+    defaults = AdapterPlacementConfig()
     bytes_per_s = defaults.pod_read_bytes_per_s if runtime == "pytorch" else defaults.link_bandwidth_bytes_per_s
     return ColdLoad(runtime, tuple(c.ttft_s or 0.0 for c, _ in pairs), tuple(w.ttft_s or 0.0 for _, w in pairs),
                     weights_bytes, bytes_per_s)

@@ -7,7 +7,7 @@ Each router proxies to a minimal upstream on loopback and is measured as the lat
 own upstream called directly, in the same run:
 
 * **trtfleet**: ``trtfleet router`` (started as :mod:`bench.router_overhead` starts it) in front of the
-  echo upstream (:mod:`trtfleet_router.upstream.echo`, Triton-compatible, no model). Via the router:
+  echo upstream (:mod:`trtfleet_router.testing.echo`, Triton-compatible, no model). Via the router:
   OpenAI ``POST /v1/completions`` for a warm adapter; direct: the echo upstream's Triton HTTP
   ``/v2/models/tensorrt_llm_bls/generate`` with the adapter's ``lora_task_id`` (the closest equivalent).
 * **vllm-router**: ``vllm-router --policy round_robin`` in front of :func:`upstream_app`, a minimal

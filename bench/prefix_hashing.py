@@ -10,7 +10,7 @@ runtime's byte tokenizer), the median of ``repeats`` timed calls of:
 * **before**: the hashes computed at the front end for every request, whatever the policy, with the chain as it
   was (an int <-> bytes conversion per block; kept here as :func:`chain_before`, checked equal to the new one);
 * **after, policy without prefixes**: what the front end does now, a lazy :class:`PromptBlocks` nobody reads
-  (``round-robin``, ``least-load``, ``chwbl``, ``gie-lora-affinity``, ``trtfleet-adapter``);
+  (``round-robin``, ``least-load``, ``chwbl``, ``gie-lora-affinity``, ``adapter-affinity``);
 * **after, pricing policy**: the lazy blocks read twice, by the decision and by the booking, as ``trtfleet``
   (and the prefix baselines) do: hashed once.
 

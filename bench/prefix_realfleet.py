@@ -143,8 +143,8 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
     """One policy on a fresh fleet: blocks reused, adapter hit rate, TTFT figures; None without reuse counters."""
     policy_config = scenario.policy_config()
     if engine.prefill_us_per_token is not None:  # trtfleet prices prefill at what the workers charge
-        policy_config["trtfleet"]["prefillSPerToken"] = engine.prefill_us_per_token / 1e6
-    policy_config["trtfleet"].update(engine.trtfleet)
+        policy_config["ttft_cost"]["prefillSPerToken"] = engine.prefill_us_per_token / 1e6
+    policy_config["ttft_cost"].update(engine.trtfleet)
     fleet = RealFleet(policy, scenario.workers, adapters, host_bytes, WORK / f"prefix-{policy}",
                       max_batch_size=scenario.max_batch_size, seed=scenario.seed, min_step_ms=scenario.min_step_ms,
                       policy_config=policy_config, max_input_len=engine.max_input_len,
@@ -169,7 +169,7 @@ def run_policy(policy: str, scenario: RealScenario, trace: Sequence[TraceRequest
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.prefix_realfleet", description=__doc__.split("\n")[0])
     parser.add_argument("--trace", type=Path, required=True)
-    parser.add_argument("--policies", default="trtfleet,trtfleet-adapter,dynamo-kv,llmd-default,kubeai-prefix-hash,"
+    parser.add_argument("--policies", default="ttft-cost,adapter-affinity,dynamo-kv,llmd-default,kubeai-prefix-hash,"
                         "chwbl,round-robin")
     parser.add_argument("--requests", type=int, default=240)
     parser.add_argument("--length-factor", type=float, default=1 / 16)

@@ -72,7 +72,7 @@ def run(trace: Sequence[TraceRequest], pods: int, policies: Sequence[str], seed:
 
 
 HOT_CASES = (("one adapter", 1, 1.0), ("Zipf 2.0 over 50", 50, 2.0), ("Zipf 1.0 over 5,000", 5000, 1.0))
-HOT_POLICIES = ("trtfleet", "trtfleet-adapter", "round-robin", "chwbl")
+HOT_POLICIES = ("ttft-cost", "adapter-affinity", "round-robin", "chwbl")
 
 
 def hot_adapter_rows(duration_s: int = 60) -> list[dict[str, Any]]:

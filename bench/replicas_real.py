@@ -47,7 +47,7 @@ from bench.routing import (
 from bench.traces import TraceRequest, check_fits, generate
 
 COMMAND = ".venv/bin/python -m bench --only replicas --replicas {counts} --view {view}"
-POLICIES = ("trtfleet", "chwbl")
+POLICIES = ("ttft-cost", "chwbl")
 COLUMNS = (
     ("policy", "policy"),
     ("replicas", "router replicas"),

@@ -13,7 +13,7 @@ Side by side in one run, same client code per protocol, everything on this machi
   weight store lookup, the upstream call (the pod's HTTP generate endpoint for a warm adapter, gRPC
   when weights travel), metrics.
 
-Upstreams: ``echo`` (default) is :mod:`trtfleet_router.upstream.echo`, a minimal Triton-gRPC-compatible
+Upstreams: ``echo`` (default) is :mod:`trtfleet_router.testing.echo`, a minimal Triton-gRPC-compatible
 server with no model (it isolates the router's own cost from model compute); ``reference`` is one real
 tritonserver worker with the tiny reference model (base model requests; the model's compute dominates).
 
@@ -131,7 +131,7 @@ def start(upstream: str, upstream_calls: str, upstream_http_on: bool) -> Process
                 [
                     python,
                     "-m",
-                    "trtfleet_router.upstream.echo",
+                    "trtfleet_router.testing.echo",
                     "--port",
                     str(grpc_port),
                     "--http-port",

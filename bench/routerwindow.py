@@ -2,7 +2,7 @@
 
 ``router_cores``: CPU seconds (user + system) of the router process per second of the window, from ``/proc``.
 ``loop_lag_p50_ms`` / ``loop_lag_p99_ms``: quantiles of the samples the router's probe took in the window
-(``trtfleet_router_event_loop_lag_seconds``, ``router/trtfleet_router/looplag.py``): the difference of the
+(``trtfleet_router_event_loop_lag_seconds``, ``router/trtfleet_router/loopmetrics.py``): the difference of the
 histogram's cumulative buckets at the window's two ends, interpolated linearly inside a bucket as Prometheus'
 ``histogram_quantile`` does (so a quantile is only as fine as the buckets: 1, 2.5, 5, 10, 25 ms ...).
 """

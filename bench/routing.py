@@ -86,7 +86,7 @@ class RealScenario:
     def policy_config(self) -> dict[str, dict[str, Any]]:
         """The router's routing config in the real runs: trtfleet's load bound and the measured load price."""
         price = dict(self.load_price)
-        return {"trtfleet": {"loadBoundInflight": self.load_bound_inflight, **price}, "trtfleet_adapter": price}
+        return {"ttft_cost": {"loadBoundInflight": self.load_bound_inflight, **price}, "adapter_affinity": price}
 
     @staticmethod
     def limits() -> FleetLimits:

@@ -158,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--policy", default="trtfleet", help=f"one of {', '.join(policy_names())} or all")
+    parser.add_argument("--policy", default="ttft-cost", help=f"one of {', '.join(policy_names())} or all")
     parser.add_argument("--grid", default=",".join(f"{p}x{a}" for p, a in DEFAULT_GRID),
                         help="comma-separated PODSxADAPTERS cases")
     parser.add_argument("--requests", type=int, default=20_000, help="timed decisions per case")

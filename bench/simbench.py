@@ -219,8 +219,9 @@ def _small_caches(quick: bool) -> str:
     bound = optimal.hit_rate_bound([r.adapter for r in trace], [spec.pod.host_pages] * spec.pods, spec.adapter_pages)
     print(f"small caches: 16 pods x {spec.pod.host_pages} pages, {len(trace):,} requests", flush=True)
     rows: list[dict[str, Any]] = []
-    for label, policy, wait_s in (("trtfleet, 503 at once", "trtfleet", 0.0), ("trtfleet, wait (default)", "trtfleet",
-                                  None), ("chwbl", "chwbl", None)):
+    cases = (("ttft-cost, 503 at once", "ttft-cost", 0.0), ("ttft-cost, wait (default)", "ttft-cost", None),
+             ("chwbl", "chwbl", None))
+    for label, policy, wait_s in cases:
         config = sim_routing_config({"policy": policy, **({} if wait_s is None else {"capacityWaitS": wait_s})})
         row: dict[str, Any] = dict(summarize(simulate(trace, policy, spec, config=config)))
         row.update(variant=label, of_bound=float(row["effective_hit_rate"]) / bound.hit_rate,
@@ -241,7 +242,7 @@ def _small_caches(quick: bool) -> str:
     )
 
 
-def verdict(rows: Sequence[Mapping[str, Any]], label: str, default: str = "trtfleet") -> str:
+def verdict(rows: Sequence[Mapping[str, Any]], label: str, default: str = "ttft-cost") -> str:
     """One sentence: the default policy's share of the bound and its p99 TTFT against the baselines'."""
     mine = next((row for row in rows if row["policy"] == default), None)
     others = [row for row in rows if row["policy"] != default]
@@ -300,7 +301,7 @@ def _growth(quick: bool) -> str:
                               concurrency=256, zipf_s=1.0, seed=7)
     rows: list[dict[str, Any]] = []
     for pods, adapters in grid:
-        row = routing_decision.run_case("trtfleet", pods, adapters, args)
+        row = routing_decision.run_case("ttft-cost", pods, adapters, args)
         print(f"growth: {pods} pods x {adapters} adapters: route p50 {row['route_p50_us']} us", flush=True)
         rows.append(row)
     report.save_json("sim-growth", rows)

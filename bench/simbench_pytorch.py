@@ -25,7 +25,7 @@ from typing import Any
 
 from trtfleet_engines.cli import load_basemodel
 from trtfleet_engines.modeldims import resolve_dimensions
-from trtfleet_engines.pytorch.capacity import lora_geometry, plan_pytorch_capacity
+from trtfleet_engines.pytorch.capacity import plan_pytorch_capacity
 
 from bench import report
 from bench.optimal import BoundResult
@@ -33,14 +33,14 @@ from bench.profiles import h100_llama3_8b_fleet
 from bench.simbench import SIM_COLUMNS, fleet_load, run_policies, trace_at_load, verdict
 from bench.simulate import FleetSpec
 from bench.traces import TraceRequest, TraceSpec, generate
-from trtfleet.loracache import adapter_pages
+from trtfleet.loracache import adapter_pages, spec_geometry
 
 COMMAND = ".venv/bin/python -m bench{quick} --only sim --runtime pytorch"
 EXAMPLE = report.ROOT / "examples" / "basemodel-llama3-8b-pytorch.yaml"
 ADAPTER_RANK = 8  # the adapters of the tensorrt simulation (bench.profiles.h100_llama3_8b_fleet)
 POD_READ_BYTES_PER_S = 5e8
 READ_SOURCE = (
-    "the router's `podReadBytesPerS` default (`trtfleet_router/routing/policies/trtfleet_adapter.py`: a read of "
+    "the router's `podReadBytesPerS` default (`trtfleet_router/routing/policies/cold_placement.py`: a read of "
     "the PEFT directory from the shared adapter volume plus TRT-LLM's PEFT-to-weights conversion on the pod), "
     "an assumption, not measured on a real trtllm-serve"
 )
@@ -74,7 +74,7 @@ def plan_tiers(path: Path = EXAMPLE) -> PytorchTiers:
     if plan.problems or plan.lora is None:
         raise PlanError(f"{path.name}: no usable LoRA plan ({'; '.join(plan.problems) or 'LoRA disabled'})")
     lora = plan.lora
-    pages = adapter_pages(lora_geometry(spec, resolve_dimensions(spec)), ADAPTER_RANK)
+    pages = adapter_pages(spec_geometry(spec, resolve_dimensions(spec).dims), ADAPTER_RANK)
     return PytorchTiers(path.name, lora.max_cpu_loras, lora.max_loras, lora.host.pages, lora.device.pages, pages,
                         plan.kv_cache_tokens, spec.engine.max_batch_size, spec.engine.max_num_tokens,
                         lora.max_lora_rank)
@@ -109,7 +109,7 @@ def policy_rows(trace: Sequence[TraceRequest], spec: FleetSpec) -> tuple[list[di
 
 def _verdict(rows: Sequence[dict[str, Any]], label: str) -> str:
     """:func:`bench.simbench.verdict` against the baselines only (not trtfleet's own adapter-only variant)."""
-    return verdict([row for row in rows if row["policy"] != "trtfleet-adapter"], label)
+    return verdict([row for row in rows if row["policy"] != "adapter-affinity"], label)
 
 
 def _scale(quick: bool, tiers: PytorchTiers) -> str:

@@ -34,7 +34,7 @@ from bench.simulate import FleetSpec, simulate
 from bench.traces import TraceRequest, TraceSpec, generate
 
 COMMAND = ".venv/bin/python -m bench --only replicas-sim --replicas {counts}"
-POLICIES = ("trtfleet", "chwbl")
+POLICIES = ("ttft-cost", "chwbl")
 DEFAULT_COUNTS = (1, 2, 4, 8)
 VIEWS: tuple[tuple[str, str, float], ...] = (  # (label, FleetSpec.router_view, router_view_delay_s)
     ("shared", "shared", 0.0),

@@ -88,7 +88,7 @@ class ScalingSimulation(FleetSimulation):
         hold_wait_s: float = 300.0,
         adapter_window_s: float = 60.0,
         grace_s: float = 300.0,
-        policy: str = "trtfleet",
+        policy: str = "ttft-cost",
         seed: int = 0,
         warm_start: bool = False,
         least_valuable: bool = False,

@@ -86,7 +86,7 @@ so the trtfleet policies are told so: the router prices what its pods pay (the r
 def sim_routing_config(data: dict[str, Any]) -> RoutingConfig:
     """:func:`parse_routing_config` of ``data`` with :data:`SIM_LOAD_PRICES` in both trtfleet policies' blocks."""
     merged = dict(data)
-    for section in ("trtfleet", "trtfleet_adapter"):
+    for section in ("ttft_cost", "adapter_affinity"):
         merged[section] = {**SIM_LOAD_PRICES, **dict(data.get(section) or {})}
     return parse_routing_config(merged)
 

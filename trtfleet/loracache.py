@@ -2,11 +2,12 @@
 
 One implementation serves three callers, so they can never disagree:
 
-* the capacity planner (``trtfleet_engines.capacity``) sizes tiers with
-  :func:`plan_lora_geometry` and :func:`tier_pages`;
+* the capacity planners (``trtfleet_engines.capacity``, ``trtfleet_engines.pytorch.capacity``) size tiers
+  with :func:`spec_geometry` and :func:`tier_pages`;
 * the CPU reference engine uses :class:`LoraPageCache` as its real cache;
 * the router keeps one :class:`LoraPageCache` per pod as a shadow of the pod's
-  real cache (nothing in Triton exposes it), fed by the requests it sends.
+  real cache (nothing in Triton exposes it), fed by the requests it sends, and prices an
+  adapter in pages of :func:`spec_geometry`.
 
 Geometry (TRT-LLM ``LoraCache``/``PeftCacheManager``, per TP rank, in elements of the
 engine dtype): for each enabled module ``m`` let ``d_m = in_m + out_m``.
@@ -38,7 +39,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 
-from trtfleet.api.basemodel import LORA_MODULE_IDS, LoraModule, ModelDimensions
+from trtfleet.api.basemodel import LORA_MODULE_IDS, BaseModelSpec, LoraModule, ModelDimensions, Runtime
+
+LORA_DTYPE_BYTES = 2
+"""Bytes per element of LoRA weights in the cache: the engine's 16-bit dtype (fp16 or bf16)."""
+QKV_MODULES = (LoraModule.ATTN_Q, LoraModule.ATTN_K, LoraModule.ATTN_V)
 
 MISS_TEXT = "LoRA task {task_id} not found in cache. Please send LoRA weights with request"
 FULL_TEXT = "Cache is full. There are no done tasks to evict"
@@ -150,6 +155,44 @@ class LoraGeometry:
         return math.ceil(rank * shape.row_dim / self.page_width)
 
 
+def missing_qkv_modules(targets: Sequence[LoraModule]) -> tuple[LoraModule, ...]:
+    """q/k/v modules TRT-LLM's PyTorch backend adds when an adapter targets some but not all of them (zeros)."""
+    if not any(module in targets for module in QKV_MODULES):
+        return ()
+    return tuple(module for module in QKV_MODULES if module not in targets)
+
+
+def cache_modules(spec: BaseModelSpec) -> tuple[LoraModule, ...]:
+    """The modules a pod's LoRA cache holds rows for: the targets, plus (runtime ``pytorch``) the q/k/v modules
+    the backend adds."""
+    targets = tuple(spec.lora.target_modules)
+    if spec.runtime is Runtime.PYTORCH:
+        return targets + missing_qkv_modules(targets)
+    return targets
+
+
+def spec_geometry(spec: BaseModelSpec, dims: ModelDimensions) -> LoraGeometry:
+    """The LoRA page geometry of one GPU of ``spec``'s pods: TP-local module shapes of :func:`cache_modules`, the
+    layers of one pipeline stage, 16-bit weights. The one mapping from a spec to a cache: the planners size tiers
+    with it and the router prices adapters with it."""
+    shapes = lora_module_shapes(dims, cache_modules(spec), spec.parallelism.tensor)
+    config = LoraCacheConfig(
+        optimal_adapter_size=spec.lora.cache.optimal_adapter_size,
+        max_adapter_size=spec.lora.cache.max_adapter_size,
+        max_lora_rank=spec.lora.max_rank,
+        dtype_bytes=LORA_DTYPE_BYTES,
+        num_layers=math.ceil(dims.num_layers / spec.parallelism.pipeline),
+    )
+    return plan_lora_geometry(shapes, config)
+
+
+def declared_geometry(spec: BaseModelSpec) -> LoraGeometry | None:
+    """:func:`spec_geometry` from the spec's own ``dimensions`` (what the router knows); None when the spec
+    declares none or LoRA is off."""
+    if spec.dimensions is None or not spec.lora.enabled:
+        return None
+    return spec_geometry(spec, spec.dimensions)
+
 def plan_lora_geometry(shapes: Sequence[LoraModuleShape], config: LoraCacheConfig) -> LoraGeometry:
     """TRT-LLM's page geometry for the given modules and cache parameters."""
     if not shapes:
@@ -221,6 +264,21 @@ def adapter_pages(geometry: LoraGeometry, rank: int, modules: Iterable[str] | No
     rows = [(shape, rank) for _layer in range(geometry.num_layers) for shape in shapes]
     return pages_for_rows(geometry, rows)
 
+
+
+def pages_for_adapter(
+    geometry: LoraGeometry | None, rank: int | None, modules: Iterable[str] | None, weights_bytes: int
+) -> int:
+    """Cache pages an adapter takes: exact from the geometry and its rank, else one page per ``page_bytes`` of
+    weights, at least one (the geometry is unknown when the spec has no model dimensions)."""
+    if geometry is not None and rank is not None:
+        try:
+            return max(1, adapter_pages(geometry, rank, modules))
+        except ValueError:
+            return max(1, math.ceil(weights_bytes / geometry.page_bytes))
+    if geometry is not None and weights_bytes:
+        return max(1, math.ceil(weights_bytes / geometry.page_bytes))
+    return 1
 
 class Tier(StrEnum):
     HOST = "host"

@@ -35,13 +35,11 @@ from typing import Any, Literal
 
 from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype, QuantizationMode
 from trtfleet.loracache import (
-    LoraCacheConfig,
     LoraGeometry,
     adapter_pages,
-    lora_module_shapes,
     min_tier_bytes,
     min_tier_slots,
-    plan_lora_geometry,
+    spec_geometry,
     tier_pages,
     tier_slots,
 )
@@ -222,19 +220,6 @@ def kv_bytes_per_token(spec: BaseModelSpec, resolved: ResolvedDimensions) -> int
     return 2 * layers * kv_heads * d.head_size * _KV_BYTES[spec.quantization.kv_cache_dtype]
 
 
-def lora_geometry(spec: BaseModelSpec, resolved: ResolvedDimensions) -> LoraGeometry:
-    """TRT-LLM's LoRA page geometry for one GPU of this engine (layers of one PP stage)."""
-    shapes = lora_module_shapes(resolved.dims, spec.lora.target_modules, spec.parallelism.tensor)
-    config = LoraCacheConfig(
-        optimal_adapter_size=spec.lora.cache.optimal_adapter_size,
-        max_adapter_size=spec.lora.cache.max_adapter_size,
-        max_lora_rank=spec.lora.max_rank,
-        dtype_bytes=DTYPE_BYTES,
-        num_layers=math.ceil(resolved.dims.num_layers / spec.parallelism.pipeline),
-    )
-    return plan_lora_geometry(shapes, config)
-
-
 def _tier(geometry: LoraGeometry, memory_bytes: int, max_pages: int, optimal_pages: int) -> LoraTierPlan:
     pages = tier_pages(geometry, memory_bytes)
     return LoraTierPlan(memory_bytes, tier_slots(geometry, memory_bytes), pages, pages * geometry.page_bytes,
@@ -298,7 +283,7 @@ def plan_capacity(
 def _plan_lora(
     spec: BaseModelSpec, resolved: ResolvedDimensions, device_bytes: int, problems: list[str]
 ) -> LoraCapacity:
-    geometry = lora_geometry(spec, resolved)
+    geometry = spec_geometry(spec, resolved.dims)
     optimal_rank = min(spec.lora.cache.optimal_adapter_size, spec.lora.max_rank)
     max_pages = adapter_pages(geometry, geometry.max_adapter_rank)
     optimal_pages = adapter_pages(geometry, optimal_rank)

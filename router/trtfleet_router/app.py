@@ -14,42 +14,38 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import grpc
 from aiohttp import web
-from tritonclient.grpc import service_pb2
 
-from trtfleet.api.basemodel import Runtime
 from trtfleet.internalauth import TokenFile
 from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.internalaccess import InternalAccess, choose_access
-from trtfleet_router.looplag import LoopLagProbe
+from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
+from trtfleet_router.loopmetrics import LoopLagProbe
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering.journal import EventLog, new_replica_id
 from trtfleet_router.peering.peers import Peers, PeerSettings
 from trtfleet_router.peering.server import PeerServer
 from trtfleet_router.routing.config import RoutingConfig
-from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.server.auth import ApiKeys
 from trtfleet_router.server.common import LINGER_S, FrontendSettings, Lifecycle, Services
 from trtfleet_router.server.openai_http import OpenAIFrontend
 from trtfleet_router.server.triton_grpc import build_grpc_server
 from trtfleet_router.server.triton_http import TritonHttpFrontend
-from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall, UpstreamCalls
+from trtfleet_router.upstream.dispatch import Dispatcher
+from trtfleet_router.upstream.grpc_transport import STREAMS_PER_POD_DEFAULT, UpstreamCalls
+from trtfleet_router.upstream.health import PodHealth
 from trtfleet_router.upstream.kvevents_poller import KvEventPoller
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
-from trtfleet_router.upstream.protocol import SamplingParams, build_text_request
+from trtfleet_router.upstream.prewarm import Prewarmer
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT, MetricsScraper
-from trtfleet_router.upstream.text import TextGenerator, TextRequest, llmapi_call, openai_call
-from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
+from trtfleet_router.upstream.text import TextGenerator
 from trtfleet_router.warmstart import WarmStarts
 from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES, SchemeReader, WeightStore
 
@@ -57,7 +53,6 @@ log = logging.getLogger(__name__)
 
 DRAIN_TIMEOUT_S_DEFAULT: Final = 30.0
 PREWARM_INTERVAL_S_DEFAULT: Final = 10.0
-PREWARM_TIMEOUT_S: Final = 60.0
 HTTP_OVERHEAD_BYTES: Final = 64 * 1024
 
 
@@ -129,13 +124,16 @@ class Router:
             streams_per_pod=settings.streams_per_pod,
             warm_over_http=settings.warm_over_http,
         )
-        self.warm_starts = WarmStarts(self.fleets, self.metrics.activity, self._prewarm)
+        self.text = TextGenerator(self.dispatcher)
+        self.prewarmer = Prewarmer(self.fleets, self.text, self.dispatcher)
+        self.health = PodHealth(self.fleets, self.pool, self.dispatcher, self.metrics)
+        self.warm_starts = WarmStarts(self.fleets, self.metrics.activity, self.prewarmer.push)
         self.metrics.pod_warm_demand = self.warm_starts.pod_warm_demand
         api_keys = ApiKeys.load(settings.api_keys_path) if settings.api_keys_path is not None else None
         self.lifecycle = Lifecycle()
         self.services = Services(
             fleets=self.fleets,
-            text=TextGenerator(self.dispatcher),
+            text=self.text,
             dispatcher=self.dispatcher,
             model_info=self.model_info,
             metrics=self.metrics,
@@ -206,8 +204,9 @@ class Router:
         if self.peers is not None and self.journal is not None and s.peering is not None:
             # before the public ports: a replica answers its first request with the other replicas' view,
             # copied once it knows the pods (a snapshot's pods it does not know yet are skipped)
+            holds = self.dispatcher.admission.holds
             self._peer_server = server = PeerServer(
-                self.journal, self.fleets, self.peers, access=self.access, holds=self.dispatcher.holds
+                self.journal, self.fleets, self.peers, access=self.access, holds=holds
             )
             self.peer_port = await self._serve_http(server.app(), s.peering.port)
             self.peers.listening(s.host, self.peer_port)
@@ -233,9 +232,9 @@ class Router:
             await self._grpc.start()
         self._background(MetricsScraper(self.fleets, self.metrics, s.scrape_interval_s).run(), "scraper")
         self._background(KvEventPoller(self.fleets, s.scrape_interval_s).run(), "kv-events")
-        self._background(self._prewarm_loop(), "prewarm")
+        self._background(self.prewarmer.run(s.prewarm_interval_s), "prewarm")
         self._background(self.warm_starts.run(), "warm-start")
-        self._background(self._health_loop(), "health")
+        self._background(self.health.run(), "health")
         self._background(LoopLagProbe(self.metrics.event_loop_lag).run(), "loop-lag")
         if self.batch is not None:
             self._background(self.batch.run(), "batch")
@@ -300,92 +299,6 @@ class Router:
         self.access.check(request)
         snapshots = {name: dataclasses.asdict(fleet.snapshot()) for name, fleet in self.fleets.fleets.items()}
         return web.json_response(snapshots)
-
-    # -- pod health -------------------------------------------------------------------------------------
-    async def _health_loop(self) -> None:
-        """Every ``probeIntervalS``: probe every pod's readiness (``ModelReady`` of the upstream model,
-        ``probeTimeoutS``), all pods at once. A failed or timed-out probe of a routed pod is a pod failure
-        (a frozen pod is ejected even when no request reaches it); a successful probe of an ejected pod
-        whose ejection time passed readmits it (see ``routing/outlier.py``)."""
-        config = self.settings.routing.outlier_detection
-        while True:
-            await asyncio.sleep(config.probe_interval_s)
-            fleets = self.fleets
-            due = {(base, endpoint.pod_id) for base, endpoint in fleets.due_for_probe()}
-            probes = [
-                (base, endpoint)
-                for base, endpoint in fleets.all_endpoints()
-                if endpoint.ready and (endpoint.pod_id not in fleets.ejected(base) or (base, endpoint.pod_id) in due)
-            ]
-            timeout_s = config.probe_timeout_s
-            results = await asyncio.gather(*(self._probe(base, endpoint, timeout_s) for base, endpoint in probes))
-            for (base, endpoint), ready in zip(probes, results, strict=True):
-                if (base, endpoint.pod_id) in due:
-                    if ready:
-                        self.fleets.readmit(base, endpoint.pod_id)
-                elif not ready:
-                    self.dispatcher.blame(base, endpoint.pod_id, "probe")
-            for base in self.fleets.fleets:
-                self.metrics.pods_ejected.labels(base).set(len(self.fleets.ejected(base)))
-
-    async def _probe(self, base_name: str, endpoint: PodEndpoint, timeout_s: float) -> bool:
-        base = self.fleets.registry.bases.get(base_name)
-        if base is None:
-            return True
-        if base.serves_openai:
-            return await self.dispatcher.attempts.openai.healthy(endpoint.http_address or endpoint.address)
-        request = service_pb2.ModelReadyRequest(name=base.upstream_model)
-        try:
-            answer = await self.pool.stub(endpoint.address).ModelReady(request, timeout=timeout_s)
-        except grpc.aio.AioRpcError:
-            return False
-        return bool(answer.ready)
-
-    # -- prewarming ------------------------------------------------------------------------------------
-    async def _prewarm_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.prewarm_interval_s)
-            for name, fleet in list(self.fleets.fleets.items()):
-                adapters = self.fleets.registry.adapters_of(name)
-                plan = fleet.prewarm_plan([a.ref for a in adapters if a.min_pods > 0])
-                by_name = {a.served_name: a for a in adapters}
-                for pod, ref in plan:
-                    await self._prewarm(name, pod, by_name[ref.name].served_name)
-
-    async def _prewarm(self, base_model: str, pod: str, served_name: str) -> None:
-        target = self.fleets.registry.resolve(served_name)
-        assert target.adapter is not None
-        request_id = f"prewarm-{served_name}"
-        if target.base.runtime is Runtime.PYTORCH:  # one token: the pod reads the adapter from lora_path
-            text = TextRequest(request_id, target, " ", SamplingParams(max_tokens=1), False, 3, PREWARM_TIMEOUT_S)
-            made = llmapi_call(text) if target.base.serves_llmapi else openai_call(text)
-            call = dataclasses.replace(made, pinned_decision=Fleet.prewarm_decision(pod))
-        else:
-            info = await self.model_info.info(target.base)
-            request = build_text_request(
-                info,
-                " ",
-                SamplingParams(max_tokens=1),
-                stream=False,
-                task_id=target.adapter.task_id,
-                request_id=request_id,
-            )
-            call = UpstreamCall(
-                request_id=request_id,
-                target=target,
-                request=request,
-                prompt_tokens=3,
-                max_tokens=1,
-                deadline_s=time.monotonic() + PREWARM_TIMEOUT_S,
-                pinned_decision=Fleet.prewarm_decision(pod),
-            )
-        try:
-            async for _ in self.dispatcher.stream(call):
-                pass
-        except RouterError as exc:
-            log.warning("prewarm failed", extra={"ctx": {"pod": pod, "adapter": served_name, "error": exc.message}})
-        else:
-            log.info("prewarmed", extra={"ctx": {"pod": pod, "adapter": served_name, "base_model": base_model}})
 
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

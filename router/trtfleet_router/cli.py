@@ -50,9 +50,8 @@ from trtfleet_router.server.common import (
     REQUEST_TIMEOUT_S_DEFAULT,
     FrontendSettings,
 )
-from trtfleet_router.upstream.dispatch import UpstreamCalls
+from trtfleet_router.upstream.grpc_transport import STREAMS_PER_POD_DEFAULT, UpstreamCalls
 from trtfleet_router.upstream.scrape import SCRAPE_INTERVAL_S_DEFAULT
-from trtfleet_router.upstream.transport import STREAMS_PER_POD_DEFAULT
 from trtfleet_router.weights import DEFAULT_CAPACITY_BYTES
 
 

@@ -1,14 +1,24 @@
-"""Metrics updated on the event loop's thread only: plain numbers without ``prometheus_client``'s per-update
-lock and checks (about 1 us per update), read by a collector at scrape time (:mod:`trtfleet_router.metrics`
-says which metrics these are and why)."""
+"""The event loop's metrics: metrics updated on its thread only, and how late it runs what is due.
+
+* :class:`LoopCounter`, :class:`LoopGauge`, :class:`LoopHistogram`: plain numbers without ``prometheus_client``'s
+  per-update lock and checks (about 1 us per update), read by a :class:`LoopCollector` at scrape time
+  (:mod:`trtfleet_router.metrics` says which metrics these are and why).
+* :class:`LoopLagProbe`: every request's handler, relayed token and routing decision waits for the loop, so a busy
+  loop (a batch relayed beside interactive requests, a long callback, a starved CPU) delays them all by the same
+  amount. The probe asks the loop to wake it every :data:`LAG_INTERVAL_S` and records how much later than asked it
+  woke (``trtfleet_router_event_loop_lag_seconds``). Samples come at regular times, not with requests, so the
+  histogram is the wait a callback arriving at a random moment would see. An idle loop wakes a timer up to a
+  millisecond past its time (epoll waits in whole milliseconds): lags below the first bucket are that floor.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import bisect
 import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
-from typing import Generic, TypeVar
+from typing import Final, Generic, Protocol, TypeVar
 
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
@@ -124,7 +134,7 @@ def _bound_text(bound: float) -> str:
     return repr(float(bound))  # as prometheus_client writes ``le`` (0.005 -> "0.005", 1 -> "1.0")
 
 
-class _LoopCollector(Collector):
+class LoopCollector(Collector):
     def __init__(self) -> None:
         self.metrics: list[LoopCounter | LoopGauge | LoopHistogram] = []
         self.extra: list[Callable[[], Iterator[Metric]]] = []
@@ -135,3 +145,32 @@ class _LoopCollector(Collector):
             yield metric.family()
         for families in self.extra:
             yield from families()
+
+
+LAG_INTERVAL_S: Final = 0.02
+"""50 samples a second: a two-minute window holds 6,000, enough for a p99; each costs a timer and a wake-up."""
+LAG_BUCKETS_S: Final = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+
+
+class Observer(Protocol):
+    def observe(self, value: float) -> None: ...
+
+
+def lag_s(asked_at: float, interval_s: float, woke_at: float) -> float:
+    """How late a wake-up asked for ``interval_s`` past ``asked_at`` came (pure; never negative)."""
+    return max(0.0, woke_at - asked_at - interval_s)
+
+
+class LoopLagProbe:
+    def __init__(self, histogram: Observer, interval_s: float = LAG_INTERVAL_S) -> None:
+        if interval_s <= 0:
+            raise ValueError(f"loop lag interval must be positive, got {interval_s}")
+        self.histogram = histogram
+        self.interval_s = interval_s
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            asked_at = loop.time()
+            await asyncio.sleep(self.interval_s)
+            self.histogram.observe(lag_s(asked_at, self.interval_s, loop.time()))

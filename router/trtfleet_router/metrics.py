@@ -32,11 +32,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 
 from trtfleet_router.activity import AdapterActivity
-from trtfleet_router.looplag import LAG_BUCKETS_S
-from trtfleet_router.loopmetrics import LoopCounter as LoopCounter
-from trtfleet_router.loopmetrics import LoopGauge as LoopGauge
-from trtfleet_router.loopmetrics import LoopHistogram as LoopHistogram
-from trtfleet_router.loopmetrics import _LoopCollector as _LoopCollector
+from trtfleet_router.loopmetrics import LAG_BUCKETS_S, LoopCollector, LoopCounter, LoopGauge, LoopHistogram
 
 PREFIX: Final = "trtfleet_router_"
 ADAPTER_LABEL_CAP_DEFAULT: Final = 50
@@ -116,7 +112,7 @@ class RouterMetrics:
         self.registry = r = CollectorRegistry(auto_describe=True)
         self.adapter_label = AdapterLabels(adapter_label_cap)
 
-        loop_metrics = _LoopCollector()
+        loop_metrics = LoopCollector()
 
         def loop_metric(metric: LM) -> LM:
             loop_metrics.metrics.append(metric)
@@ -169,7 +165,7 @@ class RouterMetrics:
         )
         self.event_loop_lag = histogram(
             "event_loop_lag_seconds",
-            "How much later than due the event loop ran a timer, sampled every 20 ms (looplag.py).",
+            "How much later than due the event loop ran a timer, sampled every 20 ms (loopmetrics.py).",
             buckets=LAG_BUCKETS_S,
         )
         self.upstream_retries = counter(

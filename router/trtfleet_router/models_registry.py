@@ -19,9 +19,9 @@ from typing import Final
 
 from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime, ServingServer
 from trtfleet.loracache import (
+    declared_geometry,
     tier_pages,
 )
-from trtfleet_router.adaptergeometry import lora_geometry
 from trtfleet_router.chat import ChatRenderer, chat_renderer
 from trtfleet_router.errors import LimitExceeded, ModelNotFound
 from trtfleet_router.routing.prefix import (
@@ -344,7 +344,7 @@ def base_entry_from_spec(
     if llmapi and upstream_model == DEFAULT_UPSTREAM_MODEL:
         upstream_model = LLMAPI_UPSTREAM_MODEL
     capacity = status.capacity if status is not None else None
-    geometry = lora_geometry(spec)
+    geometry = declared_geometry(spec)
     if host_pages is None:
         host_pages = capacity.lora_host_pages if capacity and capacity.lora_host_pages else None
     if host_pages is None and geometry is not None:

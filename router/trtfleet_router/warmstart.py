@@ -1,5 +1,5 @@
 """Warm scale-up: a pod that turns ready gets its base model's hottest adapters before or with its first
-traffic, so a scale-up causes no storm of cold loads (issue 15).
+traffic, so a scale-up causes no storm of cold loads.
 
 Discovery tells :meth:`WarmStarts.pods_changed`; :meth:`WarmStarts.run` then compares each base model's
 ready pods with those it saw before and, for the new ones, asks the fleet for a plan
@@ -17,7 +17,7 @@ import logging
 from collections.abc import Awaitable, Callable
 
 from trtfleet_router.activity import AdapterActivity, warm_demand
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 
 log = logging.getLogger(__name__)
 

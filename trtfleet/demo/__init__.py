@@ -96,7 +96,7 @@ def configure(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--http-port", type=int, default=8080, help="router OpenAI + Triton HTTP port")
     parser.add_argument("--grpc-port", type=int, default=8081, help="router Triton gRPC port")
     parser.add_argument("--metrics-port", type=int, default=9090, help="router /metrics port")
-    parser.add_argument("--policy", default="trtfleet", help="routing policy (default trtfleet)")
+    parser.add_argument("--policy", default="ttft-cost", help="routing policy (default ttft-cost)")
     parser.add_argument("--once", action="store_true",
                         help="start, send one request per adapter, print the answers, stop")
     parser.add_argument("--prompt", default=DEFAULT_PROMPT, help="prompt of the --once requests")

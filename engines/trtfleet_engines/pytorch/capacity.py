@@ -10,7 +10,7 @@ LoRA on this backend is sized in adapters, not bytes. ``lora_config.max_loras`` 
 count`` (``tensorrt_llm/_torch/pyexecutor/_util.py``), and a tier of ``N`` module-layers has
 ``N x ceil(max1dModSize / pageWidth)`` slots of ``pageWidth`` elements (``peftCacheManager.cpp``
 ``getMaxNumSlots``). ``pageWidth`` and ``max1dModSize`` are the smallest and largest ``in + out`` of the
-TP-local modules: :func:`trtfleet.loracache.plan_lora_geometry`'s ``page_width`` and its largest row.
+TP-local modules: :func:`trtfleet.loracache.spec_geometry`'s ``page_width`` and its largest row.
 
 So the planner inverts that formula over the spec's byte budgets:
 
@@ -30,35 +30,20 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype, LoraModule
-from trtfleet.loracache import (
-    LoraCacheConfig,
-    LoraGeometry,
-    adapter_pages,
-    lora_module_shapes,
-    plan_lora_geometry,
-    tier_pages,
-)
-from trtfleet_engines.capacity import DTYPE_BYTES, estimate_weights, kv_bytes_per_token, runtime_reserve_bytes
+from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype
+from trtfleet.loracache import LoraGeometry, adapter_pages, cache_modules, spec_geometry, tier_pages
+from trtfleet_engines.capacity import estimate_weights, kv_bytes_per_token, runtime_reserve_bytes
 from trtfleet_engines.gpus import GIB, GpuSpec, lookup_gpu
 from trtfleet_engines.modeldims import ResolvedDimensions, resolve_dimensions
 
 TOKENS_PER_BLOCK = 32
 """``KvCacheConfig.tokens_per_block`` default (llm_args.py)."""
-QKV_MODULES = (LoraModule.ATTN_Q, LoraModule.ATTN_K, LoraModule.ATTN_V)
 KV_CACHE_INT8_PROBLEM = (
     "quantization.kvCacheDtype int8 is not available on the PyTorch backend (kv_cache_config.dtype takes auto, "
     "fp8 or nvfp4): use fp8 or auto"
 )
 
 Verdict = Literal["ok", "error"]
-
-
-def missing_qkv_modules(targets: tuple[LoraModule, ...]) -> tuple[LoraModule, ...]:
-    """q/k/v modules TRT-LLM adds when an adapter targets some but not all of them (filled with zeros)."""
-    if not any(module in targets for module in QKV_MODULES):
-        return ()
-    return tuple(module for module in QKV_MODULES if module not in targets)
 
 
 @dataclass(frozen=True)
@@ -147,21 +132,6 @@ def _tier_json(tier: LoraTierSlots) -> dict[str, int]:
             "bytes": tier.bytes, "pages": tier.pages, "maxRankAdaptersFit": tier.max_rank_adapters_fit}
 
 
-def lora_geometry(spec: BaseModelSpec, resolved: ResolvedDimensions) -> LoraGeometry:
-    """The page geometry of one GPU: TP-local modules (targets + missing q/k/v), layers of one PP stage."""
-    targets = tuple(spec.lora.target_modules)
-    modules = targets + missing_qkv_modules(targets)
-    shapes = lora_module_shapes(resolved.dims, modules, spec.parallelism.tensor)
-    config = LoraCacheConfig(
-        optimal_adapter_size=spec.lora.cache.optimal_adapter_size,
-        max_adapter_size=spec.lora.cache.max_adapter_size,
-        max_lora_rank=spec.lora.max_rank,
-        dtype_bytes=DTYPE_BYTES,
-        num_layers=math.ceil(resolved.dims.num_layers / spec.parallelism.pipeline),
-    )
-    return plan_lora_geometry(shapes, config)
-
-
 def slots_per_module_layer(geometry: LoraGeometry) -> int:
     """``ceil(max1dModSize / pageWidth)``: slots one rank-1 row of the widest module takes upstream."""
     return math.ceil(max(shape.row_dim for shape in geometry.shapes) / geometry.page_width)
@@ -186,9 +156,8 @@ def plan_lora_slots(
     spec: BaseModelSpec, resolved: ResolvedDimensions, device_budget_bytes: int, problems: list[str]
 ) -> LoraSlotsPlan:
     """``max_loras`` / ``max_cpu_loras`` from the byte budgets, and the tiers they allocate upstream."""
-    geometry = lora_geometry(spec, resolved)
-    targets = tuple(spec.lora.target_modules)
-    num_modules = len(targets) + len(missing_qkv_modules(targets))
+    geometry = spec_geometry(spec, resolved.dims)
+    num_modules = len(cache_modules(spec))
     rank = spec.lora.max_rank
     layers = resolved.dims.num_layers  # upstream counts every layer of the model, whatever the PP stage
     adapter_bytes = lora_tier(geometry, 1, rank, layers, num_modules).bytes

@@ -14,7 +14,7 @@ changed, else at most every ``stats_period_s``, and once more when the engine be
 long-lived requests), and ``prefill_s_per_token`` more for each prompt position the step computed (a
 pretend prefill cost: positions served from reused KV blocks cost nothing, as on a GPU, so prefix reuse
 shows in the first-token time the way it does there). The prefill part passes before the step's responses
-go out (a first token exists only once its prompt is computed), the rest after them, as before. Clock and
+go out (a first token exists only once its prompt is computed), the rest after them. Clock and
 sleep are injected.
 """
 

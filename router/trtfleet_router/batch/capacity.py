@@ -6,7 +6,7 @@ every routing policy compares, :mod:`trtfleet_router.routing.load`). The fleet o
 capacity while some ready pod's load is below its slots (not counting the pods a reserve keeps for interactive
 requests while they come, ``routing/reserve.py``). The runner's minimum rate still admits a
 line now and then when there is none, so a batch on a saturated fleet progresses. The dispatcher
-applies the same slots per pod when it admits a line (:mod:`trtfleet_router.upstream.priority`).
+applies the same slots per pod when it admits a line (:mod:`trtfleet_router.upstream.admission`).
 
 Interactive pressure (what the runner's window backs off on): interactive requests of the model's base
 waiting in the router's capacity queue, a ready pod with a non-empty engine queue, or an interactive
@@ -19,10 +19,10 @@ from collections.abc import Iterable
 from typing import Final
 
 from trtfleet_router.errors import RouterError
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.routing.types import FleetSnapshot, PodSnapshot
+from trtfleet_router.upstream.admission import InteractiveSignal
 from trtfleet_router.upstream.capacity import CapacityWaits
-from trtfleet_router.upstream.priority import InteractiveSignal
 
 POD_SLOTS_DEFAULT: Final = 4
 

@@ -82,13 +82,13 @@ def build_batch_parts(settings: BatchSettings, services: Services, discovery: An
             return False
         return True
 
-    dispatcher = services.dispatcher
-    dispatcher.batch_pod_slots = settings.pod_slots
-    dispatcher.batch_reserve_pods = settings.reserve_pods
+    admission = services.dispatcher.admission
+    admission.batch_pod_slots = settings.pod_slots
+    admission.batch_reserve_pods = settings.reserve_pods
     if settings.ttft_target_ms is not None:
-        dispatcher.interactive.ttft_target_s = settings.ttft_target_ms / 1000
+        admission.interactive.ttft_target_s = settings.ttft_target_ms / 1000
     gate = FleetCapacity(
-        services.fleets, settings.pod_slots, dispatcher.capacity_waits, dispatcher.interactive, settings.reserve_pods
+        services.fleets, settings.pod_slots, admission.capacity, admission.interactive, settings.reserve_pods
     )
     if settings.reserve_pods:
         reserve, fleet_set = settings.reserve_pods, services.fleets

@@ -55,9 +55,9 @@ from trtfleet.api.labels import (
     ROLE_VARIANT,
     label_value,
 )
-from trtfleet_router.adaptergeometry import lora_geometry, pages_for_adapter
+from trtfleet.loracache import declared_geometry, pages_for_adapter
 from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
-from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
+from trtfleet_router.liveview import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
     DEFAULT_UPSTREAM_MODEL,
     AdapterEntry,
@@ -163,7 +163,7 @@ def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseMo
         return None
     name = status.served_name or parsed.spec.served_name or parsed.metadata.get("name", "")
     base = bases.get(parsed.spec.base_model)
-    geometry = lora_geometry(base.spec) if base is not None else None
+    geometry = declared_geometry(base.spec) if base is not None else None
     weights_bytes = artifact.bytes or 0
     fleet = parsed.spec.base_model
     if parsed.spec.base_quantization is not None:  # QLoRA: its base variant's pods only

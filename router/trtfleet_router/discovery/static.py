@@ -57,7 +57,7 @@ import yaml
 from pydantic import ValidationError
 
 from trtfleet.api.basemodel import Runtime
-from trtfleet_router.adaptergeometry import lora_geometry, pages_for_adapter
+from trtfleet.loracache import declared_geometry, pages_for_adapter
 from trtfleet_router.chat import chat_renderer
 from trtfleet_router.discovery.fleetfile import (
     AdapterConfig as AdapterConfig,
@@ -80,7 +80,7 @@ from trtfleet_router.discovery.fleetfile import (
 from trtfleet_router.discovery.fleetfile import (
     parse_backend as parse_backend,
 )
-from trtfleet_router.fleets import DiscoverySnapshot, PodEndpoint
+from trtfleet_router.liveview import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
     BYTES_PER_TOKEN_DEFAULT,
     BYTES_PER_TOKEN_REFERENCE,
@@ -202,7 +202,7 @@ def adapter_entry(config: AdapterConfig, base: BaseModelConfig, base_dir: Path |
     weights_bytes = config.weights_bytes or int(manifest.get("weights_bytes") or 0)
     pages = config.pages
     if pages is None:
-        geometry = lora_geometry(base.spec) if base.spec is not None else None
+        geometry = declared_geometry(base.spec) if base.spec is not None else None
         rank = manifest.get("rank")
         modules = manifest.get("modules")
         pages = pages_for_adapter(

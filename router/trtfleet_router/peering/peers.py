@@ -37,7 +37,7 @@ import aiohttp
 from aiohttp.http_exceptions import HttpProcessingError
 
 from trtfleet.internalauth import TokenFile, authorized_get
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering import PeerProtocolError
 from trtfleet_router.peering.journal import EventLog

@@ -37,8 +37,8 @@ from typing import Final, Protocol
 
 from aiohttp import web
 
-from trtfleet_router.fleets import FleetSet
 from trtfleet_router.internalaccess import InternalAccess
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.peers import REPLICA_ID, normalize_peer_url
 from trtfleet_router.peering.view import demand_summary, export_view

@@ -2,8 +2,9 @@
 
 Example (camelCase or snake_case keys; every key optional)::
 
-    policy: trtfleet            # see policies/__init__.py: round-robin, least-load, gie-lora-affinity, chwbl,
-                                # llmd-default, kubeai-prefix-hash, dynamo-kv, trtfleet-adapter, trtfleet
+    policy: ttft-cost           # trtfleet's: ttft-cost (default), adapter-affinity; for comparison
+                                # (routing/baselines): round-robin, least-load, gie-lora-affinity, chwbl,
+                                # llmd-default, kubeai-prefix-hash, dynamo-kv
     metricsStaleAfterS: 5
     capacityWaitS: 10           # wait for LoRA cache capacity before answering 503
     demandHalfLifeS: 60         # recent-request counts per adapter (every policy's fleet keeps them)
@@ -12,7 +13,7 @@ Example (camelCase or snake_case keys; every key optional)::
     batchReserve: {busyShare: 0.01, holdS: 30}  # with --batch-reserve-pods (routing/reserve.py)
     streamTimeouts: {firstTokenS: 60, interTokenS: 20}
     streamTimeoutsByModel: {llama-70b: {firstTokenS: 180}}
-    trtfleet:
+    ttftCost:
       loadBoundInflight: 12     # keep it below the engine's max batch size (see its description)
       linkBandwidthBytesPerS: 1.25e9
       loadOverheadS: 0.005      # a cold load's fixed cost (podReadOverheadS on pytorch): python -m bench.coldload
@@ -39,7 +40,7 @@ from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
 from trtfleet_router.routing.types import RoutingConfigError
 
-DEFAULT_POLICY = "trtfleet"
+DEFAULT_POLICY = "ttft-cost"
 SectionT = TypeVar("SectionT", bound=pydantic.BaseModel)
 RESERVE_HOLD_S: Final = 30.0  # ReserveConfig.hold_s's default
 RESERVE_BUSY_SHARE: Final = 0.01  # ReserveConfig.busy_share's default
@@ -172,7 +173,7 @@ class RoutingConfig(ApiModel):
     )
     sections: dict[str, Any] = Field(
         default_factory=dict,
-        description="Each policy's own block (``trtfleet:``, ``chwbl:``, ...), keyed by its snake_case name; "
+        description="Each policy's own block (``ttftCost:``, ``chwbl:``, ...), keyed by its snake_case name; "
         "validated by the policy registry (routing/policies/__init__.py) against the policy's model.",
     )
 

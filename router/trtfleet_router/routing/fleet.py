@@ -13,8 +13,9 @@ cache's eviction walk; ``set_pods`` is O(pods + adapters resident on changed pod
 
 Router replicas: with a :class:`~trtfleet_router.routing.events.Journal`, every change ``start``,
 ``confirm``, ``finish`` and a pod reset make is also handed to it as an event, and
-:meth:`Fleet.apply_remote` (:mod:`trtfleet_router.routing.fleetresets`) applies other replicas' events to the
-same residency (:mod:`trtfleet_router.routing.remote`), so ``route`` sees their warm adapters, pins and load.
+:meth:`Fleet.apply_remote` applies other replicas' events to the same residency
+(:mod:`trtfleet_router.routing.remote`), so ``route`` sees their warm adapters, pins and load. A pod's view is
+emptied in place when it restarts (``reset_pod``, from discovery or our scrape, or a peer's event).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from trtfleet_router.routing.batchplace import place_batch_line
 from trtfleet_router.routing.config import RoutingConfig
-from trtfleet_router.routing.events import EventKind, Journal
+from trtfleet_router.routing.events import EventKind, Journal, ResidencyEvent
 from trtfleet_router.routing.fleetreport import (
     PodLoadSummary,
     check_books,
@@ -35,7 +36,6 @@ from trtfleet_router.routing.fleetreport import (
     prewarm_plan,
     warm_start_plan,
 )
-from trtfleet_router.routing.fleetresets import PodResets
 from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
@@ -66,9 +66,13 @@ log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
 ACTIVITY_WINDOW_S = 60
+RESET_DEDUPE_S = 5.0
+"""A pod reset (another replica's event, or our scrape seeing Triton's counters go back) within this long
+after the pod's view was last emptied is the same restart seen twice: applying it would empty adapters
+stored since."""
 
 
-class Fleet(PodResets):
+class Fleet:
     """Routing state and decisions for the pods of one base model."""
 
     def __init__(
@@ -103,7 +107,7 @@ class Fleet(PodResets):
         self._loading: set[int] = set()  # tickets whose weights the pod has not admitted yet
         self._journal = journal
         self._remote = RemoteBook()
-        self._window = ActivityWindow(ACTIVITY_WINDOW_S)
+        self._window: ActivityWindow[int | None] = ActivityWindow(ACTIVITY_WINDOW_S)
         self._reserve = InteractiveReserve(config.batch_reserve)  # routing/reserve.py
 
     @property
@@ -363,6 +367,76 @@ class Fleet(PodResets):
     @property
     def prefix_index(self) -> PrefixIndex:
         return self._prefix
+
+    # -- pod resets and other replicas' events -------------------------------------------------
+    def _reset(self, info: PodInfo) -> PodState:
+        """An empty view of the pod: LoRA shadow and KV prefix blocks."""
+        residency = self._residency.reset_pod(info.pod_id, info.host_pages, info.device_pages)
+        state = self._pods[info.pod_id] = PodState(info, residency)
+        self._prefix.reset_pod(info.pod_id, info.kv_blocks)
+        state.reset_at_s = self._now()
+        return state
+
+    def apply_remote(self, event: ResidencyEvent) -> bool:
+        """Apply another replica's event; False when it was ignored (unknown pod, incarnation or ticket).
+
+        Another replica's request queues its prefill on the pod as ours do (the ``trtfleet`` policy prices a
+        pod's queue by it): a ``put``/``acquire`` books its blocks the prefix index does not hold there yet,
+        in tokens, as pending prefill (the origin books its prompt less the cached blocks: the same but for
+        the last partial block), until the origin's ``loaded`` (its first token) or ``release``."""
+        kind = event.kind
+        if kind is not EventKind.POD_RESET:
+            now_s = self._now()
+            applied = self._remote.apply(event, self._pods, self._residency, self._demand, self._window, now_s)
+            key = (event.origin, event.ticket)
+            if applied and event.blocks:  # the other replica's request leaves its blocks on the pod, as ours do
+                tokens = self.kv_tokens_per_block
+                self._prefix.book(key, event.pod_id, event.blocks, len(event.blocks) * tokens, tokens, now_s)
+            elif kind is EventKind.LOADED or kind is EventKind.RELEASE:
+                applied = self._prefix.prefill_done(key, now_s) or applied
+            return applied
+        old = self._pods.get(event.pod_id)
+        if old is None or old.discovered_uid != event.pod_uid:
+            return False
+        if self._now() - old.reset_at_s < RESET_DEDUPE_S:
+            return False  # the same restart, already applied
+        self._reset_in_place(old)
+        log.info("pod reset by a peer", extra={"pod": event.pod_id, "origin": event.origin, "model": self._model})
+        return True
+
+    def reset_pod(self, pod_id: str, reason: str) -> None:
+        """The pod's Triton restarted in place (same uid and address, empty LoRA cache): an empty shadow,
+        its requests' tickets void, and the other replicas told. Unknown pods, and a pod whose view was
+        emptied less than ``RESET_DEDUPE_S`` ago (the same restart), are left alone."""
+        old = self._pods.get(pod_id)
+        if old is None or self._now() - old.reset_at_s < RESET_DEDUPE_S:
+            return  # unknown, or the same restart already seen (by a peer, or as not ready -> ready)
+        self._reset_in_place(old)
+        if self._journal is not None:
+            self._journal.record(self._model, pod_id, old.discovered_uid, EventKind.POD_RESET)
+        log.info("pod restarted in place", extra={"pod": pod_id, "reason": reason, "model": self._model})
+
+    def _reset_in_place(self, old: PodState) -> None:
+        blocks = self._prefix.pod(old.pod_id)
+        info = PodInfo(old.pod_id, old.address, old.discovered_uid, old.host_pages, old.device_pages, old.ready,
+                       kv_blocks=blocks.capacity_blocks if blocks is not None else 0)
+        state = self._reset(info)
+        state.uid = f"{info.uid}#{next(self._epochs)}"
+        state.load.metrics, state.load.fresh_until_s = old.load.metrics, old.load.fresh_until_s
+        state.unready_at_s = old.unready_at_s
+        if old.ready:
+            self._ready = [state if pod is old else pod for pod in self._ready]
+
+    def forget_origin(self, origin: str) -> int:
+        """Another replica is gone (or its stream had a gap): end its requests, unpin its adapters."""
+        for ticket_origin, ticket_id, _ in list(self._remote.tickets()):
+            if ticket_origin == origin:
+                self._prefix.prefill_done((origin, ticket_id))
+        return self._remote.forget_origin(origin, self._pods, self._residency, self._demand)
+
+    @property
+    def remote(self) -> RemoteBook:
+        return self._remote
 
     # -- prewarming ------------------------------------------------------------------------------
     def prewarm_plan(self, adapters: Sequence[AdapterRef]) -> list[tuple[str, AdapterRef]]:

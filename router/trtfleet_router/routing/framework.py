@@ -3,7 +3,7 @@
 Modelled on the Gateway API Inference Extension's endpoint picker: a :class:`Filter` narrows the
 candidate pods, each :class:`Scorer` gives every remaining pod a score in [0, 1], a
 :class:`Profile` sums the scores with their weights, and a :class:`Picker` chooses one pod.
-Policies whose decision is a procedure rather than a weighted sum (``trtfleet``) implement the
+Policies whose decision is a procedure rather than a weighted sum (``ttft-cost``) implement the
 :class:`Policy` protocol directly and reuse the same pieces.
 
 A policy only chooses the pod. Whether weights are sent is not its call: the

@@ -23,8 +23,12 @@ per request; memory is one entry per adapter seen.
 from __future__ import annotations
 
 import math
+from collections.abc import Hashable
+from typing import Generic, TypeVar
 
 from trtfleet_router.routing.types import PodMetrics
+
+K = TypeVar("K", bound=Hashable)
 
 
 class PodLoad:
@@ -135,9 +139,10 @@ class AdapterDemand:
         return sum(self._inflight.values())
 
 
-class ActivityWindow:
-    """Requests started per adapter over the last ``window_s`` (every replica's, when peers share
-    their events), in one-second buckets: the demand the autoscaler reads. O(1) per request."""
+class ActivityWindow(Generic[K]):
+    """Requests started per key over the last ``window_s``, in one-second buckets, O(1) per request. The
+    one window of the router: the fleet's counts every replica's requests per task id (the demand the autoscaler
+    reads), :class:`~trtfleet_router.activity.AdapterActivity` this replica's per adapter name."""
 
     __slots__ = ("_buckets", "window_s")
 
@@ -145,9 +150,9 @@ class ActivityWindow:
         if window_s < 1:
             raise ValueError("the activity window must be at least 1 s")
         self.window_s = window_s
-        self._buckets: dict[int, dict[int | None, int]] = {}  # whole second -> task id (None: base) -> requests
+        self._buckets: dict[int, dict[K, int]] = {}  # whole second -> key -> requests
 
-    def record(self, task_id: int | None, now_s: float) -> None:
+    def record(self, key: K, now_s: float) -> None:
         second = int(now_s)
         bucket = self._buckets.get(second)
         if bucket is None:
@@ -155,14 +160,14 @@ class ActivityWindow:
             oldest = second - self.window_s
             for old in [s for s in self._buckets if s <= oldest]:
                 del self._buckets[old]
-        bucket[task_id] = bucket.get(task_id, 0) + 1
+        bucket[key] = bucket.get(key, 0) + 1
 
-    def counts(self, now_s: float) -> dict[int | None, int]:
-        """Requests per task id (None: without an adapter) started in the last ``window_s``."""
+    def counts(self, now_s: float) -> dict[K, int]:
+        """Requests per key started in the last ``window_s``."""
         since = int(now_s) - self.window_s
-        total: dict[int | None, int] = {}
+        total: dict[K, int] = {}
         for second, bucket in self._buckets.items():
             if second > since:
-                for task_id, n in bucket.items():
-                    total[task_id] = total.get(task_id, 0) + n
+                for key, n in bucket.items():
+                    total[key] = total.get(key, 0) + n
         return total

@@ -66,7 +66,7 @@ class RemoteBook:
         pods: Mapping[str, RemotePod],
         residency: Residency,
         demand: AdapterDemand,
-        window: ActivityWindow,
+        window: ActivityWindow[int | None],
         now_s: float,
     ) -> bool:
         """Apply one event of another replica (not ``pod_reset``: the fleet resets the pod itself).

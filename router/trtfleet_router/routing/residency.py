@@ -21,7 +21,7 @@ Where the shadow can be wrong: replicas apply each other's events milliseconds l
 own interleaving, so two requests for different adapters on the same pod from different replicas
 may be ordered differently than the pod saw them (an LRU victim chosen differently; a miss
 corrects it, or re-sent weights are ignored by the pod); replicas that cannot reach each other
-(no peer port, a network policy) each see only their own traffic, as before peering; clients
+(no peer port, a network policy) each see only their own traffic; clients
 that send to pods directly are never seen; and weights sent to a pod that failed the request may
 not be stored (treated as cold).
 """

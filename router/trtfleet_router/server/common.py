@@ -28,7 +28,7 @@ from trtfleet_router.errors import (
     ShuttingDown,
     mapping_for,
 )
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import Target
 from trtfleet_router.server.auth import ApiKeys

@@ -30,8 +30,8 @@ from trtfleet_router.server.openai_protocol import (
     parse_completion,
 )
 from trtfleet_router.server.sse import DONE_EVENT, LazySse, json_event
-from trtfleet_router.upstream.priority import Priority
 from trtfleet_router.upstream.text import TextRequest, Usage, finish_reason
+from trtfleet_router.upstream.waiting import Priority
 
 FRONTEND = "openai"
 

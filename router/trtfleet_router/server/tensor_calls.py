@@ -1,5 +1,5 @@
 """Tensor-level requests (Triton infer/generate over HTTP, ModelInfer/ModelStreamInfer over gRPC)
--> an :class:`~trtfleet_router.upstream.dispatch.UpstreamCall` for the base model's upstream model.
+-> an :class:`~trtfleet_router.upstream.call.UpstreamCall` for the base model's upstream model.
 
 The client addresses a base model or an adapter by its served name. For an adapter the router sets
 ``lora_task_id``; a client that names the base model may instead send ``lora_task_id`` of a served
@@ -20,7 +20,8 @@ from trtfleet_router.models_registry import Target
 from trtfleet_router.routing.prefix import NO_BLOCKS
 from trtfleet_router.server.common import Services
 from trtfleet_router.server.triton_protocol import ConfigView, config_view, generate_body_for_tensors
-from trtfleet_router.upstream.dispatch import UpstreamCall
+from trtfleet_router.upstream.call import UpstreamCall
+from trtfleet_router.upstream.payload import GenerateJson, TritonTensorPayload
 from trtfleet_router.upstream.protocol import set_lora_task_id, strip_lora_inputs
 from trtfleet_router.upstream.tensors import decode_bytes, normalize_to_raw
 
@@ -106,11 +107,12 @@ async def prepare_tensor_call(
     call = UpstreamCall(
         request_id=request_id,
         target=target,
-        request=request,
+        payload=TritonTensorPayload(request),
         prompt_tokens=prompt_tokens,
         max_tokens=max_tokens,
         deadline_s=time.monotonic() + services.settings.request_timeout_s,
         client_streaming=client_streaming and _bool_of(inputs, "stream"),
+        client_id=request.id,
         blocks=base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0)
         if prompt is not None
         else NO_BLOCKS,
@@ -140,8 +142,10 @@ async def travel_as_generate_json(services: Services, target: Target, call: Upst
     view = config_view(await services.model_info.config(target.base))
     if view.shaped_reader is None:
         return
-    body = generate_body_for_tensors(call.grpc_request(), view.config, streaming=streaming)
+    request = call.payload.infer_request()
+    assert request is not None
+    body = generate_body_for_tensors(request, view.config, streaming=streaming)
     if body is None:
         return
-    call.http_body, call.http_answer = body, view.shaped_reader
-    call.http_stream = bool(streaming and body.get("stream"))
+    generate = GenerateJson(body, bool(streaming and body.get("stream")), view.shaped_reader)
+    call.payload = TritonTensorPayload(request, generate)

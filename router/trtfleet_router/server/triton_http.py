@@ -46,7 +46,8 @@ from trtfleet_router.server.triton_protocol import (
     parse_generate_request,
     parse_infer_request,
 )
-from trtfleet_router.upstream.dispatch import UpstreamCall
+from trtfleet_router.upstream.call import UpstreamCall
+from trtfleet_router.upstream.payload import GenerateJson, TritonTensorPayload
 
 FRONTEND = "triton_http"
 SERVER_NAME = "trtfleet-router"
@@ -225,8 +226,8 @@ class TritonHttpFrontend:
         reader = config_view(config).reader
         # generate (not _stream) with stream: true collects a decoupled model's responses: gRPC only.
         if reader is not None and (streaming or not doc.get("stream")):
-            call.http_body = generate_http_body(doc, target.adapter.task_id if target.adapter else None)
-            call.http_answer, call.http_stream = reader, streaming
+            body = generate_http_body(doc, target.adapter.task_id if target.adapter else None)
+            call.payload = TritonTensorPayload(proto, GenerateJson(body, streaming, reader))
         return call
 
     async def _generate(self, request: web.Request, record: RequestRecord, name: str) -> web.Response:

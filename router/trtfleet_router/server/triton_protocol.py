@@ -22,8 +22,7 @@ from tritonclient.grpc import model_config_pb2, service_pb2
 
 from trtfleet_router import jsoncodec
 from trtfleet_router.errors import MalformedRequest
-from trtfleet_router.upstream.http_transport import AnswerReader
-from trtfleet_router.upstream.protocol import FINAL_RESPONSE_PARAM, triton_datatype
+from trtfleet_router.upstream.protocol import FINAL_RESPONSE_PARAM, AnswerReader, triton_datatype
 from trtfleet_router.upstream.tensors import decode_bytes, encode_bytes, json_to_raw, raw_to_json
 
 HEADER_LENGTH = "Inference-Header-Content-Length"

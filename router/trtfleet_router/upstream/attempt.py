@@ -1,8 +1,9 @@
 """One attempt of a request on one pod: which transport carries it, and the stream timeouts around it.
 
-* **transport**: a warm text request (no weights) goes over Triton HTTP when the pod's HTTP port is known
-  (:mod:`.http_transport`), everything else over gRPC ``ModelStreamInfer``, as its own call for client
-  streams and multiplexed on shared streams for unary requests (:mod:`.transport`, ``--upstream-calls``);
+* **transport**: the first of the :class:`~.transport.Transport` s that carries the attempt, in this order:
+  trtllm-serve's OpenAI API (runtime ``pytorch``), Triton HTTP generate (a warm request to a pod whose HTTP
+  port is known), gRPC multiplexed on shared streams (unary requests), a gRPC call of its own (``--upstream-calls``
+  chooses between the two gRPC ones);
 * **timeouts**: a pod that sends no first answer within the first-token timeout (plus ``max_tokens``
   inter-token timeouts when the answer comes in one piece), or no next answer within the inter-token
   timeout, has *stalled*: the wait is cancelled (which cancels the call) and the attempt fails as
@@ -11,11 +12,12 @@
   answer stall at once, so the dispatcher retries them elsewhere.
 
 The waits are watched by :class:`StallWatch`: an attempt registers its wait (a deadline on the loop clock)
-around each read, and one timer per router sweeps the registered waits every ``SWEEP_S``. That costs a
-set insert and removal per answer (well under a microsecond) where an ``asyncio.timeout`` per answer costs
-a timer handle each (about 5 us on the project's machine); timeouts fire up to ``SWEEP_S`` late.
+around each read, and one timer per router sweeps the registered waits every ``SWEEP_S``: a set insert and
+removal per answer instead of a timer handle each; timeouts fire up to ``SWEEP_S`` late.
 
-Failures leave as :class:`~.failures.UpstreamCallFailed` (the transports' own error type, passed through).
+An :class:`AttemptStream` is read with :meth:`~AttemptStream.next` (a coroutine, not a generator, so a token
+passes through no more generator frames than the transport's own). Failures leave as
+:class:`~.failures.UpstreamCallFailed`.
 """
 
 from __future__ import annotations
@@ -26,26 +28,25 @@ from typing import Any, Final
 
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.fleets import PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import StreamTimeouts
-from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
 from trtfleet_router.upstream.failures import UpstreamCallFailed
+from trtfleet_router.upstream.grpc_transport import (
+    STREAMS_PER_POD_DEFAULT,
+    MultiplexedTransport,
+    PerCallTransport,
+    UpstreamCalls,
+)
 from trtfleet_router.upstream.http_transport import HttpTransport
-from trtfleet_router.upstream.openai_upstream import OpenAITransport
+from trtfleet_router.upstream.openai_transport import OpenAITransport
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import (
     FailureKind,
     UpstreamFailure,
     classify_upstream_error,
     has_outputs,
-    request_stream_final_flag,
 )
-from trtfleet_router.upstream.transport import (
-    STREAMS_PER_POD_DEFAULT,
-    MultiplexedTransport,
-    PerCallTransport,
-)
+from trtfleet_router.upstream.transport import Attempt, Transport
 
 SWEEP_S: Final = 0.1
 
@@ -102,6 +103,67 @@ class StallWatch:
             self._sweep_handle = None
 
 
+class AttemptStream:
+    """The answers of one attempt (with outputs), read one by one under the stream timeouts."""
+
+    __slots__ = ("_exchange", "_first_s", "_inter_s", "_pod", "_wait", "_watch", "client_id")
+
+    def __init__(
+        self,
+        exchange: AsyncGenerator[service_pb2.ModelStreamInferResponse, None],
+        watch: StallWatch,
+        pod: tuple[str, str],
+        first_answer_s: float,
+        inter_token_s: float,
+        client_id: str,
+    ) -> None:
+        self._exchange = exchange
+        self._watch = watch
+        self._pod = pod
+        self._first_s = first_answer_s
+        self._inter_s = inter_token_s
+        self.client_id = client_id
+        self._wait: _Wait | None = None
+
+    async def next(self) -> service_pb2.ModelInferResponse | None:
+        """The next response with outputs (the client's id on it); None when the pod's answer ended.
+        Raises :class:`UpstreamCallFailed` (stalled, or the pod's error)."""
+        task = asyncio.current_task()
+        assert task is not None
+        wait, watch = self._wait, self._watch
+        if wait is None:
+            wait = self._wait = _Wait(task, self._pod)
+        else:
+            wait.task = task  # the reader's task: a stall cancels the read it guards
+        while True:
+            wait_s = self._first_s if wait.first else self._inter_s
+            watch.start(wait, wait_s)
+            try:
+                message = await anext(self._exchange)
+            except StopAsyncIteration:
+                return None
+            except asyncio.CancelledError:
+                if wait.stalled and wait.task.uncancel() == 0:  # our cancellation, and no other pending
+                    which = "first answer (or the pod was ejected)" if wait.first else "next answer"
+                    text = f"pod {self._pod[1]} stalled: no {which} within {wait_s:g} s"
+                    raise UpstreamCallFailed(UpstreamFailure(FailureKind.STALLED, text)) from None
+                raise
+            finally:
+                watch.done(wait)
+            if message.error_message:
+                raise UpstreamCallFailed(classify_upstream_error(message.error_message))
+            wait.first = False
+            response = message.infer_response
+            if has_outputs(response):
+                if self.client_id:
+                    response.id = self.client_id
+                return response
+
+    async def close(self) -> None:
+        """End the transport's exchange (a cancellation for the pod when its answer had not ended)."""
+        await self._exchange.aclose()
+
+
 class Attempts:
     """The transports, and the first-answer waits of the attempts in flight (per base model and pod)."""
 
@@ -115,95 +177,39 @@ class Attempts:
         warm_over_http: bool = True,
     ) -> None:
         self.metrics = metrics
-        self.calls = calls
-        self.per_call = PerCallTransport(pool)
-        self.multiplexed = MultiplexedTransport(pool, streams_per_pod)
-        self.http = HttpTransport()
+        self.multiplexed = MultiplexedTransport(pool, streams_per_pod, calls)
         self.openai = OpenAITransport()
-        self.warm_over_http = warm_over_http
+        self.transports: tuple[Transport, ...] = (
+            self.openai,
+            HttpTransport(enabled=warm_over_http),
+            self.multiplexed,
+            PerCallTransport(pool),
+        )
         self.watch = StallWatch()
 
     def end_first_answer_waits(self, base_name: str, pod: str) -> None:
         """The pod was ejected: attempts there still waiting for a first answer stall now."""
         self.watch.stall_first_waits((base_name, pod))
 
-    def exchange(
-        self, endpoint: PodEndpoint, request: service_pb2.ModelInferRequest | None, call: UpstreamCall
-    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
-        """The transport for this attempt: HTTP for a warm text request (``request`` is None: the call's
-        own, no weights) when the pod has an HTTP port, else gRPC (per call or multiplexed, see
-        :class:`UpstreamCalls`); trtllm-serve's OpenAI API for a ``pytorch`` base model."""
-        if call.openai_body is not None:
-            self.metrics.upstream_attempts.labels("openai").inc()
-            address = endpoint.http_address or endpoint.address
-            return self.openai.exchange(
-                address, call.openai_path, call.openai_body, call.deadline_s, stream=call.client_streaming
-            )
-        body = call.http_body
-        if body is not None and request is None and endpoint.http_address and self.warm_over_http:
-            self.metrics.upstream_attempts.labels("http").inc()
-            return self.http.exchange(
-                endpoint.http_address,
-                call.model_name,
-                body,
-                call.deadline_s,
-                stream=call.http_stream,
-                reader=call.http_answer,
-            )
-        if request is None:
-            request = call.grpc_request()
-        request_stream_final_flag(request)
-        multiplexed = self.calls is UpstreamCalls.MULTIPLEXED or (
-            self.calls is UpstreamCalls.AUTO and not call.client_streaming
-        )
-        transport = self.multiplexed if multiplexed else self.per_call
-        self.metrics.upstream_attempts.labels("grpc_shared" if multiplexed else "grpc_call").inc()
-        return transport.exchange(endpoint.address, request, call.deadline_s)
+    def transport_for(self, attempt: Attempt) -> Transport:
+        for transport in self.transports:
+            if transport.carries(attempt):
+                return transport
+        raise TypeError(f"no transport carries a {type(attempt.payload).__name__}")
 
-    async def run(
-        self,
-        endpoint: PodEndpoint,
-        request: service_pb2.ModelInferRequest | None,
-        call: UpstreamCall,
-        timeouts: StreamTimeouts,
-    ) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
-        """One attempt on one pod; yields responses with outputs (with the caller's request id back),
-        raises UpstreamCallFailed. A pod silent for longer than the first-token timeout (plus
-        ``max_tokens`` inter-token timeouts when the answer comes in one piece) or, once it answered, the
-        inter-token timeout has *stalled* (the call is cancelled)."""
-        exchange = self.exchange(endpoint, request, call)
-        wait_s = timeouts.first_token_s
-        if not call.client_streaming:
-            wait_s += call.max_tokens * timeouts.inter_token_s
-        task = asyncio.current_task()
-        assert task is not None
-        wait = _Wait(task, (call.target.base.name, endpoint.pod_id))
-        watch = self.watch
-        try:
-            while True:
-                watch.start(wait, wait_s)
-                try:
-                    message = await anext(exchange)
-                except StopAsyncIteration:
-                    return
-                except asyncio.CancelledError:
-                    if wait.stalled and task.uncancel() == 0:  # our cancellation, and no other pending
-                        which = "first answer (or the pod was ejected)" if wait.first else "next answer"
-                        text = f"pod {endpoint.pod_id} stalled: no {which} within {wait_s:g} s"
-                        raise UpstreamCallFailed(UpstreamFailure(FailureKind.STALLED, text)) from None
-                    raise
-                finally:
-                    watch.done(wait)
-                if message.error_message:
-                    raise UpstreamCallFailed(classify_upstream_error(message.error_message))
-                wait.first = False
-                wait_s = timeouts.inter_token_s
-                response = message.infer_response
-                if has_outputs(response):
-                    response.id = call.client_id
-                    yield response
-        finally:
-            await exchange.aclose()
+    def open(
+        self, attempt: Attempt, base_model: str, timeouts: StreamTimeouts, max_tokens: int, client_id: str
+    ) -> AttemptStream:
+        """Start ``attempt`` on the transport that carries it. A pod silent for longer than the first-token
+        timeout (plus ``max_tokens`` inter-token timeouts when the answer comes in one piece) or, once it
+        answered, the inter-token timeout has *stalled* (the call is cancelled)."""
+        transport = self.transport_for(attempt)
+        self.metrics.upstream_attempts.labels(transport.label).inc()
+        first_s = timeouts.first_token_s
+        if not attempt.client_streaming:
+            first_s += max_tokens * timeouts.inter_token_s
+        pod = (base_model, attempt.endpoint.pod_id)
+        return AttemptStream(transport.exchange(attempt), self.watch, pod, first_s, timeouts.inter_token_s, client_id)
 
     def retain(self, addresses: set[str]) -> None:
         """Forget shared streams to pods discovery no longer lists."""
@@ -211,7 +217,5 @@ class Attempts:
 
     async def close(self) -> None:
         self.watch.close()
-        await self.per_call.close()
-        await self.multiplexed.close()
-        await self.http.close()
-        await self.openai.close()
+        for transport in self.transports:
+            await transport.close()

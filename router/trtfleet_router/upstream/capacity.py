@@ -8,9 +8,9 @@ A slot frees only when a request ends, so the dispatcher holds such a request he
 again; if it fails again it goes back to the head of the queue, if it succeeds it wakes the next one
 (the freed capacity may hold more than one request). Pure asyncio on the event loop thread.
 
-**Interactive first.** Batch lines (:class:`~.priority.Priority` ``batch``) wait in a lane of their own
-per base model, woken only when no interactive request waits; they neither count toward
-``max_waiting`` nor toward the drain estimate's queue.
+**Interactive first.** Batch lines (:class:`~.waiting.Priority` ``batch``) wait in a band of their own,
+woken only when no interactive request waits; they neither count toward ``max_waiting`` nor toward the
+drain estimate's queue.
 
 **Fast rejection.** Every request end of a base model also feeds a drain-rate estimate (an exponentially
 weighted mean of the time between ends, stretched to the time since the last end when that is longer).
@@ -21,14 +21,12 @@ overload answer carries that estimate as ``Retry-After`` (1 s while no end has b
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from typing import Final
 
-from trtfleet_router.upstream.priority import Priority
+from trtfleet_router.upstream.waiting import Priority, WaitLine
 
 DRAIN_SMOOTHING: Final = 0.2
 RETRY_AFTER_S_UNKNOWN: Final = 1
@@ -67,12 +65,11 @@ class DrainRate:
 
 
 class CapacityWaits:
-    """FIFO waiters per base model, woken one at a time as requests end."""
+    """A wait line per base model, woken one waiter at a time as its requests end."""
 
     def __init__(self, max_waiting: int, *, now: Callable[[], float] = time.monotonic) -> None:
         self.max_waiting = max_waiting
-        self._queues: dict[str, deque[asyncio.Future[None]]] = {}
-        self._batch: dict[str, deque[asyncio.Future[None]]] = {}
+        self._lines: dict[str, WaitLine] = {}
         self.drain = DrainRate(now)
 
     def expected_wait_s(self, base_model: str) -> float | None:
@@ -86,14 +83,10 @@ class CapacityWaits:
             return RETRY_AFTER_S_UNKNOWN
         return min(RETRY_AFTER_S_MAX, max(1, math.ceil(wait_s)))
 
-    def waiting(self, base_model: str) -> int:
-        """Interactive requests waiting for ``base_model``."""
-        queue = self._queues.get(base_model)
-        return len(queue) if queue is not None else 0
-
-    def batch_waiting(self, base_model: str) -> int:
-        queue = self._batch.get(base_model)
-        return len(queue) if queue is not None else 0
+    def waiting(self, base_model: str, band: Priority = Priority.INTERACTIVE) -> int:
+        """Requests of ``band`` waiting for ``base_model``."""
+        line = self._lines.get(base_model)
+        return line.waiting(band) if line is not None else 0
 
     def can_wait(self, base_model: str) -> bool:
         return self.waiting(base_model) < self.max_waiting
@@ -105,34 +98,16 @@ class CapacityWaits:
 
         ``first``: rejoin at the head (a woken waiter whose new attempt found no room either).
         """
-        if timeout_s <= 0:
-            return False
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        lanes = self._queues if priority is Priority.INTERACTIVE else self._batch
-        queue = lanes.setdefault(base_model, deque())
-        if first:
-            queue.appendleft(future)
-        else:
-            queue.append(future)
+        line = self._lines.get(base_model)
+        if line is None:
+            line = self._lines[base_model] = WaitLine()
         try:
-            await asyncio.wait_for(asyncio.shield(future), timeout_s)
-        except TimeoutError:
-            pass
-        except asyncio.CancelledError:
-            if future.done() and not future.cancelled():
-                self.wake(base_model)  # woken but gone: hand the wake-up on
-            raise
+            return await line.wait(
+                timeout_s, band=priority, first=first, on_lost_wake=lambda: self.wake(base_model)
+            )
         finally:
-            woken = future.done() and not future.cancelled()
-            if not woken:
-                future.cancel()
-                try:
-                    queue.remove(future)
-                except ValueError:
-                    pass
-            if not queue and lanes.get(base_model) is queue:
-                del lanes[base_model]
-        return woken
+            if not line and self._lines.get(base_model) is line:
+                del self._lines[base_model]
 
     def notify(self, base_model: str) -> None:
         """A request of ``base_model`` ended (capacity may have freed): wake the first waiter."""
@@ -140,11 +115,7 @@ class CapacityWaits:
         self.wake(base_model)
 
     def wake(self, base_model: str) -> None:
-        """Wake the first interactive waiter, else the first batch waiter (without counting a request end)."""
-        for lanes in (self._queues, self._batch):
-            queue = lanes.get(base_model)
-            while queue:
-                future = queue.popleft()
-                if not future.done():
-                    future.set_result(None)
-                    return
+        """Wake the first waiter, interactive before batch (without counting a request end)."""
+        line = self._lines.get(base_model)
+        if line is not None:
+            line.wake()

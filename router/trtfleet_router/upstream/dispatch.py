@@ -1,55 +1,33 @@
-"""Sends one request to a pod of its base model: route, attach weights, stream, recover, retry.
+"""Sends one request to a pod of its base model: decide, attempt, recover, until it is answered or fails.
 
-One :class:`UpstreamCall` is a ``ModelInferRequest`` for the base model's upstream model with
-``lora_task_id`` already set for an adapter (text requests also carry the same request as Triton
-generate JSON). :meth:`Dispatcher.stream` yields the pod's responses:
+:meth:`Dispatcher.stream` yields the pod's responses to an :class:`~.call.UpstreamCall`, in named steps:
 
-* the fleet's :class:`~trtfleet_router.routing.types.Decision` picks the pod; when it says cold, the
-  adapter's pre-serialised weights go along as raw ``lora_weights``/``lora_config`` tensors (gRPC);
-  when it says *loading* (warm, but the weights are still in transit with an earlier request), the
-  weights go along too: TRT-LLM ignores weights for an id it holds, so the cost is one transfer of the
-  (already cached) weights, while an id-only request could overtake them and miss, and waiting for the
-  earlier request's admission would cost its transfer + queue + prefill (and fail with it);
-* the first response confirms the ticket (``Fleet.confirm``: the pod admitted the request and stored
-  the weights it carried, so later requests go id-only);
-* **waiting for capacity**: when every pod's LoRA cache is full of busy adapters (``CachesBusy``: the
-  engine would say "Cache is full"), the request waits in a bounded FIFO per base model
-  (:mod:`.capacity`, ``capacityWaitS`` / ``capacityQueueMax``, capped by its deadline) and routes again
-  each time a request of that base model ends; 503 only after that;
-* **interactive first** (:mod:`.priority`): a batch line starts on its pod only while the pod has
-  headroom and no interactive request waits; otherwise it waits in the batch lane and routes again;
-* **holding for a pod**: when the base model has no ready pod at all (``NoReadyPod``: scaled to zero, or
-  its first pods starting), the request is held (:mod:`.hold`, ``holdWaitS`` / ``holdQueueMax``, capped by
-  its deadline) and routes again whenever discovery hands the fleet new pods; 503 with ``Retry-After``
-  only after that. Held requests count as demand (``trtfleet_router_held_requests``), which scales the
-  base model from zero;
-* **transport** per attempt: a warm text request goes over Triton HTTP when the pod's HTTP port is
-  known (:mod:`.http_transport`), everything else over gRPC ``ModelStreamInfer``, as its own call
-  for client streams and multiplexed on shared streams for unary requests (:mod:`.transport`);
-* **miss recovery**: a ``LoRA task N not found in cache`` answer before anything was yielded ->
-  ``finish(MISS)`` and the same request *with* weights to the same pod, once, invisibly;
-* **back-pressure**: a full LoRA cache or queue -> ``finish(CACHE_FULL | FAILED)``, next pod
-  (``exclude_pods``) up to ``max_attempts``, then :class:`~trtfleet_router.errors.Overloaded` (429);
-* **pod failure** (refused or broken connection, a dead Python stub) or a **stalled pod** (no first
-  answer within the first-token timeout, no next answer within the inter-token timeout, see
-  ``streamTimeouts``) before the first response -> ``finish(FAILED)``, next pod, then
-  :class:`~trtfleet_router.errors.Unavailable` (503); the failure counts against the pod, which outlier
-  detection ejects with back-off (:meth:`~trtfleet_router.fleets.FleetSet.record_failure`);
-* a failure after the first response was yielded is never retried (the client already has part of
-  the answer): :class:`~trtfleet_router.errors.StreamInterrupted`, and a stalled stream ends so within
-  its inter-token timeout instead of at the request deadline.
+* **decide** (:meth:`~.admission.Admission.decide`): the fleet's
+  :class:`~trtfleet_router.routing.types.Decision` picks the pod, after any wait for capacity or for a ready
+  pod; then :meth:`~.admission.Admission.lease` starts the request in the fleet's books;
+* **attempt** (:meth:`Dispatcher._attempt`): when the decision says cold, the adapter's pre-serialised weights
+  go along (only over gRPC: raw ``lora_weights``/``lora_config`` tensors); when it says *loading* (warm, but the
+  weights are still in transit with an earlier request) they go along too: TRT-LLM ignores weights for an id it
+  holds, while an id-only request could overtake them and miss. A runtime ``pytorch`` pod reads the adapter from
+  its ``lora_path`` instead, so nothing travels. The attempt runs on the first transport that carries it
+  (:mod:`.attempt`); its first answer confirms the lease (later requests go id-only);
+* **recover** (:func:`~.recovery.next_step`, pure): a ``LoRA task N not found in cache`` answer before anything
+  was yielded is resent with weights to the same pod, once, invisibly; a full LoRA cache or queue, a failing
+  pod (refused or broken connection, a dead stub) or a stalled one (see ``streamTimeouts``) tries the next pod
+  up to ``max_attempts``, then :class:`~trtfleet_router.errors.Overloaded` (429) or
+  :class:`~trtfleet_router.errors.Unavailable` (503). Pod failures count toward outlier detection, which ejects
+  the pod with back-off (:meth:`~trtfleet_router.liveview.FleetSet.record_failure`); request errors never do. A
+  failure after the first response was yielded is never retried (the client has part of the answer):
+  :class:`~trtfleet_router.errors.StreamInterrupted`.
 
-The rules live in one pure function, :func:`~.recovery.next_step`; request errors (invalid input, a
-miss, a full queue) never count against a pod.
-
-Cancellation (the consumer closes the generator or its task is cancelled, e.g. the client went
-away) cancels an own gRPC call or closes the HTTP connection, which makes Triton cancel the request;
-a request multiplexed on a shared stream is only abandoned (see :mod:`.transport`).
+While a request runs it counts as demand of its base model and adapter (prewarming does not). Cancellation (the
+consumer closes the generator, e.g. the client went away) closes the attempt: an own gRPC call is cancelled and
+an HTTP connection closed, which makes the pod cancel the request; one multiplexed on a shared stream is only
+abandoned (see :mod:`.grpc_transport`).
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import replace
@@ -57,41 +35,26 @@ from typing import Final
 
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router.errors import AdapterUnservable, NoCapacityAvailable, RouterError
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.errors import NoCapacityAvailable
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
-from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.types import (
-    AdapterTooLarge,
-    CachesBusy,
-    Decision,
-    NoCapacity,
-    NoReadyPod,
-    Outcome,
-    RouteRequest,
-    UnknownPod,
-)
-from trtfleet_router.upstream.attempt import Attempts
+from trtfleet_router.routing.config import StreamTimeouts
+from trtfleet_router.routing.types import Decision, Outcome, RouteRequest, UnknownPod
+from trtfleet_router.upstream.admission import Admission, Lease
+from trtfleet_router.upstream.attempt import Attempts, AttemptStream
 from trtfleet_router.upstream.attempt_log import log_done, log_failure, tracing
-from trtfleet_router.upstream.call import UpstreamCall, UpstreamCalls
-from trtfleet_router.upstream.capacity import CapacityWaits
+from trtfleet_router.upstream.call import UpstreamCall
 from trtfleet_router.upstream.failures import UpstreamCallFailed
-from trtfleet_router.upstream.hold import PodHolds, fleet_budget, hold_for_pods
+from trtfleet_router.upstream.grpc_transport import STREAMS_PER_POD_DEFAULT, UpstreamCalls
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
 from trtfleet_router.upstream.pool import ChannelPool
-from trtfleet_router.upstream.priority import InteractiveSignal, Priority, batch_may_start
-from trtfleet_router.upstream.protocol import (
-    FailureKind,
-    UpstreamFailure,
-    with_weights,
-)
-from trtfleet_router.upstream.recovery import Action, AttemptState, final_error, next_step, no_pod_error
-from trtfleet_router.upstream.transport import (
-    STREAMS_PER_POD_DEFAULT,
-)
+from trtfleet_router.upstream.protocol import FailureKind, UpstreamFailure, check_weights
+from trtfleet_router.upstream.recovery import Action, AttemptState, Step, final_error, next_step
+from trtfleet_router.upstream.transport import AttachedWeights, Attempt
+from trtfleet_router.upstream.waiting import Priority
 from trtfleet_router.weights import ArtifactRef, WeightStore
 
-__all__ = ["Dispatcher", "UpstreamCall", "UpstreamCalls"]
+__all__ = ["Dispatcher"]
 
 
 MAX_ATTEMPTS_DEFAULT: Final = 3
@@ -101,6 +64,23 @@ _OUTCOMES: Final = {
     FailureKind.MISS: Outcome.MISS,
     FailureKind.CACHE_FULL: Outcome.CACHE_FULL,
 }
+
+
+class _Tries:
+    """Where a request stands between its attempts: what the next decision must honour."""
+
+    __slots__ = ("attempts", "forced", "last", "max_attempts", "miss_recovered", "route")
+
+    def __init__(self, route: RouteRequest, pinned: Decision | None, max_attempts: int) -> None:
+        self.route = route
+        self.forced = pinned  # the next attempt's decision, made already (prewarming, miss recovery)
+        self.last: UpstreamFailure | None = None
+        self.attempts = 0
+        self.miss_recovered = False
+        self.max_attempts = max_attempts
+
+    def exclude(self, pod: str) -> None:
+        self.route = replace(self.route, exclude_pods=self.route.exclude_pods | {pod})
 
 
 class Dispatcher:
@@ -126,174 +106,169 @@ class Dispatcher:
         self.attempts = Attempts(
             pool, metrics, calls=calls, streams_per_pod=streams_per_pod, warm_over_http=warm_over_http
         )
-        self.capacity_waits = CapacityWaits(fleets.routing_config.capacity_queue_max)
-        self.holds = PodHolds(fleets.routing_config.hold_queue_max, fleet_budget(fleets))
-        self.batch_pod_slots: int | None = None
-        """Batch lines start on a pod only while its load is below this (None: no batch headroom rule)."""
-        self.batch_reserve_pods = 0
-        """Pods kept free of batch lines while interactive requests come (``routing/reserve.py``)."""
-        self.interactive = InteractiveSignal()
-        fleets.pod_listeners.append(self.holds.pods_changed)
+        self.admission = Admission(fleets, metrics)
 
     async def stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
-        """:meth:`_stream`, counted as demand of its base model (and its adapter) while it lasts; prewarming
-        (a pinned decision) is not demand."""
-        if call.pinned_decision is not None:
-            async for response in self._stream(call):
-                yield response
-            return
-        base_name = call.target.base.name
-        adapter = call.target.adapter
-        if adapter is not None:
-            self.metrics.adapter_requests.labels(base_name, self.metrics.adapter_label(adapter.served_name)).inc()
-            self.metrics.activity.record(base_name, adapter.served_name, adapter.ref.pages)
-        demand = self.metrics.base_model_requests.labels(base_name)
-        demand.inc()
-        try:
-            async for response in self._stream(call):
-                yield response
-        finally:
-            demand.dec()
-            if adapter is not None:
-                self.metrics.activity.finished(base_name)
-
-    async def _stream(self, call: UpstreamCall) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
-        """Responses of the pod that serves ``call``: decide (route), prepare (weights), attempt (one pod,
-        with the stream timeouts), then :func:`~.recovery.next_step` on failure (see the module docstring)."""
+        """Responses of the pod that serves ``call`` (see the module docstring)."""
         target = call.target
         base_name = target.base.name
-        fleet = self.fleets.fleet(base_name)
         adapter = target.adapter
-        route = RouteRequest(
-            base_name,
-            adapter.ref if adapter is not None else None,
-            call.prompt_tokens,
-            call.max_tokens,
-            call.request_id,
-            blocks=call.blocks,
-            # bounded by the batch slots (below), so interactive requests may leave them out of pod loads, and
-            # placed where their adapter is warm, one adapter per pod (routing/batchplace.py)
-            background=call.priority is Priority.BATCH and self.batch_pod_slots is not None,
-            batch_slots=self.batch_pod_slots if call.priority is Priority.BATCH else None,
-            reserve_pods=self.batch_reserve_pods if self.batch_pod_slots is not None else 0,
-            reserve_room=self.batch_pod_slots or 0,
-        )
-        attempts = 0
-        miss_recovered = False
-        forced: Decision | None = call.pinned_decision
-        max_attempts = 1 if call.pinned_decision is not None else self.max_attempts
-        last: UpstreamFailure | None = None
         adapter_label = self.metrics.adapter_label(adapter.served_name if adapter else None)
+        demand = call.pinned_decision is None  # prewarming is not demand
+        if demand:
+            self._demand_started(call, adapter_label)
+        fleet = self.fleets.fleet(base_name)
         timeouts = self.fleets.routing_config.timeouts_for(base_name)
+        pinned = call.pinned_decision
+        tries = _Tries(self.admission.route_request(call), pinned, 1 if pinned is not None else self.max_attempts)
         started_s = time.monotonic()
-        batch = call.priority is Priority.BATCH
         traced = tracing()
-        while True:
-            # decide
-            if forced is not None:
-                decision = forced
-            elif batch and self.batch_pod_slots is not None:
-                decision = await self._route_batch(fleet, route, last, call.deadline_s, self.batch_pod_slots)
-            else:
-                decision = await self._route(fleet, route, last, call.deadline_s)
-            forced = None
-            endpoint = self.fleets.endpoint(base_name, decision.pod)
-            try:
-                if endpoint is None:
-                    raise UnknownPod(decision.pod)
-                ticket = fleet.start(decision, route)
-            except UnknownPod:
-                if call.pinned_decision is not None:
-                    raise NoCapacityAvailable(f"pod {decision.pod} left the fleet") from None
-                route = replace(route, exclude_pods=route.exclude_pods | {decision.pod})
-                continue
-            attempts += 1
-            # what the debug line reports, measured only when it is written
-            decided_s = time.monotonic() if traced else 0.0
-            pod_load = fleet.load_of(decision.pod) if traced else 0
-            first_answer_s: float | None = None
-            self.metrics.inflight_requests.labels(decision.pod).inc()
-            outcome = Outcome.FAILED
-            yielded = False
-            try:
-                # prepare, attempt
-                request = await self._prepare(call, decision, adapter_label)
-                async for response in self.attempts.run(endpoint, request, call, timeouts):
-                    if not yielded:
-                        yielded = True
-                        if traced:
-                            first_answer_s = time.monotonic() - decided_s
-                        fleet.confirm(ticket)
-                        fleet.first_token(ticket)
-                        self.fleets.record_success(base_name, decision.pod)
-                        if not batch:
-                            self.interactive.first_answer(base_name, time.monotonic() - started_s)
-                    outcome = Outcome.OK
-                    yield response
-                outcome = Outcome.OK
-                if adapter is not None and not decision.send_weights:
-                    self.metrics.adapter_cache_hits.labels(adapter_label).inc()
-                if traced:
-                    log_done(
-                        call,
-                        decision,
-                        adapter_label,
-                        attempts,
-                        decided_s=decided_s - started_s,
-                        first_answer_s=first_answer_s,
-                        pod_load=pod_load,
+        try:
+            while True:
+                # decide
+                if tries.forced is not None:
+                    decision, tries.forced = tries.forced, None
+                else:
+                    decision = await self.admission.decide(
+                        fleet, tries.route, call.priority, tries.last, call.deadline_s
                     )
-                return
-            except UpstreamCallFailed as exc:
-                # recover
-                failure = exc.failure
-                outcome = _OUTCOMES.get(failure.kind, Outcome.FAILED)
-                log_failure(call, decision, failure, yielded)
-                state = AttemptState(
-                    attempts, max_attempts, yielded, miss_recovered, decision.send_weights, adapter is not None
-                )
-                step = next_step(failure, state)
-                if step.blames_pod:
-                    self._blame(base_name, decision.pod, failure)
-                if failure.kind is FailureKind.MISS and adapter is not None:
-                    self.metrics.adapter_cache_misses.labels(adapter_label).inc()
-                if step.action is Action.RETRY_WITH_WEIGHTS:
-                    miss_recovered = True
-                    self.metrics.upstream_retries.labels("miss").inc()
-                    forced = Decision(decision.pod, True, False, decision.policy, MISS_RECOVERY_REASON)
+                try:
+                    lease = self.admission.lease(fleet, decision, tries.route)
+                except UnknownPod:
+                    if pinned is not None:
+                        raise NoCapacityAvailable(f"pod {decision.pod} left the fleet") from None
+                    tries.exclude(decision.pod)
                     continue
-                last = failure
-                if step.action is Action.RETRY_ELSEWHERE:
-                    self.metrics.upstream_retries.labels(failure.kind.value).inc()
-                    route = replace(route, exclude_pods=route.exclude_pods | {decision.pod})
-                    continue
-                retry_after_s = self.capacity_waits.retry_after_s(base_name)
-                raise final_error(failure, decision.pod, yielded=yielded, retry_after_s=retry_after_s) from exc
-            finally:
-                self.metrics.inflight_requests.labels(decision.pod).dec()
-                fleet.finish(ticket, outcome)
-                self.capacity_waits.notify(base_name)
-                self.holds.capacity_freed(base_name)
+                tries.attempts += 1
+                decided_s = time.monotonic() if traced else 0.0  # what the debug line reports
+                pod_load = fleet.load_of(decision.pod) if traced else 0
+                first_answer_s: float | None = None
+                outcome = Outcome.FAILED
+                yielded = False
+                stream: AttemptStream | None = None
+                try:
+                    # attempt
+                    stream = await self._attempt(call, decision, lease, adapter_label, timeouts)
+                    while (response := await stream.next()) is not None:
+                        if not yielded:
+                            yielded = True
+                            if traced:
+                                first_answer_s = time.monotonic() - decided_s
+                            lease.answered()
+                            if call.priority is Priority.INTERACTIVE:
+                                self.admission.interactive.first_answer(base_name, time.monotonic() - started_s)
+                        yield response
+                    outcome = Outcome.OK
+                    if adapter is not None and not decision.send_weights:
+                        self.metrics.adapter_cache_hits.labels(adapter_label).inc()
+                    if traced:
+                        log_done(
+                            call,
+                            decision,
+                            adapter_label,
+                            tries.attempts,
+                            decided_s=decided_s - started_s,
+                            first_answer_s=first_answer_s,
+                            pod_load=pod_load,
+                        )
+                    return
+                except UpstreamCallFailed as exc:
+                    # recover
+                    failure = exc.failure
+                    outcome = _OUTCOMES.get(failure.kind, Outcome.FAILED)
+                    self._recover(call, decision, failure, yielded, tries, adapter_label, exc)
+                finally:
+                    if stream is not None:
+                        await stream.close()
+                    lease.end(outcome)
+        finally:
+            if demand:
+                self._demand_ended(call)
 
-    async def _prepare(
-        self, call: UpstreamCall, decision: Decision, adapter_label: str
-    ) -> service_pb2.ModelInferRequest | None:
-        """The request with the adapter's weights when the decision says so; None: the call's own."""
+    async def _attempt(
+        self, call: UpstreamCall, decision: Decision, lease: Lease, adapter_label: str, timeouts: StreamTimeouts
+    ) -> AttemptStream:
+        """Start the request on the leased pod, with the adapter's weights when the decision says so."""
+        attempt = Attempt(
+            call.payload,
+            lease.endpoint,
+            call.deadline_s,
+            call.client_streaming,
+            await self._weights_for(call, decision, adapter_label),
+        )
+        return self.attempts.open(attempt, lease.base_model, timeouts, call.max_tokens, call.client_id)
+
+    async def _weights_for(self, call: UpstreamCall, decision: Decision, adapter_label: str) -> AttachedWeights | None:
+        """The weights an attempt carries: when the decision says cold (or loading) and the pod cannot read the
+        adapter itself (runtime ``pytorch`` pods read ``lora_path``)."""
         adapter = call.target.adapter
-        if adapter is not None and adapter.lora_path and decision.send_weights:
-            self.metrics.adapter_loads.labels(adapter_label).inc()  # the pod reads it from lora_path
-        if not (decision.send_weights or decision.loading) or adapter is None or adapter.lora_path:
-            return None  # runtime pytorch (trtllm-serve or the llmapi model): no weights travel
+        if adapter is None or not (decision.send_weights or decision.loading):
+            return None
+        if adapter.lora_path:
+            if decision.send_weights:
+                self.metrics.adapter_loads.labels(adapter_label).inc()  # the pod reads it from lora_path
+            return None
         weights = await self.weights.get(ArtifactRef(adapter.artifact_uri, adapter.sha256))
         info = await self.model_info.info(call.target.base)
-        request = with_weights(call.grpc_request(), info, weights)
+        check_weights(info, weights)
         if decision.send_weights:
             self.metrics.adapter_loads.labels(adapter_label).inc()
         self.metrics.weight_bytes_sent.inc(weights.nbytes)
-        return request
+        return AttachedWeights(info, weights)
 
-    def _blame(self, base_name: str, pod: str, failure: UpstreamFailure) -> None:
-        self.blame(base_name, pod, failure.kind.value)
+    def _recover(
+        self,
+        call: UpstreamCall,
+        decision: Decision,
+        failure: UpstreamFailure,
+        yielded: bool,
+        tries: _Tries,
+        adapter_label: str,
+        exc: UpstreamCallFailed,
+    ) -> Step:
+        """Apply :func:`~.recovery.next_step` to a failed attempt: set up the next one, or raise the final error."""
+        adapter = call.target.adapter
+        base_name = call.target.base.name
+        log_failure(call, decision, failure, yielded)
+        state = AttemptState(
+            tries.attempts,
+            tries.max_attempts,
+            yielded,
+            tries.miss_recovered,
+            decision.send_weights,
+            adapter is not None,
+        )
+        step = next_step(failure, state)
+        if step.blames_pod:
+            self.blame(base_name, decision.pod, failure.kind.value)
+        if failure.kind is FailureKind.MISS and adapter is not None:
+            self.metrics.adapter_cache_misses.labels(adapter_label).inc()
+        if step.action is Action.RETRY_WITH_WEIGHTS:
+            tries.miss_recovered = True
+            self.metrics.upstream_retries.labels("miss").inc()
+            tries.forced = Decision(decision.pod, True, False, decision.policy, MISS_RECOVERY_REASON)
+            return step
+        tries.last = failure
+        if step.action is Action.RETRY_ELSEWHERE:
+            self.metrics.upstream_retries.labels(failure.kind.value).inc()
+            tries.exclude(decision.pod)
+            return step
+        retry_after_s = self.admission.retry_after_s(base_name)
+        raise final_error(failure, decision.pod, yielded=yielded, retry_after_s=retry_after_s) from exc
+
+    def _demand_started(self, call: UpstreamCall, adapter_label: str) -> None:
+        base_name = call.target.base.name
+        adapter = call.target.adapter
+        if adapter is not None:
+            self.metrics.adapter_requests.labels(base_name, adapter_label).inc()
+            self.metrics.activity.record(base_name, adapter.served_name, adapter.ref.pages)
+        self.metrics.base_model_requests.labels(base_name).inc()
+
+    def _demand_ended(self, call: UpstreamCall) -> None:
+        base_name = call.target.base.name
+        self.metrics.base_model_requests.labels(base_name).dec()
+        if call.target.adapter is not None:
+            self.metrics.activity.finished(base_name)
 
     def blame(self, base_name: str, pod: str, reason: str) -> None:
         """A pod failure (``reason``: pod_failed, stalled, probe). When it ejects the pod, the attempts
@@ -304,95 +279,9 @@ class Dispatcher:
         self.metrics.pod_ejections.labels(pod).inc()
         self.attempts.end_first_answer_waits(base_name, pod)
 
-    async def _route(
-        self,
-        fleet: Fleet,
-        route: RouteRequest,
-        last: UpstreamFailure | None,
-        deadline_s: float,
-        priority: Priority = Priority.INTERACTIVE,
-    ) -> Decision:
-        """The fleet's decision; while every cache is full of busy adapters, wait for capacity (see
-        :mod:`.capacity`) until ``capacityWaitS`` or the deadline, then the client-facing error. A request
-        whose expected wait (the queue's drain estimate) exceeds what it may wait is turned away at once."""
-        waits = self.capacity_waits
-        base = route.model
-        woken = False
-        config = self.fleets.routing_config
-        wait_until_s = min(time.monotonic() + config.capacity_wait_s, deadline_s)
-        hold_until_s = min(time.monotonic() + config.hold_wait_s, deadline_s)
-        held = False
-        while True:
-            try:
-                decision = self._route_once(fleet, route)
-            except CachesBusy as exc:
-                if not woken:
-                    expected_s = waits.expected_wait_s(base)
-                    hopeless = expected_s is not None and expected_s > wait_until_s - time.monotonic()
-                    if hopeless or not waits.can_wait(base):
-                        self.metrics.capacity_waits.labels(base, "queue_full").inc()
-                        raise self._busy_error(exc, base, last) from exc
-                waiting = self.metrics.capacity_waiting.labels(base)
-                waiting.inc()
-                try:
-                    woken = await waits.wait(base, wait_until_s - time.monotonic(), first=woken, priority=priority)
-                finally:
-                    waiting.dec()
-                if woken:
-                    continue
-                self.metrics.capacity_waits.labels(base, "timed_out").inc()
-                raise self._busy_error(exc, base, last) from exc
-            except NoReadyPod as exc:
-                if last is None and config.hold_wait_s > 0:
-                    held = await hold_for_pods(self.holds, self.metrics, base, exc, hold_until_s)
-                    continue
-                raise _no_capacity_error(exc, last) from exc
-            except NoCapacity as exc:
-                raise _no_capacity_error(exc, last) from exc
-            if held:
-                self.metrics.holds.labels(base, "released").inc()
-            if woken:
-                self.metrics.capacity_waits.labels(base, "routed").inc()
-                waits.wake(base)  # the freed capacity may hold the next waiter too
-            return decision
-
-    async def _route_batch(
-        self, fleet: Fleet, route: RouteRequest, last: UpstreamFailure | None, deadline_s: float, pod_slots: int
-    ) -> Decision:
-        """A batch line's decision: routed as any request, then held in the batch lane while
-        :func:`~.priority.batch_may_start` says no; after ``capacityWaitS`` it goes anyway (progress)."""
-        base = route.model
-        until_s = min(time.monotonic() + self.fleets.routing_config.capacity_wait_s, deadline_s)
-        while True:
-            decision = await self._route(fleet, route, last, deadline_s, Priority.BATCH)
-            waiting = self.capacity_waits.waiting(base)
-            if batch_may_start(pod_load=fleet.load_of(decision.pod), pod_slots=pod_slots, interactive_waiting=waiting):
-                return decision
-            if not await self.capacity_waits.wait(base, until_s - time.monotonic(), priority=Priority.BATCH):
-                self.metrics.capacity_waits.labels(base, "batch_bound").inc()
-                return await self._route(fleet, route, last, deadline_s, Priority.BATCH)
-
-    def _busy_error(self, exc: CachesBusy, base: str, last: UpstreamFailure | None) -> RouterError:
-        """503 for a request that found every LoRA cache busy, ``Retry-After`` from the drain estimate."""
-        return no_pod_error(str(exc), last, self.capacity_waits.retry_after_s(base))
-
-    def _route_once(self, fleet: Fleet, route: RouteRequest) -> Decision:
-        started = time.perf_counter()
-        try:
-            return fleet.route(route)
-        except AdapterTooLarge as exc:
-            raise AdapterUnservable(str(exc)) from exc
-        finally:
-            self.metrics.routing_decision.observe(time.perf_counter() - started)
-
     def retain(self, addresses: set[str]) -> None:
         """Forget shared streams to pods discovery no longer lists."""
         self.attempts.retain(addresses)
 
     async def close(self) -> None:
         await self.attempts.close()
-
-
-def _no_capacity_error(exc: NoCapacity, last: UpstreamFailure | None) -> RouterError:
-    """The client-facing error when the fleet has no pod for the request (after any wait)."""
-    return no_pod_error(str(exc), last, max(1, math.ceil(exc.retry_after_s)))

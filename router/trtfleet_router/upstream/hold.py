@@ -14,7 +14,7 @@ latest, at the next re-check (:data:`RECHECK_S`: other replicas' requests end wi
 backlog held through a cold start would otherwise land on the first pod at once, all cold, and queue there
 behind each other while the next pods come up; requests that arrive once a pod is ready are routed at once,
 not queued behind the backlog. Without a budget (``holdReleasePerPod: 0``) every held request is released
-together, as before. Pure asyncio on the event loop thread.
+together. Pure asyncio on the event loop thread; the holds are :class:`~.waiting.WaitLine` s.
 
 **Hold episodes.** The first request held while none of its base model is held starts an *episode*,
 numbered on one sequence per router process (:meth:`PodHolds.episode`). The operator long-polls for a new
@@ -29,15 +29,15 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Final
 
 from trtfleet_router.errors import NoCapacityAvailable
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.types import NoReadyPod
+from trtfleet_router.upstream.waiting import WaitLine
 
 RETRY_AFTER_S_HELD: Final = 5
 """``Retry-After`` of a request turned away after or instead of a hold: a cold start takes this long at least."""
@@ -75,7 +75,7 @@ class HoldsFull(Exception):
 
 @dataclass
 class _Holders:
-    waiters: deque[asyncio.Future[None]] = field(default_factory=deque)
+    line: WaitLine = field(default_factory=WaitLine)
     released: int = 0
     """Released to route and not yet resumed: counted against the budget until they start."""
 
@@ -126,7 +126,7 @@ class PodHolds:
 
     def held(self, base_model: str) -> int:
         holders = self._bases.get(base_model)
-        return len(holders.waiters) if holders is not None else 0
+        return holders.line.waiting() if holders is not None else 0
 
     async def wait(self, base_model: str, timeout_s: float) -> bool:
         """Hold until released to route again (True) or until ``timeout_s`` passes (False).
@@ -141,35 +141,26 @@ class PodHolds:
         holders = self._bases.get(base_model)
         if holders is None:
             holders = self._bases[base_model] = _Holders()
-        if not holders.waiters:
+        if not holders.line:
             self._start_episode(base_model)
-        loop = asyncio.get_running_loop()
-        until_s = loop.time() + timeout_s
-        turn: asyncio.Future[None] = loop.create_future()
-        holders.waiters.append(turn)
         if self._episode_watchers:
-            self._wake_watchers()  # one more held: a watcher waiting for more than N held re-checks
-        resumed = False
+            loop = asyncio.get_running_loop()  # one more held: a watcher waiting for more than N re-checks
+            loop.call_soon(self._wake_watchers)
+
+        def lost_turn() -> None:  # released, then cancelled before it resumed: its turn passes on
+            holders.released -= 1
+            self._release(base_model)
+
         try:
-            while not turn.done():
-                left_s = until_s - loop.time()
-                if left_s <= 0:
-                    return False
-                await asyncio.wait((turn,), timeout=min(left_s, RECHECK_S))
-                # one re-check per base model, by the oldest held request (not one per held request)
-                if not turn.done() and self.budget is not None and holders.waiters[0] is turn:
-                    self._release(base_model)
-            resumed = True
-            return True
-        finally:
-            if turn.done():
+            # one re-check of the budget per base model, by the oldest held request (requests of other
+            # replicas end unseen)
+            recheck = (lambda: self._release(base_model)) if self.budget is not None else None
+            released = await holders.line.wait(timeout_s, tick_s=RECHECK_S, on_tick=recheck, on_lost_wake=lost_turn)
+            if released:
                 holders.released -= 1
-                if not resumed:  # released, then cancelled before it resumed: its turn passes on
-                    self._release(base_model)
-            else:  # timed out or cancelled while held: it leaves the queue
-                turn.cancel()
-                holders.waiters.remove(turn)
-            if not holders.waiters and holders.released == 0 and self._bases.get(base_model) is holders:
+            return released
+        finally:
+            if not holders.line and holders.released == 0 and self._bases.get(base_model) is holders:
                 del self._bases[base_model]
 
     def pods_changed(self, base_models: set[str] | None = None) -> None:
@@ -185,15 +176,12 @@ class PodHolds:
 
     def _release(self, base_model: str) -> None:
         holders = self._bases.get(base_model)
-        if holders is None or not holders.waiters:
+        if holders is None or not holders.line:
             return
         budget = self.budget(base_model) if self.budget is not None else None
-        count = len(holders.waiters) if budget is None else budget - holders.released
-        while count > 0 and holders.waiters:
-            turn = holders.waiters.popleft()
-            turn.set_result(None)
-            holders.released += 1
-            count -= 1
+        count = holders.line.waiting() if budget is None else budget - holders.released
+        if count > 0:
+            holders.released += holders.line.wake(count)
 
 
 async def hold_for_pods(holds: PodHolds, metrics: RouterMetrics, base: str, exc: NoReadyPod, until_s: float) -> bool:

@@ -9,7 +9,7 @@ So requests that carry no weights (the warm majority) may use ``POST /v2/models/
 or ``/generate_stream`` (SSE, ``data: {json}`` per piece, errors as ``data: {"error": ...}``) when the
 pod's HTTP port is known; requests with weights always use gRPC, since LoRA weights cannot travel as
 JSON. Answers come back as the same ``ModelStreamInferResponse`` messages the gRPC transports yield
-(read by an :data:`AnswerReader`: ``text_output`` only by default, every declared output for tensor calls),
+(read by an :data:`~.protocol.AnswerReader`: ``text_output`` only by default, every declared output for tensor calls),
 so the dispatcher's miss recovery and retries do not care which transport carried an attempt.
 
 Errors: a non-200 status or an SSE error event carries Triton's ``{"error": "<text>"}``, classified by
@@ -20,10 +20,9 @@ a pod failure. Closing the connection (the client went away) is Triton's cancell
 from __future__ import annotations
 
 import asyncio
-import struct
 import time
-from collections.abc import AsyncGenerator, Callable, Mapping
-from typing import Any, Final
+from collections.abc import AsyncGenerator
+from typing import Final
 
 import aiohttp
 import yarl
@@ -34,14 +33,14 @@ from trtfleet_router.upstream.failures import UpstreamCallFailed, translated
 from trtfleet_router.upstream.http_client import UnaryClient
 from trtfleet_router.upstream.protocol import (
     FINAL_RESPONSE_PARAM,
+    SSE_DATA,
     FailureKind,
     UpstreamFailure,
     classify_upstream_error,
+    text_answer,
 )
+from trtfleet_router.upstream.transport import Attempt
 
-SSE_DATA: Final = b"data:"
-_U32: Final = struct.Struct("<I")
-_TEXT_SHAPE: Final = (1, 1)
 _POST_HEADERS: Final = {"Content-Type": "application/json"}
 _SKIP_AUTO_HEADERS: Final = ("User-Agent", "Accept", "Accept-Encoding")
 """Upstream answers are small JSON on a local network: no compression negotiation, no default headers."""
@@ -52,27 +51,6 @@ _STATUS_HINTS: Final[dict[int, FailureKind]] = {
     404: FailureKind.POD_FAILED,
     503: FailureKind.QUEUE_FULL,
 }
-
-
-def text_message(text: str, *, final: bool, request_id: str = "") -> service_pb2.ModelStreamInferResponse:
-    message = service_pb2.ModelStreamInferResponse()
-    response = message.infer_response  # filled in place (no copy of a separately built response)
-    if request_id:
-        response.id = request_id
-    response.outputs.add(name="text_output", datatype="BYTES", shape=_TEXT_SHAPE)
-    data = text.encode("utf-8")
-    response.raw_output_contents.append(_U32.pack(len(data)) + data)  # one BYTES element, as encode_bytes
-    response.parameters[FINAL_RESPONSE_PARAM].bool_param = final
-    return message
-
-
-AnswerReader = Callable[[Mapping[str, Any], bool], service_pb2.ModelStreamInferResponse]
-"""(one generate answer or SSE event as JSON, final) -> the response message with its outputs."""
-
-
-def text_answer(doc: Mapping[str, Any], final: bool) -> service_pb2.ModelStreamInferResponse:
-    """The default reader: ``text_output`` only (what the text front ends need)."""
-    return text_message(str(doc.get("text_output", "")), final=final)
 
 
 def _failure(status: int, message: str) -> UpstreamFailure:
@@ -93,7 +71,10 @@ def _error_text(body: bytes) -> str:
 
 
 class HttpTransport:
-    def __init__(self) -> None:
+    label = "http"
+
+    def __init__(self, *, enabled: bool = True) -> None:
+        self.enabled = enabled
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[tuple[str, str, bool], tuple[yarl.URL, str, bytes]] = {}
         self._unary = UnaryClient()
@@ -118,19 +99,24 @@ class HttpTransport:
             cached = self._urls[key] = (url, text, head.encode("latin-1"))
         return cached
 
-    async def exchange(
-        self,
-        address: str,
-        model: str,
-        body: Mapping[str, Any],
-        deadline_s: float,
-        *,
-        stream: bool,
-        reader: AnswerReader | None = None,
-    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
-        """POST ``body`` to the pod's ``generate`` (``generate_stream`` when ``stream``); each answer is
-        turned into a response message by ``reader`` (default :func:`text_answer`)."""
-        read = reader or text_answer
+    def carries(self, attempt: Attempt) -> bool:
+        """A warm attempt (no weights: they only travel as binary tensors over gRPC) to a pod with a known HTTP
+        port, for a payload that has a generate form."""
+        return (
+            self.enabled
+            and attempt.weights is None
+            and bool(attempt.endpoint.http_address)
+            and attempt.payload.generate_json() is not None
+        )
+
+    async def exchange(self, attempt: Attempt) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
+        """POST the payload's generate JSON to the pod's ``generate`` (``generate_stream`` when it streams);
+        each answer becomes a response message by its reader (default :func:`text_answer`)."""
+        generate = attempt.payload.generate_json()
+        assert generate is not None
+        address, model = attempt.endpoint.http_address or "", attempt.payload.model
+        body, stream, read = generate.body, generate.stream, generate.reader or text_answer
+        deadline_s = attempt.deadline_s
         timeout_s = deadline_s - time.monotonic()
         if timeout_s <= 0:
             raise UpstreamCallFailed(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))

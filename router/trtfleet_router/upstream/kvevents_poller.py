@@ -17,7 +17,7 @@ from typing import Final
 import aiohttp
 
 from trtfleet_router import jsoncodec
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.routing.kvevents import KvEventError, parse_events
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,7 @@ import grpc
 from tritonclient.grpc import model_config_pb2, service_pb2
 
 from trtfleet_router.errors import NoCapacityAvailable, OpenAIOnly
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.models_registry import BaseModelEntry
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import UpstreamModelInfo

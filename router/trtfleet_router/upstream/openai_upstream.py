@@ -1,4 +1,4 @@
-"""The ``pytorch`` upstream: trtllm-serve's OpenAI API (``/v1/completions``, ``/v1/chat/completions``).
+"""The ``pytorch`` upstream's protocol: trtllm-serve's OpenAI API (``/v1/completions``, ``/v1/chat/completions``).
 
 A base model with ``runtime: pytorch`` runs trtllm-serve pods. The OpenAI front end's request travels to
 the routed pod as an OpenAI request of the same kind (chat stays chat: the pod applies the model's own
@@ -14,7 +14,7 @@ routing, stream timeouts, retries and outlier detection apply unchanged.
 Errors (``../shared/reference/trtllm-pytorch.md`` section 7; ``tensorrt_llm/serve/openai_server.py``):
 trtllm-serve answers request validation *and* internal engine errors with 400, so a status is not a
 class. :func:`classify_answer` classifies by text first (a full cache or queue, a broken pod), then by
-status (400: the request's; 404 or 5xx: the pod's); the shell then asks the pod's ``/health``, and an
+status (400: the request's; 404 or 5xx: the pod's); :mod:`.openai_transport` then asks the pod's ``/health``, and an
 error from a pod that is not healthy is the pod's. A body ``null`` with 200 (the executor stopped
 itself), a stream that ends without ``[DONE]`` (chat streams end so on an error), a refused or broken
 connection: the pod's. Closing the generator closes the connection, which trtllm-serve notices
@@ -23,21 +23,22 @@ within a second and aborts the request.
 
 from __future__ import annotations
 
-import asyncio
 import struct
-import time
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-import aiohttp
 from tritonclient.grpc import service_pb2
 
 from trtfleet_router import jsoncodec
 from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
-from trtfleet_router.upstream.failures import UpstreamCallFailed, translated
-from trtfleet_router.upstream.http_transport import SSE_DATA, text_message
-from trtfleet_router.upstream.protocol import FailureKind, SamplingParams, UpstreamFailure, classify_upstream_error
+from trtfleet_router.upstream.protocol import (
+    FailureKind,
+    SamplingParams,
+    UpstreamFailure,
+    classify_upstream_error,
+    text_message,
+)
 
 COMPLETIONS_PATH: Final = "/v1/completions"
 CHAT_PATH: Final = "/v1/chat/completions"
@@ -46,7 +47,6 @@ HEALTH_TIMEOUT_S: Final = 2.0
 DONE: Final = b"[DONE]"
 _I32: Final = struct.Struct("<i")
 _COUNT_SHAPE: Final = (1, 1)
-_HEADERS: Final = {"Content-Type": "application/json"}
 
 
 def lora_request(target: Target) -> dict[str, Any] | None:
@@ -138,72 +138,3 @@ def choice_text(doc: Mapping[str, Any]) -> str:
         return str(choice.get("text") or "")
     part = choice.get("delta") or choice.get("message") or {}
     return str(part.get("content") or "") if isinstance(part, dict) else ""
-
-
-class OpenAITransport:
-    """POSTs to trtllm-serve pods over aiohttp (keep-alive); one connection per attempt in flight."""
-
-    def __init__(self) -> None:
-        self._session: aiohttp.ClientSession | None = None
-
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None:
-            connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=60.0)
-            self._session = aiohttp.ClientSession(connector=connector)
-        return self._session
-
-    async def healthy(self, address: str) -> bool:
-        """``GET /health`` answers 200 (trtllm-serve: 503 while the engine is unavailable)."""
-        try:
-            async with self._http().get(
-                f"http://{address}{HEALTH_PATH}", timeout=aiohttp.ClientTimeout(total=HEALTH_TIMEOUT_S)
-            ) as response:
-                return response.status == 200
-        except (aiohttp.ClientError, OSError, TimeoutError):
-            return False
-
-    async def _failed(self, address: str, failure: UpstreamFailure) -> UpstreamCallFailed:
-        """The error answer's failure, the pod's when its health check fails."""
-        if failure.kind in (FailureKind.INVALID, FailureKind.INTERNAL) and not await self.healthy(address):
-            failure = UpstreamFailure(FailureKind.POD_FAILED, f"pod {address} is not healthy: {failure.message}")
-        return UpstreamCallFailed(failure)
-
-    async def exchange(
-        self, address: str, path: str, body: Mapping[str, Any], deadline_s: float, *, stream: bool
-    ) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
-        timeout_s = deadline_s - time.monotonic()
-        if timeout_s <= 0:
-            raise UpstreamCallFailed(UpstreamFailure(FailureKind.TIMEOUT, "the request deadline passed"))
-        url = f"http://{address}{path}"
-        with translated(url):
-            async with self._http().post(
-                url, data=jsoncodec.dumps(body), headers=_HEADERS, timeout=aiohttp.ClientTimeout(total=timeout_s)
-            ) as response:
-                if response.status != 200:
-                    answer = await response.read()
-                    raise await self._failed(address, classify_answer(response.status, error_text(answer)))
-                if not stream:
-                    doc = jsoncodec.loads(await response.read())
-                    if not isinstance(doc, dict):  # trtllm-serve answers null when its executor stopped
-                        failure = UpstreamFailure(FailureKind.POD_FAILED, f"pod {address} answered {doc!r}")
-                        raise UpstreamCallFailed(failure)
-                    yield piece_message(choice_text(doc), doc.get("usage"))
-                    return
-                async for line in response.content:
-                    if not line.startswith(SSE_DATA):
-                        continue
-                    data = line[len(SSE_DATA) :].strip()
-                    if data == DONE:
-                        return
-                    doc = jsoncodec.loads(data)
-                    if isinstance(doc, dict) and "error" in doc:
-                        raise await self._failed(address, classify_answer(400, error_text(data)))
-                    if isinstance(doc, dict):
-                        yield piece_message(choice_text(doc), doc.get("usage"))
-        failure = UpstreamFailure(FailureKind.POD_FAILED, f"pod {address} ended the stream before [DONE]")
-        raise UpstreamCallFailed(failure)
-
-    async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
-            await asyncio.sleep(0)

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+import struct
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any, Final
@@ -36,6 +37,9 @@ from trtfleet_router.weights import AdapterWeights
 
 LORA_INPUTS: Final = frozenset({"lora_task_id", "lora_weights", "lora_config"})
 TEXT_OUTPUT: Final = "text_output"
+SSE_DATA: Final = b"data:"
+_U32: Final = struct.Struct("<I")
+_TEXT_SHAPE: Final = (1, 1)
 FINAL_RESPONSE_PARAM: Final = "triton_final_response"
 EMPTY_FINAL_PARAM: Final = "triton_enable_empty_final_response"
 
@@ -218,10 +222,8 @@ def strip_lora_inputs(request: service_pb2.ModelInferRequest) -> None:
     request.raw_input_contents.extend(raws)
 
 
-def with_weights(
-    request: service_pb2.ModelInferRequest, info: UpstreamModelInfo, weights: AdapterWeights
-) -> service_pb2.ModelInferRequest:
-    """A copy of ``request`` carrying ``lora_weights`` and ``lora_config`` as raw tensors."""
+def check_weights(info: UpstreamModelInfo, weights: AdapterWeights) -> None:
+    """Refuse weights the model cannot take (LoRA weights must have the engine dtype)."""
     expected = info.inputs.get("lora_weights")
     if expected is not None and expected != weights.weights_datatype:
         raise WeightsUnavailable(
@@ -229,6 +231,13 @@ def with_weights(
             f"expects {expected} "
             "(LoRA weights must have the engine dtype)"
         )
+
+
+def with_weights(
+    request: service_pb2.ModelInferRequest, info: UpstreamModelInfo, weights: AdapterWeights
+) -> service_pb2.ModelInferRequest:
+    """A copy of ``request`` carrying ``lora_weights`` and ``lora_config`` as raw tensors."""
+    check_weights(info, weights)
     cold = service_pb2.ModelInferRequest()
     cold.CopyFrom(request)
     weights_shape = list(weights.weights_shape if info.batched else weights.weights_shape[1:])
@@ -243,6 +252,27 @@ def with_weights(
 def request_stream_final_flag(request: service_pb2.ModelInferRequest) -> None:
     """Ask Triton to always flag the last stream response (``triton_final_response``)."""
     request.parameters[EMPTY_FINAL_PARAM].bool_param = True
+
+
+def text_message(text: str, *, final: bool, request_id: str = "") -> service_pb2.ModelStreamInferResponse:
+    message = service_pb2.ModelStreamInferResponse()
+    response = message.infer_response  # filled in place (no copy of a separately built response)
+    if request_id:
+        response.id = request_id
+    response.outputs.add(name="text_output", datatype="BYTES", shape=_TEXT_SHAPE)
+    data = text.encode("utf-8")
+    response.raw_output_contents.append(_U32.pack(len(data)) + data)  # one BYTES element, as encode_bytes
+    response.parameters[FINAL_RESPONSE_PARAM].bool_param = final
+    return message
+
+
+AnswerReader = Callable[[Mapping[str, Any], bool], service_pb2.ModelStreamInferResponse]
+"""(one generate answer or SSE event as JSON, final) -> the response message with its outputs."""
+
+
+def text_answer(doc: Mapping[str, Any], final: bool) -> service_pb2.ModelStreamInferResponse:
+    """The default reader: ``text_output`` only (what the text front ends need)."""
+    return text_message(str(doc.get("text_output", "")), final=final)
 
 
 def is_final(response: service_pb2.ModelInferResponse) -> bool:

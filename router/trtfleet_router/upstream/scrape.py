@@ -26,7 +26,7 @@ models) count requests since Triton started (triton-inference-server/server
 Triton restarted inside the pod (same uid and address, empty LoRA cache), even when no readiness
 probe saw it down: ``Fleet.reset_pod`` empties its shadow and tells the other router replicas. A
 restart followed by more requests than before within one scrape interval goes unseen here (misses
-then correct the view, as before).
+then correct the view).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from typing import Final
 import aiohttp
 
 from trtfleet_router import jsoncodec
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.types import PodMetrics
 

@@ -11,7 +11,6 @@ its ``usage``), else from the registry's byte estimate.
 
 from __future__ import annotations
 
-import functools
 import math
 import time
 from collections.abc import AsyncGenerator
@@ -21,18 +20,12 @@ from dataclasses import dataclass
 from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
 from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
-from trtfleet_router.upstream.dispatch import Dispatcher, UpstreamCall
-from trtfleet_router.upstream.llmapi_upstream import CumulativeText, build_llmapi_request
-from trtfleet_router.upstream.openai_upstream import build_openai_body
-from trtfleet_router.upstream.priority import Priority
-from trtfleet_router.upstream.protocol import (
-    SamplingParams,
-    TextPiece,
-    build_generate_body,
-    build_text_request,
-    check_text_params,
-    read_text,
-)
+from trtfleet_router.upstream.call import UpstreamCall
+from trtfleet_router.upstream.dispatch import Dispatcher
+from trtfleet_router.upstream.llmapi_upstream import CumulativeText
+from trtfleet_router.upstream.payload import LlmapiPayload, OpenAIPayload, Payload, TritonTextPayload
+from trtfleet_router.upstream.protocol import SamplingParams, TextPiece, check_text_params, read_text
+from trtfleet_router.upstream.waiting import Priority
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,13 +60,8 @@ class TextGenerator:
     async def generate(self, request: TextRequest, usage: Usage) -> AsyncGenerator[TextPiece, None]:
         """Text pieces (deltas when streaming); fills ``usage`` as they arrive."""
         target = request.target
-        read = read_text
-        if target.base.serves_openai:
-            call = openai_call(request)
-        elif target.base.serves_llmapi:
-            call, read = llmapi_call(request), CumulativeText().read
-        else:
-            call = await self._triton_call(request)
+        read = CumulativeText().read if target.base.serves_llmapi else read_text
+        call = await self.call(request)
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0
         async with aclosing(self.dispatcher.stream(call)) as responses:
@@ -90,81 +78,40 @@ class TextGenerator:
                     usage.completion_tokens = math.ceil(estimated_bytes / bytes_per_token)
                 yield piece
 
-    async def _triton_call(self, request: TextRequest) -> UpstreamCall:
+    async def call(self, request: TextRequest) -> UpstreamCall:
+        """The dispatcher's call for ``request``: its payload in the form its base model's pods take."""
         target = request.target
-        info = await self.dispatcher.model_info.info(target.base)
-        task_id = target.adapter.task_id if target.adapter is not None else None
-        check_text_params(info, request.params)  # now, not when (if) the gRPC request is built
-        body = build_generate_body(info, request.prompt, request.params, stream=request.stream, task_id=task_id)
-        return UpstreamCall(
-            request_id=request.request_id,
-            target=target,
-            request=None,  # built by the dispatcher only if this request travels over gRPC
-            prompt_tokens=request.prompt_tokens,
-            max_tokens=request.params.max_tokens,
-            deadline_s=time.monotonic() + request.timeout_s,
-            client_streaming=request.stream,
-            priority=request.priority,
-            blocks=request.blocks,
-            http_body=body,
-            build_request=functools.partial(
-                build_text_request,
+        payload: Payload
+        if target.base.serves_openai:
+            payload = OpenAIPayload(target, request.prompt, request.messages, request.params, stream=request.stream)
+        elif target.base.serves_llmapi:
+            # the rendered prompt: the llmapi model applies no chat template
+            payload = LlmapiPayload.for_prompt(
+                target, request.prompt, request.params, stream=request.stream, request_id=request.request_id
+            )
+        else:
+            info = await self.dispatcher.model_info.info(target.base)
+            check_text_params(info, request.params)  # now, not when (if) the gRPC request is built
+            payload = TritonTextPayload(
                 info,
                 request.prompt,
                 request.params,
                 stream=request.stream,
-                task_id=task_id,
+                task_id=target.adapter.task_id if target.adapter is not None else None,
                 request_id=request.request_id,
-            ),
-            upstream_model=info.name,
-            http_stream=bool(body.get("stream")),
-        )
-
-
-def openai_call(request: TextRequest) -> UpstreamCall:
-    """The call for a ``pytorch`` base model: trtllm-serve's OpenAI request, no Triton request at all."""
-    path, body = build_openai_body(
-        request.target, request.prompt, request.messages, request.params, stream=request.stream
-    )
-    return UpstreamCall(
-        request_id=request.request_id,
-        target=request.target,
-        request=None,
-        prompt_tokens=request.prompt_tokens,
-        max_tokens=request.params.max_tokens,
-        deadline_s=time.monotonic() + request.timeout_s,
-        client_streaming=request.stream,
-        priority=request.priority,
-        blocks=request.blocks,
-        openai_body=body,
-        openai_path=path,
-    )
-
-
-def llmapi_call(request: TextRequest) -> UpstreamCall:
-    """The call for a ``pytorch`` base model served by Triton: the llmapi model's tensors over gRPC (its
-    prompt the rendered one: the model applies no chat template)."""
-    target = request.target
-    return UpstreamCall(
-        request_id=request.request_id,
-        target=target,
-        request=None,
-        prompt_tokens=request.prompt_tokens,
-        max_tokens=request.params.max_tokens,
-        deadline_s=time.monotonic() + request.timeout_s,
-        client_streaming=request.stream,
-        priority=request.priority,
-        build_request=functools.partial(
-            build_llmapi_request,
-            request.prompt,
-            request.params,
-            stream=request.stream,
-            adapter=target.adapter,
+            )
+        return UpstreamCall(
             request_id=request.request_id,
-            model=target.base.upstream_model,
-        ),
-        upstream_model=target.base.upstream_model,
-    )
+            target=target,
+            payload=payload,
+            prompt_tokens=request.prompt_tokens,
+            max_tokens=request.params.max_tokens,
+            deadline_s=time.monotonic() + request.timeout_s,
+            client_streaming=request.stream,
+            client_id=request.request_id,
+            blocks=request.blocks,
+            priority=request.priority,
+        )
 
 
 def finish_reason(usage: Usage, max_tokens: int) -> str:

@@ -106,7 +106,7 @@ def router_process(tmp_path: Path, extra: tuple[str, ...] = ()) -> Iterator[Rout
 
 def echo_upstream() -> tuple[subprocess.Popen[bytes], int]:
     """The echo upstream (a test double of a serving pod: answers ``text``), its gRPC port."""
-    echo = subprocess.Popen([sys.executable, "-m", "trtfleet_router.upstream.echo", "--port", "0"],
+    echo = subprocess.Popen([sys.executable, "-m", "trtfleet_router.testing.echo", "--port", "0"],
                             stdout=subprocess.PIPE)
     assert echo.stdout is not None
     found = re.search(r":(\d+) \(http", echo.stdout.readline().decode())

@@ -17,6 +17,7 @@ import pytest
 from trtfleet_router.batch.wiring import BatchSettings
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.types import Outcome, RouteRequest
+from trtfleet_router.upstream.waiting import Priority
 
 from tests.integration.router.support import ConvertedAdapter, reference_workers, router_for
 from tests.unit.router.harness import RouterThread
@@ -55,7 +56,7 @@ def _until(condition: Any, what: str) -> None:
 def test_interactive_requests_go_ahead_of_batch_lines_held_for_headroom(router: RouterThread) -> None:
     client = openai.OpenAI(base_url=router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
     app = router.router
-    fleet, waits = app.fleets.fleet("tiny"), app.dispatcher.capacity_waits
+    fleet, waits = app.fleets.fleet("tiny"), app.dispatcher.admission.capacity
 
     async def hold() -> Any:  # the pod's load at its one batch slot
         request = RouteRequest("tiny", None, 4, 4, request_id="held-load")
@@ -82,7 +83,7 @@ def test_interactive_requests_go_ahead_of_batch_lines_held_for_headroom(router: 
     data = "".join(json.dumps(r) + "\n" for r in rows).encode()
     upload = client.files.create(file=("in.jsonl", data), purpose="batch")
     batch = client.batches.create(input_file_id=upload.id, endpoint="/v1/completions", completion_window="24h")
-    _until(lambda: waits.batch_waiting("tiny") == CONCURRENCY, "the runner's lines wait in the batch lane")
+    _until(lambda: waits.waiting("tiny", Priority.BATCH) == CONCURRENCY, "the runner's lines wait in the batch lane")
 
     answers = [
         client.completions.create(model="tiny", prompt=f"live {i}", max_tokens=8, temperature=0)
@@ -90,7 +91,7 @@ def test_interactive_requests_go_ahead_of_batch_lines_held_for_headroom(router: 
     ]
     assert all(a.choices[0].text for a in answers)  # every interactive request answered ...
     assert waits.waiting("tiny") == 0  # ... without waiting in the router ...
-    _until(lambda: waits.batch_waiting("tiny") == CONCURRENCY, "the woken batch lines are held again")
+    _until(lambda: waits.waiting("tiny", Priority.BATCH) == CONCURRENCY, "the woken batch lines are held again")
     assert started == ["interactive"] * INTERACTIVE  # ... and no batch line started on the pod meanwhile
     assert app.batch is not None and app.batch.runner.lines_started == CONCURRENCY
 

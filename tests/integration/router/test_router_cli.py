@@ -65,7 +65,7 @@ def _start(tmp_path: Path, log_level: str) -> tuple[subprocess.Popen[bytes], int
         [
             sys.executable,
             "-m",
-            "trtfleet_router.upstream.echo",
+            "trtfleet_router.testing.echo",
             "--port",
             "0",
             "--http-port",

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from trtfleet_router.discovery.kubeclient import KubeClient
 from trtfleet_router.discovery.kubernetes import KubernetesDiscovery
-from trtfleet_router.fleets import DiscoverySnapshot
+from trtfleet_router.liveview import DiscoverySnapshot
 
 from tests.support.controlplane import ControlPlane, eventually
 from tests.support.kubecreds import CredentialKit

@@ -148,7 +148,7 @@ def test_trace_summary_splits_requests_that_shared_their_pod_past_warmup() -> No
 def test_trtfleet_settings_reach_the_routers_policy_section_and_bad_flags_are_refused() -> None:
     assert policy_config(BatchScenario()) is None
     scenario = BatchScenario(trtfleet=(("loadOverheadS", 0.0016), ("inflightDelayS", 0.01)))
-    assert policy_config(scenario) == {"trtfleet": {"loadOverheadS": 0.0016, "inflightDelayS": 0.01}}
+    assert policy_config(scenario) == {"ttft_cost": {"loadOverheadS": 0.0016, "inflightDelayS": 0.01}}
     with pytest.raises(SystemExit):
         main(["--trtfleet", "loadOverheadS"])  # no value: the parser refuses it
     with pytest.raises(SystemExit):

@@ -27,8 +27,8 @@ def test_a_load_cheaper_than_its_bytes_prices_no_fixed_part_and_pytorch_sets_its
 
 def test_the_scenario_gives_both_trtfleet_policies_the_price_and_trtfleet_its_bound() -> None:
     scenario = dataclasses.replace(RealScenario(), load_price=(("loadOverheadS", 0.002),))
-    config = parse_routing_config({"policy": "trtfleet", **scenario.policy_config()})
-    priced = config.sections["trtfleet"]
-    adapter_only = config.sections["trtfleet_adapter"]
+    config = parse_routing_config({"policy": "ttft-cost", **scenario.policy_config()})
+    priced = config.sections["ttft_cost"]
+    adapter_only = config.sections["adapter_affinity"]
     assert priced.load_overhead_s == adapter_only.load_overhead_s == 0.002  # type: ignore[attr-defined]
     assert priced.load_bound_inflight == scenario.load_bound_inflight  # type: ignore[attr-defined]

@@ -95,15 +95,15 @@ def test_trtfleet_reuses_more_prefix_than_round_robin_in_the_simulator() -> None
     trace, _ = mooncake_trace(rows, MooncakeScale(length_factor=0.25, time_factor=0.001, num_adapters=3, seed=1))
     spec = h100_llama3_8b_fleet(8)
     reused = {policy: sum(r.reused_blocks for r in simulate(trace, policy, spec).records)
-              for policy in ("trtfleet", "round-robin")}
-    assert reused["trtfleet"] > reused["round-robin"]
+              for policy in ("ttft-cost", "round-robin")}
+    assert reused["ttft-cost"] > reused["round-robin"]
 
 
 def test_each_simulated_pods_prefix_index_is_the_size_of_its_kv_pool() -> None:
     spec = h100_llama3_8b_fleet(4)
     blocks = spec.pod.kv_capacity_tokens // spec.pod.kv_tokens_per_block
     assert blocks != 13_000  # not the routing default: the plan's size reaches the index
-    for replica in FleetSimulation([], "trtfleet", spec).replicas:
+    for replica in FleetSimulation([], "ttft-cost", spec).replicas:
         assert {pod.kv_blocks_capacity for pod in replica.fleet.snapshot().pods} == {blocks}
 
 

@@ -93,7 +93,7 @@ def test_peer_flags_name_every_other_replica() -> None:
 
 
 def _row(replicas: int, effective: float, misses: int, sends: int) -> dict[str, object]:
-    return {"policy": "trtfleet", "view": "shadow", "replicas": replicas, "requests": 200,
+    return {"policy": "ttft-cost", "view": "shadow", "replicas": replicas, "requests": 200,
             "effective_hit_rate": effective, "misses": misses, "weight_sends": sends}
 
 
@@ -112,7 +112,7 @@ def _records(result: object) -> list[tuple[object, ...]]:
             for r in result.records]  # type: ignore[attr-defined]
 
 
-@pytest.mark.parametrize("policy", ["trtfleet", "chwbl"])
+@pytest.mark.parametrize("policy", ["ttft-cost", "chwbl"])
 def test_shared_view_is_the_single_router_exactly(policy: str) -> None:
     trace = small_trace(3, requests=200)
     single = simulate(trace, policy, small_fleet(), seed=2)
@@ -139,10 +139,10 @@ def test_shadow_replica_misses_what_another_replica_evicted() -> None:
     believes a is there, sends it id-only, gets the miss and sends the weights again."""
     trace = [TraceRequest(0.0, "r0", "a", 10, 2), TraceRequest(1.0, "r1", "b", 10, 2),
              TraceRequest(2.0, "r2", "a", 10, 2)]
-    single = simulate(trace, "trtfleet", _one_pod(1))
+    single = simulate(trace, "ttft-cost", _one_pod(1))
     assert [r.misses for r in single.records] == [0, 0, 0] and single.fleet_counters["cold_loads"] == 3
     spec = dataclasses.replace(_one_pod(1), router_replicas=2, router_view="shadow")
-    shadow = FleetSimulation(trace, "trtfleet", spec, replica_of=[0, 1, 0]).run()
+    shadow = FleetSimulation(trace, "ttft-cost", spec, replica_of=[0, 1, 0]).run()
     assert [r.misses for r in shadow.records] == [0, 0, 1] and [r.error for r in shadow.records] == [None] * 3
     assert shadow.fleet_counters["cold_loads"] == 3 and shadow.fleet_counters["misses"] == 1
     assert shadow.pod_loads == single.pod_loads == 3
@@ -151,12 +151,12 @@ def test_shadow_replica_misses_what_another_replica_evicted() -> None:
 def test_shadow_replicas_each_send_weights_the_pod_already_holds() -> None:
     trace = [TraceRequest(float(i), f"r{i}", "a", 10, 2) for i in range(4)]
     spec = dataclasses.replace(_one_pod(4), router_replicas=2, router_view="shadow")
-    shadow = FleetSimulation(trace, "trtfleet", spec, replica_of=[0, 1, 1, 0]).run()
+    shadow = FleetSimulation(trace, "ttft-cost", spec, replica_of=[0, 1, 1, 0]).run()
     assert shadow.fleet_counters["cold_loads"] == 2  # each replica sends a once
     assert shadow.pod_loads == 1 and [r.hit for r in shadow.records] == [False, True, True, True]
-    assert simulate(trace, "trtfleet", _one_pod(4)).fleet_counters["cold_loads"] == 1
+    assert simulate(trace, "ttft-cost", _one_pod(4)).fleet_counters["cold_loads"] == 1
     with pytest.raises(ValueError, match="replica_of"):
-        FleetSimulation(trace, "trtfleet", spec, replica_of=[0, 2, 0, 0])
+        FleetSimulation(trace, "ttft-cost", spec, replica_of=[0, 2, 0, 0])
 
 
 # -- the real harness's routers (real router processes, no workers) ------------------------------------------
@@ -167,14 +167,14 @@ def _router_has_peer_view() -> bool:
 
 
 def test_replica_routers_start_on_one_fleet_file_and_peer_flags_fail_clearly(tmp_path: Path) -> None:
-    shadow = RealFleet("trtfleet", 0, [], 1 << 20, tmp_path / "shadow", replicas=2)
+    shadow = RealFleet("ttft-cost", 0, [], 1 << 20, tmp_path / "shadow", replicas=2)
     with shadow:
         assert len(set(shadow.base_urls)) == 2
         for index in range(2):
             assert "trtfleet_router" in shadow.router_metrics(index) and shadow.fleets_debug(index) is not None
         routers = list(shadow._routers)
     assert all(router.poll() is not None for router in routers)  # stopped on the way out
-    peers = RealFleet("trtfleet", 0, [], 1 << 20, tmp_path / "peers", replicas=2, peer_view=True)
+    peers = RealFleet("ttft-cost", 0, [], 1 << 20, tmp_path / "peers", replicas=2, peer_view=True)
     if _router_has_peer_view():
         with peers:
             assert all(peers.router_metrics(index) and peers.fleets_debug(index) for index in range(2))
@@ -192,13 +192,13 @@ def test_delayed_shared_view_learns_the_other_replicas_loads(delay_s: float, mis
     trace = [TraceRequest(0.0, "r0", "a", 10, 2), TraceRequest(1.0, "r1", "b", 10, 2),
              TraceRequest(2.0, "r2", "a", 10, 2)]
     spec = dataclasses.replace(_one_pod(1), router_replicas=2, router_view_delay_s=delay_s)
-    simulation = FleetSimulation(trace, "trtfleet", spec, replica_of=[0, 1, 0])
+    simulation = FleetSimulation(trace, "ttft-cost", spec, replica_of=[0, 1, 0])
     result = simulation.run()
     assert [r.misses for r in result.records] == misses and result.fleet_counters["cold_loads"] == 3
     assert simulation.mirror is not None and simulation.mirror.pending == 0
 
 
-@pytest.mark.parametrize("policy", ["trtfleet", "chwbl"])
+@pytest.mark.parametrize("policy", ["ttft-cost", "chwbl"])
 def test_delayed_shared_view_keeps_every_replicas_books(policy: str) -> None:
     trace = small_trace(5, requests=200)
     spec = dataclasses.replace(small_fleet(), router_replicas=3, router_view_delay_s=0.01)

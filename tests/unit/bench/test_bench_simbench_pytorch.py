@@ -8,14 +8,14 @@ import pytest
 import yaml
 from trtfleet_engines.cli import load_basemodel
 from trtfleet_engines.modeldims import resolve_dimensions
-from trtfleet_engines.pytorch.capacity import lora_geometry, plan_pytorch_capacity
+from trtfleet_engines.pytorch.capacity import plan_pytorch_capacity
 from trtfleet_router.routing import policy_names
 
 from bench import __main__ as bench_main
 from bench import report, simbench_pytorch
 from bench.simbench_pytorch import EXAMPLE, PlanError, PytorchTiers, plan_tiers, policy_rows, pytorch_fleet
 from tests.unit.bench.test_bench_simulate import small_trace
-from trtfleet.loracache import adapter_pages
+from trtfleet.loracache import adapter_pages, spec_geometry
 
 
 def test_tiers_are_the_capacity_plans_of_the_example() -> None:
@@ -27,7 +27,7 @@ def test_tiers_are_the_capacity_plans_of_the_example() -> None:
         plan.lora.max_cpu_loras, plan.lora.max_loras, plan.kv_cache_tokens)
     assert (tiers.max_batch_size, tiers.max_num_tokens) == (spec.engine.max_batch_size, spec.engine.max_num_tokens)
     assert (tiers.host_pages, tiers.device_pages) == (plan.lora.host.pages, plan.lora.device.pages)
-    geometry = lora_geometry(spec, resolve_dimensions(spec))
+    geometry = spec_geometry(spec, resolve_dimensions(spec).dims)
     assert tiers.adapter_pages == adapter_pages(geometry, simbench_pytorch.ADAPTER_RANK)
     assert 1 <= tiers.adapter_pages <= plan.lora.max_adapter_pages  # a rank-8 adapter: no more than a max-rank one
 

@@ -153,8 +153,8 @@ def test_every_request_is_accounted_for(policy: str) -> None:
 
 def test_same_seed_same_result() -> None:
     trace = small_trace(4)
-    first = summarize(simulate(trace, "trtfleet", small_fleet(), seed=5))
-    second = summarize(simulate(trace, "trtfleet", small_fleet(), seed=5))
+    first = summarize(simulate(trace, "ttft-cost", small_fleet(), seed=5))
+    second = summarize(simulate(trace, "ttft-cost", small_fleet(), seed=5))
     for key in ("hit_rate", "loads", "weights_bytes", "ttft_p99_s", "e2e_p50_s", "errors"):
         assert first[key] == second[key]
 
@@ -183,11 +183,11 @@ def test_requests_wait_for_cache_capacity_instead_of_503() -> None:
     spec = FleetSpec(pods=1, pod=pod, model=FLAT, adapter_pages=1, adapter_weights_bytes=1000)
     trace = [TraceRequest(0.0, "r0", "a", 10, 20), TraceRequest(0.0, "r1", "b", 10, 20),
              TraceRequest(0.001, "r2", "c", 10, 2)]
-    waited = simulate(trace, "trtfleet", spec)
+    waited = simulate(trace, "ttft-cost", spec)
     assert [r.error for r in waited.records] == [None, None, None]
     third = waited.records[2]
     assert third.waited_s > 0.1 and third.ttft_s is not None and third.ttft_s > third.waited_s
-    at_once = simulate(trace, "trtfleet", spec, config=parse_routing_config({"capacityWaitS": 0}))
+    at_once = simulate(trace, "ttft-cost", spec, config=parse_routing_config({"capacityWaitS": 0}))
     assert [r.error for r in at_once.records] == [None, None, "no_capacity"]
-    short = simulate(trace, "trtfleet", spec, config=parse_routing_config({"capacityWaitS": 0.05}))
+    short = simulate(trace, "ttft-cost", spec, config=parse_routing_config({"capacityWaitS": 0.05}))
     assert short.records[2].error == "no_capacity" and short.records[2].waited_s == pytest.approx(0.05)

@@ -59,7 +59,7 @@ def test_cold_load_costs_the_pods_read_not_a_transfer() -> None:
     trace = [TraceRequest(float(i), f"r{i}", "solo", 100, 5) for i in range(3)]
     spec = dataclasses.replace(torch_fleet(pods=1), one_way_latency_s=0.001, pod_read_bytes_per_s=1e7,
                                artifact_fetch_latency_s=5.0, link_bytes_per_s=1.0)  # unused on pytorch
-    result = simulate(trace, "trtfleet", spec)
+    result = simulate(trace, "ttft-cost", spec)
     row = summarize(result)
     assert row["loads"] == 1 and row["errors"] == 0 and row["weights_bytes"] == 0
     assert result.fleet_counters["artifact_fetches"] == 0

@@ -153,7 +153,7 @@ def test_the_rendered_policy_file_is_one_the_router_starts_with(case: str, tmp_p
     (config_map,) = [d for d in _render(tmp_path, CASES[case])
                      if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "trtfleet-router"]  # type: ignore[index]
     parsed = parse_routing_config(yaml.safe_load(config_map["data"]["policy.yaml"]))  # type: ignore[index]
-    assert parsed.policy == "trtfleet"
+    assert parsed.policy == "ttft-cost"
 
 
 @pytest.mark.golden

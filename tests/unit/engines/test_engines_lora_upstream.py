@@ -12,11 +12,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from trtfleet_engines.capacity import lora_geometry, plan_capacity
+from trtfleet_engines.capacity import plan_capacity
 from trtfleet_engines.modeldims import resolve_dimensions
 
 from trtfleet.api.basemodel import BaseModelSpec
-from trtfleet.loracache import min_tier_bytes, min_tier_slots
+from trtfleet.loracache import declared_geometry, min_tier_bytes, min_tier_slots, spec_geometry
 
 MakeSpec = Callable[..., BaseModelSpec]
 SEVEN_MODULES = ["attn_q", "attn_k", "attn_v", "attn_dense", "mlp_h_to_4h", "mlp_gate", "mlp_4h_to_h"]
@@ -67,7 +67,7 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_page_geometry_matches_hand_computed_upstream(make_spec: MakeSpec, case: Geometry) -> None:
     spec = lora_spec(make_spec, case.dims, 1 << 30, case.architecture)
-    geometry = lora_geometry(spec, resolve_dimensions(spec))
+    geometry = spec_geometry(spec, resolve_dimensions(spec).dims)
     assert geometry.page_width == case.page_width
     assert geometry.slots_per_page == case.slots_per_page
     assert geometry.max_adapter_elements == case.max_adapter_elements
@@ -102,9 +102,37 @@ def test_device_tier_is_rounded_up_to_whole_pages_before_kv_sizing(make_spec: Ma
     spec = lora_spec(make_spec, QWEN15_7B, 1 << 30, "qwen2")
     plan = plan_capacity(spec)
     assert plan.lora is not None
-    device, geometry = plan.lora.device, lora_geometry(spec, resolve_dimensions(spec))
+    device, geometry = plan.lora.device, spec_geometry(spec, resolve_dimensions(spec).dims)
     slots = device.bytes // (geometry.page_width * 2)
     pages = -(-slots // geometry.slots_per_page)
     assert (device.slots, device.pages) == (slots, pages)
     assert device.allocated_bytes == pages * geometry.slots_per_page * geometry.page_width * 2 > device.bytes
     assert plan.kv_cache_bytes == int(0.9 * (plan.free_bytes - device.allocated_bytes))
+
+
+
+def _geometry_spec(make_spec: MakeSpec, targets: list[str], **patch: Any) -> BaseModelSpec:
+    lora = {"maxRank": 8, "targetModules": targets, "cache": {"optimalAdapterSize": 8, "maxAdapterSize": 64}}
+    return make_spec({"source": {"uri": "hf://example/model"}, "architecture": "qwen2", "dimensions": QWEN15_7B,
+                      "lora": lora, **patch})
+
+
+@pytest.mark.parametrize(
+    ("targets", "patch", "layers", "modules"),
+    [
+        # pp=2: each GPU holds the rows of its 16 layers of 32
+        (SEVEN_MODULES, {"parallelism": {"tensor": 1, "pipeline": 2}, "engine": {"gpu": {"count": 2}}}, 16, 7),
+        # runtime pytorch, q/k targeted without v: the backend adds attn_v's rows (filled with zeros)
+        (["attn_q", "attn_k", "mlp_gate"], {"runtime": "pytorch"}, 32, 4),
+    ],
+)
+def test_the_router_and_the_planners_see_one_geometry(
+    make_spec: MakeSpec, targets: list[str], patch: dict[str, Any], layers: int, modules: int
+) -> None:
+    """One mapping from a spec to a cache geometry: what the router prices adapters with (from the spec's declared
+    dimensions) is what the capacity planners size the tiers with."""
+    spec = _geometry_spec(make_spec, targets, **patch)
+    router_view = declared_geometry(spec)
+    planned = spec_geometry(spec, resolve_dimensions(spec).dims)
+    assert router_view == planned
+    assert planned.num_layers == layers and len(planned.shapes) == modules

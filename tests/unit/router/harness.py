@@ -20,7 +20,7 @@ import numpy as np
 from aiohttp import web
 from trtfleet_router.app import Router, RouterSettings
 from trtfleet_router.discovery.static import FleetConfig, StaticDiscovery
-from trtfleet_router.upstream.echo import EchoUpstream, echo_http_app, serve_echo
+from trtfleet_router.testing.echo import EchoUpstream, echo_http_app, serve_echo
 
 from tests.support.loopthread import LoopThread
 

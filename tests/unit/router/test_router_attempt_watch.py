@@ -1,4 +1,4 @@
-"""The stall watch of one attempt (Attempts.run with a scripted pod; no network): only time spent waiting
+"""The stall watch of one attempt (an AttemptStream over a scripted pod; no network): only time spent waiting
 for the pod counts, a silent pod stalls the attempt, an ejection ends first-answer waits at once."""
 
 from __future__ import annotations
@@ -13,16 +13,15 @@ import pytest
 from tritonclient.grpc import service_pb2
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import StreamTimeouts
-from trtfleet_router.upstream.attempt import SWEEP_S, Attempts
+from trtfleet_router.upstream.attempt import SWEEP_S, Attempts, AttemptStream
 from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.pool import ChannelPool
 from trtfleet_router.upstream.protocol import FailureKind
+from trtfleet_router.upstream.transport import Attempt
 
 TIMEOUTS = StreamTimeouts(first_token_s=0.3, inter_token_s=0.3)
 ENDPOINT: Any = SimpleNamespace(pod_id="p0", address="unused:1", http_address=None)
-CALL: Any = SimpleNamespace(
-    target=SimpleNamespace(base=SimpleNamespace(name="tiny")), client_streaming=True, max_tokens=8, client_id="c1"
-)
+ATTEMPT = Attempt(payload=SimpleNamespace(), endpoint=ENDPOINT, deadline_s=1e12, client_streaming=True)  # type: ignore[arg-type]
 
 
 def _answer() -> service_pb2.ModelStreamInferResponse:
@@ -31,10 +30,38 @@ def _answer() -> service_pb2.ModelStreamInferResponse:
     return message
 
 
+class _ScriptedPod:
+    """A transport whose exchange is a scripted pod's answers."""
+
+    label = "scripted"
+
+    def __init__(self, pod: Any) -> None:
+        self.pod = pod
+
+    def carries(self, attempt: Attempt) -> bool:
+        return True
+
+    def exchange(self, attempt: Attempt) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
+        return self.pod()  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        pass
+
+
 def _attempts(pod: Any) -> Attempts:
     attempts = Attempts(ChannelPool(), RouterMetrics())
-    attempts.exchange = lambda *_: pod()  # type: ignore[method-assign]
+    attempts.transports = (_ScriptedPod(pod),)
     return attempts
+
+
+def _open(attempts: Attempts, timeouts: StreamTimeouts) -> AttemptStream:
+    return attempts.open(ATTEMPT, "tiny", timeouts, max_tokens=8, client_id="c1")
+
+
+async def _next(stream: AttemptStream) -> service_pb2.ModelInferResponse:
+    response = await stream.next()
+    assert response is not None and response.id == "c1"  # the client's id back on every answer
+    return response
 
 
 async def _answers_then_silence(count: int) -> AsyncGenerator[service_pb2.ModelStreamInferResponse, None]:
@@ -47,13 +74,13 @@ async def _answers_then_silence(count: int) -> AsyncGenerator[service_pb2.ModelS
 def test_time_the_consumer_holds_an_answer_does_not_count() -> None:
     async def scenario() -> tuple[FailureKind, float]:
         attempts = _attempts(lambda: _answers_then_silence(2))
-        run = attempts.run(ENDPOINT, None, CALL, TIMEOUTS)
-        await anext(run)
+        run = _open(attempts, TIMEOUTS)
+        await _next(run)
         await asyncio.sleep(3 * TIMEOUTS.inter_token_s)  # a slow client: longer than the inter-token timeout
-        await anext(run)  # the pod had answered at once: no stall
+        await _next(run)  # the pod had answered at once: no stall
         waited_from = time.monotonic()
         with pytest.raises(UpstreamCallFailed) as info:
-            await anext(run)
+            await run.next()
         waited_s = time.monotonic() - waited_from
         await attempts.close()
         return info.value.failure.kind, waited_s
@@ -67,12 +94,12 @@ def test_an_ejection_ends_first_answer_waits_only() -> None:
     async def scenario() -> tuple[FailureKind, bool]:
         attempts = _attempts(lambda: _answers_then_silence(0))
         slow = StreamTimeouts(first_token_s=60.0, inter_token_s=60.0)
-        waiting = asyncio.ensure_future(anext(attempts.run(ENDPOINT, None, CALL, slow)))
+        waiting = asyncio.ensure_future(_open(attempts, slow).next())
         streaming_run = _attempts(lambda: _answers_then_silence(1))
         streaming_run.watch = attempts.watch  # the same watch: one router
-        streaming = streaming_run.run(ENDPOINT, None, CALL, slow)
-        await anext(streaming)
-        next_answer = asyncio.ensure_future(anext(streaming))
+        streaming = _open(streaming_run, slow)
+        await _next(streaming)
+        next_answer = asyncio.ensure_future(streaming.next())
         for _ in range(10):
             await asyncio.sleep(0)  # both reads are registered
         attempts.end_first_answer_waits("tiny", "p0")

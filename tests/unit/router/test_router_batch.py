@@ -133,7 +133,7 @@ def test_lease_writes_are_compare_and_swap_and_count_transitions() -> None:
 def test_fleet_capacity_follows_the_fleets_in_flight_requests() -> None:
     from trtfleet_router.batch.capacity import FleetCapacity
     from trtfleet_router.chat import chat_renderer
-    from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+    from trtfleet_router.liveview import DiscoverySnapshot, FleetSet, PodEndpoint
     from trtfleet_router.models_registry import AdapterEntry, BaseModelEntry, EngineLimits, ModelRegistry
     from trtfleet_router.routing.config import RoutingConfig
     from trtfleet_router.routing.types import Outcome, RouteRequest
@@ -162,7 +162,7 @@ def test_fleet_capacity_leaves_out_the_pods_a_reserve_holds_for_interactive_requ
     an interactive request came, and with it again when none came for the hold time."""
     from trtfleet_router.batch.capacity import FleetCapacity
     from trtfleet_router.chat import chat_renderer
-    from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+    from trtfleet_router.liveview import DiscoverySnapshot, FleetSet, PodEndpoint
     from trtfleet_router.models_registry import BaseModelEntry, EngineLimits, ModelRegistry
     from trtfleet_router.routing.config import RESERVE_HOLD_S, RoutingConfig
     from trtfleet_router.routing.types import Outcome, RouteRequest

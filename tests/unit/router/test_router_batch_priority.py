@@ -7,8 +7,9 @@ import asyncio
 
 import pytest
 from trtfleet_router.batch.capacity import pressure
+from trtfleet_router.upstream.admission import InteractiveSignal, batch_may_start
 from trtfleet_router.upstream.capacity import CapacityWaits
-from trtfleet_router.upstream.priority import InteractiveSignal, Priority, batch_may_start
+from trtfleet_router.upstream.waiting import Priority
 
 from trtfleet.batch.runner import RunnerSettings, admit, next_window
 
@@ -100,7 +101,7 @@ def test_interactive_waiters_are_woken_before_earlier_batch_waiters() -> None:
         await asyncio.sleep(0)
         tasks.append(asyncio.create_task(waiter("live", Priority.INTERACTIVE)))
         await asyncio.sleep(0)
-        counts = (waits.waiting("m"), waits.batch_waiting("m"))  # batch lines never fill the interactive queue
+        counts = (waits.waiting("m"), waits.waiting("m", Priority.BATCH))  # batch lines never fill the other queue
         for expected in (1, 2, 3):
             waits.notify("m")
             for _ in range(1000):  # loop turns, not wall time: until the woken task has run

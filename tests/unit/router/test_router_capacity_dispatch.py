@@ -89,7 +89,7 @@ def test_a_hopeless_wait_is_answered_at_once_with_the_drain_estimate(tmp_path: P
                      routing=RoutingConfig(capacity_wait_s=2))
     try:
         clock = [100.0]
-        echo.router.router.dispatcher.capacity_waits.drain = DrainRate(lambda: clock[0])
+        echo.router.router.dispatcher.admission.capacity.drain = DrainRate(lambda: clock[0])
         client = _client(echo)
         for at in (100.0, 105.0):
             clock[0] = at

@@ -8,10 +8,14 @@ import time
 from collections.abc import Awaitable, Callable
 
 import pytest
+from tritonclient.grpc import service_pb2
+from trtfleet_router.liveview import PodEndpoint
 from trtfleet_router.upstream.failures import UpstreamCallFailed
 from trtfleet_router.upstream.http_client import dechunk, parse_head
 from trtfleet_router.upstream.http_transport import HttpTransport
+from trtfleet_router.upstream.payload import GenerateJson, TritonTensorPayload
 from trtfleet_router.upstream.protocol import FailureKind, read_text
+from trtfleet_router.upstream.transport import Attempt
 
 Answer = Callable[[asyncio.StreamReader, asyncio.StreamWriter, int], Awaitable[bool]]
 BODY = {"text_input": "hi", "max_tokens": 4}
@@ -58,8 +62,17 @@ async def _serve(answer: Answer) -> tuple[asyncio.Server, str, list[int]]:
     return server, f"127.0.0.1:{port}", connections
 
 
+def _attempt(address: str, timeout_s: float) -> Attempt:
+    """A warm unary attempt of model ``m`` whose generate form is BODY."""
+    payload = TritonTensorPayload(service_pb2.ModelInferRequest(model_name="m"), GenerateJson(BODY, stream=False))
+    endpoint = PodEndpoint("p0", "unused:1", "uid", http_address=address)
+    return Attempt(payload, endpoint, time.monotonic() + timeout_s, client_streaming=False)
+
+
 async def _text(transport: HttpTransport, address: str) -> str:
-    messages = [m async for m in transport.exchange(address, "m", BODY, time.monotonic() + 5, stream=False)]
+    attempt = _attempt(address, 5)
+    assert transport.carries(attempt)
+    messages = [m async for m in transport.exchange(attempt)]
     assert len(messages) == 1
     text: str = read_text(messages[0].infer_response).text
     return text
@@ -127,7 +140,7 @@ def test_errors_are_classified() -> None:
                 await _text(transport, address)
             assert broken.value.failure.kind is FailureKind.POD_FAILED
             with pytest.raises(UpstreamCallFailed) as late:
-                async for _ in transport.exchange(address, "m", BODY, time.monotonic() + 0.2, stream=False):
+                async for _ in transport.exchange(_attempt(address, 0.2)):
                     pass
             assert late.value.failure.kind is FailureKind.TIMEOUT
             with pytest.raises(UpstreamCallFailed) as refused:

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer, make_mocked_request
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
 from trtfleet_router.internalaccess import AccessMode, InternalAccess, choose_access
+from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
 from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.server import PeerServer

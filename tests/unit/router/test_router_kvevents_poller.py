@@ -9,7 +9,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 from trtfleet_router.chat import chat_renderer
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+from trtfleet_router.liveview import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.models_registry import BaseModelEntry, EngineLimits, ModelRegistry
 from trtfleet_router.routing import parse_routing_config
 from trtfleet_router.routing.prefix import payload_block_hashes, reference_prompt_payload

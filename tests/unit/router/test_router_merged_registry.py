@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import pytest
 from trtfleet_router.chat import chat_renderer
 from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
-from trtfleet_router.fleets import FleetSet, PodEndpoint
+from trtfleet_router.liveview import FleetSet, PodEndpoint
 from trtfleet_router.models_registry import (
     AdapterEntry,
     BaseModelEntry,

@@ -8,15 +8,15 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, generate_latest
-from trtfleet_router.looplag import LoopLagProbe, lag_s
-from trtfleet_router.metrics import LoopCounter, LoopGauge, LoopHistogram, RouterMetrics, _LoopCollector
+from trtfleet_router.loopmetrics import LoopCollector, LoopCounter, LoopGauge, LoopHistogram, LoopLagProbe, lag_s
+from trtfleet_router.metrics import RouterMetrics
 
 BUCKETS = (0.001, 0.01, 0.1, 1.0)
 OBSERVED = (0.0005, 0.001, 0.001, 0.0099, 0.5, 1.0, 2.5, 70.0)  # on a bound counts in that bucket (le)
 
 
 def exposition_of(*metrics: LoopCounter | LoopGauge | LoopHistogram) -> bytes:
-    collector = _LoopCollector()
+    collector = LoopCollector()
     collector.metrics.extend(metrics)
     registry = CollectorRegistry()
     registry.register(collector)

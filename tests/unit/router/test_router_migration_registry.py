@@ -6,7 +6,7 @@ from dataclasses import replace
 
 import pytest
 from trtfleet_router.chat import chat_renderer
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet, PodEndpoint
+from trtfleet_router.liveview import DiscoverySnapshot, FleetSet, PodEndpoint
 from trtfleet_router.models_registry import AdapterEntry, BaseModelEntry, EngineLimits, ModelRegistry
 from trtfleet_router.routing.config import RoutingConfig
 

@@ -14,8 +14,8 @@ from trtfleet_router.logs import JsonFormatter
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
+from trtfleet_router.testing.echo import serve_echo
 from trtfleet_router.upstream.dispatch import UpstreamCalls
-from trtfleet_router.upstream.echo import serve_echo
 
 from tests.unit.router.harness import EchoFleet
 from trtfleet.demand import parse_router_metrics

@@ -13,7 +13,7 @@ from pathlib import Path
 import openai
 from trtfleet_router.app import Router, RouterSettings
 from trtfleet_router.discovery.static import FleetConfig, StaticDiscovery
-from trtfleet_router.fleets import DiscoverySnapshot
+from trtfleet_router.liveview import DiscoverySnapshot
 from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.peering.peers import PeerSettings
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from hypothesis import given
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering import PeerProtocolError
 from trtfleet_router.peering.peers import STREAM_FAILURES, Peers, PeerSettings

@@ -10,8 +10,8 @@ import time
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
-from trtfleet_router.fleets import DiscoverySnapshot, FleetSet
 from trtfleet_router.internalaccess import AccessMode, InternalAccess
+from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import ModelRegistry
 from trtfleet_router.peering.journal import EventLog

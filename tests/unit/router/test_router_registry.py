@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from trtfleet_router.adaptergeometry import lora_geometry, pages_for_adapter
 from trtfleet_router.chat import ChatMessage, chat_renderer
 from trtfleet_router.errors import LimitExceeded, ModelNotFound
 from trtfleet_router.models_registry import (
@@ -18,6 +17,7 @@ from trtfleet_router.models_registry import (
 )
 
 from trtfleet.api.basemodel import BaseModel
+from trtfleet.loracache import declared_geometry, pages_for_adapter
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -88,7 +88,7 @@ def test_adapter_pages_from_geometry() -> None:
             }
         }
     )
-    geometry = lora_geometry(obj.spec)
+    geometry = declared_geometry(obj.spec)
     assert geometry is not None
     pages = pages_for_adapter(geometry, 8, None, 0)
     assert pages >= 1

@@ -19,7 +19,7 @@ from trtfleet_router.server.triton_protocol import (
     parse_generate_request,
     parse_infer_request,
 )
-from trtfleet_router.upstream.echo import echo_model_config
+from trtfleet_router.testing.echo import echo_model_config
 from trtfleet_router.upstream.tensors import encode_bytes
 
 CONFIG = echo_model_config("tensorrt_llm_bls")

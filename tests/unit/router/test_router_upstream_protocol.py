@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from tritonclient.grpc import service_pb2
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter, WeightsUnavailable
-from trtfleet_router.upstream.echo import echo_model_config
+from trtfleet_router.testing.echo import echo_model_config
 from trtfleet_router.upstream.protocol import (
     FailureKind,
     SamplingParams,

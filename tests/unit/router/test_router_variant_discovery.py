@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from trtfleet_router.discovery.kubernetes import build_snapshot
 from trtfleet_router.errors import ModelNotFound
-from trtfleet_router.fleets import FleetSet
+from trtfleet_router.liveview import FleetSet
 from trtfleet_router.routing.config import RoutingConfig
 
 from tests.unit.router.test_router_discovery import _adapter, _basemodel, _endpoint, _slice

@@ -27,11 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from trtfleet.api.basemodel import LoraModule
-from trtfleet.loracache import LoraCacheError, LoraPageCache, adapter_pages, pages_for_rows
+from trtfleet.loracache import LoraCacheError, LoraPageCache, adapter_pages, missing_qkv_modules, pages_for_rows
 from trtfleet_engines.errors import EnginesError
 from trtfleet_engines.lora.convert import ConversionOptions, convert_adapter
 from trtfleet_engines.lora.peft import parse_peft_adapter, read_peft_dir
-from trtfleet_engines.pytorch.capacity import lora_tier, missing_qkv_modules
+from trtfleet_engines.pytorch.capacity import lora_tier
 from trtfleet_engines.reference.adapters import LoraCacheSettings, plan_cache
 from trtfleet_engines.reference.engine import model_dimensions
 from trtfleet_engines.reference.errors import ExecutorRequestFailed

@@ -1,14 +1,17 @@
-"""Routing policies, one module each, and their registry: the one place a policy is named.
+"""trtfleet's routing policies and the registry of every policy: the one place a policy is named.
 
-Each policy module has ``NAME``, ``build(config) -> Policy`` and, when it has parameters, ``SECTION`` (its
-block in the routing YAML) with its own pydantic model. A new policy is one module plus one line in
-:data:`REGISTRY`. The CLI validates the file once at start-up (:func:`parse_routing_config`); an unknown
-policy name, an unknown block or a bad value fails there. The framework never imports a policy (the
-import-linter contract ``routing-layers`` keeps it so).
+``ttft-cost`` (the default) and ``adapter-affinity`` are trtfleet's own; the others are re-implementations of
+other projects' policies for comparison (``routing/baselines``). Each policy module has ``NAME``,
+``build(config) -> Policy`` and, when it has parameters, ``SECTION`` (its block in the routing YAML) with its own
+pydantic model. A new policy is one module plus one line in :data:`REGISTRY`. The CLI validates the file once at
+start-up (:func:`parse_routing_config`); an unknown policy name, an unknown block or a bad value fails there. The
+names before 0.x's rename (``trtfleet``, ``trtfleet-adapter`` and their blocks) are still accepted, with a
+deprecation warning. The framework never imports a policy (the import-linter contract ``routing-layers``).
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,9 +19,7 @@ from typing import Any
 
 import pydantic
 
-from trtfleet_router.routing.config import RoutingConfig, read_routing_file
-from trtfleet_router.routing.framework import Policy
-from trtfleet_router.routing.policies import (
+from trtfleet_router.routing.baselines import (
     chwbl,
     dynamo_kv,
     gie_lora_affinity,
@@ -26,10 +27,13 @@ from trtfleet_router.routing.policies import (
     least_load,
     llmd_default,
     round_robin,
-    trtfleet,
-    trtfleet_adapter,
 )
+from trtfleet_router.routing.config import RoutingConfig, read_routing_file
+from trtfleet_router.routing.framework import Policy
+from trtfleet_router.routing.policies import adapter_affinity, ttft_cost
 from trtfleet_router.routing.types import RoutingConfigError
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -51,11 +55,15 @@ REGISTRY: dict[str, PolicyEntry] = {
         kubeai_prefix_hash.build, (kubeai_prefix_hash.SECTION, chwbl.ChwblConfig)
     ),
     dynamo_kv.NAME: PolicyEntry(dynamo_kv.build, (dynamo_kv.SECTION, dynamo_kv.DynamoKvConfig)),
-    trtfleet_adapter.NAME: PolicyEntry(
-        trtfleet_adapter.build, (trtfleet_adapter.SECTION, trtfleet_adapter.TrtfleetPolicyConfig)
+    adapter_affinity.NAME: PolicyEntry(
+        adapter_affinity.build, (adapter_affinity.SECTION, adapter_affinity.AdapterAffinityConfig)
     ),
-    trtfleet.NAME: PolicyEntry(trtfleet.build, (trtfleet.SECTION, trtfleet.TrtfleetPricedConfig)),
+    ttft_cost.NAME: PolicyEntry(ttft_cost.build, (ttft_cost.SECTION, ttft_cost.TtftCostConfig)),
 }
+RENAMED: dict[str, str] = {"trtfleet": ttft_cost.NAME, "trtfleet-adapter": adapter_affinity.NAME}
+"""Old policy name -> its name now."""
+RENAMED_SECTIONS: dict[str, str] = {"trtfleet": ttft_cost.SECTION, "trtfleet_adapter": adapter_affinity.SECTION}
+"""Old policy block -> its block now."""
 
 
 def policy_names() -> tuple[str, ...]:
@@ -64,7 +72,7 @@ def policy_names() -> tuple[str, ...]:
 
 def build_policy(config: RoutingConfig) -> Policy:
     """The configured policy; an unknown name fails here too, listing the known ones."""
-    entry = REGISTRY.get(config.policy)
+    entry = REGISTRY.get(RENAMED.get(config.policy, config.policy))
     if entry is None:
         raise RoutingConfigError(f"unknown routing policy {config.policy!r}; known: {', '.join(REGISTRY)}")
     return entry.build(config)
@@ -78,6 +86,7 @@ def parse_routing_config(data: Any) -> RoutingConfig:
         config = RoutingConfig.model_validate(data or {})
     except pydantic.ValidationError as exc:
         raise RoutingConfigError(f"invalid routing configuration: {exc}") from exc
+    config = _renamed(config)
     if config.policy not in REGISTRY:
         raise RoutingConfigError(f"unknown routing policy {config.policy!r}; known: {', '.join(REGISTRY)}")
     models = dict(entry.section for entry in REGISTRY.values() if entry.section is not None)
@@ -93,6 +102,24 @@ def parse_routing_config(data: Any) -> RoutingConfig:
         except pydantic.ValidationError as exc:
             raise RoutingConfigError(f"invalid routing configuration, block {name!r}: {exc}") from exc
     return config.model_copy(update={"sections": sections})
+
+
+def _renamed(config: RoutingConfig) -> RoutingConfig:
+    """``config`` with the policy's old name and old blocks under their names now (each with a warning)."""
+    policy = config.policy
+    if policy in RENAMED:
+        policy = RENAMED[policy]
+        log.warning("routing policy %r is now called %r; the old name will be removed", config.policy, policy)
+    sections = dict(config.sections)
+    for old, new in RENAMED_SECTIONS.items():
+        if old in sections:
+            if new in sections:
+                raise RoutingConfigError(f"invalid routing configuration: both {old!r} and its new name {new!r}")
+            log.warning("routing block %r is now called %r; the old name will be removed", old, new)
+            sections[new] = sections.pop(old)
+    if policy == config.policy and sections == config.sections:
+        return config
+    return config.model_copy(update={"policy": policy, "sections": sections})
 
 
 def load_routing_config(path: Path) -> RoutingConfig:

@@ -14,9 +14,10 @@ from typing import Any
 
 import pytest
 from trtfleet_engines.modeldims import TINY_LLAMA_DIMENSIONS, ResolvedDimensions
-from trtfleet_engines.pytorch.capacity import missing_qkv_modules, plan_lora_slots, plan_pytorch_capacity
+from trtfleet_engines.pytorch.capacity import plan_lora_slots, plan_pytorch_capacity
 
 from trtfleet.api.basemodel import BaseModelSpec, LoraModule
+from trtfleet.loracache import missing_qkv_modules
 
 ALL_SEVEN = ["attn_q", "attn_k", "attn_v", "attn_dense", "mlp_h_to_4h", "mlp_4h_to_h", "mlp_gate"]
 TINY = ResolvedDimensions(dims=TINY_LLAMA_DIMENSIONS, source="test")
@@ -27,6 +28,7 @@ def tiny_spec(make_spec: Callable[..., BaseModelSpec], **lora: Any) -> BaseModel
     cache = {"hostMemoryBytes": lora.pop("host", "2Mi"), "optimalAdapterSize": 8, "maxAdapterSize": 8}
     return make_spec({
         "source": {"uri": "file:///opt/trtfleet/models/tiny-llama"},
+        "runtime": "pytorch",
         "parallelism": {"tensor": tp},
         "engine": {"maxBatchSize": 8, "maxInputLen": 256, "maxSeqLen": 512, "maxNumTokens": 2048,
                    "gpu": {"product": "cpu", "count": tp}},

@@ -28,7 +28,7 @@ class Harness:
 
     def __init__(
         self,
-        policy: str = "trtfleet",
+        policy: str = "ttft-cost",
         *,
         pods: int = 4,
         host_pages: int = 8,

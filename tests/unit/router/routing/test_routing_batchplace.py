@@ -23,7 +23,7 @@ def _batch(h: Harness, adapter: AdapterRef | None, slots: int = SLOTS) -> tuple[
     return decision, ticket
 
 
-@pytest.fixture(params=["trtfleet", "trtfleet-adapter", "round-robin", "least-load"])
+@pytest.fixture(params=["ttft-cost", "adapter-affinity", "round-robin", "least-load"])
 def policy(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -64,7 +64,7 @@ def test_each_adapter_keeps_to_its_pods_and_waits_for_them(make_harness: Callabl
 
 
 def test_a_new_adapter_goes_where_the_fewest_other_batch_lines_run(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     a, b, c = h.adapter(1), h.adapter(2), h.adapter(3)
     for _ in range(SLOTS):
         h.force("p0", a, background=True)
@@ -77,7 +77,7 @@ def test_a_new_adapter_goes_where_the_fewest_other_batch_lines_run(make_harness:
 def test_interactive_requests_and_base_model_lines_are_routed_by_the_policy(
     make_harness: Callable[..., Harness],
 ) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     adapter = h.adapter(1)
     _batch(h, adapter)
     assert h.route(adapter).reason not in ("batch-warm", "batch-spread", "batch-wait", "batch-cold")
@@ -92,7 +92,7 @@ def test_no_pod_can_store_it_falls_back_to_the_policy(make_harness: Callable[...
     """Every page pinned by interactive requests: placement has no candidate and the policy answers (busy)."""
     from trtfleet_router.routing import CachesBusy
 
-    h = make_harness("trtfleet", pods=1, host_pages=1, device_pages=1)
+    h = make_harness("ttft-cost", pods=1, host_pages=1, device_pages=1)
     h.pin("p0", h.adapter(1))
     with pytest.raises(CachesBusy):
         _batch(h, h.adapter(2))

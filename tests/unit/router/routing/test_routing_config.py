@@ -13,19 +13,34 @@ from trtfleet_router.routing import (
     parse_routing_config,
     policy_names,
 )
-from trtfleet_router.routing.policies.chwbl import ChwblConfig
-from trtfleet_router.routing.policies.gie_lora_affinity import GieLoraAffinityConfig
-from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicyConfig
+from trtfleet_router.routing.baselines.chwbl import ChwblConfig
+from trtfleet_router.routing.baselines.gie_lora_affinity import GieLoraAffinityConfig
+from trtfleet_router.routing.policies.adapter_affinity import AdapterAffinityConfig
+from trtfleet_router.routing.policies.ttft_cost import TtftCostConfig
 
 
 def test_defaults() -> None:
     config = parse_routing_config(None)
-    assert config.policy == "trtfleet"
+    assert config.policy == "ttft-cost"
     ring = config.section("chwbl", ChwblConfig)
     assert (ring.load_factor, ring.virtual_nodes) == (1.25, 256)
     weights = config.section("gie_lora_affinity", GieLoraAffinityConfig)
     assert (weights.queue_weight, weights.kv_cache_weight, weights.lora_affinity_weight) == (2, 2, 1)
-    assert 8 <= config.section("trtfleet", TrtfleetPolicyConfig).load_bound_inflight <= 16
+    assert 8 <= config.section("ttft_cost", TtftCostConfig).load_bound_inflight <= 16
+
+
+def test_old_policy_names_still_work_with_a_warning(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("WARNING"):
+        config = parse_routing_config({"policy": "trtfleet-adapter", "trtfleet": {"loadBoundInflight": 3},
+                                       "trtfleetAdapter": {"homePods": 5}})
+    assert config.policy == "adapter-affinity"
+    assert config.section("ttft_cost", TtftCostConfig).load_bound_inflight == 3
+    assert config.section("adapter_affinity", AdapterAffinityConfig).home_pods == 5
+    assert "'trtfleet-adapter' is now called 'adapter-affinity'" in caplog.text
+    assert "'trtfleet' is now called 'ttft_cost'" in caplog.text
+    assert parse_routing_config({"policy": "trtfleet"}).policy == "ttft-cost"
+    with pytest.raises(RoutingConfigError, match="both 'trtfleet' and its new name 'ttft_cost'"):
+        parse_routing_config({"trtfleet": {}, "ttftCost": {}})
 
 
 def test_yaml_file_camel_and_snake_case(tmp_path: Path) -> None:
@@ -35,7 +50,7 @@ def test_yaml_file_camel_and_snake_case(tmp_path: Path) -> None:
     )
     config = load_routing_config(path)
     assert (config.policy, config.metrics_stale_after_s) == ("chwbl", 2)
-    ring, trtfleet = config.section("chwbl", ChwblConfig), config.section("trtfleet", TrtfleetPolicyConfig)
+    ring, trtfleet = config.section("chwbl", ChwblConfig), config.section("ttft_cost", TtftCostConfig)
     assert (ring.load_factor, trtfleet.load_bound_inflight) == (1.5, 8)
     assert isinstance(config.sections["chwbl"], ChwblConfig), "every block is validated once, at load"
     assert build_policy(config).name == "chwbl"
@@ -79,6 +94,7 @@ def test_the_charts_policy_enum_lists_every_registered_policy() -> None:
     from pathlib import Path
 
     from trtfleet_router.routing import policy_names
+    from trtfleet_router.routing.policies import RENAMED
 
     schema = json.loads((Path(__file__).parents[4] / "charts" / "trtfleet" / "values.schema.json").read_text())
 
@@ -89,4 +105,4 @@ def test_the_charts_policy_enum_lists_every_registered_policy() -> None:
             return found + [e for value in node.values() for e in enums(value)]
         return []
 
-    assert [sorted(e) for e in enums(schema)] == [sorted(policy_names())]
+    assert [sorted(e) for e in enums(schema)] == [sorted([*policy_names(), *RENAMED])]  # old names still accepted

@@ -47,7 +47,7 @@ def test_miss_makes_the_next_request_to_that_pod_send_weights(
 
 
 def test_trtfleet_returns_to_the_same_pod_after_a_miss(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=4)
+    h = make_harness("ttft-cost", pods=4)
     adapter = h.adapter(1)
     first = h.run(adapter)
     h.run(adapter, Outcome.MISS)
@@ -56,7 +56,7 @@ def test_trtfleet_returns_to_the_same_pod_after_a_miss(make_harness: Callable[..
 
 
 def test_miss_while_other_requests_pin_the_adapter(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=1)
+    h = make_harness("ttft-cost", pods=1)
     adapter = h.adapter(1)
     _, first = h.send(adapter)
     _, second = h.send(adapter)
@@ -69,7 +69,7 @@ def test_miss_while_other_requests_pin_the_adapter(make_harness: Callable[..., H
 
 
 def test_weights_resent_clear_the_suspicion(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=1)
+    h = make_harness("ttft-cost", pods=1)
     adapter = h.adapter(1)
     _, pinned = h.send(adapter)
     h.run(adapter, Outcome.MISS)
@@ -83,7 +83,7 @@ def test_weights_resent_clear_the_suspicion(make_harness: Callable[..., Harness]
 def test_sent_weights_that_may_not_be_stored_count_as_cold(
     make_harness: Callable[..., Harness], outcome: Outcome
 ) -> None:
-    h = make_harness("trtfleet", pods=1)
+    h = make_harness("ttft-cost", pods=1)
     adapter = h.adapter(1)
     assert h.run(adapter, outcome).send_weights
     assert h.route(adapter).send_weights
@@ -94,7 +94,7 @@ def test_sent_weights_that_may_not_be_stored_count_as_cold(
 
 
 def test_failure_of_a_warm_request_keeps_residency(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=1)
+    h = make_harness("ttft-cost", pods=1)
     adapter = h.adapter(1)
     h.run(adapter)
     h.run(adapter, Outcome.FAILED)
@@ -102,7 +102,7 @@ def test_failure_of_a_warm_request_keeps_residency(make_harness: Callable[..., H
 
 
 def test_pod_restart_resets_residency_and_in_flight(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     adapter = h.adapter(1)
     decision, ticket = h.send(adapter)
     pod = decision.pod
@@ -117,7 +117,7 @@ def test_pod_restart_resets_residency_and_in_flight(make_harness: Callable[..., 
 
 
 def test_readiness_follows_discovery(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     adapter = h.adapter(1)
     pod = h.run(adapter).pod
     h.sync_pods()
@@ -134,7 +134,7 @@ def test_readiness_follows_discovery(make_harness: Callable[..., Harness]) -> No
 def test_ready_again_resets_the_shadow_like_a_restart(make_harness: Callable[..., Harness]) -> None:
     # A container restart keeps the pod's uid and IP but empties TRT-LLM's cache; it shows as
     # not ready -> ready, so that transition starts the pod's shadow afresh.
-    h = make_harness("trtfleet", pods=1)
+    h = make_harness("ttft-cost", pods=1)
     adapter = h.adapter(1)
     h.run(adapter)
     decision, ticket = h.send(adapter)
@@ -153,7 +153,7 @@ def test_ready_again_resets_the_shadow_like_a_restart(make_harness: Callable[...
 
 
 def test_removed_pod_is_dropped_and_its_tickets_finish_quietly(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     adapter = h.adapter(1)
     decision, ticket = h.send(adapter)
     h.pod_ids.remove(decision.pod)
@@ -166,7 +166,7 @@ def test_removed_pod_is_dropped_and_its_tickets_finish_quietly(make_harness: Cal
 
 
 def test_no_capacity(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2, config={"noCapacityRetryAfterS": 3})
+    h = make_harness("ttft-cost", pods=2, config={"noCapacityRetryAfterS": 3})
     with pytest.raises(NoCapacity) as caught:
         h.route(None, exclude=["p0", "p1"])
     assert caught.value.retry_after_s == 3
@@ -178,7 +178,7 @@ def test_no_capacity(make_harness: Callable[..., Harness]) -> None:
 
 
 def test_adapter_larger_than_any_cache(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2, host_pages=8)
+    h = make_harness("ttft-cost", pods=2, host_pages=8)
     with pytest.raises(AdapterTooLarge):
         h.route(h.adapter(1, pages=9))
 
@@ -225,7 +225,7 @@ def test_pod_load_sums_the_fresh_readings_of_ready_pods(make_harness: Callable[.
 
 
 def test_prewarm_plan_follows_the_rendezvous_ranking(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=5, host_pages=2)
+    h = make_harness("ttft-cost", pods=5, host_pages=2)
     wanted = h.adapter(1, min_pods=3)
     none = h.adapter(2)
     ranking = rendezvous_rank(wanted.name, h.pod_ids)
@@ -241,7 +241,7 @@ def test_prewarm_plan_follows_the_rendezvous_ranking(make_harness: Callable[...,
 
 
 def test_warm_start_plan_gives_new_pods_the_hottest_adapters_that_fit(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=3, host_pages=4, device_pages=4)
+    h = make_harness("ttft-cost", pods=3, host_pages=4, device_pages=4)
     hot, warm_already, big, cold = h.adapter(1), h.adapter(2), h.adapter(3, pages=2), h.adapter(4)
     h.make_warm("p1", warm_already)
     h.ready["p2"] = False
@@ -257,13 +257,13 @@ def test_warm_start_plan_gives_new_pods_the_hottest_adapters_that_fit(make_harne
 
 
 def test_snapshot_counts(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=1, host_pages=2)
+    h = make_harness("ttft-cost", pods=1, host_pages=2)
     a, b, c = h.adapter(1), h.adapter(2), h.adapter(3)
     for adapter in (a, a, b, c):
         h.run(adapter)
     snapshot = h.fleet.snapshot()
     pod = snapshot.pods[0]
-    assert (snapshot.policy, snapshot.model, snapshot.open_tickets) == ("trtfleet", "m", 0)
+    assert (snapshot.policy, snapshot.model, snapshot.open_tickets) == ("ttft-cost", "m", 0)
     assert (pod.cold_loads_total, pod.warm_routes_total, pod.evictions_total) == (3, 1, 1)
     assert pod.resident_task_ids == (b.task_id, c.task_id)
     assert (pod.host_pages_used, pod.host_pages) == (2, 2)
@@ -300,8 +300,8 @@ def test_policies_hear_only_real_pod_set_changes() -> None:
 
 
 def test_weights_in_transit_until_the_pod_admits_the_request(make_harness: Callable[..., Harness]) -> None:
-    # trtfleet-adapter stays on the loading pod; the priced default may send the next request elsewhere
-    h = make_harness("trtfleet-adapter", pods=2)
+    # adapter-affinity stays on the loading pod; the priced default may send the next request elsewhere
+    h = make_harness("adapter-affinity", pods=2)
     adapter = h.adapter(1)
     first, ticket = h.send(adapter)
     assert first.send_weights and not first.loading
@@ -315,7 +315,7 @@ def test_weights_in_transit_until_the_pod_admits_the_request(make_harness: Calla
 
 
 def test_an_overtaken_load_makes_the_next_request_carry_weights(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=2)
+    h = make_harness("adapter-affinity", pods=2)
     adapter = h.adapter(1)
     first, _loading = h.send(adapter)
     overtaking = h.run(adapter, Outcome.MISS)  # id-only, arrived before the weights
@@ -325,7 +325,7 @@ def test_an_overtaken_load_makes_the_next_request_carry_weights(make_harness: Ca
 
 
 def test_finish_ends_an_unconfirmed_load_and_restarts_forget_it(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     adapter = h.adapter(1)
     first, ticket = h.send(adapter)
     h.finish(ticket)
@@ -337,7 +337,7 @@ def test_finish_ends_an_unconfirmed_load_and_restarts_forget_it(make_harness: Ca
     h.fleet.check_invariants()
 
 
-@pytest.mark.parametrize("policy", ["trtfleet", "trtfleet-adapter"])
+@pytest.mark.parametrize("policy", ["ttft-cost", "adapter-affinity"])
 def test_batch_lines_do_not_push_interactive_requests_off_their_warm_pod(
     make_harness: Callable[..., Harness], policy: str
 ) -> None:
@@ -359,7 +359,7 @@ def test_interactive_load_still_spills_and_batch_lines_count_their_own(
 ) -> None:
     """What the rule leaves alone: interactive requests in flight still make a warm pod busy, and a batch line
     compares every request in flight (its own class included)."""
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     adapter = h.adapter(1)
     h.make_warm("p0", adapter)
     h.load("p0", 6, background=True)
@@ -374,7 +374,7 @@ def test_interactive_load_still_spills_and_batch_lines_count_their_own(
 def test_a_batch_line_books_no_queued_prefill(make_harness: Callable[..., Harness]) -> None:
     """A batch line is not streamed: its first answer is its last, so its prefill would count as queued on the
     pod for as long as it decodes, and price every interactive request there too high."""
-    h = make_harness("trtfleet", pods=1)
+    h = make_harness("ttft-cost", pods=1)
     h.load("p0", 2, background=True)
     assert h.fleet.prefix_index.pending_prefill_tokens("p0") == 0
     h.load("p0", 1)

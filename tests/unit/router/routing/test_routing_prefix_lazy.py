@@ -45,11 +45,11 @@ def fleet(policy: str) -> Fleet:
 @pytest.mark.parametrize(
     ("policy", "hashed", "held"),
     [
-        ("trtfleet", 1, 8),
+        ("ttft-cost", 1, 8),
         ("dynamo-kv", 1, 8),
         ("llmd-default", 1, 8),
         ("kubeai-prefix-hash", 1, 8),
-        ("trtfleet-adapter", 0, 0),
+        ("adapter-affinity", 0, 0),
         ("round-robin", 0, 0),
         ("least-load", 0, 0),
         ("chwbl", 0, 0),

@@ -28,6 +28,7 @@ from trtfleet_router.routing import (
 )
 
 REPO = Path(__file__).resolve().parents[4]
+PRODUCT_POLICIES = ("ttft-cost", "adapter-affinity")  # trtfleet's own; the others are baselines
 
 
 def zipf_stream(adapters: int, count: int, s: float, seed: int) -> list[int]:
@@ -81,7 +82,7 @@ def test_replicas_without_shared_state_place_cold_adapters_identically(seed: int
     runs = []
     for replica, pod_order in enumerate((pods, list(reversed(pods)))):
         clock = [0.0]
-        fleet = make_fleet("trtfleet", pod_order, seed=seed * 100 + replica, host_pages=6, clock=clock)
+        fleet = make_fleet("ttft-cost", pod_order, seed=seed * 100 + replica, host_pages=6, clock=clock)
         runs.append(drive(fleet, clock, stream, adapters, concurrency=12))
     assert cold_placements(runs[0]) == cold_placements(runs[1])
     assert [d.pod for _, d in runs[0]] == [d.pod for _, d in runs[1]]
@@ -94,7 +95,7 @@ _PLACEMENT_SCRIPT = textwrap.dedent(
     from tests.unit.router.routing import test_routing_properties as t
     clock = [0.0]
     pods = [f"pod-{i}" for i in range(5)]
-    fleet = t.make_fleet("trtfleet", pods, seed=int(sys.argv[2]), host_pages=4, clock=clock)
+    fleet = t.make_fleet("ttft-cost", pods, seed=int(sys.argv[2]), host_pages=4, clock=clock)
     decisions = t.drive(fleet, clock, t.zipf_stream(40, 600, 1.1, 3), t.refs(40), concurrency=8)
     print(json.dumps(t.cold_placements(decisions)))
     """
@@ -144,7 +145,7 @@ def test_random_operations_keep_the_books_consistent(policy: str, seed: int) -> 
             try:
                 decision = fleet.route(request)
             except NoCapacity:
-                if policy.startswith("trtfleet") and adapter is not None and candidates:
+                if policy in PRODUCT_POLICIES and adapter is not None and candidates:
                     # only when no candidate can hold it, warm or by evicting idle adapters
                     assert not any(fleet.is_warm(p, adapter.task_id) for p in candidates)
                     assert not any(fleet.has_evictable_slot(p, adapter.pages) for p in candidates)
@@ -154,7 +155,7 @@ def test_random_operations_keep_the_books_consistent(policy: str, seed: int) -> 
             assert decision.pod in candidates
             if adapter is not None:
                 assert decision.send_weights is not fleet.is_warm(decision.pod, adapter.task_id)
-                if policy.startswith("trtfleet") and decision.send_weights:
+                if policy in PRODUCT_POLICIES and decision.send_weights:
                     held = {p.pod_id: p.resident_task_ids for p in fleet.snapshot().pods}[decision.pod]
                     # room for it, or a suspect copy still in the shadow (weights again store nothing)
                     assert fleet.has_evictable_slot(decision.pod, adapter.pages) or adapter.task_id in held
@@ -195,5 +196,5 @@ def warm_share(
 def test_trtfleet_hit_rate_beats_the_baselines_on_a_zipf_trace(seed: int) -> None:
     shape = {"pods": 8, "adapters": 400, "host_pages": 16, "concurrency": 32, "seed": seed}
     shares = {policy: warm_share(policy, **shape) for policy in policy_names()}
-    assert shares["trtfleet"] > shares["round-robin"] + 0.2, shares
-    assert shares["trtfleet"] > max(shares[p] for p in policy_names() if not p.startswith("trtfleet")), shares
+    assert shares["ttft-cost"] > shares["round-robin"] + 0.2, shares
+    assert shares["ttft-cost"] > max(shares[p] for p in policy_names() if p not in PRODUCT_POLICIES), shares

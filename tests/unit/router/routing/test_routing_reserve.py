@@ -53,7 +53,7 @@ def _reserved(h: Harness, count: int = 1) -> frozenset[str]:
     return reserved_pods(_rankings(h.pod_ids), h.pod_ids, count)
 
 
-@pytest.fixture(params=["trtfleet", "trtfleet-adapter", "round-robin", "least-load"])
+@pytest.fixture(params=["ttft-cost", "adapter-affinity", "round-robin", "least-load"])
 def policy(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -153,7 +153,7 @@ def test_interactive_requests_go_to_the_reserved_pod_until_it_is_full(
 def test_once_interactive_requests_stop_the_batch_takes_the_reserved_pod_again(
     make_harness: Callable[..., Harness],
 ) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     (kept,) = _reserved(h)
     h.run(None)  # an interactive request
     assert _batch(h, h.adapter(1))[0].pod != kept
@@ -164,7 +164,7 @@ def test_once_interactive_requests_stop_the_batch_takes_the_reserved_pod_again(
 
 
 def test_no_reserve_asked_routes_as_before(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=3)
+    h = make_harness("ttft-cost", pods=3)
     h.run(None)
     pods = {_batch(h, h.adapter(i), reserve=0)[0].pod for i in range(3)}
     assert pods == set(h.pod_ids)
@@ -172,7 +172,7 @@ def test_no_reserve_asked_routes_as_before(make_harness: Callable[..., Harness])
 
 
 def test_with_no_batch_line_in_flight_interactive_requests_use_every_pod(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=3)
+    h = make_harness("ttft-cost", pods=3)
     (kept,) = _reserved(h)
     adapter = h.adapter(1)
     warm_elsewhere = next(p for p in h.pod_ids if p != kept)
@@ -188,7 +188,7 @@ def test_with_no_batch_line_in_flight_interactive_requests_use_every_pod(make_ha
 def test_a_reserved_pod_whose_cache_is_full_of_busy_adapters_sends_interactive_requests_elsewhere(
     make_harness: Callable[..., Harness],
 ) -> None:
-    h = make_harness("trtfleet", pods=3, host_pages=2)
+    h = make_harness("ttft-cost", pods=3, host_pages=2)
     (kept,) = _reserved(h)
     for index in (7, 8):  # both pages of the reserved pod pinned by interactive requests in flight
         h.pin(kept, h.adapter(index))
@@ -199,7 +199,7 @@ def test_a_reserved_pod_whose_cache_is_full_of_busy_adapters_sends_interactive_r
 
 
 def test_prewarming_pushes_do_not_hold_the_reserve(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=3)
+    h = make_harness("ttft-cost", pods=3)
     request = h.request(h.adapter(1))
     h.open.append(h.fleet.start(h.fleet.prewarm_decision("p0"), request))
     assert h.fleet.reserved_now(1) == frozenset()
@@ -212,7 +212,7 @@ def test_an_auto_reserve_is_sized_from_the_interactive_requests_in_flight(make_h
     """Each interactive request samples what it finds in flight (batch lines left out); the reserve holds the
     fewest pods that a Poisson count of that mean fills at most 1 % of the time, at least one, at most all but
     one."""
-    h = make_harness("trtfleet", pods=4)
+    h = make_harness("ttft-cost", pods=4)
     _batch(h, h.adapter(5), reserve=RESERVE_AUTO)  # batch lines are not interactive load
     assert h.fleet.reserved_now(RESERVE_AUTO) == frozenset()  # no interactive request yet: it does not hold
     _, ticket = _interactive(h, None, reserve=RESERVE_AUTO)  # it found none in flight
@@ -237,7 +237,7 @@ def test_the_routing_files_batch_reserve_sets_the_hold_and_the_auto_share(
     """``batchReserve: {holdS, busyShare}`` replaces the 30 s and the 1 %: the same load as above (a mean of about
     0.97 found in flight) reserves 2 pods at a 30 % share (P(N >= 2) = 25 %, P(N >= 1) = 62 %), not 5; and the
     reserve lets go 5 s after the last interactive request."""
-    h = make_harness("trtfleet", pods=6, config={"batchReserve": {"holdS": 5, "busyShare": 0.3}})
+    h = make_harness("ttft-cost", pods=6, config={"batchReserve": {"holdS": 5, "busyShare": 0.3}})
     _batch(h, h.adapter(5), reserve=RESERVE_AUTO)
     _, ticket = _interactive(h, None, reserve=RESERVE_AUTO)
     for _ in range(RESERVE_SAMPLES):

@@ -66,7 +66,7 @@ CASES = [
     Case("warm-adapter-cold-prefix-when-weights-dear", warm=(2,), prefix=(1,), evicted=(1,), weights_mib=2048,
          expected_rank=2),
     # four of the subject's requests in flight on one warm pod, weights still in transit: hot, and priced
-    # spreading does not wait for that load to land (trtfleet-adapter would stay)
+    # spreading does not wait for that load to land (adapter-affinity would stay)
     Case("hot-adapter-spreads-while-loading", pinned_loading={0: 4}, expected_rank=1, send_weights=True,
          reason="hot-spread"),
     # not hot, but three transfers are queued on the pod's link: a request sent there waits for 4 x 11.7 ms;
@@ -113,7 +113,7 @@ def _setup(h: Harness, case: Case, subject: AdapterRef, ranking: tuple[str, ...]
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
 def test_priced_decision(make_harness: Callable[..., Harness], case: Case) -> None:
-    h = make_harness("trtfleet", pods=4, host_pages=4)
+    h = make_harness("ttft-cost", pods=4, host_pages=4)
     subject = h.adapter(SUBJECT, weights_mib=case.weights_mib)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     _setup(h, case, subject, ranking)
@@ -125,7 +125,7 @@ def test_priced_decision(make_harness: Callable[..., Harness], case: Case) -> No
 def test_a_prefill_nearly_done_no_longer_drives_requests_away(make_harness: Callable[..., Harness]) -> None:
     """The pending-prefill-spreads case, later: the prompt ahead has computed for 0.115 of its 0.119 s since it
     got the pod, so the warm pod's queue is 4 ms + 5 ms in flight, under an 11.7 ms load elsewhere."""
-    h = make_harness("trtfleet", pods=4, host_pages=4)
+    h = make_harness("ttft-cost", pods=4, host_pages=4)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     _setup(h, Case("prefilling", warm=(2,), prefilling={2: 1}), subject, ranking)
@@ -136,7 +136,7 @@ def test_a_prefill_nearly_done_no_longer_drives_requests_away(make_harness: Call
 
 
 def test_base_model_requests_follow_their_prefix_while_it_is_cheaper(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=4)
+    h = make_harness("ttft-cost", pods=4)
     h.fleet.finish(h.fleet.start(Decision("p1", False, True, "test", "setup"), prompt_request(None)),
                    Outcome.OK)
     h.load("p1", 22)  # 22 x (5 ms + 16 prompt tokens) = 0.115 s of queue < 0.119 s of prefill
@@ -146,7 +146,7 @@ def test_base_model_requests_follow_their_prefix_while_it_is_cheaper(make_harnes
 
 
 def test_engine_counters_that_show_less_reuse_lower_the_prefix_price(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet", pods=2)
+    h = make_harness("ttft-cost", pods=2)
     subject = h.adapter(SUBJECT)
     h.make_warm("p0", subject)
     h.make_warm("p1", subject)
@@ -180,7 +180,7 @@ def test_engine_counters_that_show_less_reuse_lower_the_prefix_price(make_harnes
 def test_a_loads_fixed_cost_is_priced_for_its_runtime(
     make_harness: Callable[..., Harness], read_by_pod: bool, config: dict[str, float], expected_rank: int
 ) -> None:
-    h = make_harness("trtfleet", pods=4, host_pages=4, config={"trtfleet": config})
+    h = make_harness("ttft-cost", pods=4, host_pages=4, config={"ttft_cost": config})
     subject = dataclasses.replace(h.adapter(SUBJECT, weights_mib=0), read_by_pod=read_by_pod)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     _setup(h, Case("queued", warm=(2,), prefilling={2: 1}), subject, ranking)
@@ -189,9 +189,9 @@ def test_a_loads_fixed_cost_is_priced_for_its_runtime(
 
 
 def test_the_load_price_is_the_fixed_part_plus_the_bytes() -> None:
-    from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicyConfig
+    from trtfleet_router.routing.policies.cold_placement import AdapterPlacementConfig
 
-    config = TrtfleetPolicyConfig.model_validate({"loadOverheadS": 0.01, "podReadOverheadS": 0.05,
+    config = AdapterPlacementConfig.model_validate({"loadOverheadS": 0.01, "podReadOverheadS": 0.05,
                                                   "linkBandwidthBytesPerS": 1e9, "podReadBytesPerS": 5e8})
     sent = AdapterRef("a", 1, 10**8, 1, 0)
     assert config.load_s(sent) == pytest.approx(0.01 + 0.1)

@@ -20,9 +20,9 @@ from __future__ import annotations
 from pydantic import Field
 
 from trtfleet.api.common import ApiModel
+from trtfleet_router.routing.baselines.gie_lora_affinity import KvCacheScorer, LoraAffinityScorer, QueueScorer
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import MaxScorePicker, Profile, RoutingContext, WeightedScorer
-from trtfleet_router.routing.policies.gie_lora_affinity import KvCacheScorer, LoraAffinityScorer, QueueScorer
 
 SECTION = "llmd_default"
 NAME = "llmd-default"

@@ -1,4 +1,4 @@
-"""trtfleet-adapter (adapter residency only): warm first; cold loads by rendezvous hashing within the load
+"""adapter-affinity (adapter residency only): warm first; cold loads by rendezvous hashing within the load
 bound, priced, never where nothing is evictable; rare adapters confined to the churn pods; hot adapters spread."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 import pytest
 from trtfleet_router.routing import CachesBusy, NoCapacity, Outcome
 from trtfleet_router.routing.hashing import rendezvous_rank
-from trtfleet_router.routing.policies.trtfleet_adapter import CHURN_KEY
+from trtfleet_router.routing.policies.cold_placement import CHURN_KEY
 
 if TYPE_CHECKING:
     from tests.unit.router.routing.conftest import Harness
@@ -72,7 +72,7 @@ def test_trtfleet(
     send_weights: bool,
     reason: str,
 ) -> None:
-    h = make_harness("trtfleet-adapter", pods=4, host_pages=4)
+    h = make_harness("adapter-affinity", pods=4, host_pages=4)
     subject = h.adapter(SUBJECT, **options)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     setup(h, ranking, steps)
@@ -92,8 +92,8 @@ def test_leaving_an_overloaded_warm_pod_pays_the_loads_fixed_cost(
     make_harness: Callable[..., Harness], overhead_s: float, expected: int
 ) -> None:
     """13 requests ahead on the warm pod cost 0.65 s; an 8 MiB load 6.7 ms plus its fixed part."""
-    h = make_harness("trtfleet-adapter", pods=4, host_pages=4,
-                     config={"trtfleet_adapter": {"loadOverheadS": overhead_s}})
+    h = make_harness("adapter-affinity", pods=4, host_pages=4,
+                     config={"adapter_affinity": {"loadOverheadS": overhead_s}})
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     setup(h, ranking, [("warm", 2, SUBJECT, 1), ("load", 2, 13)])
@@ -101,7 +101,7 @@ def test_leaving_an_overloaded_warm_pod_pays_the_loads_fixed_cost(
 
 
 def test_rare_adapter_goes_to_a_churn_pod_not_over_popular_ones(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=8, host_pages=4)  # churn pods: 2 of 8
+    h = make_harness("adapter-affinity", pods=8, host_pages=4)  # churn pods: 2 of 8
     churn = set(rendezvous_rank(CHURN_KEY, h.pod_ids)[:2])
     # an adapter whose two home pods are not churn pods
     subject = next(a for a in (h.adapter(i) for i in range(100, 200))
@@ -123,7 +123,7 @@ def test_rare_adapter_goes_to_a_churn_pod_not_over_popular_ones(make_harness: Ca
 
 
 def test_base_model_requests_go_to_the_least_loaded(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=4)
+    h = make_harness("adapter-affinity", pods=4)
     for pod, count in (("p0", 2), ("p1", 1), ("p2", 3), ("p3", 1)):
         h.load(pod, count)
     decisions = {h.route(None).pod for _ in range(10)}
@@ -132,7 +132,7 @@ def test_base_model_requests_go_to_the_least_loaded(make_harness: Callable[..., 
 
 
 def test_cache_full_backoff_expires(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=3, config={"cacheFullBackoffS": 2.0})
+    h = make_harness("adapter-affinity", pods=3, config={"cacheFullBackoffS": 2.0})
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     setup(h, ranking, [("cache_full", 0)])
@@ -142,7 +142,7 @@ def test_cache_full_backoff_expires(make_harness: Callable[..., Harness]) -> Non
 
 
 def test_excluded_home_is_skipped(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=3)
+    h = make_harness("adapter-affinity", pods=3)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     h.make_warm(ranking[0], subject)
@@ -151,7 +151,7 @@ def test_excluded_home_is_skipped(make_harness: Callable[..., Harness]) -> None:
 
 
 def test_settled_pods_before_pods_still_loading(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=4)
+    h = make_harness("adapter-affinity", pods=4)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     h.make_warm(ranking[2], subject)
@@ -165,7 +165,7 @@ def test_settled_pods_before_pods_still_loading(make_harness: Callable[..., Harn
 
 
 def test_no_hot_spread_while_a_load_is_in_transit(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=4)
+    h = make_harness("adapter-affinity", pods=4)
     subject = h.adapter(SUBJECT)
     ranking = rendezvous_rank(subject.name, h.pod_ids)
     loading = h.pin(ranking[0], subject, admitted=False)
@@ -177,7 +177,7 @@ def test_no_hot_spread_while_a_load_is_in_transit(make_harness: Callable[..., Ha
 
 
 def test_a_suspect_copy_on_a_full_pod_still_takes_its_weights_again(make_harness: Callable[..., Harness]) -> None:
-    h = make_harness("trtfleet-adapter", pods=2, host_pages=2)
+    h = make_harness("adapter-affinity", pods=2, host_pages=2)
     subject = h.adapter(SUBJECT)
     home = rendezvous_rank(subject.name, h.pod_ids)[0]
     h.pin(home, subject)

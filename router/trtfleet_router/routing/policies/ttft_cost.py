@@ -1,87 +1,65 @@
-"""``trtfleet`` (the default): the adapter and the KV-cache prefix priced in one decision, in seconds.
+"""``ttft-cost`` (the default): each candidate pod priced by the first token it would give, in seconds.
 
-On TensorRT-LLM a cached prefix exists only where the same adapter served the same leading tokens (the
-block key holds the LoRA task id), so "where is the adapter warm" and "where is the prefix cached" are one
-question. Every candidate ``p`` gets one cost::
+On TensorRT-LLM a cached prefix exists only where the same adapter served the same leading tokens (the block key
+holds the LoRA task id), so "where is the adapter warm" and "where is the prefix cached" are one question.
+Every candidate ``p`` gets one cost::
 
     cost(p) = queue(p) + adapter(p) + prefill(p)
-    queue(p)   = pending_prefill(p) x prefill_s_per_token         (the predicted prefill of the queue ahead:
-                                                                 uncached prompt tokens of requests started
-                                                                 there whose first token has not come back)
-                 - min(now - head_since(p), head_prefill(p))    (less what the oldest of them has computed
-                                                                 since it got the pod: ``pending_prefill_s``)
-                 + load(p) x inflight_delay_s                   (what each request in flight adds to a new
-                                                                 one's first token: its decode steps)
-    adapter(p) = 0 when warm and settled, else link(p) x transfer  (transfer = a load's fixed cost + weights_bytes
-                                                                 / bandwidth: the link, or the pod's own read
-                                                                 on pytorch (``TrtfleetPolicyConfig.load_s``);
-                                                                 link(p) = 1 + weight transfers already on
-                                                                 their way to p: they go one after another)
-                 (+ one transfer more when storing it evicts an adapter: that adapter's later reload)
-    prefill(p) = uncached(p) x prefill_s_per_token
-    uncached(p) = prompt_tokens - matched_blocks(p) x block_tokens x confidence(p)
+    queue(p)    = pending_prefill(p) x prefill_s_per_token   (uncached prompt tokens of requests started there that
+                  - min(now - head_since(p), head_prefill(p))  have no first token yet, less what the oldest has
+                  + load(p) x inflight_delay_s                 computed since; plus what each request in flight adds)
+    adapter(p)  = 0 when warm and settled, else link(p) x load_s   (link(p) = 1 + weight transfers already on their
+                  (+ one load more when storing it evicts an      way to p: they go one after another)
+                  adapter: that adapter's later reload)
+    prefill(p)  = (prompt_tokens - matched_blocks(p) x block_tokens x confidence(p)) x prefill_s_per_token
 
-A pod where the adapter is warm but its weights are still on their way with an earlier request is priced
-with the transfer: a request sent there now carries the weights again and waits for the link.
+A pod where the adapter is warm but its weights are still on their way with an earlier request is priced with the
+transfer: a request sent there now carries the weights again. The cheapest candidate takes the request.
+Candidates: every pod where the adapter is warm; every pod that holds a prefix of the request's blocks and can
+store the adapter (priced cold); the adapter's cold home (``policies/cold_placement.py``) when no pod is warm,
+when the adapter is hot (its in-flight requests per warm pod reach ``hot_spread_inflight_per_pod``), when the warm
+pods are over the load bound, or when the prefill waiting on the cheapest warm pod takes longer than a load; and
+the spill pod, the candidate with the shortest queue that can store the adapter, scanned only while the best so
+far costs more than a load plus a full prefill (the least a pod without the prefix can cost).
 
-The cheapest candidate takes the request. Candidates:
+So a conversation stays on its pod while its cached prefix saves more prefill than that pod's queue costs, and a
+hot prefix or adapter spreads as soon as queueing where it is costs more than a cold load plus a fresh prefill
+elsewhere. The queue is priced as the prefill waiting ahead, not as a count (as Dynamo's KV router does in
+blocks; a count makes three short requests look dearer than one 8,000-token prompt); docs/benchmarks/ compares
+it with the other policies.
 
-1. every candidate pod where the adapter is warm (shadow cache, ``policies/trtfleet_adapter.py``);
-2. every candidate pod that holds a prefix of the request's blocks (``routing/prefixindex.py``), priced cold
-   when the adapter is not warm there, if its cache can store it;
-3. the adapter's **cold home**, the pod the adapter-only steps pick (rendezvous order, victims no more
-   popular than the adapter, churn pods for the long tail; ``trtfleet-adapter`` steps 2-3), so every
-   replica spreads to the same next pod. Considered when no pod is warm, when the adapter is *hot* (its
-   in-flight requests per warm pod reach ``hot_spread_inflight_per_pod``), when the warm pods are over the
-   load bound, or when the prefill already waiting on the cheapest warm pod takes longer than the adapter's
-   transfer (queueing there costs more than a cold load would);
-4. the **spill** pod: the candidate with the shortest queue that can store the adapter, priced cold
-   (``spill``); an O(pods) scan, made only while the best candidate so far costs more than a transfer plus
-   a full prefill (the least a pod without the prefix can cost). It wins exactly when the queue it
-   avoids is longer than the transfer plus the prefill the cached prefix would have saved: a request whose
-   reuse saving is smaller than the queue wait it would add leaves the pods that hold its prefix.
+Ties (within 1 us) go to warm before cold, then to the adapter's rendezvous order (replicas agree). No candidate
+within the bound: the least loaded pod that can store the adapter (``cold-over-bound``); none:
+:class:`~trtfleet_router.routing.types.CachesBusy`. Base-model requests: the cheapest by queue + prefill.
 
-So a conversation stays on its pod while its cached prefix saves more prefill than that pod's queue costs,
-and a hot prefix or a hot adapter spreads as soon as queueing on the pods that hold it costs more than a
-cold load plus a fresh prefill elsewhere. Unlike ``trtfleet-adapter`` there is no "one spread at a time"
-gate: while a hot adapter's weights are still travelling to one pod, the next request is priced again and
-may go to the next pod of the ranking when the queues have grown (what made one adapter at 1,000 req/s
-reach a p99 TTFT of 147 ms there: the fleet warmed one pod per load while queues built).
-
-The queue is priced as the prefill waiting ahead, not as a count: Dynamo's KV router does the same in blocks
-(``logit = overlap_score_weight x potential_prefill_blocks + potential_active_blocks``, prefill blocks =
-the request's uncached tokens / block size; ai-dynamo/dynamo ``docs/design_docs/router_design.md``, read at
-the fork wxsms/dynamo@80e7bafd37a0bc5970bea955a63e746ba5adac5a), while llm-d's default profile adds
-normalised scores (queue 2, KV use 2, prefix 3: ``policies/llmd_default.py``) that cannot say how long a
-queue of long prompts takes. Counting requests instead (``trtfleet-adapter``'s 50 ms per request in flight)
-made a pod with three short requests ahead look dearer than one with an 8,000-token prompt ahead.
-
-Ties (equal cost within 1 us) go to warm before cold, then to the adapter's rendezvous order (replicas
-agree). No warm pod, no prefix, no cold home within the bound: the least loaded pod that can store the
-adapter (``cold-over-bound``); none: :class:`~trtfleet_router.routing.types.CachesBusy`. Base-model
-requests: the cheapest of all candidates by queue + prefill (``base-priced``).
-
-Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen over a less loaded one), ``cold-prefix``,
-``hot-spread``, ``spill``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-over-bound``, ``base-priced``.
+Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen over a less loaded one), ``cold-prefix``, ``hot-spread``,
+``spill``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-over-bound``, ``base-priced``.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from pydantic import Field
 
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Choice, PodView, RoutingContext
 from trtfleet_router.routing.hashing import rendezvous_score
-from trtfleet_router.routing.policies.trtfleet_adapter import TrtfleetPolicy, TrtfleetPolicyConfig
+from trtfleet_router.routing.policies.cold_placement import (
+    AdapterPlacementConfig,
+    churn_pods,
+    cold_anywhere,
+    cold_home,
+)
 from trtfleet_router.routing.types import AdapterRef, CachesBusy
 
-NAME = "trtfleet"
-SECTION = "trtfleet"
+NAME = "ttft-cost"
+SECTION = "ttft_cost"
 COST_TIE_S = 1e-6
 
 
-class TrtfleetPricedConfig(TrtfleetPolicyConfig):
-    """Parameters of the default ``trtfleet`` policy (see ``policies/trtfleet.py``)."""
+class TtftCostConfig(AdapterPlacementConfig):
+    """Parameters of the default ``ttft-cost`` policy."""
 
     prefill_s_per_token: float = Field(
         default=14.5e-6,
@@ -95,16 +73,25 @@ class TrtfleetPricedConfig(TrtfleetPolicyConfig):
         ge=0,
         description="What one request in flight on a pod adds to a new request's first token beyond the prefill "
         "queued ahead (decode steps it shares the batch with). 5 ms: the Mooncake replay in the simulator is "
-        "as good from 3 to 10 ms (docs/benchmarks/prefix.md); trtfleet-adapter's 50 ms per "
+        "as good from 3 to 10 ms (docs/benchmarks/prefix.md); adapter-affinity's 50 ms per "
         "request (queueDelayPerInflightS) is the whole service time over the batch and outweighs prefill.",
     )
 
 
-class TrtfleetPricedPolicy(TrtfleetPolicy):
+class TtftCostPolicy:
     uses_prefix = True  # the fleet hashes prompts and books their blocks only for such policies
-    def __init__(self, config: TrtfleetPricedConfig, retry_after_s: float) -> None:
-        super().__init__(config, retry_after_s)
-        self._priced = config
+
+    def __init__(self, config: TtftCostConfig, retry_after_s: float) -> None:
+        self._config = config
+        self._retry_after_s = retry_after_s
+        self._churn: frozenset[str] = frozenset()
+
+    @property
+    def churn_pods(self) -> frozenset[str]:
+        return self._churn
+
+    def pods_changed(self, pod_ids: Sequence[str]) -> None:
+        self._churn = churn_pods(self._config, pod_ids)
 
     @property
     def name(self) -> str:
@@ -114,13 +101,13 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         adapter = ctx.request.adapter
         if adapter is None:
             return self._choose_base(ctx)
-        config = self._priced
+        config = self._config
         task_id = adapter.task_id
         matches = ctx.prefix_matches()
         bound = min(ctx.loads) + config.load_bound_inflight
         best = _Best(adapter.name)
         full_prefill_s = ctx.request.prompt_tokens * config.prefill_s_per_token
-        transfer_s = self._priced.load_s(adapter)
+        transfer_s = self._config.load_s(adapter)
         least_warm_load: int | None = None
         warm_count = 0
         for pod_id in ctx.residency.warm_pods(task_id):
@@ -150,7 +137,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
             and ctx.prefix.pending_prefill_s(best.pod.pod_id, ctx.now_s, config.prefill_s_per_token) > transfer_s
         )
         if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
-            found = self._cold_home(ctx, adapter, bound)
+            found = cold_home(ctx, adapter, bound, config, self._churn)
             if found is not None:
                 pod, load, reason = found
                 cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
@@ -165,7 +152,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
                 best.offer(pod, cost, True, "spill")
         if best.pod is not None:
             return Choice(best.pod, best.reason)
-        fallback = self._cold_anywhere(ctx, adapter)
+        fallback = cold_anywhere(ctx, adapter)
         if fallback is not None:
             return Choice(fallback, "cold-over-bound")
         raise CachesBusy("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
@@ -191,13 +178,13 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
     def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
         """The prefill still pending there (started, no first token; less what the oldest has computed since
         it got the pod) plus what the requests in flight add."""
-        config = self._priced
+        config = self._config
         pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, config.prefill_s_per_token)
         return load * config.inflight_delay_s + pending_s
 
     def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
-        transfer_s = self._priced.load_s(adapter)
+        transfer_s = self._config.load_s(adapter)
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
         return self._link_s(pod, transfer_s) + (transfer_s if evicts else 0.0) + self._queue_s(ctx, pod.pod_id, load)
@@ -219,7 +206,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         cached = 0.0
         if matched:
             cached = min(request.prompt_tokens, matched * request.blocks.block_tokens) * ctx.prefix.confidence(pod_id)
-        return max(0.0, request.prompt_tokens - cached) * self._priced.prefill_s_per_token
+        return max(0.0, request.prompt_tokens - cached) * self._config.prefill_s_per_token
 
     def _choose_base(self, ctx: RoutingContext) -> Choice:
         matches = ctx.prefix_matches()
@@ -263,5 +250,5 @@ class _Best:
         self.pod, self.cost_s, self.cold, self.reason, self.score = pod, cost_s, cold, reason, None
 
 
-def build(config: RoutingConfig) -> TrtfleetPricedPolicy:
-    return TrtfleetPricedPolicy(config.section(SECTION, TrtfleetPricedConfig), config.no_capacity_retry_after_s)
+def build(config: RoutingConfig) -> TtftCostPolicy:
+    return TtftCostPolicy(config.section(SECTION, TtftCostConfig), config.no_capacity_retry_after_s)

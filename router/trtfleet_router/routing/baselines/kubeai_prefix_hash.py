@@ -11,9 +11,9 @@ between characters 100 and 128). A prompt shorter than one block hashes the adap
 
 from __future__ import annotations
 
+from trtfleet_router.routing.baselines.chwbl import BoundedLoadRingPicker, ChwblConfig
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Profile, RoutingContext
-from trtfleet_router.routing.policies.chwbl import BoundedLoadRingPicker, ChwblConfig
 
 SECTION = "kubeai_prefix_hash"
 NAME = "kubeai-prefix-hash"

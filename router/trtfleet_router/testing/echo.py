@@ -8,7 +8,7 @@ evicted), an id-only request for an id it does not hold fails with TRT-LLM's exa
 
 The answer is ``text_input`` itself, prefixed ``[<task id>] `` for an adapter, cut to ``max_tokens``
 characters; with ``stream`` it arrives in pieces of ``chunk_chars`` characters, ``chunk_delay_s``
-apart. Run it alone with ``python -m trtfleet_router.upstream.echo --port 8001 [--http-port 8000]`` (the
+apart. Run it alone with ``python -m trtfleet_router.testing.echo --port 8001 [--http-port 8000]`` (the
 HTTP side serves Triton's generate extension, for direct-vs-router comparisons over HTTP).
 """
 

@@ -1,0 +1,65 @@
+"""Prewarming: an adapter's weights pushed to a pod before requests need them there.
+
+A prewarm is a one-token request pinned to the pod with the adapter's weights (on runtime ``pytorch`` the pod
+reads them from ``lora_path``), not counted as demand and never retried elsewhere. Two things push them: the
+adapters that ask for ``minPods`` warm pods (:meth:`Prewarmer.run`, every ``prewarm_interval_s``) and warm
+starts of new pods (:mod:`trtfleet_router.warmstart`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Final
+
+from trtfleet_router.errors import RouterError
+from trtfleet_router.liveview import FleetSet
+from trtfleet_router.routing.fleet import Fleet
+from trtfleet_router.upstream.dispatch import Dispatcher
+from trtfleet_router.upstream.protocol import SamplingParams
+from trtfleet_router.upstream.text import TextGenerator, TextRequest
+
+log = logging.getLogger(__name__)
+
+PREWARM_TIMEOUT_S: Final = 60.0
+PREWARM_PROMPT_TOKENS: Final = 3
+
+
+class Prewarmer:
+    def __init__(self, fleets: FleetSet, text: TextGenerator, dispatcher: Dispatcher) -> None:
+        self.fleets = fleets
+        self.text = text
+        self.dispatcher = dispatcher
+
+    async def run(self, interval_s: float) -> None:
+        """Keep every adapter with ``minPods`` warm on that many pods."""
+        while True:
+            await asyncio.sleep(interval_s)
+            for name, fleet in list(self.fleets.fleets.items()):
+                adapters = self.fleets.registry.adapters_of(name)
+                plan = fleet.prewarm_plan([a.ref for a in adapters if a.min_pods > 0])
+                by_name = {a.served_name: a for a in adapters}
+                for pod, ref in plan:
+                    await self.push(name, pod, by_name[ref.name].served_name)
+
+    async def push(self, base_model: str, pod: str, served_name: str) -> None:
+        """Push ``served_name``'s weights to ``pod`` (failures are logged, not raised)."""
+        target = self.fleets.registry.resolve(served_name)
+        request = TextRequest(
+            f"prewarm-{served_name}",
+            target,
+            " ",
+            SamplingParams(max_tokens=1),
+            False,
+            PREWARM_PROMPT_TOKENS,
+            PREWARM_TIMEOUT_S,
+        )
+        try:
+            call = await self.text.call(request)
+            call.pinned_decision = Fleet.prewarm_decision(pod)
+            async for _ in self.dispatcher.stream(call):
+                pass
+        except RouterError as exc:
+            log.warning("prewarm failed", extra={"ctx": {"pod": pod, "adapter": served_name, "error": exc.message}})
+        else:
+            log.info("prewarmed", extra={"ctx": {"pod": pod, "adapter": served_name, "base_model": base_model}})
