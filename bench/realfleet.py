@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -177,6 +178,7 @@ class RealFleet:
     peer_view: bool = False  # replicas share cache events: each gets --peer-port and a --peer per other
     router_http_ports: list[int] = field(default_factory=list)
     router_metrics_ports: list[int] = field(default_factory=list)
+    internal_token: str | None = None  # the peer view's shared token (None: no peer view)
     _workers: list[Any] = field(default_factory=list)
     _routers: list[subprocess.Popen[bytes]] = field(default_factory=list)
 
@@ -286,6 +288,7 @@ class RealFleet:
         base = [
             str(Path(sys.executable).parent / "trtfleet"), "router", "--fleet-config", str(config_path),
             "--policy", self.policy, "--host", "127.0.0.1", "--grpc-port", "-1", "--log-level", "WARNING",
+            "--debug-endpoints",  # the counters come from /debug/fleets (loopback clients need no token)
         ]
         if self.policy_config is not None:
             policy_path = self.work_dir / "policy.yaml"
@@ -294,13 +297,17 @@ class RealFleet:
         self.router_http_ports = [free_port() for _ in range(self.replicas)]
         self.router_metrics_ports = [free_port() for _ in range(self.replicas)]
         peer_ports = [free_port() for _ in range(self.replicas)] if self.peer_view else []
+        token_file = self.work_dir / "internal-tokens"
+        if self.peer_view:  # the replicas' shared token, as the chart gives them one; /debug/fleets wants it too
+            self.internal_token = secrets.token_urlsafe(32)
+            token_file.write_text(self.internal_token + "\n", encoding="utf-8")
         for index in range(self.replicas):
             command = base + [
                 "--seed", str(self.seed + index), "--http-port", str(self.router_http_ports[index]),
                 "--metrics-port", str(self.router_metrics_ports[index]), *self.router_args,
             ]
             # shadow: each replica its own view (and no fixed peer port for N replicas to collide on)
-            command += peer_flags(index, peer_ports) if self.peer_view else ["--peer-port", "-1"]
+            command += peer_flags(index, peer_ports, token_file=token_file) if self.peer_view else ["--peer-port", "-1"]
             log = self._router_log(index).open("ab")
             self._routers.append(subprocess.Popen(
                 command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, cwd=self.work_dir,
@@ -357,7 +364,8 @@ class RealFleet:
 
     def fleets_debug(self, index: int = 0) -> Any:
         url = self.replica_metrics_url(index).replace("/metrics", "/debug/fleets")
-        with urllib.request.urlopen(url, timeout=10) as response:
+        headers = {} if self.internal_token is None else {"Authorization": f"Bearer {self.internal_token}"}
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=10) as response:
             return json.loads(response.read().decode())
 
     def stop(self) -> None:

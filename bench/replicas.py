@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 import random
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 REAL_VIEWS = ("shadow", "peers")
@@ -71,11 +72,16 @@ def sum_counters(per_replica: Sequence[Mapping[str, float]]) -> dict[str, float]
     return {name: sum(float(counters[name]) for counters in per_replica) for name in per_replica[0]}
 
 
-def peer_flags(index: int, peer_ports: Sequence[int], host: str = "127.0.0.1") -> list[str]:
-    """Router flags of replica ``index`` in a peer view: its own ``--peer-port`` and a ``--peer`` per other."""
+def peer_flags(
+    index: int, peer_ports: Sequence[int], host: str = "127.0.0.1", token_file: Path | None = None
+) -> list[str]:
+    """Router flags of replica ``index`` in a peer view: its own ``--peer-port``, a ``--peer`` per other, and
+    the replicas' shared ``--internal-token-file`` (as the chart runs them; a router refuses peers without one)."""
     if not 0 <= index < len(peer_ports):
         raise ReplicaSpecError(f"replica {index} out of range for {len(peer_ports)} peer ports")
     flags = ["--peer-port", str(peer_ports[index])]
+    if token_file is not None:
+        flags += ["--internal-token-file", str(token_file)]
     for other, port in enumerate(peer_ports):
         if other != index:
             flags += ["--peer", f"http://{host}:{port}"]

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from pathlib import Path
 
 from trtfleet_operator import logs
 from trtfleet_operator.config import (
@@ -135,6 +136,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="URL",
         help="a router's /fleet/v1/demand URL, instead of looking router pods up (repeatable; the local path)",
     )
+    parser.add_argument(
+        "--router-token-file",
+        type=Path,
+        metavar="FILE",
+        help="the routers' internal bearer tokens (their --internal-token-file), sent with the demand and held "
+        "requests on the peer port; re-read when the file changes",
+    )
     parser.add_argument("--log-level", default=os.environ.get("TRTFLEET_LOG_LEVEL", "INFO"))
     parser.set_defaults(func=run)
 
@@ -164,6 +172,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             interval_s=args.merge_interval,
             router_peer_port=args.router_peer_port,
             router_demand_urls=tuple(args.router_demand_url),
+            router_token_file=args.router_token_file,
         ),
         convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
     )

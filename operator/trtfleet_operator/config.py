@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from trtfleet.api.basemodel import EngineSpec
 from trtfleet.version import __version__
@@ -110,6 +111,9 @@ class MergeAdviceConfig:
     """The routers' peer port, which serves ``GET /fleet/v1/demand`` (the chart's ``router.peers.port``)."""
     router_demand_urls: tuple[str, ...] = ()
     """Fixed ``/fleet/v1/demand`` URLs (the local path); when given, no router pods are looked up."""
+    router_token_file: Path | None = None
+    """The routers' internal bearer tokens (:mod:`trtfleet.internalauth`), sent on the peer port (demand and held
+    requests); the chart mounts the routers' Secret. None: no credential (a local router answers loopback)."""
 
 
 @dataclass(frozen=True)

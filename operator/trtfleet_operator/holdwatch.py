@@ -13,6 +13,8 @@ under the BaseModel's reconcile lock, as the timer would: the first held request
 backlog that grows during it is sized as it grows. The routers stay read-only on
 the Kubernetes API: the operator asks them, they never write BaseModels.
 
+Every poll carries the routers' bearer token (``--router-token-file``, :mod:`trtfleet.internalauth`).
+
 Cursors are per router replica id: a router that restarted (a new id behind an address) numbers its episodes
 from 1 again, and its first answer counts as new when it holds requests. A router that does not answer is
 left out of the round; the timer still decides, so this only ever makes a scale-up sooner.
@@ -31,6 +33,7 @@ from typing import Any
 
 import aiohttp
 
+from trtfleet.internalauth import TokenFile, authorized_get
 from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
 from trtfleet_operator.errors import KubeError
 from trtfleet_operator.kube import KubeClient
@@ -130,11 +133,14 @@ class HoldWatch:
         routers: AutoscaleConfig,
         peers: MergeAdviceConfig,
         clock: Callable[[], float] = time.monotonic,
+        *,
+        tokens: TokenFile | None = None,
     ) -> None:
         self.client = client
         self.routers = routers
         self.peers = peers
         self.clock = clock
+        self.tokens = tokens
 
     async def run(
         self,
@@ -205,9 +211,8 @@ class HoldWatch:
             cursor = advance(answer, cursor, decided, per_pod())
             await asyncio.sleep(max(0.0, ROUND_MIN_S - (self.clock() - started_s)))
 
-    @staticmethod
     async def _ask(
-        session: aiohttp.ClientSession, base_url: str, name: str, cursor: Cursor | None, wait_s: float
+        self, session: aiohttp.ClientSession, base_url: str, name: str, cursor: Cursor | None, wait_s: float
     ) -> HeldAnswer | None:
         params = {"base_model": name}
         if cursor is not None:  # first contact answers at once; after it, wait for what is not covered yet
@@ -215,7 +220,7 @@ class HoldWatch:
             if cursor.covered is not None:
                 params["above"] = str(cursor.covered)
         try:
-            async with session.get(base_url + HELD_PATH, params=params) as response:
+            async with authorized_get(session, base_url + HELD_PATH, self.tokens, params=params) as response:
                 response.raise_for_status()
                 answer = parse_held(json.loads(await response.text()))
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:

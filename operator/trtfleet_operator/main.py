@@ -20,6 +20,7 @@ from typing import Any
 
 import kopf
 
+from trtfleet.internalauth import TokenFile, TokenFileError
 from trtfleet.kube import KubeApi, KubeConfigError, KubeConnection, KubeSource, load_connection
 from trtfleet.kube.config import bearer_token
 from trtfleet_operator import metrics
@@ -114,13 +115,22 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
         client = KubeClient(await KubeApi.connect(KubeSource()))
     except KubeConfigError as exc:
         raise ConfigError(str(exc)) from exc
+    token_file = config.merge_advice.router_token_file
+    try:
+        tokens = TokenFile(token_file) if token_file is not None else None
+    except TokenFileError as exc:
+        await client.close()
+        raise ConfigError(f"--router-token-file: {exc}") from exc
     runtime = OperatorRuntime(config, client)
     kopf.on.login(registry=registry)(login)
     autoscaler = Autoscaler(client, ScrapeSignals(client, config.autoscale), runtime.clock)
-    advisor = MergeAdvisor(
-        client, RouterDemand(client, config.autoscale, config.merge_advice), runtime.clock, runtime.trigger
+    demand = RouterDemand(client, config.autoscale, config.merge_advice, tokens=tokens)
+    advisor = MergeAdvisor(client, demand, runtime.clock, runtime.trigger)
+    watch = (
+        HoldWatch(client, config.autoscale, config.merge_advice, tokens=tokens)
+        if config.autoscale.held_wait_s > 0
+        else None
     )
-    watch = HoldWatch(client, config.autoscale, config.merge_advice) if config.autoscale.held_wait_s > 0 else None
     register(registry, runtime, config, autoscaler, advisor, watch)
     if options.metrics_port:
         metrics.serve(options.metrics_port)

@@ -2,9 +2,9 @@
 
 :class:`RouterDemand` is the real :class:`DemandSource`: ``GET /fleet/v1/demand`` on every ready router
 pod's peer port (the pods matching ``--router-selector``, or the fixed ``--router-demand-url`` list), all
-at once with the autoscaler's scrape timeout; a router that does not answer, or answers something else, is
-left out of this round. No view at all: every Adapter's ``MergeRecommended`` turns Unknown
-(``NoDemandSignal``), what the readings so far left is kept.
+at once with the autoscaler's scrape timeout and the routers' bearer token (``--router-token-file``); a
+router that does not answer, or answers something else, is left out of this round. No view at all: every
+Adapter's ``MergeRecommended`` turns Unknown (``NoDemandSignal``), what the readings so far left is kept.
 
 :meth:`MergeAdvisor.tick` runs on a kopf timer per BaseModel (``--merge-interval``): one read of the
 views, one status patch per Adapter whose advice changed enough to be worth one (guarded by the
@@ -25,6 +25,7 @@ from typing import Any, Protocol
 import aiohttp
 
 from trtfleet.api import API_VERSION
+from trtfleet.internalauth import TokenFile, authorized_get
 from trtfleet.mergedecision import Memory
 from trtfleet_operator import metrics
 from trtfleet_operator.config import AutoscaleConfig, MergeAdviceConfig
@@ -63,10 +64,18 @@ async def router_peer_urls(
 
 
 class RouterDemand:
-    def __init__(self, client: KubeClient, routers: AutoscaleConfig, config: MergeAdviceConfig) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        routers: AutoscaleConfig,
+        config: MergeAdviceConfig,
+        *,
+        tokens: TokenFile | None = None,
+    ) -> None:
         self.client = client
         self.routers = routers
         self.config = config
+        self.tokens = tokens
 
     async def _urls(self, namespace: str) -> list[str]:
         if self.config.router_demand_urls:
@@ -81,10 +90,9 @@ class RouterDemand:
             bodies = await asyncio.gather(*(self._get(session, url) for url in urls))
         return [body for body in bodies if body is not None]
 
-    @staticmethod
-    async def _get(session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
+    async def _get(self, session: aiohttp.ClientSession, url: str) -> dict[str, Any] | None:
         try:
-            async with session.get(url) as response:
+            async with authorized_get(session, url, self.tokens) as response:
                 response.raise_for_status()
                 body = json.loads(await response.text())
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:

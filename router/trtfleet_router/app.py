@@ -1,10 +1,11 @@
 """Wiring: builds the router's parts, starts its servers and background loops, drains on stop.
 
-Ports: HTTP (OpenAI + Triton HTTP on one aiohttp server), gRPC (Triton), metrics (``/metrics`` and
-``/debug/fleets``). Background loops: discovery, load-signal scraping, prewarming. ``stop`` drains:
-readiness turns false and new requests get 503 at once, in-flight requests get ``drain_timeout_s``
-to finish, then the servers close (remaining streams are cancelled, which cancels their upstream
-calls).
+Ports: HTTP (OpenAI + Triton HTTP on one aiohttp server), gRPC (Triton), metrics (``/metrics``, and
+``/debug/fleets`` when ``debug_endpoints`` is on), peers. The peer port and the debug endpoints are internal:
+:mod:`trtfleet_router.internalaccess` decides who may use them. Background loops: discovery, load-signal
+scraping, prewarming. ``stop`` drains: readiness turns false and new requests get 503 at once, in-flight
+requests get ``drain_timeout_s`` to finish, then the servers close (remaining streams are cancelled, which
+cancels their upstream calls).
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from typing import Any, Final, Protocol
 import grpc
 from aiohttp import web
 
+from trtfleet.internalauth import TokenFile
 from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
 from trtfleet_router.epp.exchange import PickerSettings
 from trtfleet_router.epp.server import EndpointPicker, PickerHealth, build_picker_server
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
+from trtfleet_router.internalaccess import InternalAccess, choose_access
 from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
 from trtfleet_router.loopmetrics import LoopLagProbe
 from trtfleet_router.metrics import RouterMetrics
@@ -83,6 +86,9 @@ class RouterSettings:
     peering: PeerSettings | None = None  # None: no peer port, this replica's own view only
     picker: PickerSettings | None = None  # None: no endpoint-picker port (docs/gateway.md)
     picker_port: int = -1
+    internal_token_file: Path | None = None  # the internal endpoints' bearer tokens (None: loopback only)
+    internal_open: bool = False  # --no-internal-auth: the internal endpoints answer anyone
+    debug_endpoints: bool = False  # /debug/fleets on the metrics port
     batch: BatchSettings = field(default_factory=BatchSettings)
 
 
@@ -93,11 +99,19 @@ class Router:
         self.settings = settings
         self.discovery = discovery
         self.metrics = RouterMetrics()
-        self.journal = EventLog(new_replica_id()) if settings.peering is not None else None
+        peering = settings.peering
+        mode = choose_access(
+            settings.internal_token_file,
+            settings.internal_open,
+            peering is not None and bool(peering.seeds or peering.dns),
+        )
+        tokens = TokenFile(settings.internal_token_file) if settings.internal_token_file is not None else None
+        self.access = InternalAccess(mode, tokens)
+        self.journal = EventLog(new_replica_id()) if peering is not None else None
         self.fleets = FleetSet(settings.routing, seed=settings.seed, journal=self.journal)
         self.peers = (
-            Peers(self.journal, self.fleets, self.metrics, settings.peering)
-            if settings.peering is not None and self.journal is not None
+            Peers(self.journal, self.fleets, self.metrics, peering, tokens=tokens)
+            if peering is not None and self.journal is not None
             else None
         )
         self.pool = ChannelPool()
@@ -177,7 +191,9 @@ class Router:
 
     def metrics_app(self) -> web.Application:
         app = web.Application()
-        app.add_routes([web.get("/metrics", self._metrics), web.get("/debug/fleets", self._fleets_debug)])
+        app.add_routes([web.get("/metrics", self._metrics)])
+        if self.settings.debug_endpoints:
+            app.add_routes([web.get("/debug/fleets", self._fleets_debug)])
         return app
 
     async def start(self) -> None:
@@ -191,11 +207,15 @@ class Router:
             listed.set()
 
         self._background(self.discovery.run(apply), "discovery")
+        if s.peering is not None or s.debug_endpoints:
+            self.access.describe()
         if self.peers is not None and self.journal is not None and s.peering is not None:
             # before the public ports: a replica answers its first request with the other replicas' view,
             # copied once it knows the pods (a snapshot's pods it does not know yet are skipped)
             holds = self.dispatcher.admission.holds
-            self._peer_server = server = PeerServer(self.journal, self.fleets, self.peers, holds=holds)
+            self._peer_server = server = PeerServer(
+                self.journal, self.fleets, self.peers, access=self.access, holds=holds
+            )
             self.peer_port = await self._serve_http(server.app(), s.peering.port)
             self.peers.listening(s.host, self.peer_port)
             if not initial.registry.bases:
@@ -295,6 +315,7 @@ class Router:
         return web.Response(body=self.metrics.exposition(), content_type="text/plain", charset="utf-8")
 
     async def _fleets_debug(self, request: web.Request) -> web.Response:
+        self.access.check(request)
         snapshots = {name: dataclasses.asdict(fleet.snapshot()) for name, fleet in self.fleets.fleets.items()}
         return web.json_response(snapshots)
 

@@ -6,7 +6,8 @@ Examples::
     trtfleet router --base-model tiny --architecture reference --max-input-len 256 --max-seq-len 512 \\
         --backend 127.0.0.1:8001/8002,127.0.0.1:9001/9002 --adapter tiny-upper=1:/data/adapters/upper
     trtfleet router --kubernetes --namespace models
-    trtfleet router --fleet-config fleet.yaml --peer-port 8082 --peer http://10.0.0.7:8082  # a second replica
+    trtfleet router --fleet-config fleet.yaml --peer-port 8082 --peer http://10.0.0.7:8082 \
+        --internal-token-file /etc/trtfleet/internal/tokens  # a second replica (the same file on each)
 
 SIGTERM/SIGINT drain: readiness goes false, new requests get 503, in-flight ones get
 ``--drain-timeout-s`` to finish.
@@ -32,7 +33,13 @@ from trtfleet_router.batch.wiring import BatchSettings
 from trtfleet_router.epp.exchange import PickerSettings
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
-from trtfleet_router.peering.peers import GRACE_S_DEFAULT, PEER_PORT_DEFAULT, SYNC_TIMEOUT_S_DEFAULT, PeerSettings
+from trtfleet_router.peering.peers import (
+    GRACE_S_DEFAULT,
+    PEER_PORT_DEFAULT,
+    SYNC_TIMEOUT_S_DEFAULT,
+    PeerSettings,
+    normalize_peer_url,
+)
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.policies import load_routing_config, parse_routing_config
 from trtfleet_router.routing.reserve import RESERVE_AUTO
@@ -89,6 +96,25 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=0,
         help="endpoints after the first in x-gateway-destination-endpoint, for gateways that retry down the list "
         "(default 0: plain Envoy takes one)",
+    )
+
+    internal = parser.add_argument_group(
+        "internal endpoints (the peer port, the debug endpoints; without a token file: loopback clients only)"
+    )
+    internal.add_argument(
+        "--internal-token-file",
+        type=Path,
+        metavar="FILE",
+        help="bearer tokens, one per line: every one is accepted, the first is sent to the other replicas; "
+        "re-read when the file changes (a mounted Secret)",
+    )
+    internal.add_argument(
+        "--no-internal-auth",
+        action="store_true",
+        help="serve the internal endpoints to anyone who reaches them, without a credential (logged at start)",
+    )
+    internal.add_argument(
+        "--debug-endpoints", action="store_true", help="serve /debug/fleets on the metrics port (off by default)"
     )
 
     routing = parser.add_argument_group("routing")
@@ -262,9 +288,14 @@ def _peering(args: argparse.Namespace) -> PeerSettings | None:
         if args.peer or args.peer_dns:
             raise SystemExit("trtfleet router: --peer/--peer-dns need the peer port (--peer-port is -1)")
         return None
-    for url in args.peer:
-        if not url.startswith(("http://", "https://")):
-            raise SystemExit(f"trtfleet router: --peer {url!r}: give a URL, e.g. http://10.0.0.7:8082")
+    named = [("--peer", url) for url in args.peer]
+    if args.peer_advertise:  # the others refuse a subscription whose advertised URL is not a peer URL
+        named.append(("--peer-advertise", args.peer_advertise))
+    for flag, url in named:
+        try:
+            normalize_peer_url(url)
+        except ValueError as exc:
+            raise SystemExit(f"trtfleet router: {flag} {url!r}: {exc}, e.g. http://10.0.0.7:8082") from None
     return PeerSettings(
         port=args.peer_port,
         seeds=tuple(args.peer),
@@ -301,6 +332,9 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         peering=_peering(args),
         picker=PickerSettings(fallbacks=args.epp_fallbacks) if args.epp_port >= 0 else None,
         picker_port=args.epp_port,
+        internal_token_file=args.internal_token_file,
+        internal_open=args.no_internal_auth,
+        debug_endpoints=args.debug_endpoints,
         batch=BatchSettings(
             store=args.batch_store,
             runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),

@@ -11,6 +11,7 @@ and adapter PersistentVolumeClaims here, so build and convert Jobs stay active: 
 
 from __future__ import annotations
 
+import base64
 import json
 import signal
 import subprocess
@@ -73,9 +74,11 @@ def service_account_kubeconfig(release: Release, account: str, path: Path) -> Pa
     return path
 
 
-def operator_argv(chart_args: list[str], namespace: str, health_port: int) -> list[str]:
-    """The chart's operator arguments with local ports (the pod's are taken on a shared machine)."""
-    local = {"--metrics-port": "--metrics-port=0", "--health-port": f"--health-port={health_port}"}
+def operator_argv(chart_args: list[str], namespace: str, health_port: int, token_file: Path) -> list[str]:
+    """The chart's operator arguments with local ports (the pod's are taken on a shared machine) and the
+    routers' token where this process reads it (the pod's mount of the Secret is ``token_file`` here)."""
+    local = {"--metrics-port": "--metrics-port=0", "--health-port": f"--health-port={health_port}",
+             "--router-token-file": f"--router-token-file={token_file}"}
     argv = [local.get(a.split("=", 1)[0], a) for a in chart_args]
     assert argv[0] == "operator" and f"--namespace={namespace}" in argv, argv
     return [str(TRTFLEET), *argv]
@@ -91,9 +94,12 @@ def chart_operator(scoped_release: Release, workload_namespace: str, tmp_path: P
     assert json.loads(whoami)["status"]["userInfo"]["username"] == r.operator_sa
     health = free_port()
     env = {**r.cp.env, **env_of(c), "KUBECONFIG": str(kubeconfig)}
+    secret = r.get("secret", f"{r.fullname}-internal", "-n", r.namespace)  # what the chart mounts in the pod
+    token_file = tmp_path / "internal-tokens"
+    token_file.write_bytes(base64.b64decode(secret["data"]["tokens"]))
     log = tmp_path / "operator.log"
     with log.open("wb") as out:
-        proc = subprocess.Popen(operator_argv(c["args"], workload_namespace, health), env=env,
+        proc = subprocess.Popen(operator_argv(c["args"], workload_namespace, health, token_file), env=env,
                                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         def healthy() -> bool:

@@ -186,6 +186,7 @@ def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Chil
         "--drain-timeout-s", str(ROUTER_DRAIN_TIMEOUT_S),
         *(["--policy-config", str(write_routing_file(fleet.parent / "routing.yaml"))] if args.autoscale else []),
         "--peer-port", "-1",  # one router: no replicas to share its view with, no fixed port to collide on
+        "--debug-endpoints",  # the live summary reads /debug/fleets (no token file: loopback clients only)
         "--batch-store", str(fleet.parent / "batches"),
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "

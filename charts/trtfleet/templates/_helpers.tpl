@@ -79,3 +79,43 @@ app.kubernetes.io/component: {{ .component }}
   resources: [leases]
   verbs: [get, create, update]
 {{- end -}}
+
+{{/* The Secret of the internal bearer tokens (internalAuth): the user's, or the one the chart creates. */}}
+{{- define "trtfleet.internalSecret" -}}
+{{- .Values.internalAuth.existingSecret | default (printf "%s-internal" (include "trtfleet.fullname" .)) -}}
+{{- end -}}
+
+{{/* The labels the operator puts on every serving pod (trtfleet_operator/names.py). */}}
+{{- define "trtfleet.servingSelector" -}}
+app.kubernetes.io/component: serving
+app.kubernetes.io/managed-by: trtfleet-operator
+app.kubernetes.io/part-of: trtfleet
+{{- end -}}
+
+{{/* A NetworkPolicy peer: this release's pods of one component, in the release namespace (from anywhere). */}}
+{{- define "trtfleet.componentPeer" -}}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ .root.Release.Namespace }}
+  podSelector:
+    matchLabels:
+      {{- include "trtfleet.selector" . | nindent 6 }}
+{{- end -}}
+
+{{/* Peers allowed to a metrics port: the namespaces named for Prometheus, and any more peers given. */}}
+{{- define "trtfleet.metricsPeers" -}}
+{{- range .Values.networkPolicy.metricsNamespaces }}
+- namespaceSelector:
+    matchLabels:
+      kubernetes.io/metadata.name: {{ . }}
+{{- end }}
+{{- with .Values.networkPolicy.metricsFrom }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
+{{/* Namespaces of the serving pods' NetworkPolicy: as given, else the operator's, else the release's. */}}
+{{- define "trtfleet.servingNamespaces" -}}
+{{- $names := .Values.networkPolicy.servingNamespaces | default .Values.operator.watchNamespaces | default (list .Release.Namespace) -}}
+{{- toJson $names -}}
+{{- end -}}

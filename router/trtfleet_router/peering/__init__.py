@@ -5,7 +5,8 @@ The pure core is in :mod:`trtfleet_router.routing.events` (the events) and
 
 * :mod:`.journal` - this replica's own events: numbered, kept in a bounded ring, batched per event-loop turn;
 * :mod:`.view` - the merged view as JSON (``/fleet/v1/snapshot``) and back, and the demand summary;
-* :mod:`.server` - the internal peer port: ``/fleet/v1/events`` (NDJSON stream), ``/snapshot``, ``/demand``;
+* :mod:`.server` - the internal peer port: ``/fleet/v1/events`` (NDJSON stream), ``/snapshot``, ``/demand``,
+  ``/held``, each behind :mod:`trtfleet_router.internalaccess` (the replicas' bearer token);
 * :mod:`.peers` - subscriptions to every other replica (static ``--peer`` seeds, replicas that subscribed
   to us, a headless Service's DNS), reconnect with back-off, start-up sync, dead-replica release.
 

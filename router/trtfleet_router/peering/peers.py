@@ -9,6 +9,11 @@ already streaming under another address, is dropped.
 Start-up (:meth:`Peers.sync`): take one reachable peer's snapshot, then subscribe to every peer from that
 snapshot's watermark for it; bounded by ``sync_timeout_s`` (a replica alone starts at once).
 
+Who is subscribed to: the ``--peer`` seeds, the ``--peer-dns`` addresses, the peers of a snapshot taken from
+one of those, and the ``advertise`` URL of a subscriber the peer server admitted (a bearer token, see
+:mod:`trtfleet_router.internalaccess`); never a URL a stranger named. Every request this replica sends carries
+its token (:func:`trtfleet.internalauth.authorized_get`).
+
 A stream that ends is retried with exponential back-off (``backoff_s`` .. ``backoff_max_s``). An origin
 without a stream for ``grace_s`` is gone: its requests are ended and its pins released in every fleet
 (``Fleet.forget_origin``). A gap (the peer's ring no longer holds events we missed) does the same for
@@ -21,6 +26,7 @@ import asyncio
 import json
 import logging
 import random
+import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,7 +34,9 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 import aiohttp
+from aiohttp.http_exceptions import HttpProcessingError
 
+from trtfleet.internalauth import TokenFile, authorized_get
 from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering import PeerProtocolError
@@ -46,6 +54,28 @@ BACKOFF_MAX_S: Final = 5.0
 REFRESH_S: Final = 1.0
 CONNECT_TIMEOUT_S: Final = 2.0
 SILENCE_TIMEOUT_S: Final = 6.0  # three heartbeats without a line: the stream is dead
+PEER_URL_CHARS_MAX: Final = 256
+REPLICA_ID: Final = re.compile(r"[A-Za-z0-9._-]{1,64}")
+"""What a replica id may be (the router's own are 12 hex digits)."""
+STREAM_FAILURES: Final = (aiohttp.ClientError, HttpProcessingError, TimeoutError, PeerProtocolError, EventDecodeError)
+"""What ends one stream to be retried: the network, a line past the reader's limit (128 KiB, far above an
+event's), an answer that is not the protocol. Anything else is a bug."""
+
+
+def normalize_peer_url(value: str) -> str:
+    """``value`` as a peer URL: ``http(s)://host[:port]`` with no credentials, path, query or fragment, at most
+    :data:`PEER_URL_CHARS_MAX` printable ASCII characters; the trailing slash dropped. ValueError otherwise."""
+    if not value or len(value) > PEER_URL_CHARS_MAX or not value.isascii() or not value.isprintable() or " " in value:
+        raise ValueError(f"a peer URL is http(s)://host:port in at most {PEER_URL_CHARS_MAX} printable characters")
+    parts = urlsplit(value)  # ValueError for a malformed IPv6 host
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError("a peer URL is http(s)://host:port")
+    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
+        raise ValueError("a peer URL carries no credentials, query or fragment")
+    if parts.path not in ("", "/"):
+        raise ValueError("a peer URL has no path")
+    _ = parts.port  # ValueError for a port that is not a number in 0..65535
+    return value.rstrip("/")
 
 
 @dataclass(frozen=True)
@@ -74,9 +104,11 @@ class Peers:
         metrics: RouterMetrics,
         settings: PeerSettings,
         *,
+        tokens: TokenFile | None = None,
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
+        self.tokens = tokens  # sent with every request (None: no credential configured)
         self.fleets = fleets
         self.metrics = metrics
         self.settings = settings
@@ -140,7 +172,11 @@ class Peers:
                     continue
                 if snapshot.get("replica") == self.journal.replica_id:
                     continue
-                self._import(url, snapshot)
+                try:
+                    self._import(url, snapshot)
+                except (KeyError, TypeError, ValueError) as exc:
+                    log.warning("peer snapshot not importable", extra={"ctx": {"peer": url, "error": repr(exc)}})
+                    continue
                 return True
             if self._now() + backoff >= deadline:
                 log.warning("no peer reachable at start-up: routing on this replica's own view for now")
@@ -164,8 +200,13 @@ class Peers:
         self.origins[source].watermark = int(snapshot.get("seq", 0))
         self._url_origin[url] = source
         for origin, peer_url in snapshot.get("peers", {}).items():
-            if origin != self.journal.replica_id and str(peer_url).rstrip("/") != self.advertise_url:
-                self._url_origin[str(peer_url).rstrip("/")] = origin
+            try:
+                known = normalize_peer_url(str(peer_url))
+            except ValueError:
+                log.info("peer URL of a snapshot skipped", extra={"ctx": {"peer": url, "replica": str(origin)[:64]}})
+                continue
+            if origin != self.journal.replica_id and known != self.advertise_url:
+                self._url_origin[known] = origin
         log.info("synced from a peer", extra={"ctx": {"peer": url, "replica": source, "adapters": stored}})
         for peer_url in list(self._url_origin):
             self._subscribe(peer_url)
@@ -216,8 +257,8 @@ class Peers:
             try:
                 if await self._stream(url):
                     backoff = BACKOFF_S
-            except (aiohttp.ClientError, TimeoutError, PeerProtocolError, EventDecodeError) as exc:
-                log.debug("peer stream failed", extra={"ctx": {"peer": url, "error": str(exc)}})
+            except STREAM_FAILURES as exc:
+                log.debug("peer stream failed", extra={"ctx": {"peer": url, "error": str(exc)[:200]}})
             if url in self._dropped:
                 return
             await asyncio.sleep(backoff * (0.5 + random.random()))
@@ -232,8 +273,11 @@ class Peers:
         if expected is not None and state is not None:
             params |= {"since": str(state.watermark), "origin": expected}
         timeout = aiohttp.ClientTimeout(total=None, sock_connect=CONNECT_TIMEOUT_S, sock_read=SILENCE_TIMEOUT_S)
-        async with self._client().get(url + "/fleet/v1/events", params=params, timeout=timeout) as response:
+        events_url = url + "/fleet/v1/events"
+        async with authorized_get(self._client(), events_url, self.tokens, params=params, timeout=timeout) as response:
             if response.status != 200:
+                if response.status in (401, 403):
+                    log.warning("peer refused our credential", extra={"ctx": {"peer": url, "status": response.status}})
                 raise PeerProtocolError(f"{url}: HTTP {response.status}")
             header = _header(await response.content.readline())
             origin = header["replica"]
@@ -251,7 +295,7 @@ class Peers:
                 self.metrics.peer_stream_gaps.inc()
                 ended = sum(fleet.forget_origin(origin) for fleet in self.fleets.fleets.values())
                 log.warning("peer events lost", extra={"ctx": {"peer": url, "replica": origin, "requests": ended}})
-                state.watermark = int(header["since"])
+                state.watermark = int(header.get("since", 0))
             state.connected, state.lost_at_s, state.url = True, None, url
             log.info("peer connected", extra={"ctx": {"peer": url, "replica": origin}})
             try:
@@ -284,7 +328,8 @@ class Peers:
         return self._session
 
     async def _get_json(self, url: str, timeout_s: float) -> dict[str, Any]:
-        async with self._client().get(url, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+        timeout = aiohttp.ClientTimeout(total=timeout_s)
+        async with authorized_get(self._client(), url, self.tokens, timeout=timeout) as response:
             response.raise_for_status()
             body = await response.json()
         if not isinstance(body, dict):
@@ -310,10 +355,19 @@ class Peers:
 
 
 def _header(line: bytes) -> dict[str, Any]:
+    """The stream's first line, checked: ``replica`` an id, ``gap`` a bool, ``since`` an integer >= 0."""
     try:
         header = json.loads(line)
     except ValueError as exc:
         raise PeerProtocolError(f"not a peer event stream: {line[:80]!r}") from exc
-    if not isinstance(header, dict) or not isinstance(header.get("replica"), str) or "gap" not in header:
+    if (
+        not isinstance(header, dict)
+        or not isinstance(header.get("replica"), str)
+        or not REPLICA_ID.fullmatch(header["replica"])
+        or not isinstance(header.get("gap"), bool)
+        or not isinstance(header.get("since", 0), int)
+        or isinstance(header.get("since", 0), bool)
+        or header.get("since", 0) < 0
+    ):
         raise PeerProtocolError(f"not a peer event stream header: {line[:80]!r}")
     return header

@@ -1,5 +1,10 @@
 """The internal peer port: what one router replica serves to the others (never on the public API port).
 
+Every request first passes :class:`~trtfleet_router.internalaccess.InternalAccess` (a bearer token, loopback
+only, or open by opt-out): a request turned away gets 401/403 and changes nothing. Only an admitted
+``/events`` request adds its ``replica`` to the membership and makes this router subscribe to its
+``advertise`` URL; bad parameters are a 400 before anything is recorded.
+
 * ``GET /fleet/v1/events?since=<seq>&replica=<id>&advertise=<url>[&origin=<id>][&version=2]`` - a long-lived NDJSON
   stream: a header line ``{"replica", "seq", "since", "gap", "version"}``, then this replica's own events after
   ``since`` (:mod:`trtfleet_router.routing.events`), written in one chunk per event-loop turn, and an
@@ -25,19 +30,25 @@
 from __future__ import annotations
 
 import json
+import math
 import time
+from collections.abc import Awaitable, Callable
 from typing import Final, Protocol
 
 from aiohttp import web
 
+from trtfleet_router.internalaccess import InternalAccess
 from trtfleet_router.liveview import FleetSet
 from trtfleet_router.peering.journal import EventLog
+from trtfleet_router.peering.peers import REPLICA_ID, normalize_peer_url
 from trtfleet_router.peering.view import demand_summary, export_view
 from trtfleet_router.routing.events import STREAM_VERSION
 
 HEARTBEAT_S_DEFAULT: Final = 2.0
 NDJSON: Final = "application/x-ndjson"
 HELD_WAIT_S_MAX: Final = 60.0
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
 class HeldRequests(Protocol):
@@ -62,12 +73,15 @@ class PeerServer:
         journal: EventLog,
         fleets: FleetSet,
         membership: Membership,
+        *,
+        access: InternalAccess,
         heartbeat_s: float = HEARTBEAT_S_DEFAULT,
         holds: HeldRequests | None = None,
     ) -> None:
         self.journal = journal
         self.fleets = fleets
         self.membership = membership
+        self.access = access
         self.heartbeat_s = heartbeat_s
         self.holds = holds
         self.closing = False
@@ -81,13 +95,23 @@ class PeerServer:
         app = web.Application()
         app.add_routes(
             [
-                web.get("/fleet/v1/events", self.events),
-                web.get("/fleet/v1/snapshot", self.snapshot),
-                web.get("/fleet/v1/demand", self.demand),
-                web.get("/fleet/v1/held", self.held),
+                web.get("/fleet/v1/events", self._admitted(self.events)),
+                web.get("/fleet/v1/snapshot", self._admitted(self.snapshot)),
+                web.get("/fleet/v1/demand", self._admitted(self.demand)),
+                web.get("/fleet/v1/held", self._admitted(self.held)),
             ]
         )
         return app
+
+    def _admitted(self, handler: Handler) -> Handler:
+        """``handler`` behind the access check: a request turned away reaches no handler."""
+        check = self.access.check
+
+        async def admitted(request: web.Request) -> web.StreamResponse:
+            check(request)
+            return await handler(request)
+
+        return admitted
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         query = request.query
@@ -104,12 +128,19 @@ class PeerServer:
         if version < 1:
             raise web.HTTPBadRequest(text="version: must be >= 1")
         replica = query.get("replica", "")
+        if replica and not REPLICA_ID.fullmatch(replica):
+            raise web.HTTPBadRequest(text="replica: letters, digits, '.', '_' or '-', at most 64")
         if replica == self.journal.replica_id:
             raise web.HTTPConflict(text="a replica does not subscribe to itself")
         expected = query.get("origin")
         if expected is not None and expected != self.journal.replica_id:
             since = 0
         advertise = query.get("advertise")
+        if advertise is not None:
+            try:
+                advertise = normalize_peer_url(advertise)
+            except ValueError as exc:
+                raise web.HTTPBadRequest(text=f"advertise: {exc}") from None
         if replica and advertise:
             self.membership.heard_of(replica, advertise)
         response = web.StreamResponse(headers={"Content-Type": NDJSON, "Cache-Control": "no-store"})
@@ -121,9 +152,14 @@ class PeerServer:
         }
         await response.write(json.dumps(header).encode() + b"\n" + b"".join(lines))
         cursor = journal.flushed_seq() if lines or gap else max(since, 0)
+        admits, recheck_s = self.access.admits, time.monotonic() + self.heartbeat_s
         try:
             while not self.closing:
                 await journal.wait_beyond(cursor, self.heartbeat_s)
+                if time.monotonic() >= recheck_s:  # a token taken out of the file ends its streams
+                    if not admits(request):
+                        break
+                    recheck_s = time.monotonic() + self.heartbeat_s
                 gap, lines = journal.after(cursor, version)
                 if gap:
                     break  # fell a whole ring behind: the subscriber reconnects and learns of the gap
@@ -164,6 +200,8 @@ class PeerServer:
             wait_s = float(query.get("wait", "0"))
         except ValueError:
             raise web.HTTPBadRequest(text="after, above: integers; wait: seconds") from None
+        if not math.isfinite(wait_s):
+            raise web.HTTPBadRequest(text="wait: a finite number of seconds")
         if query.get("replica", self.journal.replica_id) != self.journal.replica_id:
             after = None  # numbered by another replica: mean nothing here
         if after is not None and wait_s > 0:

@@ -7,12 +7,16 @@ models); a key without ``models`` may use every model::
       - name: team-sql          # for logs only
         key: sk-team-sql-1234   # or  sha256: <hex digest of the key>
         models: [llama3-sql]    # optional restriction ("adapters" is accepted as a synonym)
+        maxBodyBytes: 1048576   # optional: this key's requests, at most this large (below --max-body-bytes)
       - name: admin
         sha256: 9f86d0...
 
 Clients send ``Authorization: Bearer <key>`` (HTTP, and gRPC metadata ``authorization``) or
-``api-key``/``x-api-key``. No or an unknown key -> 401, a model outside the key's set -> 403. Keys are
-compared by their sha256, so the file may hold digests only.
+``api-key``/``x-api-key``. No or an unknown key -> 401, a model outside the key's set -> 403, a body above the
+key's ``maxBodyBytes`` -> 413 (HTTP: checked before the body is read). A presented key is looked up by its
+SHA-256 digest: the lookup's time depends on the digest, which says nothing about how much of a real key a guess
+matched, so the check is constant-time in what matters; the file may hold digests only. Keys are never logged
+(only a key's ``name`` is, and its digest owns its files and batches).
 """
 
 from __future__ import annotations
@@ -37,6 +41,9 @@ class ApiKeySpec(BaseModel):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$", description="sha256 hex of the key.")
     models: list[str] | None = Field(default=None, description="Served names this key may use; all if unset.")
     adapters: list[str] | None = Field(default=None, description="Synonym of models.")
+    max_body_bytes: int | None = Field(
+        default=None, alias="maxBodyBytes", gt=0, description="Largest request body of this key (bytes)."
+    )
 
     @model_validator(mode="after")
     def _one_key(self) -> ApiKeySpec:
@@ -57,6 +64,8 @@ class Principal:
     models: frozenset[str] | None  # None: every model
     owner: str | None = None
     """The sha256 hex of the key: what owns its files and batches (the key itself is never stored)."""
+    max_body_bytes: int | None = None
+    """This key's own body limit (None: the router's)."""
 
     def may_use(self, served_name: str) -> bool:
         return self.models is None or served_name in self.models
@@ -72,7 +81,8 @@ class ApiKeys:
         for entry in spec.keys:
             digest = entry.sha256 if entry.sha256 is not None else _digest(entry.key or "")
             allowed = entry.models if entry.models is not None else entry.adapters
-            self._by_digest[digest] = Principal(entry.name, None if allowed is None else frozenset(allowed), digest)
+            models = None if allowed is None else frozenset(allowed)
+            self._by_digest[digest] = Principal(entry.name, models, digest, entry.max_body_bytes)
 
     @classmethod
     def load(cls, path: Path) -> ApiKeys:

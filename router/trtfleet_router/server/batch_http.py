@@ -188,8 +188,9 @@ class BatchFrontend:
 
     # -- batches ---------------------------------------------------------------------------------------
     async def create(self, request: web.Request) -> web.StreamResponse:
-        settings = self.services.settings
-        body = await read_json_body(request, settings.max_body_bytes, settings.body_timeout_s)
+        services = self.services
+        limit = services.body_limit(presented_key(request.headers))
+        body = await read_json_body(request, limit, services.settings.body_timeout_s)
         if not isinstance(body, dict):
             raise MalformedRequest("the request body must be a JSON object")
         for required in ("input_file_id", "endpoint", "completion_window"):

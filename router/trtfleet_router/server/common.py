@@ -150,6 +150,21 @@ class Services:
             self.api_keys.authorize(presented_key, model)
         return self.fleets.serving(target)
 
+    def body_limit(self, presented_key: str | None) -> int:
+        """The most bytes this request's body may have: ``--max-body-bytes``, or the key's ``maxBodyBytes`` when
+        lower. With keys on, the key is checked here, so an unknown one is refused before its body is read."""
+        limit = self.settings.max_body_bytes
+        if self.api_keys is None:
+            return limit
+        own = self.api_keys.authenticate(presented_key).max_body_bytes
+        return limit if own is None else min(limit, own)
+
+    def check_message_size(self, presented_key: str | None, size_bytes: int) -> None:
+        """A message received whole (gRPC) against :meth:`body_limit`."""
+        limit = self.body_limit(presented_key)
+        if size_bytes > limit:
+            raise BodyTooLarge(f"the request has {size_bytes} bytes; this API key's limit is {limit}")
+
     def visible(self, served_name: str, presented_key: str | None) -> bool:
         if self.api_keys is None:
             return True
@@ -231,8 +246,11 @@ async def read_body(request: web.Request, max_body_bytes: int, timeout_s: float)
         raise BodyTooLarge(f"the request body has {length} bytes; the limit is {max_body_bytes}")
     try:
         async with asyncio.timeout(timeout_s):
-            return await request.read()
+            body = await request.read()
     except web.HTTPRequestEntityTooLarge as exc:
         raise BodyTooLarge(f"the request body exceeds the limit of {max_body_bytes} bytes") from exc
     except TimeoutError as exc:
         raise RequestTimeout(f"the request body did not arrive within {timeout_s:g} s") from exc
+    if len(body) > max_body_bytes:  # chunked, with no length up front: bound by the server's limit until here
+        raise BodyTooLarge(f"the request body exceeds the limit of {max_body_bytes} bytes")
+    return body

@@ -101,8 +101,8 @@ class OpenAIFrontend:
 
     async def _handle(self, request: web.Request, record: RequestRecord, *, chat: bool) -> web.StreamResponse:
         services = self.services
-        body = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
         key = presented_key(request.headers)
+        body = await read_json_body(request, services.body_limit(key), services.settings.body_timeout_s)
         parsed, text_request = prepare_text_request(self.services, body, record, chat=chat, key=key, internal=False)
         usage, response_id = Usage(text_request.prompt_tokens), _response_id(chat, record)
         if parsed.stream:

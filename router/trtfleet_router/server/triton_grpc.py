@@ -124,6 +124,8 @@ class TritonGrpcFrontend(service_pb2_grpc.GRPCInferenceServiceServicer):  # type
         self, request: service_pb2.ModelInferRequest, api_key: str | None, record: RequestRecord, streaming: bool
     ) -> AsyncGenerator[service_pb2.ModelInferResponse, None]:
         name, client_id = request.model_name, request.id
+        if self.services.api_keys is not None:  # the key's own body limit (the server's bounds every message)
+            self.services.check_message_size(api_key, request.ByteSize())
         target, call = await prepare_tensor_call(
             self.services, request, name, api_key, record.request_id, client_streaming=streaming
         )

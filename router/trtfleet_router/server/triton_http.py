@@ -191,16 +191,15 @@ class TritonHttpFrontend:
 
     async def _infer(self, request: web.Request, record: RequestRecord, name: str) -> web.Response:
         services = self.services
-        body = await read_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
+        key = presented_key(request.headers)
+        body = await read_body(request, services.body_limit(key), services.settings.body_timeout_s)
         header_length = request.headers.get(HEADER_LENGTH)
         try:
             length = int(header_length) if header_length is not None else None
         except ValueError as exc:
             raise MalformedRequest(f"{HEADER_LENGTH} must be an integer") from exc
         proto, choice = parse_infer_request(body, length)
-        target, call = await prepare_tensor_call(
-            services, proto, name, presented_key(request.headers), record.request_id
-        )
+        target, call = await prepare_tensor_call(services, proto, name, key, record.request_id)
         record.model_kind, record.model = target.model_kind, name
         await travel_as_generate_json(services, target, call, streaming=False)
         merged = await self._collect(call)
@@ -215,10 +214,9 @@ class TritonHttpFrontend:
         self, request: web.Request, record: RequestRecord, name: str, *, streaming: bool = False
     ) -> UpstreamCall:
         services = self.services
-        doc = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
-        return await prepare_generate_call(
-            services, doc, name, presented_key(request.headers), record, streaming=streaming
-        )
+        key = presented_key(request.headers)
+        doc = await read_json_body(request, services.body_limit(key), services.settings.body_timeout_s)
+        return await prepare_generate_call(services, doc, name, key, record, streaming=streaming)
 
     async def _generate(self, request: web.Request, record: RequestRecord, name: str) -> web.Response:
         call = await self._generate_call(request, record, name)

@@ -9,156 +9,39 @@ processes streaming their events to each other over the peer port.
 * a batch run through one replica is counted as batch lines in the other's view (event format 2), not as
   interactive load.
 
-Every wait is on a condition (a snapshot or a metric reaching a value), bounded by a deadline.
+The replicas share one token file (``--internal-token-file``), as the chart runs them; what a client without it
+gets is in ``test_router_peer_auth.py``. Every wait is on a condition (a snapshot or a metric reaching a value),
+bounded by a deadline.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import re
-import signal
-import subprocess
-import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-import yaml
 
-from tests.integration.router.support import ConvertedAdapter, fleet_config, reference_workers
+from tests.integration.router.replica_process import (
+    GRACE_S,
+    RouterProcess,
+    logged,
+    new_token_file,
+    wait_for,
+)
+from tests.integration.router.support import ConvertedAdapter
 
 pytestmark = pytest.mark.integration
-
-TRTFLEET = str(Path(__import__("sys").executable).parent / "trtfleet")
-GRACE_S = 1.0
-STEP_MS = 20.0
-
-
-class RouterProcess:
-    """One ``trtfleet router`` process; its ports come from its ``router started`` log line."""
-
-    def __init__(
-        self,
-        fleet_file: Path,
-        log_file: Path,
-        peers: tuple[str, ...] = (),
-        log_level: str = "INFO",
-        extra: tuple[str, ...] = (),
-    ) -> None:
-        command = [
-            TRTFLEET, "router", "--fleet-config", str(fleet_file), "--host", "127.0.0.1",
-            "--http-port", "0", "--grpc-port", "-1", "--metrics-port", "0", "--peer-port", "0",
-            "--peer-grace-s", str(GRACE_S), "--prewarm-interval-s", "3600", "--log-level", log_level,
-        ]  # fmt: skip
-        for url in peers:
-            command += ["--peer", url]
-        command += extra
-        self.log_file = log_file
-        self.process = subprocess.Popen(command, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
-        self.ports = self._started()
-
-    def _started(self) -> dict[str, int]:
-        assert self.process.stderr is not None
-        stderr = self.process.stderr
-        log = self.log_file.open("w")
-        for raw in stderr:
-            line = raw.decode()
-            log.write(line)
-            if line.startswith("{") and json.loads(line).get("msg") == "router started":
-                started = json.loads(line)
-
-                def copy() -> None:
-                    for rest in stderr:
-                        log.write(rest.decode())
-                        log.flush()
-
-                threading.Thread(target=copy, daemon=True).start()
-                return {name: int(started[f"{name}_port"]) for name in ("http", "metrics", "peer")}
-        raise AssertionError(f"the router exited without starting: {self.log_file.read_text()[-2000:]}")
-
-    @property
-    def peer_url(self) -> str:
-        return f"http://127.0.0.1:{self.ports['peer']}"
-
-    def client(self) -> openai.OpenAI:
-        return openai.OpenAI(base_url=f"http://127.0.0.1:{self.ports['http']}/v1", api_key="x", max_retries=0)
-
-    def snapshot(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.peer_url + "/fleet/v1/snapshot", timeout=5) as response:
-            body: dict[str, Any] = json.load(response)
-        return body
-
-    def demand(self) -> dict[str, Any]:
-        with urllib.request.urlopen(self.peer_url + "/fleet/v1/demand", timeout=5) as response:
-            body: dict[str, Any] = json.load(response)
-        return body
-
-    def kv_blocks_held(self) -> dict[str, int]:
-        """Pod -> KV-cache blocks this replica's prefix index believes the pod holds."""
-        url = f"http://127.0.0.1:{self.ports['metrics']}/debug/fleets"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            pods = json.load(response)["tiny"]["pods"]
-        return {pod["pod_id"]: int(pod["kv_blocks_held"]) for pod in pods}
-
-    def pods(self) -> list[dict[str, Any]]:
-        """This replica's view of the base model's pods (``/debug/fleets``)."""
-        url = f"http://127.0.0.1:{self.ports['metrics']}/debug/fleets"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            pods: list[dict[str, Any]] = json.load(response)["tiny"]["pods"]
-        return pods
-
-    def settled(self) -> bool:
-        """No request of any replica in flight in this replica's view."""
-        url = f"http://127.0.0.1:{self.ports['metrics']}/debug/fleets"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            pods = json.load(response)["tiny"]["pods"]
-        return all(pod["inflight"] == 0 for pod in pods)
-
-    def counter(self, name: str) -> float:
-        """Sum of ``trtfleet_router_<name>_total`` over its labels."""
-        url = f"http://127.0.0.1:{self.ports['metrics']}/metrics"
-        with urllib.request.urlopen(url, timeout=5) as response:
-            text = response.read().decode()
-        pattern = re.compile(rf"^trtfleet_router_{name}_total(\{{[^}}]*\}})? (\S+)$", re.MULTILINE)
-        return sum(float(value) for _, value in pattern.findall(text))
-
-    def stop(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            try:
-                self.process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.process.kill()
-                self.process.wait()
-
-
-def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting until {what}"
-        time.sleep(0.05)
 
 
 def resident(router: RouterProcess, task_id: int) -> set[str]:
     """Pods whose cache holds ``task_id`` in ``router``'s view."""
     pods = router.snapshot()["fleets"]["tiny"]["pods"]
     return {pod["pod_id"] for pod in pods if any(task == task_id for task, _ in pod["resident"])}
-
-
-def logged(router: RouterProcess, msg: str) -> list[dict[str, Any]]:
-    """The lines of the router's log with this message."""
-    found = []
-    for raw in router.log_file.read_text().splitlines():
-        with contextlib.suppress(ValueError):  # the last line may still be half written
-            line = json.loads(raw)
-            if line.get("msg") == msg:
-                found.append(line)
-    return found
 
 
 def upstream_done(router: RouterProcess, request_id: str) -> list[dict[str, Any]]:
@@ -170,28 +53,15 @@ def tickets_of(router: RouterProcess, origin: str) -> list[list[Any]]:
     return list(router.snapshot()["fleets"]["tiny"]["tickets"].get(origin, []))
 
 
-@pytest.fixture(scope="module")
-def workers() -> Iterator[list[Any]]:
-    with reference_workers(min_step_ms=STEP_MS) as started:  # a 200-token stream lasts >= 4 s
-        yield started
-
-
-@pytest.fixture(scope="module")
-def fleet_file(
-    tmp_path_factory: pytest.TempPathFactory, workers: list[Any], converted_adapters: list[ConvertedAdapter]
-) -> Path:
-    path = tmp_path_factory.mktemp("replicas") / "fleet.yaml"
-    path.write_text(yaml.safe_dump(fleet_config(workers, converted_adapters), sort_keys=False))
-    return path
-
-
 @pytest.fixture
 def routers(fleet_file: Path, tmp_path: Path) -> Iterator[Callable[..., RouterProcess]]:
     started: list[RouterProcess] = []
+    token_file = new_token_file(tmp_path / "internal-tokens")
 
     def start(*peers: RouterProcess, log_level: str = "INFO", extra: tuple[str, ...] = ()) -> RouterProcess:
         log_file = tmp_path / f"router{len(started)}.log"
-        router = RouterProcess(fleet_file, log_file, tuple(p.peer_url for p in peers), log_level, extra)
+        peer_urls = tuple(p.peer_url for p in peers)
+        router = RouterProcess(fleet_file, log_file, peer_urls, log_level, extra, token_file=token_file)
         started.append(router)
         return router
 

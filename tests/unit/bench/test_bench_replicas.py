@@ -85,6 +85,9 @@ def test_peer_flags_name_every_other_replica() -> None:
         "--peer-port", "18082", "--peer", "http://127.0.0.1:18081", "--peer", "http://127.0.0.1:18083",
     ]
     assert peer_flags(0, [18081]) == ["--peer-port", "18081"]
+    assert peer_flags(0, [18081, 18082], token_file=Path("t")) == [
+        "--peer-port", "18081", "--internal-token-file", "t", "--peer", "http://127.0.0.1:18082",
+    ]
     with pytest.raises(ReplicaSpecError):
         peer_flags(3, [1, 2])
 
@@ -174,7 +177,7 @@ def test_replica_routers_start_on_one_fleet_file_and_peer_flags_fail_clearly(tmp
     peers = RealFleet("ttft-cost", 0, [], 1 << 20, tmp_path / "peers", replicas=2, peer_view=True)
     if _router_has_peer_view():
         with peers:
-            assert all(peers.router_metrics(index) for index in range(2))
+            assert all(peers.router_metrics(index) and peers.fleets_debug(index) for index in range(2))
     else:
         with pytest.raises(PeerViewUnsupported, match="--peer-port/--peer"):
             peers.start()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import base64
 import filecmp
 import json
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +38,23 @@ def test_lint_is_clean(tmp_path: Path) -> None:
         assert result.returncode == 0, result.stdout + result.stderr
 
 
+GENERATED = "<48 random characters, generated once per release>"
+
+
+def _generated_token(doc: dict[str, Any]) -> dict[str, Any]:
+    """``doc`` with the internal token the chart generates (a new one at every ``helm template``) checked and
+    replaced by :data:`GENERATED`, so the golden file stays put."""
+    if doc["kind"] != "Secret" or doc["metadata"]["labels"].get("app.kubernetes.io/component") != "internal-auth":
+        return doc
+    token = base64.b64decode(doc["data"]["tokens"]).decode()
+    assert re.fullmatch(r"[A-Za-z0-9]{48}\n", token), "one token of 48 random letters and digits"
+    return {**doc, "data": {"tokens": GENERATED}}
+
+
 @pytest.mark.golden
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_template_golden(case: str, tmp_path: Path, update_golden: bool) -> None:
-    docs = _render(tmp_path, CASES[case])
+    docs = [_generated_token(doc) for doc in _render(tmp_path, CASES[case])]
     expected_dir = GOLDEN / case / "expected"
     rendered = {f"{d['kind']}-{d['metadata']['name']}-{d['metadata'].get('namespace', '')}".rstrip("-")  # type: ignore[index]
                 + ".yaml": yaml.safe_dump(d, sort_keys=True) for d in docs}
@@ -196,3 +212,129 @@ def test_the_rendered_command_lines_are_ones_the_programs_accept(case: str, tmp_
         parsed = parser.parse_args(args)
         if command == "router":
             assert parsed.max_body_bytes == 64 * 1024 * 1024
+
+
+def _policies(docs: list[dict[str, Any]]) -> dict[tuple[str, str], dict[str, Any]]:
+    """(namespace, name) -> spec of every NetworkPolicy."""
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    return {(d["metadata"]["namespace"], d["metadata"]["name"]): d["spec"] for d in policies}
+
+
+def _component(component: str, namespace: str = "trtfleet-system") -> dict[str, Any]:
+    labels = {"app.kubernetes.io/name": "trtfleet", "app.kubernetes.io/instance": "trtfleet",
+              "app.kubernetes.io/component": component}
+    return {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": namespace}},
+            "podSelector": {"matchLabels": labels}}
+
+
+def _rules(spec: dict[str, Any]) -> dict[tuple[str, ...], list[dict[str, Any]] | None]:
+    """A policy's ingress rules: ports -> peers (None: from everywhere)."""
+    return {tuple(str(p["port"]) for p in rule.get("ports", [])): rule.get("from") for rule in spec["ingress"]}
+
+
+PROMETHEUS = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}
+
+
+@pytest.mark.golden
+def test_network_policies_let_each_port_be_reached_only_by_whom_it_serves(tmp_path: Path) -> None:
+    policies = _policies(_render(tmp_path, []))
+    router, operator = _component("router"), _component("operator")
+    assert set(policies) == {("trtfleet-system", f"trtfleet-{c}") for c in ("router", "operator", "serving")}
+    assert _rules(policies[("trtfleet-system", "trtfleet-router")]) == {
+        ("http", "grpc"): None,  # the clients: everyone (networkPolicy.clientsFrom narrows it)
+        ("peers",): [router, operator],  # the other replicas; the operator's demand and held requests
+        ("metrics",): [operator],  # the autoscaler; Prometheus once its namespace is named
+    }
+    assert policies[("trtfleet-system", "trtfleet-operator")]["ingress"] == []  # nobody, until Prometheus is named
+    serving = policies[("trtfleet-system", "trtfleet-serving")]
+    assert serving["podSelector"]["matchLabels"] == {  # what trtfleet_operator.builders put on serving pods
+        "app.kubernetes.io/component": "serving", "app.kubernetes.io/managed-by": "trtfleet-operator",
+        "app.kubernetes.io/part-of": "trtfleet"}
+    assert _rules(serving) == {("http", "grpc", "metrics"): [router]}
+    for spec in policies.values():
+        assert spec["policyTypes"] == ["Ingress"]
+
+
+@pytest.mark.golden
+def test_network_policy_values_widen_only_what_they_name(tmp_path: Path) -> None:
+    gateway = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway"}}}
+    values = tmp_path / "values.json"
+    values.write_text(json.dumps({
+        "operator": {"watchNamespaces": ["llm-a", "llm-b"]},
+        "networkPolicy": {"metricsNamespaces": ["monitoring"], "servingFrom": [gateway], "clientsFrom": [gateway]},
+    }))
+    policies = _policies(_render(tmp_path, ["-f", str(values)]))
+    router, operator = _component("router"), _component("operator")
+    assert _rules(policies[("trtfleet-system", "trtfleet-router")]) == {
+        ("http", "grpc"): [gateway], ("peers",): [router, operator], ("metrics",): [operator, PROMETHEUS]}
+    assert _rules(policies[("trtfleet-system", "trtfleet-operator")]) == {("metrics",): [PROMETHEUS]}
+    for namespace in ("llm-a", "llm-b"):  # a policy wherever the operator runs serving pods
+        assert _rules(policies[(namespace, "trtfleet-serving")]) == {
+            ("http", "grpc", "metrics"): [router, gateway], ("metrics",): [PROMETHEUS]}
+    assert ("trtfleet-system", "trtfleet-serving") not in policies
+    assert not _policies(_render(tmp_path, ["--set", "networkPolicy.enabled=false"]))
+
+
+@pytest.mark.golden
+def test_the_internal_token_is_mounted_where_the_router_and_operator_read_it(tmp_path: Path) -> None:
+    docs = _render(tmp_path, [])
+    (secret,) = [d for d in docs if d["kind"] == "Secret"]
+    assert secret["metadata"]["name"] == "trtfleet-internal"
+    deployments = {d["metadata"]["name"]: d["spec"]["template"]["spec"] for d in docs if d["kind"] == "Deployment"}
+    flags = {"trtfleet-router": "--internal-token-file=", "trtfleet-operator": "--router-token-file="}
+    for name, flag in flags.items():
+        pod = deployments[name]
+        (container,) = pod["containers"]
+        assert f"{flag}/etc/trtfleet/internal/tokens" in container["args"]
+        (mount,) = [m for m in container["volumeMounts"] if m["name"] == "internal"]
+        assert mount == {"name": "internal", "mountPath": "/etc/trtfleet/internal", "readOnly": True}  # no subPath
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "internal"]
+        assert volume["secret"]["secretName"] == "trtfleet-internal"
+    _pod, container = _router(docs)
+    assert "--debug-endpoints" not in container["args"]
+    given = _render(tmp_path, ["--set", "internalAuth.existingSecret=mine", "--set", "router.debugEndpoints=true"])
+    assert not [d for d in given if d["kind"] == "Secret"]
+    pod, container = _router(given)
+    assert "--debug-endpoints" in container["args"]
+    assert [v["secret"]["secretName"] for v in pod["volumes"] if v["name"] == "internal"] == ["mine"]
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"networkPolicy": {"metricsNamespaces": ["Not A Name"]}}, "does not match"),
+        ({"networkPolicy": {"servingFrom": [{}]}}, "minproperties"),
+        ({"internalAuth": {"token": "x"}}, "additional properties"),
+    ],
+)
+def test_schema_rejects_bad_security_values(values: dict[str, object], message: str, tmp_path: Path) -> None:
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    result = helm("template", "t", str(CHART), "-f", str(path), home=tmp_path, check=False)
+    assert result.returncode != 0 and message in result.stderr.lower(), result.stderr
+
+
+ACCEPTED_FINDINGS = {
+    ("KNP-011", "trtfleet-router"),  # the client ports: everyone, unless networkPolicy.clientsFrom names who
+    ("KNP-010", "trtfleet-operator"),  # no ingress at all until Prometheus's namespace is named: intended
+    ("KNP-030", ""),  # no namespace-wide default deny: the chart does not impose one on the user's namespaces
+    ("KNP-031", ""),  # egress is not restricted (docs/security.md)
+}
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_network_policy_linter_finds_only_what_is_intended(case: str, tmp_path: Path) -> None:
+    """kube-netpol (from PyPI) over the rendered chart: every finding is one of :data:`ACCEPTED_FINDINGS`,
+    each explained in docs/security.md; a new one fails here."""
+    manifests = tmp_path / "chart.yaml"
+    manifests.write_text(yaml.safe_dump_all(_render(tmp_path, CASES[case])))
+    report = tmp_path / "report.json"
+    linter = Path(sys.executable).parent / "kube-netpol"
+    subprocess.run([str(linter), "scan", str(manifests), "-f", "json", "-o", str(report)], check=True,
+                   capture_output=True, timeout=120)
+    issues = json.loads(report.read_text())["issues"]
+    found = {(i["rule_id"], next(iter(re.findall(r"^Policy '([^']+)'", i["message"])), "")) for i in issues}
+    assert found <= ACCEPTED_FINDINGS, sorted(found - ACCEPTED_FINDINGS)
+    assert ("KNP-011", "trtfleet-router") in found  # the linter did read the policies

@@ -67,6 +67,7 @@ class RouterThread:
             "metrics_port": 0,
             "seed": 7,
             "prewarm_interval_s": 3600.0,
+            "debug_endpoints": True,  # the tests read a router's view from /debug/fleets (loopback: no token)
         }
         self.router = Router(RouterSettings(**{**defaults, **settings}), StaticDiscovery(config=config))
         loop.run(self.router.start())

@@ -1,4 +1,5 @@
-"""A router replica's fleet and event log for the peering tests (no event loop, no server)."""
+"""A router replica's fleet and event log for the peering tests (no event loop, no server), and a membership
+that records whom the peer server heard of."""
 
 from __future__ import annotations
 
@@ -41,3 +42,19 @@ class Replica:
         self.journal.flush()
         for line in self.journal.after(0, STREAM_VERSION)[1]:  # as a subscriber of this version asks
             other.fleet.apply_remote(decode_event(self.journal.replica_id, line))
+
+
+class Membership:
+    """The peer server's :class:`~trtfleet_router.peering.server.Membership`, recording every ``heard_of``."""
+
+    def __init__(self) -> None:
+        self.heard: list[tuple[str, str]] = []
+
+    def heard_of(self, replica_id: str, advertise_url: str) -> None:
+        self.heard.append((replica_id, advertise_url))
+
+    def watermarks(self) -> dict[str, int]:
+        return {}
+
+    def known_peers(self) -> dict[str, str]:
+        return {}

@@ -39,7 +39,8 @@ def test_peer_flags(argv: tuple[str, ...], expected: PeerSettings | None) -> Non
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        pytest.param(("--peer", "10.0.0.7:8082"), "give a URL", id="not a URL"),
+        pytest.param(("--peer", "10.0.0.7:8082"), "a peer URL is", id="not a URL"),
+        pytest.param(("--peer-advertise", "http://10.0.0.1:8082/peers"), "no path", id="an advertised URL with a path"),
         pytest.param(("--peer-port", "-1", "--peer", "http://a:1"), "need the peer port", id="peers without a port"),
     ],
 )

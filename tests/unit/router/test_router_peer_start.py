@@ -37,7 +37,9 @@ class ListedLater:
 
 
 def test_a_replica_whose_discovery_lists_late_still_starts_warm(tmp_path: Path) -> None:
-    echo = EchoFleet(tmp_path, peering=PeerSettings(port=0))
+    tokens = tmp_path / "tokens"
+    tokens.write_text("a-shared-token-of-the-replicas\n")
+    echo = EchoFleet(tmp_path, peering=PeerSettings(port=0), internal_token_file=tokens)
     try:
         a = echo.router.router
         client = openai.OpenAI(base_url=f"{echo.router.http_url}/v1", api_key="x", max_retries=0)
@@ -53,6 +55,7 @@ def test_a_replica_whose_discovery_lists_late_still_starts_warm(tmp_path: Path) 
                 metrics_port=None,
                 prewarm_interval_s=3600.0,
                 peering=PeerSettings(port=0, seeds=(f"http://127.0.0.1:{a.peer_port}",)),
+                internal_token_file=tokens,
             )
             b = Router(settings, discovery)
             starting = asyncio.create_task(b.start())

@@ -10,6 +10,7 @@ import time
 
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
+from trtfleet_router.internalaccess import AccessMode, InternalAccess
 from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import ModelRegistry
@@ -24,7 +25,9 @@ from trtfleet_router.routing import (
 )
 from trtfleet_router.routing.events import EventKind, decode_event, encode_event
 
-from tests.unit.router.peering_support import Replica
+from tests.unit.router.peering_support import Membership, Replica
+
+OPEN = InternalAccess(AccessMode.OPEN)  # the protocol's tests; who may use the port: test_router_internal_access.py
 
 
 @pytest.mark.parametrize(
@@ -67,20 +70,6 @@ def test_events_of_one_loop_turn_are_flushed_together() -> None:
     asyncio.run(scenario())
 
 
-class _Membership:
-    def __init__(self) -> None:
-        self.heard: list[tuple[str, str]] = []
-
-    def heard_of(self, replica_id: str, advertise_url: str) -> None:
-        self.heard.append((replica_id, advertise_url))
-
-    def watermarks(self) -> dict[str, int]:
-        return {}
-
-    def known_peers(self) -> dict[str, str]:
-        return {}
-
-
 def _served_fleets() -> tuple[EventLog, FleetSet]:
     """Replica "srv"'s journal and its (empty) fleets, for a peer port."""
     journal = EventLog("srv")
@@ -92,8 +81,8 @@ def _served_fleets() -> tuple[EventLog, FleetSet]:
 def test_peer_port_streams_events_and_refuses_bad_requests() -> None:
     async def scenario() -> None:
         journal, fleets = _served_fleets()
-        membership = _Membership()
-        server = PeerServer(journal, fleets, membership, heartbeat_s=0.05)
+        membership = Membership()
+        server = PeerServer(journal, fleets, membership, access=OPEN, heartbeat_s=0.05)
         async with TestClient(TestServer(server.app())) as client:
             assert (await client.get("/fleet/v1/events", params={"since": "x"})).status == 400
             assert (await client.get("/fleet/v1/events", params={"replica": "srv"})).status == 409
@@ -150,7 +139,7 @@ def test_a_subscriber_of_version_2_gets_the_class_over_the_peer_port() -> None:
     async def scenario() -> None:
         journal, fleets = _served_fleets()
         journal.record("m", "p0", "u", EventKind.ACQUIRE, 5, None, 0, (), True)
-        server = PeerServer(journal, fleets, _Membership(), heartbeat_s=0.05)
+        server = PeerServer(journal, fleets, Membership(), access=OPEN, heartbeat_s=0.05)
         async with TestClient(TestServer(server.app())) as client:
             for asked, version, background in (("2", 2, True), ("9", 2, True), (None, 1, False)):
                 params = {"since": "0"} | ({} if asked is None else {"version": asked})
@@ -209,7 +198,7 @@ def test_a_subscriber_that_missed_events_the_ring_dropped_forgets_that_replicas_
     async def scenario() -> None:
         a_journal = EventLog("a", ring_events=4)
         a_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=a_journal)
-        server = PeerServer(a_journal, a_fleets, _Membership(), heartbeat_s=0.05)
+        server = PeerServer(a_journal, a_fleets, Membership(), access=OPEN, heartbeat_s=0.05)
         b = Replica("b")
         b_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=b.journal)
         b_fleets.fleets["m"] = b.fleet
@@ -243,7 +232,7 @@ def test_a_subscribing_replica_leaves_the_origins_batch_lines_out_of_interactive
         a, b = Replica("a"), Replica("b")
         a_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=a.journal)
         a_fleets.fleets["m"] = a.fleet
-        server = PeerServer(a.journal, a_fleets, _Membership(), heartbeat_s=0.05)
+        server = PeerServer(a.journal, a_fleets, Membership(), access=OPEN, heartbeat_s=0.05)
         b_fleets = FleetSet(parse_routing_config({"policy": "trtfleet"}), journal=b.journal)
         b_fleets.fleets["m"] = b.fleet
         async with TestServer(server.app()) as test_server:

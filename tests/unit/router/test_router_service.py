@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -319,6 +320,45 @@ def test_api_keys(tmp_path: Path) -> None:
         assert grpc_client.is_model_ready("a1", headers={"authorization": "Bearer sk-only-a1-0000"})
     finally:
         echo.close()
+
+
+def test_a_keys_own_body_limit_holds_on_every_front_end_and_no_key_is_logged(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    keys = tmp_path / "keys.yaml"
+    keys.write_text("keys:\n- {name: small, key: sk-small-bodies-1, maxBodyBytes: 200}\n"
+                    "- {name: big, key: sk-large-bodies-2}\n")
+    echo = EchoFleet(tmp_path, count=1, api_keys_path=keys)
+    long_prompt = "x" * 220  # a body over 200 bytes, a prompt within the engine's 256
+    try:
+        with caplog.at_level("DEBUG"):
+            small, big = _client(echo, "sk-small-bodies-1"), _client(echo, "sk-large-bodies-2")
+            assert small.completions.create(model="a1", prompt="short", max_tokens=8).choices[0].text
+            with pytest.raises(openai.APIStatusError) as too_large:
+                small.completions.create(model="a1", prompt=long_prompt, max_tokens=4)
+            assert too_large.value.status_code == 413
+            assert big.completions.create(model="a1", prompt=long_prompt, max_tokens=4).choices[0].text
+            with pytest.raises(openai.AuthenticationError):  # refused on its key, before its body is read
+                _client(echo, "sk-not-a-key-0000").completions.create(model="a1", prompt=long_prompt, max_tokens=4)
+            generate = urllib.request.Request(
+                f"{echo.router.http_url}/v2/models/a1/generate", method="POST",
+                data=json.dumps({"text_input": long_prompt, "max_tokens": 4}).encode(),
+                headers={"Authorization": "Bearer sk-small-bodies-1", "Content-Type": "application/json"})
+            with pytest.raises(urllib.error.HTTPError) as triton_http:
+                urllib.request.urlopen(generate, timeout=10)
+            assert triton_http.value.code == 413
+            grpc_client = grpcclient.InferenceServerClient(echo.router.grpc_address)
+            text = grpcclient.InferInput("text_input", [1, 1], "BYTES")
+            text.set_data_from_numpy(np.array([[long_prompt.encode()]], dtype=object))
+            with pytest.raises(InferenceServerException) as grpc_error:
+                grpc_client.infer("a1", [text], headers={"authorization": "Bearer sk-small-bodies-1"})
+            assert grpc_error.value.status() == "StatusCode.INVALID_ARGUMENT"
+            assert "limit is 200" in str(grpc_error.value.message())
+    finally:
+        echo.close()
+    logged = "\n".join(f"{record.getMessage()} {record.__dict__}" for record in caplog.records
+                       if record.name.startswith("trtfleet_router"))
+    assert "request" in logged and not any(key in logged for key in ("sk-small", "sk-large", "sk-not-a-key"))
 
 
 def test_drain_finishes_inflight_and_refuses_new(tmp_path: Path) -> None:
