@@ -33,6 +33,7 @@ from trtfleet_router.epp import envoy
 from trtfleet_router.epp.coldloads import ColdLoads
 from trtfleet_router.epp.request import GatewayRequest, interpret, is_models_list, request_path
 from trtfleet_router.errors import (
+    BodyTooLarge,
     NoCapacityAvailable,
     RouterError,
     http_headers_for,
@@ -113,21 +114,12 @@ class Exchange:
         subset = envoy.subset_hint(first.metadata_context)
         body = b""
         headers_only = first.request_headers.end_of_stream
-        if not headers_only:
-            chunks = []
-            while True:
-                message = await self.context.read()
-                if message is grpc.aio.EOF:
-                    return
-                kind = message.WhichOneof("request")
-                if kind == "request_body":
-                    chunks.append(message.request_body.body)
-                    if message.request_body.end_of_stream:
-                        break
-                elif kind == "request_trailers":
-                    break
-            body = b"".join(chunks)
         try:
+            if not headers_only:
+                read = await self._read_body(self.services.body_limit(presented_key(headers)))
+                if read is None:
+                    return
+                body = read
             answer = await self._pick(headers, body, subset, record, headers_only=headers_only)
         except RouterError as exc:
             record.code = mapping_for(exc).code_label
@@ -138,6 +130,26 @@ class Exchange:
         if answer[0].WhichOneof("response") == "immediate_response":
             return
         await self._follow(record)
+
+    async def _read_body(self, limit_bytes: int) -> bytes | None:
+        """The request body, to its end (None: the stream ended first); 413 past ``limit_bytes`` (the router's
+        ``--max-body-bytes``, or the API key's own limit)."""
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await self.context.read()
+            if message is grpc.aio.EOF:
+                return None
+            kind = message.WhichOneof("request")
+            if kind == "request_body":
+                size += len(message.request_body.body)
+                if size > limit_bytes:
+                    raise BodyTooLarge(f"the request body exceeds the limit of {limit_bytes} bytes")
+                chunks.append(message.request_body.body)
+                if message.request_body.end_of_stream:
+                    return b"".join(chunks)
+            elif kind == "request_trailers":
+                return b"".join(chunks)
 
     # -- request ---------------------------------------------------------------------------------------
     async def _pick(

@@ -263,3 +263,21 @@ def test_a_miss_the_gateway_reports_marks_the_adapter_cold(triton_picker: tuple[
     assert not fleet.is_warm(pod, 102)
     assert picker.router.router.metrics.adapter_cache_misses.labels("a2").value == 1
     assert picker.open_tickets() == 0
+
+
+def test_a_body_over_the_limit_is_refused_with_413(tmp_path: Path) -> None:
+    from trtfleet_router.server.common import FrontendSettings
+
+    loop = LoopThread()
+    router = RouterThread(loop, _pytorch_fleet(tmp_path), picker=PickerSettings(), picker_port=0,
+                          frontend=FrontendSettings(max_body_bytes=1024))
+    picker = Picker(router, loop)
+    try:
+        refused = picker.completion({"model": "tiny-upper", "prompt": "x" * 2000}, chunks=4)
+        assert refused.status == 413 and refused.answer()["error"]["message"].startswith("the request body exceeds")
+        assert picker.completion({"model": "tiny-upper", "prompt": "x"}).immediate is None
+        assert picker.open_tickets() == 0
+    finally:
+        picker.close()
+        router.stop()
+        loop.close()
