@@ -4,7 +4,8 @@
                       [--standalone] [--metrics-port 8080] [--health-port 8081]
                       [--engine-pvc trtfleet-engines] [--artifact-pvc trtfleet-adapters]
                       [--resync-interval 30] [--build-backoff-limit 1] [--build-max-attempts 5]
-                      [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--log-level INFO]
+                      [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--image-pull-secret NAME ...]
+                      [--log-level INFO]
                       [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
                       [--router-metrics-port 9090] [--router-metrics-url URL ...] [--held-wait 20]
                       [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
@@ -87,6 +88,14 @@ def configure(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="node label adapter-convert Jobs must match (repeatable)",
     )
+    parser.add_argument(
+        "--image-pull-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Secret the pods of Jobs and Deployments this operator creates pull images with (repeatable; it "
+        "must exist in each BaseModel's namespace)",
+    )
     scaling = defaults.autoscale
     parser.add_argument(
         "--autoscale-interval",
@@ -166,6 +175,7 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             router_demand_urls=tuple(args.router_demand_url),
         ),
         convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
+        image_pull_secrets=tuple(dict.fromkeys(args.image_pull_secret)),
     )
 
 

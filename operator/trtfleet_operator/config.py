@@ -121,6 +121,9 @@ class OperatorConfig:
     convert_deadline_s: int = 3600
     convert_node_selector: tuple[tuple[str, str], ...] = ()
     """Where adapter-convert Jobs run (CPU nodes, say); empty: anywhere."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets every pod the operator creates pulls its images with (they must exist in each BaseModel's
+    namespace); the chart passes its ``imagePullSecrets``."""
     resync_interval_s: float = 30.0
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     merge_advice: MergeAdviceConfig = field(default_factory=MergeAdviceConfig)

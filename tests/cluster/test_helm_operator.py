@@ -41,6 +41,8 @@ pytestmark = pytest.mark.cluster
 EXAMPLES = ROOT / "examples"
 TRTFLEET = Path(sys.executable).parent / "trtfleet"
 OPERATOR_STOP_TIMEOUT_S = 30.0
+PULL_SECRET = "registry-credentials"
+PULLS = [{"name": PULL_SECRET}]
 
 
 @pytest.fixture
@@ -53,8 +55,10 @@ def workload_namespace(control_plane: ControlPlane, kube_namespace: str) -> Iter
 def scoped_release(
     control_plane: ControlPlane, kube_namespace: str, workload_namespace: str, tmp_path: Path
 ) -> Iterator[Release]:
-    """The chart watching ``workload_namespace`` only: namespaced Roles instead of ClusterRoles."""
-    with installed(control_plane, kube_namespace, tmp_path / "helm", *scoped_values(workload_namespace)) as release:
+    """The chart watching ``workload_namespace`` only (namespaced Roles instead of ClusterRoles), with a pull
+    secret for a private registry."""
+    values = (*scoped_values(workload_namespace), "--set", f"imagePullSecrets[0].name={PULL_SECRET}")
+    with installed(control_plane, kube_namespace, tmp_path / "helm", *values) as release:
         yield release
 
 
@@ -154,6 +158,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     job = r.get("job", f"trtfleet-build-{llama_hash[:16]}", "-n", ns)
     assert owned_by(job, "BaseModel", "llama3-8b")
     pod = job["spec"]["template"]["spec"]
+    assert pod["imagePullSecrets"] == PULLS  # the chart's imagePullSecrets reach the operator's pods
     assert container(job)["image"] == images["runtime"]  # the chart's TRT-LLM runtime image
     assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
@@ -173,6 +178,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert container(deployment)["image"] == images["worker"]
+    assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == PULLS
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert labels["trtfleet.io/basemodel"] == "tiny"
     service = r.get("service", "tiny", "-n", ns)
@@ -194,6 +200,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     jobs = eventually(convert_jobs, timeout=60, what="a convert Job for every Adapter")
     for name, job in jobs.items():
         assert container(job)["image"] == adapters[name], name
+        assert job["spec"]["template"]["spec"]["imagePullSecrets"] == PULLS, name
         claims = {v["persistentVolumeClaim"]["claimName"] for v in job["spec"]["template"]["spec"]["volumes"]
                   if "persistentVolumeClaim" in v}
         assert claims == {VALUES["operator"]["artifactPvc"]}, name

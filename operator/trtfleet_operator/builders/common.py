@@ -90,6 +90,11 @@ def gpu_resources(spec: BaseModelSpec, *, gpus: bool) -> Obj:
     return out
 
 
+def pull_secrets(secrets: Sequence[str]) -> Obj:
+    """``imagePullSecrets`` of a pod spec (empty: the key is left out), in the order configured."""
+    return {"imagePullSecrets": [{"name": name} for name in secrets]} if secrets else {}
+
+
 def sorted_env(items: Mapping[str, str]) -> list[Obj]:
     return [{"name": key, "value": value} for key, value in sorted(items.items())]
 

@@ -31,6 +31,7 @@ from trtfleet_operator.builders.common import (
     gpu_resources,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
     scheduling,
     shm_mount,
@@ -191,6 +192,7 @@ def hash_keyed_job(
         "enableServiceLinks": False,
         "securityContext": pod_security(non_root=non_root),
         **scheduling(spec),
+        **pull_secrets(config.image_pull_secrets),
         "containers": [container],
         "volumes": list(volumes),
     }

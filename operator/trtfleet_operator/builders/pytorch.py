@@ -36,6 +36,7 @@ from trtfleet_operator.builders.common import (
     gpu_resources,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
     scheduling,
     shm_mount,
@@ -230,6 +231,7 @@ def build_pytorch_deployment(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": pod_security(non_root=False),
         **scheduling(spec),
+        **pull_secrets(config.image_pull_secrets),
     }
     if triton:
         init, container = llmapi_containers(

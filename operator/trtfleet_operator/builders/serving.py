@@ -35,6 +35,7 @@ from trtfleet_operator.builders.common import (
     gpu_resources,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
     scheduling,
     shm_mount,
@@ -306,6 +307,7 @@ def build_deployment(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": pod_security(non_root=reference),
         **scheduling(spec),
+        **pull_secrets(config.image_pull_secrets),
     }
     if not reference:
         volumes += [
