@@ -10,7 +10,7 @@
                       [--router-metrics-port 9090] [--router-metrics-url URL ...] [--held-wait 20]
                       [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
 
-Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_RUNTIME_IMAGE (see
+Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_MODELOPT_IMAGE (see
 :mod:`trtfleet_operator.config`). Exit codes: 0 after a clean stop, 2 for bad flags or environment.
 """
 

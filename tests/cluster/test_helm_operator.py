@@ -159,7 +159,10 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     assert owned_by(job, "BaseModel", "llama3-8b")
     pod = job["spec"]["template"]["spec"]
     assert pod["imagePullSecrets"] == PULLS  # the chart's imagePullSecrets reach the operator's pods
-    assert container(job)["image"] == images["runtime"]  # the chart's TRT-LLM runtime image
+    # the BaseModel's own TRT-LLM image, as written; trtfleet comes from the chart's image by an init container
+    assert container(job)["image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    assert container(job)["command"][0] == "/opt/trtfleet-cli/bin/trtfleet"
+    assert [(c["name"], c["image"]) for c in pod["initContainers"]] == [("trtfleet-cli", IMAGE)]
     assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}

@@ -54,7 +54,7 @@ def llmapi_containers(
     spec: BaseModelSpec, *, options_volume: str, options_mount: str, prestop_sleep_s: int, config: OperatorConfig
 ) -> tuple[Obj, Obj]:
     """(the init container that assembles the repository, the ``tritonserver`` container)."""
-    image = config.images.for_engine(spec.engine.image)
+    image = spec.engine.image
     options = {"name": options_volume, "mountPath": options_mount, "readOnly": True}
     init: Obj = {
         "name": INIT_CONTAINER,

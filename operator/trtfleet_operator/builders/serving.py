@@ -239,7 +239,7 @@ def _server_container(
         container["env"] = sorted_env(BLAS_THREADS_ENV)  # numpy reads it at import (reference/threads.py)
     else:
         world_size = spec.parallelism.tensor * spec.parallelism.pipeline
-        container["image"] = config.images.for_engine(spec.engine.image)
+        container["image"] = spec.engine.image
         argv = _triton_args(world_size)
         container["command"], container["args"] = argv[:1], argv[1:]
         mounts = [
@@ -317,7 +317,7 @@ def build_deployment(
         pod_spec["initContainers"] = [
             {
                 "name": "model-repo",
-                "image": config.images.for_engine(spec.engine.image),
+                "image": spec.engine.image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["/bin/sh", "-c", _assemble_script(model_repo, config.trtllm_models_dir)],
                 "securityContext": container_security(),

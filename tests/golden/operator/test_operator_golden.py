@@ -51,7 +51,7 @@ CONFIG = OperatorConfig(
     images=Images(
         trtfleet="ghcr.io/trtfleet/trtfleet:0.1.0",
         worker="ghcr.io/trtfleet/reference-worker:0.1.0",
-        runtime="ghcr.io/trtfleet/trtllm-runtime:0.1.0-25.12",
+        modelopt="ghcr.io/trtfleet/modelopt-example:25.12",
     ),
     image_pull_secrets=("registry-credentials",),
 )
