@@ -33,6 +33,8 @@ from trtfleet.api.merging import MergingSpec as MergingSpec
 from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
 from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
 from trtfleet.api.serving import Resources as Resources
+from trtfleet.api.serving import RolloutSpec as RolloutSpec
+from trtfleet.api.serving import RolloutStrategy as RolloutStrategy
 from trtfleet.api.serving import ServingServer as ServingServer
 from trtfleet.api.serving import ServingSpec as ServingSpec
 from trtfleet.api.serving import Toleration as Toleration

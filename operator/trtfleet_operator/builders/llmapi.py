@@ -31,7 +31,7 @@ from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
     container_security,
-    gpu_resources,
+    serving_resources,
     shm_mount,
 )
 from trtfleet_operator.builders.convert import ARTIFACTS_VOLUME
@@ -93,7 +93,5 @@ def llmapi_containers(
         "lifecycle": {"preStop": {"sleep": {"seconds": prestop_sleep_s}}},
         "securityContext": container_security(),
     }
-    resources = gpu_resources(spec, gpus=True)
-    if resources:
-        container["resources"] = resources
+    container["resources"] = serving_resources(spec)
     return init, container

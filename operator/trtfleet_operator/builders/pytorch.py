@@ -39,7 +39,9 @@ from trtfleet_operator.builders.common import (
     pod_security,
     pull_secrets,
     pvc_volume,
+    rollout_strategy,
     scheduling,
+    serving_resources,
     shm_mount,
     shm_volume,
 )
@@ -192,9 +194,7 @@ def _serve_container(spec: BaseModelSpec, plan: EnginePlan, *, served_name: str,
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
         "securityContext": container_security(),
     }
-    resources = gpu_resources(spec, gpus=True)
-    if resources:
-        container["resources"] = resources
+    container["resources"] = serving_resources(spec)
     return container
 
 
@@ -270,7 +270,7 @@ def build_pytorch_deployment(
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_S + 600,
             "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": rollout_strategy(spec),
             "template": template,
         },
     }

@@ -32,12 +32,13 @@ from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
     container_security,
-    gpu_resources,
     metadata,
     pod_security,
     pull_secrets,
     pvc_volume,
+    rollout_strategy,
     scheduling,
+    serving_resources,
     shm_mount,
     shm_volume,
     sorted_env,
@@ -252,7 +253,7 @@ def _server_container(
             {"name": "model-repo", "mountPath": MODEL_REPO_MOUNT, "readOnly": True},
             shm_mount(),
         ]
-    resources = gpu_resources(spec, gpus=not reference)
+    resources = {} if reference else serving_resources(spec)
     if resources:
         container["resources"] = resources
     container["volumeMounts"] = mounts
@@ -351,7 +352,7 @@ def build_deployment(
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_S + 600,
             "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": rollout_strategy(spec),
             "template": template,
         },
     }

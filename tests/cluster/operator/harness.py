@@ -327,3 +327,28 @@ def wait_until(probe: Any, timeout: float, what: str) -> Any:
 
 def elapsed(start: float) -> float:
     return round(time.monotonic() - start, 1)
+
+
+def volume_for(cp: ControlPlane, ns: str, claim: str, *, size: str = "10Gi", modes: Sequence[str] = ("ReadWriteMany",)
+               ) -> None:
+    """A PersistentVolume reserved for PVC ``ns/claim`` (what a cluster's storage class would provision), so the
+    claim binds and pods that mount it schedule (left Released when the test namespace goes)."""
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"{ns}-{claim}", "labels": {"trtfleet.io/test-namespace": ns}},
+        "spec": {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": "",
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{ns}/{claim}"},
+                 "claimRef": {"namespace": ns, "name": claim}},
+    }))
+
+
+def bound_claims(cp: ControlPlane, ns: str, claims: Sequence[str]) -> None:
+    """PVCs ``claims`` in ``ns`` (ReadWriteMany), each bound to a volume of its own."""
+    for claim in claims:
+        volume_for(cp, ns, claim)
+        apply(cp, ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                       "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                                "resources": {"requests": {"storage": "10Gi"}}}})
+    for claim in claims:
+        wait_until(lambda c=claim: (get(cp, ns, "pvc", c) or {}).get("status", {}).get("phase") == "Bound", 60,
+                   f"PVC {claim} Bound")
