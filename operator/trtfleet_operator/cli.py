@@ -5,7 +5,8 @@
                       [--engine-pvc trtfleet-engines] [--artifact-pvc trtfleet-adapters]
                       [--resync-interval 30] [--build-backoff-limit 1] [--build-max-attempts 5]
                       [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--image-pull-secret NAME ...]
-                      [--log-level INFO]
+                      [--no-artifact-collection] [--adapter-drain 60] [--engine-retention 604800]
+                      [--collect-interval 600] [--log-level INFO]
                       [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
                       [--router-metrics-port 9090] [--router-metrics-url URL ...] [--held-wait 20]
                       [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
@@ -87,6 +88,29 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="node label adapter-convert Jobs must match (repeatable)",
+    )
+    parser.add_argument(
+        "--no-artifact-collection",
+        action="store_true",
+        help="leave a deleted Adapter's artifact on the adapter volume (default: removed once unused)",
+    )
+    parser.add_argument(
+        "--adapter-drain",
+        type=float,
+        default=defaults.artifact_drain_s,
+        help="seconds requests already at pods get after an Adapter's deletion starts, before its artifact goes",
+    )
+    parser.add_argument(
+        "--engine-retention",
+        type=float,
+        default=defaults.engine_retention_s,
+        help="seconds an engine or staged checkpoint nothing uses stays on the engine volume (0: forever)",
+    )
+    parser.add_argument(
+        "--collect-interval",
+        type=float,
+        default=defaults.collect_interval_s,
+        help="seconds between checks of each engine record for use",
     )
     parser.add_argument(
         "--image-pull-secret",
@@ -176,6 +200,10 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         ),
         convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
         image_pull_secrets=tuple(dict.fromkeys(args.image_pull_secret)),
+        collect_artifacts=not args.no_artifact_collection,
+        artifact_drain_s=args.adapter_drain,
+        engine_retention_s=args.engine_retention,
+        collect_interval_s=args.collect_interval,
     )
 
 

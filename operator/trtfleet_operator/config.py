@@ -124,6 +124,14 @@ class OperatorConfig:
     convert_deadline_s: int = 3600
     convert_node_selector: tuple[tuple[str, str], ...] = ()
     """Where adapter-convert Jobs run (CPU nodes, say); empty: anywhere."""
+    collect_artifacts: bool = True
+    """Remove a deleted Adapter's artifact from the adapter volume once no other Adapter uses it."""
+    artifact_drain_s: float = 60.0
+    """After an Adapter's deletion starts, how long requests already at pods get before its artifact goes."""
+    engine_retention_s: float = 7 * 24 * 3600.0
+    """How long an engine or staged checkpoint nothing uses stays on the engine volume (0: forever)."""
+    collect_interval_s: float = 600.0
+    """How often each engine record is checked for use."""
     image_pull_secrets: tuple[str, ...] = ()
     """Secrets every pod the operator creates pulls its images with (they must exist in each BaseModel's
     namespace); the chart passes its ``imagePullSecrets``."""
@@ -146,6 +154,9 @@ class OperatorConfig:
             raise ConfigError("--held-wait cannot be negative")
         if self.merge_advice.interval_s <= 0:
             raise ConfigError("--merge-interval must be positive")
+        if self.artifact_drain_s < 0 or self.engine_retention_s < 0 or self.collect_interval_s <= 0:
+            raise ConfigError("--adapter-drain and --engine-retention cannot be negative, --collect-interval "
+                              "must be positive")
 
 
 def images_from_environment() -> Images:

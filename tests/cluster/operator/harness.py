@@ -51,6 +51,9 @@ class OperatorProcess:
     extra: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
     """Overrides of the control plane's environment (``KUBECONFIG`` of another user, say)."""
+    collect_artifacts: bool = False
+    """Collect deleted Adapters' artifacts (off by default here: no kubelet runs the collect Jobs, so a
+    deleted Ready Adapter would wait for one; the collection tests run them)."""
     proc: subprocess.Popen[bytes] | None = None
     health_port: int = 0
     metrics_port: int = 0
@@ -81,6 +84,7 @@ class OperatorProcess:
             "2",
             "--convert-node-selector",
             MANUAL_POOL,
+            *([] if self.collect_artifacts else ["--no-artifact-collection"]),
             *self.extra,
         ]
         with log.open("wb") as out:

@@ -19,7 +19,7 @@ from tests.support.helm import CHART, ROOT, helm
 GOLDEN = ROOT / "tests" / "golden" / "chart"
 CASES = {"default": [], "production": ["-f", str(CHART / "ci" / "production-values.yaml")]}
 # Kinds of other projects' CRDs: checked for shape here, not by kubernetes-validate (it knows only built-ins).
-FOREIGN_KINDS = {"ServiceMonitor", "ClusterKopfPeering"}
+FOREIGN_KINDS = {"ServiceMonitor", "ClusterKopfPeering", "PrometheusRule"}
 K8S_VERSION = "1.35.0"
 
 
@@ -196,3 +196,35 @@ def test_the_rendered_command_lines_are_ones_the_programs_accept(case: str, tmp_
         parsed = parser.parse_args(args)
         if command == "router":
             assert parsed.max_body_bytes == 64 * 1024 * 1024
+
+
+@pytest.mark.golden
+def test_prometheus_rule_alerts_on_metrics_that_exist_and_renders_where_its_crd_is_served(tmp_path: Path) -> None:
+    def rules(args: list[str]) -> list[dict[str, Any]]:
+        docs = _render(tmp_path, args)
+        return [d for d in docs if d["kind"] == "PrometheusRule"]  # type: ignore[misc]
+
+    assert rules([]) == []  # auto, and this cluster serves no PrometheusRule kind
+    assert rules(["--set", "metrics.prometheusRule.enabled=false", "--api-versions",
+                  "monitoring.coreos.com/v1/PrometheusRule"]) == []
+    [rule] = rules(["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"])
+    alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"TrtfleetPodsEjected", "TrtfleetColdLoadRateHigh", "TrtfleetRequestsHeld", "TrtfleetBuildFailures",
+            "TrtfleetCapacityRefusals"} <= set(alerts)
+    from prometheus_client import generate_latest
+    from trtfleet_operator import metrics as operator_metrics
+
+    exported = RouterMetrics().exposition().decode() + generate_latest(operator_metrics.REGISTRY).decode()
+    families = {line.split()[2] for line in exported.splitlines() if line.startswith("# TYPE")}
+    for name in set(re.findall(r"trtfleet_(?:router|operator)_[a-z_]+", " ".join(alerts.values()))):
+        assert name in families or name.removesuffix("_total") in families, f"{name}: no such metric"
+
+
+@pytest.mark.golden
+def test_the_operator_gets_retention_and_drain_and_a_metrics_service(tmp_path: Path) -> None:
+    docs = _render(tmp_path, ["--set", "operator.engineRetentionHours=0", "--set", "operator.adapterDrainSeconds=5"])
+    [operator] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-operator"]  # type: ignore[index]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]  # type: ignore[index]
+    assert "--engine-retention=0" in args and "--adapter-drain=5" in args
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "trtfleet-operator-metrics"]  # type: ignore[index]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"  # type: ignore[index]
