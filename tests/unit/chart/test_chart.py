@@ -228,3 +228,21 @@ def test_the_operator_gets_retention_and_drain_and_a_metrics_service(tmp_path: P
     assert "--engine-retention=0" in args and "--adapter-drain=5" in args
     [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "trtfleet-operator-metrics"]  # type: ignore[index]
     assert service["spec"]["ports"][0]["targetPort"] == "metrics"  # type: ignore[index]
+
+
+@pytest.mark.golden
+def test_artifact_pvcs_only_with_a_router_watching_the_release_namespace(tmp_path: Path) -> None:
+    """The legacy runtimes' trap, made impossible: a PVC mounts only in its own namespace, so a router that reads
+    pvc:// artifacts must serve the release namespace alone."""
+    claim = ["--set", "router.artifactPvcs={trtfleet-adapters}"]
+    for watched in ([], ["--set", "router.watchNamespaces={models}"],
+                    ["--set", "router.watchNamespaces={trtfleet-system,models}"]):
+        result = helm("template", "trtfleet", str(CHART), "--namespace", "trtfleet-system", *claim, *watched,
+                      home=tmp_path, check=False)
+        assert result.returncode != 0, watched
+        assert "set router.watchNamespaces={trtfleet-system}" in result.stderr, result.stderr
+    docs = _render(tmp_path, [*claim, "--set", "router.watchNamespaces={trtfleet-system}"])
+    [router] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-router"]  # type: ignore[index]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in router["spec"]["template"]["spec"]["volumes"]  # type: ignore[index]
+              if "persistentVolumeClaim" in v]
+    assert claims == ["trtfleet-adapters"]
