@@ -3,7 +3,7 @@
 The operator runs as a local process (kwok has no images to run its pod) with the chart's arguments and
 environment, authenticated as the chart's operator ServiceAccount with a TokenRequest token, so the
 chart's RBAC is what it really gets (the namespaced variant, the tighter one). ``kubectl apply -f
-examples/`` then yields what the operator promises: a build Job and no Deployment for the GPU
+examples/`` (the legacy Llama one) then yields what the operator promises: a build Job and no Deployment for the GPU
 BaseModel, a Deployment + headless Service for the reference BaseModel (Ready, since kwok runs its
 pods), a convert Job per Adapter; deleting the examples removes all of it. Nothing provisions the engine
 and adapter PersistentVolumeClaims here, so build and convert Jobs stay active: the test stops there.
@@ -14,16 +14,15 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.cluster.helm_release import (
     IMAGE,
+    TRTFLEET,
     VALUES,
     Obj,
     Release,
@@ -31,7 +30,9 @@ from tests.cluster.helm_release import (
     env_of,
     extra_namespace,
     installed,
+    operator_argv,
     scoped_values,
+    service_account_kubeconfig,
 )
 from tests.support.controlplane import ControlPlane, eventually, free_port
 from tests.support.helm import ROOT
@@ -39,7 +40,10 @@ from tests.support.helm import ROOT
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = ROOT / "examples"
-TRTFLEET = Path(sys.executable).parent / "trtfleet"
+# Both Llama BaseModel examples are named llama3-8b (one per runtime, for namespaces of their own): this test
+# applies the legacy one with every other example.
+APPLIED = [arg for path in sorted(EXAMPLES.glob("*.yaml")) if path.name != "basemodel-llama3-8b-pytorch.yaml"
+           for arg in ("-f", str(path))]
 OPERATOR_STOP_TIMEOUT_S = 30.0
 PULL_SECRET = "registry-credentials"
 PULLS = [{"name": PULL_SECRET}]
@@ -60,29 +64,6 @@ def scoped_release(
     values = (*scoped_values(workload_namespace), "--set", f"imagePullSecrets[0].name={PULL_SECRET}")
     with installed(control_plane, kube_namespace, tmp_path / "helm", *values) as release:
         yield release
-
-
-def service_account_kubeconfig(release: Release, account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as ``account`` with a short-lived TokenRequest token."""
-    cp = release.cp
-    token = cp.kubectl("create", "token", account, "-n", release.namespace, "--duration=1h").stdout.strip()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cp.server,
-                                               "certificate-authority": str(cp.pki / "ca.crt")}}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account}}],
-    }))
-    path.chmod(0o600)
-    return path
-
-
-def operator_argv(chart_args: list[str], namespace: str, health_port: int) -> list[str]:
-    """The chart's operator arguments with local ports (the pod's are taken on a shared machine)."""
-    local = {"--metrics-port": "--metrics-port=0", "--health-port": f"--health-port={health_port}"}
-    argv = [local.get(a.split("=", 1)[0], a) for a in chart_args]
-    assert argv[0] == "operator" and f"--namespace={namespace}" in argv, argv
-    return [str(TRTFLEET), *argv]
 
 
 @pytest.fixture
@@ -144,10 +125,10 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     r, ns = chart_operator, workload_namespace
     cp = r.cp
     images = VALUES["operator"]["images"]
-    cp.kubectl("apply", "-n", ns, "-f", str(EXAMPLES))
+    cp.kubectl("apply", "-n", ns, *APPLIED)
 
     # GPU BaseModel: one build Job named after the engine hash, no serving pods before the engine exists.
-    llama_hash = engine_hash(EXAMPLES / "basemodel-llama3-8b-h100.yaml")
+    llama_hash = engine_hash(EXAMPLES / "basemodel-llama3-8b-tensorrtllm.yaml")
 
     def building() -> Obj | None:
         status = r.get("basemodel", "llama3-8b", "-n", ns).get("status") or {}
@@ -212,7 +193,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
         assert "taskId" not in adapter["status"]  # ids are handed out after a successful conversion
 
     # Deleting the examples deletes what the operator made for them (owner references + the GC).
-    cp.kubectl("delete", "-n", ns, "-f", str(EXAMPLES), "--wait=true", "--timeout=90s")
+    cp.kubectl("delete", "-n", ns, *APPLIED, "--wait=true", "--timeout=90s")
 
     def all_gone() -> bool:
         left = cp.kubectl("get", "jobs,deployments,services,configmaps,poddisruptionbudgets", "-n", ns,

@@ -71,7 +71,7 @@ KV_FRACTION_MESSAGE = (
 
 
 class ServingSpec(ApiModel):
-    replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
+    replicas: int = Field(default=1, ge=0, le=1024, description="Serving pods (trtllm-serve or Triton) of this model.")
     server: ServingServer | None = Field(
         default=None,
         description="runtime pytorch only: trtllm-serve (the default when unset: OpenAI HTTP on 8000) or triton "

@@ -110,9 +110,15 @@ def serving_resources(spec: BaseModelSpec) -> Obj:
     requests = dict(out.get("requests") or {})
     requests.setdefault("cpu", str(SERVING_CPU_PER_GPU * spec.engine.gpu.count))
     host_tier = spec.lora.cache.host_bytes if spec.lora.enabled else 0
-    requests.setdefault("memory", f"{-(-(host_tier + SERVING_PROCESS_BYTES) // MIB)}Mi")
+    requests.setdefault("memory", _memory(host_tier + SERVING_PROCESS_BYTES))
     out["requests"] = dict(sorted(requests.items()))
     return out
+
+
+def _memory(size_bytes: int) -> str:
+    """A memory quantity in the API server's canonical form (whole GiB as ``Gi``, else ``Mi`` rounded up)."""
+    mib = -(-size_bytes // MIB)
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
 
 
 def rollout_strategy(spec: BaseModelSpec) -> Obj:

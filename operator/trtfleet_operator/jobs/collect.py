@@ -3,14 +3,15 @@
 Removes directories of a mounted engine or adapter volume that nothing uses any more: a deleted Adapter's
 converted or staged artifact, an engine or a staged checkpoint past its retention. Each ``REL`` must stay
 inside ``--root`` once normalised (no ``..``, not the root itself); one that is already gone counts as
-removed, so a retried Job is harmless. While removing ``<root>/<first part of REL>`` it holds the build
-runner's lock on it (``.<name>.lock`` beside it, ``flock``), so a build of the same hash that starts meanwhile
-waits and then finds no engine. Exit codes: 0 done, 2 a path outside the root (never retried).
+removed, so a retried Job is harmless. Where the build runner left its lock beside ``<root>/<first part of
+REL>`` (``.<name>.lock``, engines) it holds that ``flock`` while removing, so a build of the same hash that
+starts meanwhile waits and then finds no engine. Exit codes: 0 done, 2 a path outside the root (never retried).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import fcntl
 import json
 import shutil
@@ -30,11 +31,14 @@ def inside(root: Path, relative: str) -> Path:
 
 
 def remove(root: Path, relative: str) -> bool:
-    """Remove ``root/relative`` under the build lock of its top directory; True when something was removed."""
+    """Remove ``root/relative``, under the build lock of its top directory where a build made one (engines;
+    it stays, for the next build of that hash); True when something was removed."""
     target = inside(root, relative)
     top = root / Path(relative).parts[0]
-    with open(top.parent / f".{top.name}.lock", "a+") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    lock_path = top.parent / f".{top.name}.lock"
+    with contextlib.ExitStack() as stack:
+        if lock_path.exists():
+            fcntl.flock(stack.enter_context(open(lock_path, "a+")), fcntl.LOCK_EX)
         if not target.exists() and not target.is_symlink():
             return False
         if target.is_dir() and not target.is_symlink():

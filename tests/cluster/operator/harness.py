@@ -148,7 +148,7 @@ def example(file_name: str) -> Obj:
 def llama_doc(ns: str, *, name: str = "llama3-8b", runtime: str | None = None, **spec: Any) -> Obj:
     """The llama3-8b example, scheduled on a GPU product label only this namespace's nodes carry; ``spec``
     entries are merged into the example's spec sections of the same name."""
-    doc = example("basemodel-llama3-8b-h100.yaml")
+    doc = example("basemodel-llama3-8b-tensorrtllm.yaml")
     doc["metadata"]["name"] = name
     if runtime is not None:
         doc["spec"]["runtime"] = runtime
@@ -333,14 +333,14 @@ def elapsed(start: float) -> float:
     return round(time.monotonic() - start, 1)
 
 
-def volume_for(cp: ControlPlane, ns: str, claim: str, *, size: str = "10Gi", modes: Sequence[str] = ("ReadWriteMany",)
-               ) -> None:
+def volume_for(cp: ControlPlane, ns: str, claim: str, *, size: str = "10Gi", modes: Sequence[str] = ("ReadWriteMany",),
+               storage_class: str = "") -> None:
     """A PersistentVolume reserved for PVC ``ns/claim`` (what a cluster's storage class would provision), so the
     claim binds and pods that mount it schedule (left Released when the test namespace goes)."""
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump({
         "apiVersion": "v1", "kind": "PersistentVolume",
         "metadata": {"name": f"{ns}-{claim}", "labels": {"trtfleet.io/test-namespace": ns}},
-        "spec": {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": "",
+        "spec": {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": storage_class,
                  "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{ns}/{claim}"},
                  "claimRef": {"namespace": ns, "name": claim}},
     }))

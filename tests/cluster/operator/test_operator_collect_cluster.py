@@ -96,7 +96,7 @@ def test_deleting_an_adapter_removes_its_artifact_unless_another_uses_it(
 
     # A second Adapter of the same source shares the artifact: deleting the first keeps it.
     apply(cp, ns, adapter_doc("upper-again", uri="file:///opt/trtfleet/adapters/upper"))
-    assert wait_phase(cp, ns, "adapter", "upper-again", "Ready", timeout=60)["status"]["artifact"]["uri"] == uri
+    assert convert_here(cp, ns, volume, tmp_path, "upper-again") == uri
     cp.kubectl("delete", "adapter", "upper", "-n", ns, "--wait=true", "--timeout=60s")
     assert live_jobs(cp, ns, COLLECTS) == [] and directory.is_dir()
 

@@ -91,7 +91,7 @@ def test_engine_build_runs_from_the_bundle_with_the_images_tools(pod_cli: Path, 
     checkpoint.mkdir()
     for name in ("config.json", "tokenizer.json", "tokenizer_config.json"):
         (checkpoint / name).write_text("{}")
-    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-h100.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-tensorrtllm.yaml").read_text())
     doc["spec"]["source"] = {"uri": f"file://{checkpoint}"}
     plan = plan_engine_build(BaseModel.model_validate(doc).spec, workdir=str(tmp_path / "work"),
                              trtllm_dir=str(tmp_path / "image" / "tensorrt_llm"))

@@ -10,7 +10,7 @@ from trtfleet.api import BaseModelSpec
 
 
 def spec(**serving: object) -> BaseModelSpec:
-    doc = example("basemodel-llama3-8b-h100.yaml")["spec"]
+    doc = example("basemodel-llama3-8b-tensorrtllm.yaml")["spec"]
     doc["serving"] = {**doc["serving"], **serving}
     return BaseModelSpec.model_validate(doc)
 
@@ -38,6 +38,6 @@ def test_rollout_refuses_unknown_strategies_and_zero_pods() -> None:
 
 def test_serving_requests_cover_the_host_lora_tier_and_keep_the_specs_own() -> None:
     resources = serving_resources(spec())  # hostMemoryBytes 4Gi, one GPU
-    assert resources["requests"] == {"cpu": "2", "memory": "20480Mi", "nvidia.com/gpu": 1}
+    assert resources["requests"] == {"cpu": "2", "memory": "20Gi", "nvidia.com/gpu": 1}
     bigger = serving_resources(spec(resources={"requests": {"memory": "64Gi"}, "limits": {"nvidia.com/gpu": 1}}))
     assert bigger["requests"]["memory"] == "64Gi" and bigger["requests"]["cpu"] == "2"
