@@ -118,8 +118,7 @@ cmd_up() {
   build_images
   write_values
   log "helm install $RELEASE charts/trtfleet into $SYSTEM_NS"
-  # Not --wait: the router reports ready only once it has a ready model pod to route to, and there
-  # is none before the examples below are applied. The operator must be up first.
+  # The operator must be up before the examples below are applied.
   HELM_CACHE_HOME="$STATE/helm/cache" HELM_CONFIG_HOME="$STATE/helm/config" HELM_DATA_HOME="$STATE/helm/data" \
     "$HELM" upgrade --install "$RELEASE" charts/trtfleet --kubeconfig "$KUBECONFIG_FILE" \
     --namespace "$SYSTEM_NS" --create-namespace -f "$STATE/values.yaml" --wait=hookOnly --timeout 5m \
