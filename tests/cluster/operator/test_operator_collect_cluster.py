@@ -14,6 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from trtfleet_operator.builders.engine import build_engine_record
+from trtfleet_operator.names import engine_record_name
 
 from tests.cluster.operator.harness import (
     CONVERTS,
@@ -109,3 +111,27 @@ def test_deleting_an_adapter_removes_its_artifact_unless_another_uses_it(
     finish_job_pod(cp, ns, job["metadata"]["name"], "collect", exit_code=0, message=message)
     wait_until(lambda: get(cp, ns, "adapter", "upper-again") is None, 60, "the Adapter to go")
     assert list(volume.iterdir()) == [], "deleting the Adapters leaves no artifact"
+
+
+def test_an_engine_nothing_uses_is_collected_after_its_retention(
+    crds: ControlPlane, kube_namespace: str, tmp_path: Path
+) -> None:
+    """Two engine records: the one of the running BaseModel stays, the orphan is marked unused, then (retention 2 s)
+    its record is deleted and a collect Job removes its directory from the engine volume."""
+    cp, ns = crds, kube_namespace
+    process = OperatorProcess(cp, ns, tmp_path, extra=("--engine-retention", "2", "--collect-interval", "1")).start()
+    try:
+        apply_tiny(cp, ns)
+        used = wait_phase(cp, ns, "basemodel", "tiny", "Ready", timeout=90)["status"]["engine"]["hash"]
+        orphan = "f" * 64
+        for engine_hash in (used, orphan):
+            apply(cp, ns, build_engine_record(engine_hash, namespace=ns, uri=f"pvc://trtfleet-engines/{engine_hash}",
+                                              image="nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3",
+                                              built_at="2026-11-21T12:00:00Z", build_job="trtfleet-build-x"))
+        job = first_live_job(cp, ns, COLLECTS, "the collect Job of the orphan engine", timeout=60)
+        assert job["spec"]["template"]["spec"]["containers"][0]["args"] == ["--remove", orphan]
+        assert get(cp, ns, "configmap", engine_record_name(orphan)) is None, "the record goes first"
+        kept = get(cp, ns, "configmap", engine_record_name(used))
+        assert kept is not None and "trtfleet.io/unused-since" not in (kept["metadata"].get("annotations") or {})
+    finally:
+        process.stop()
