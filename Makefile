@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: docs install tools test unit lint crds crds-check demo control-plane cluster-up cluster-down bench bench-tools e2e-kind clean
+.PHONY: docs install tools test unit lint lint-workflows crds crds-check demo control-plane cluster-up cluster-down bench bench-tools e2e-kind images clean
 
 install: $(STAMP)
 
@@ -35,10 +35,25 @@ test: install tools control-plane crds-check lint
 unit: install
 	$(PY) -m pytest -m 'unit or golden'
 
-lint: install
+lint: install lint-workflows
 	$(VENV)/bin/ruff check trtfleet engines router operator tests bench
 	$(VENV)/bin/mypy trtfleet engines/trtfleet_engines router/trtfleet_router operator/trtfleet_operator
 	$(VENV)/bin/lint-imports
+
+# GitHub Actions workflows (.github/workflows), checked by actionlint built from the Go module proxy.
+ACTIONLINT_VERSION := v1.7.12
+ACTIONLINT := .cache/tools/bin/actionlint
+GO ?= $(shell command -v go || echo /usr/local/go/bin/go)
+$(ACTIONLINT):
+	@mkdir -p $(dir $(ACTIONLINT))
+	GOBIN=$(CURDIR)/$(dir $(ACTIONLINT)) GOFLAGS=-modcacherw $(GO) install github.com/rhysd/actionlint/cmd/actionlint@$(ACTIONLINT_VERSION)
+
+lint-workflows: $(ACTIONLINT)
+	$(ACTIONLINT) -shellcheck= -pyflakes= .github/workflows/*.yaml
+
+# trtfleet's three images (images/*.Dockerfile) with docker or podman; exits 3, saying so, where none runs.
+images:
+	bash hack/build-images.sh
 
 crds: install
 	$(VENV)/bin/trtfleet crds --out crds

@@ -34,7 +34,7 @@ def h100_llama3_8b_fleet(
     pods: int,
     *,
     rank: int = 8,
-    host_bytes: int = 4 * GIB,  # examples/basemodel-llama3-8b-h100.yaml: hostMemoryBytes 4Gi
+    host_bytes: int = 4 * GIB,  # examples/basemodel-llama3-8b-tensorrtllm.yaml: hostMemoryBytes 4Gi
     gpu_fraction: float = 0.05,
     max_batch_size: int = 64,
     max_queue_size: int = 256,

@@ -199,7 +199,7 @@ def sim_section(quick: bool) -> str:
         f"allocate a host tier of {tiers.host_pages} pages and a device tier of {tiers.device_pages} "
         f"(`status.capacity.loraHostPages` / `loraDevicePages`, what the router is given), where a "
         f"rank-{ADAPTER_RANK} adapter ({spec.adapter_weights_bytes / 2**20:.0f} MiB) takes {tiers.adapter_pages} "
-        f"page: the tables below use these pages, as `docs/pytorch-backend.md` says a residency model must. The "
+        f"page: the tables below use these pages, as `docs/design/pytorch-backend.md` says a residency model must. The "
         f"second scale table counts adapters instead ({tiers.max_cpu_loras} host / {tiers.max_loras} device "
         f"slots, one per adapter whatever its rank), the strictest reading of `max_loras`. KV cache "
         f"{tiers.kv_cache_tokens:,} tokens, max batch {tiers.max_batch_size}. Nothing travels with a request: a "

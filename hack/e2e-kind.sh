@@ -13,9 +13,7 @@
 # missing (no Docker engine, no Go): nothing was tested.
 #
 # Environment: KIND_VERSION (v0.33.0), TRTFLEET_KIND_CLUSTER (trtfleet-e2e), TRTFLEET_E2E_DIR
-# (.cache/e2e-kind), TRTFLEET_E2E_TAG (e2e), KEEP_CLUSTER=1 (keep it after `all`),
-# TRTFLEET_E2E_RUNTIME_IMAGE=1 (also build images/trtllm-runtime.Dockerfile: NVIDIA's Triton TRT-LLM
-# base image is ~20 GB and nothing on a CPU cluster runs it, so it is off by default).
+# (.cache/e2e-kind), TRTFLEET_E2E_TAG (e2e), KEEP_CLUSTER=1 (keep it after `all`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT="$PWD"
@@ -63,7 +61,6 @@ ensure_kind() {
 
 build_images() {
   local images=(trtfleet reference-worker)
-  [[ "${TRTFLEET_E2E_RUNTIME_IMAGE:-0}" == 1 ]] && images+=(trtllm-runtime)
   for name in "${images[@]}"; do
     log "docker build $REGISTRY/$name:$TAG (images/$name.Dockerfile)"
     docker build --quiet -f "images/$name.Dockerfile" -t "$REGISTRY/$name:$TAG" . >/dev/null
@@ -78,7 +75,6 @@ image: {repository: $REGISTRY/trtfleet, tag: "$TAG", pullPolicy: Never}
 operator:
   images:
     worker: $REGISTRY/reference-worker:$TAG
-    runtime: $REGISTRY/trtllm-runtime:$TAG
   resources: {requests: {cpu: 50m, memory: 128Mi}}
 router:
   replicas: 1
@@ -122,8 +118,7 @@ cmd_up() {
   build_images
   write_values
   log "helm install $RELEASE charts/trtfleet into $SYSTEM_NS"
-  # Not --wait: the router reports ready only once it has a ready model pod to route to, and there
-  # is none before the examples below are applied. The operator must be up first.
+  # The operator must be up before the examples below are applied.
   HELM_CACHE_HOME="$STATE/helm/cache" HELM_CONFIG_HOME="$STATE/helm/config" HELM_DATA_HOME="$STATE/helm/data" \
     "$HELM" upgrade --install "$RELEASE" charts/trtfleet --kubeconfig "$KUBECONFIG_FILE" \
     --namespace "$SYSTEM_NS" --create-namespace -f "$STATE/values.yaml" --wait=hookOnly --timeout 5m \

@@ -38,6 +38,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import IO, Any, Literal
 
+from trtfleet.clibundle import CLI_ENV
 from trtfleet.version import __version__
 from trtfleet_engines import storage
 from trtfleet_engines.errors import BuildError, StepFailedError, StorageError
@@ -80,9 +81,13 @@ class BuildResult:
 
 
 def _override(argv: tuple[str, ...], env: Mapping[str, str]) -> list[str]:
-    """``argv`` with its executable replaced from ``TRTFLEET_STEP_OVERRIDE_DIR`` when that is set."""
+    """``argv`` with its executable replaced from ``TRTFLEET_STEP_OVERRIDE_DIR`` when that is set; else a
+    ``trtfleet`` step runs the command this build runs under (``TRTFLEET_CLI``, set by the bundle's launcher
+    in stock images, where no ``trtfleet`` is on the PATH)."""
     override_dir = env.get(STEP_OVERRIDE_ENV)
     if not override_dir:
+        if argv and argv[0] == "trtfleet" and env.get(CLI_ENV):
+            return [env[CLI_ENV], *argv[1:]]
         return list(argv)
     is_script = Path(argv[0]).name.startswith("python") and len(argv) > 1
     name, rest = (Path(argv[1]).name, argv[2:]) if is_script else (Path(argv[0]).name, argv[1:])

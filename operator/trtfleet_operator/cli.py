@@ -4,12 +4,14 @@
                       [--standalone] [--metrics-port 8080] [--health-port 8081]
                       [--engine-pvc trtfleet-engines] [--artifact-pvc trtfleet-adapters]
                       [--resync-interval 30] [--build-backoff-limit 1] [--build-max-attempts 5]
-                      [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--log-level INFO]
+                      [--build-retry-delay 60] [--convert-node-selector KEY=VALUE ...] [--image-pull-secret NAME ...]
+                      [--no-artifact-collection] [--adapter-drain 60] [--engine-retention 604800]
+                      [--collect-interval 600] [--log-level INFO]
                       [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
                       [--router-metrics-port 9090] [--router-metrics-url URL ...] [--held-wait 20]
                       [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
 
-Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_RUNTIME_IMAGE (see
+Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_MODELOPT_IMAGE (see
 :mod:`trtfleet_operator.config`). Exit codes: 0 after a clean stop, 2 for bad flags or environment.
 """
 
@@ -87,6 +89,37 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="node label adapter-convert Jobs must match (repeatable)",
+    )
+    parser.add_argument(
+        "--no-artifact-collection",
+        action="store_true",
+        help="leave a deleted Adapter's artifact on the adapter volume (default: removed once unused)",
+    )
+    parser.add_argument(
+        "--adapter-drain",
+        type=float,
+        default=defaults.artifact_drain_s,
+        help="seconds requests already at pods get after an Adapter's deletion starts, before its artifact goes",
+    )
+    parser.add_argument(
+        "--engine-retention",
+        type=float,
+        default=defaults.engine_retention_s,
+        help="seconds an engine or staged checkpoint nothing uses stays on the engine volume (0: forever)",
+    )
+    parser.add_argument(
+        "--collect-interval",
+        type=float,
+        default=defaults.collect_interval_s,
+        help="seconds between checks of each engine record for use",
+    )
+    parser.add_argument(
+        "--image-pull-secret",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="Secret the pods of Jobs and Deployments this operator creates pull images with (repeatable; it "
+        "must exist in each BaseModel's namespace)",
     )
     scaling = defaults.autoscale
     parser.add_argument(
@@ -175,6 +208,11 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
             router_token_file=args.router_token_file,
         ),
         convert_node_selector=tuple(sorted(_key_value(item) for item in args.convert_node_selector)),
+        image_pull_secrets=tuple(dict.fromkeys(args.image_pull_secret)),
+        collect_artifacts=not args.no_artifact_collection,
+        artifact_drain_s=args.adapter_drain,
+        engine_retention_s=args.engine_retention,
+        collect_interval_s=args.collect_interval,
     )
 
 

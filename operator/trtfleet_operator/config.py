@@ -2,16 +2,18 @@
 
 Images of operator-owned pods come from the environment (the Helm chart sets them):
 
-``TRTFLEET_IMAGE``           converts adapters (``trtfleet lora convert``); default
-                             ``ghcr.io/trtfleet/trtfleet:<version>``.
+``TRTFLEET_IMAGE``           converts adapters and stages ``runtime: pytorch`` checkpoints; its
+                             ``/opt/trtfleet/cli`` (:mod:`trtfleet.clibundle`) is copied by an init container
+                             into the pods that run NVIDIA's stock images and need the ``trtfleet`` command
+                             (engine builds, quantizing prepares); default ``ghcr.io/trtfleet/trtfleet:<version>``.
 ``TRTFLEET_WORKER_IMAGE``    serves ``runtime: reference`` BaseModels (``trtfleet worker``) and converts
                              their adapters (the sample adapters ship in it); default
                              ``ghcr.io/trtfleet/reference-worker:<version>``.
-``TRTFLEET_RUNTIME_IMAGE``   optional: NVIDIA's Triton + TRT-LLM image with trtfleet installed
-                             (images/trtllm-runtime.Dockerfile). Build Jobs and Triton pods of a BaseModel
-                             whose ``spec.engine.image`` is ``TRTFLEET_RUNTIME_BASE_IMAGE`` (default: the
-                             API's default engine image) run it instead, since the stock NVIDIA image has
-                             no ``trtfleet`` command. Any other ``spec.engine.image`` runs as written.
+``TRTFLEET_MODELOPT_IMAGE``  optional: a TensorRT-LLM image that also carries NVIDIA ModelOpt's
+                             ``examples/llm_ptq`` (images/modelopt.Dockerfile); quantizing prepares of
+                             ``runtime: pytorch`` run in it, and are refused without it (no stock image has it).
+
+Every other pod runs ``spec.engine.image`` exactly as written: any TensorRT-LLM release, no rebuilt image.
 """
 
 from __future__ import annotations
@@ -26,29 +28,30 @@ from trtfleet.version import __version__
 from trtfleet_operator.errors import ConfigError
 
 DEFAULT_ENGINE_IMAGE: str = EngineSpec.model_fields["image"].default
+REMOVED_ENV = ("TRTFLEET_RUNTIME_IMAGE", "TRTFLEET_RUNTIME_BASE_IMAGE")
+"""The rebuilt-runtime-image settings of earlier versions: refused, so that nobody believes they still apply."""
 
 
 @dataclass(frozen=True)
 class Images:
     trtfleet: str = f"ghcr.io/trtfleet/trtfleet:{__version__}"
     worker: str = f"ghcr.io/trtfleet/reference-worker:{__version__}"
-    runtime: str | None = None
-    runtime_base: str = DEFAULT_ENGINE_IMAGE
-
-    def for_engine(self, engine_image: str) -> str:
-        """The image that runs ``trtfleet engines build`` and ``tritonserver`` for ``spec.engine.image``."""
-        if self.runtime and engine_image == self.runtime_base:
-            return self.runtime
-        return engine_image
+    modelopt: str | None = None
 
     @classmethod
     def from_env(cls, env: Mapping[str, str]) -> Images:
+        removed = [name for name in REMOVED_ENV if env.get(name)]
+        if removed:
+            raise ConfigError(
+                f"{', '.join(removed)} no longer exist: build and serving pods run spec.engine.image as written "
+                "(stock NVIDIA images get the trtfleet command from an init container); unset them "
+                "(the chart's operator.images.runtime is gone too)"
+            )
         defaults = cls()
         return cls(
             trtfleet=env.get("TRTFLEET_IMAGE") or defaults.trtfleet,
             worker=env.get("TRTFLEET_WORKER_IMAGE") or defaults.worker,
-            runtime=env.get("TRTFLEET_RUNTIME_IMAGE") or None,
-            runtime_base=env.get("TRTFLEET_RUNTIME_BASE_IMAGE") or defaults.runtime_base,
+            modelopt=env.get("TRTFLEET_MODELOPT_IMAGE") or None,
         )
 
 
@@ -125,6 +128,17 @@ class OperatorConfig:
     convert_deadline_s: int = 3600
     convert_node_selector: tuple[tuple[str, str], ...] = ()
     """Where adapter-convert Jobs run (CPU nodes, say); empty: anywhere."""
+    collect_artifacts: bool = True
+    """Remove a deleted Adapter's artifact from the adapter volume once no other Adapter uses it."""
+    artifact_drain_s: float = 60.0
+    """After an Adapter's deletion starts, how long requests already at pods get before its artifact goes."""
+    engine_retention_s: float = 7 * 24 * 3600.0
+    """How long an engine or staged checkpoint nothing uses stays on the engine volume (0: forever)."""
+    collect_interval_s: float = 600.0
+    """How often each engine record is checked for use."""
+    image_pull_secrets: tuple[str, ...] = ()
+    """Secrets every pod the operator creates pulls its images with (they must exist in each BaseModel's
+    namespace); the chart passes its ``imagePullSecrets``."""
     resync_interval_s: float = 30.0
     autoscale: AutoscaleConfig = field(default_factory=AutoscaleConfig)
     merge_advice: MergeAdviceConfig = field(default_factory=MergeAdviceConfig)
@@ -144,6 +158,9 @@ class OperatorConfig:
             raise ConfigError("--held-wait cannot be negative")
         if self.merge_advice.interval_s <= 0:
             raise ConfigError("--merge-interval must be positive")
+        if self.artifact_drain_s < 0 or self.engine_retention_s < 0 or self.collect_interval_s <= 0:
+            raise ConfigError("--adapter-drain and --engine-retention cannot be negative, --collect-interval "
+                              "must be positive")
 
 
 def images_from_environment() -> Images:

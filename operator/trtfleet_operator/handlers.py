@@ -7,8 +7,11 @@ daemon that long-polls the routers for requests held at zero pods and decides at
 Child events (the operator's Jobs and Deployments) trigger their owners' reconciles; a BaseModel's create
 or update triggers its Adapters (so ``BaseModelNotFound`` or ``RankTooHigh`` heal at once). Deleting a BaseModel
 runs :func:`delete_basemodel` behind kopf's finalizer, named ``trtfleet.io/adapters``: it holds the
-deletion while Adapters point at the BaseModel. (kopf puts the same finalizer on Adapters, only to stop
-their resync timer cleanly; it is removed as soon as an Adapter's deletion starts.)
+deletion while Adapters point at the BaseModel. On Adapters the same finalizer holds a deletion until the
+Adapter's artifact is collected (:mod:`.reconcile.collect`: drained, then removed by a collect Job unless
+another Adapter uses it). Engines unused for ``--engine-retention`` are collected by
+:meth:`OperatorRuntime.sweep_engines`, a loop of its own (a kopf timer on the records would put a finalizer on
+ConfigMaps, which would then outlive an uninstalled operator).
 """
 
 from __future__ import annotations
@@ -196,6 +199,15 @@ def register(
         interval=config.resync_interval_s,
         initial_delay=config.resync_interval_s,
     )(reconcile_adapter)
+
+    async def delete_adapter(**kwargs: Any) -> None:
+        namespace, name = kwargs["namespace"], kwargs["name"]
+        step = await runtime.collect_adapter(namespace, name)
+        if step is not None and not step.done:
+            raise kopf.TemporaryError(step.message, delay=step.retry_after_s)
+
+    if config.collect_artifacts:
+        kopf.on.delete(*adapters, registry=registry, id="artifacts")(delete_adapter)
 
     kopf.on.event("batch", "v1", "jobs", labels=managed, registry=registry, id="owners")(child_event)
     kopf.on.event("apps", "v1", "deployments", labels=managed, registry=registry, id="owners")(child_event)

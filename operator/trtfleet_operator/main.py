@@ -142,6 +142,8 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
             "priority": settings.peering.priority,
         },
     )
+    sweep = (asyncio.create_task(runtime.sweep_engines(options.namespaces))
+             if config.engine_retention_s > 0 else None)
     try:
         await kopf.operator(
             registry=registry,
@@ -154,6 +156,9 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
             liveness_endpoint=f"http://0.0.0.0:{options.health_port}/healthz" if options.health_port else None,
         )
     finally:
+        if sweep is not None:
+            sweep.cancel()
+            await asyncio.gather(sweep, return_exceptions=True)
         await runtime.close()
         await client.close()
 

@@ -29,6 +29,13 @@ BUILDS = Counter(
     ["result"],
     registry=REGISTRY,
 )
+COLLECTIONS = Counter(
+    f"{PREFIX}_collections_total",
+    "Directories collected from the volumes: a deleted Adapter's artifact or an unused engine (what), and "
+    "whether it was removed or left because its collect Job failed (result).",
+    ["what", "result"],
+    registry=REGISTRY,
+)
 TASKIDS_ALLOCATED = Counter(
     f"{PREFIX}_taskids_allocated_total", "LoRA task ids taken from a BaseModel's counter.", registry=REGISTRY
 )

@@ -64,6 +64,9 @@ COMPONENT_ENGINE_RECORD = "engine-record"
 COMPONENT_MODEL_REPO = "model-repository"
 COMPONENT_ADAPTER_CONVERT = "adapter-convert"
 COMPONENT_LLM_API_OPTIONS = "llm-api-options"
+COMPONENT_COLLECT = "collect"
+ANNOTATION_UNUSED_SINCE = "trtfleet.io/unused-since"
+"""On an engine record: when the operator first saw no BaseModel, Adapter, Deployment or Job use its hash."""
 
 VARIANT_HASH_CHARS = 10
 
@@ -139,6 +142,11 @@ def model_repo_configmap_name(serving: str) -> str:
 
 def options_configmap_name(serving: str) -> str:
     return f"{serving}-llm-api-options"
+
+
+def collect_job_name(what: str) -> str:
+    """The collect Job of one directory of a volume (``what``: its volume and path)."""
+    return f"trtfleet-collect-{digest(what, 16)}"
 
 
 def convert_job_name(adapter: str, source_key: str) -> str:

@@ -23,6 +23,7 @@ from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConflictError, KubeError
 from trtfleet_operator.kube import KubeClient, KubeTaskIdStore, collection_path, object_path
 from trtfleet_operator.names import (
+    ANNOTATION_UNUSED_SINCE,
     COMPONENT_ADAPTER_CONVERT,
     COMPONENT_BUILD_PLAN,
     COMPONENT_ENGINE_BUILD,
@@ -34,6 +35,7 @@ from trtfleet_operator.names import (
     LABEL_ROLE,
     MANAGED_BY,
     ROLE_VARIANT,
+    collect_job_name,
     label_value,
     merged_serving_name,
     serving_name,
@@ -46,6 +48,13 @@ from trtfleet_operator.reconcile.basemodel import (
     BaseModelObserved,
     deletion_blocked,
     reconcile_basemodel,
+)
+from trtfleet_operator.reconcile.collect import (
+    ArtifactCollection,
+    RecordCollection,
+    collect_adapter_artifact,
+    collect_engine,
+    used_hashes,
 )
 from trtfleet_operator.reconcile.engine import rfc3339
 from trtfleet_operator.reconcile.types import (
@@ -320,6 +329,76 @@ class OperatorRuntime:
                 await self._act(obj, deletion_blocked(obj, remaining, self.clock()), BASEMODEL_STATUS_KEYS)
         return remaining
 
+    # ------------------------------------------------------------------ collection
+    async def collect_adapter(self, namespace: str, name: str) -> ArtifactCollection | None:
+        """One step of removing a deleted Adapter's artifact (:mod:`.reconcile.collect`); None: it is gone."""
+        client = self.client
+        obj = await client.get(object_path(API_VERSION, "Adapter", namespace, name))
+        if obj is None:
+            return None
+        uri = str(((obj.get("status") or {}).get("artifact") or {}).get("uri") or "")
+        others, job = await asyncio.gather(
+            client.list(collection_path(API_VERSION, "Adapter", namespace)),
+            client.get(object_path("batch/v1", "Job", namespace, collect_job_name(uri))) if uri else _none(),
+        )
+        step = collect_adapter_artifact(obj, others, job, now=self.clock(), config=self.config)
+        if step.create is not None:
+            await client.apply(step.create)
+            metrics.APPLIES.labels("Job").inc()
+        if step.done:
+            metrics.COLLECTIONS.labels("adapter", "left" if step.warning else "done").inc()
+            try:
+                await client.event(obj, type_="Warning" if step.warning else "Normal", reason="ArtifactCollected"
+                                   if not step.warning else "ArtifactLeft", message=step.message,
+                                   now=rfc3339(self.clock()))
+            except KubeError as exc:
+                logger.info("event not recorded", extra={"reason": "ArtifactCollected", "error": str(exc)})
+        return step
+
+    async def collect_engine_record(self, namespace: str, name: str) -> RecordCollection | None:
+        """One look at an engine record: mark, unmark, or delete it and collect its directory."""
+        client = self.client
+        record = await client.get(object_path("v1", "ConfigMap", namespace, name))
+        if record is None or record["metadata"].get("deletionTimestamp"):
+            return None
+        managed = _selector(**{LABEL_MANAGED_BY: MANAGED_BY})
+        basemodels, deployments, jobs = await asyncio.gather(
+            client.list(collection_path(API_VERSION, "BaseModel", namespace)),
+            client.list(collection_path("apps/v1", "Deployment", namespace), label_selector=managed),
+            client.list(collection_path("batch/v1", "Job", namespace),
+                        label_selector=_selector(**{LABEL_COMPONENT: COMPONENT_ENGINE_BUILD})),
+        )
+        step = collect_engine(record, used_hashes(basemodels, deployments, jobs), now=self.clock(),
+                              config=self.config)
+        path = object_path("v1", "ConfigMap", namespace, name)
+        if step.mark is not None or step.clear:
+            await client.patch_merge(path, {"metadata": {"annotations": {ANNOTATION_UNUSED_SINCE: step.mark}}})
+        if step.delete:
+            await client.delete(path, uid=record["metadata"].get("uid"))
+            if step.create is not None:
+                await client.apply(step.create)
+            metrics.COLLECTIONS.labels("engine", "done").inc()
+            logger.info("engine collected", extra={"record": f"{namespace}/{name}"})
+        return step
+
+    async def sweep_engines(self, namespaces: Sequence[str]) -> None:
+        """Every ``collect_interval_s``: each engine record of ``namespaces`` (empty: every namespace) looked at
+        once (:meth:`collect_engine_record`); a failure is logged and the next round tries again."""
+        selector = _selector(**{LABEL_COMPONENT: COMPONENT_ENGINE_RECORD, LABEL_MANAGED_BY: MANAGED_BY})
+        while True:
+            await asyncio.sleep(self.config.collect_interval_s)
+            try:
+                targets = list(namespaces) or [
+                    n["metadata"]["name"] for n in await self.client.list("/api/v1/namespaces")
+                ]
+                for namespace in targets:
+                    records = await self.client.list(collection_path("v1", "ConfigMap", namespace),
+                                                     label_selector=selector)
+                    for record in records:
+                        await self.collect_engine_record(namespace, record["metadata"]["name"])
+            except KubeError as exc:
+                logger.warning("engine retention sweep failed", extra={"error": str(exc)})
+
     # ------------------------------------------------------------------ acting
     async def _act(self, obj: Obj, result: Reconciliation, keys: Sequence[str], *, guard_status: bool = False) -> None:
         client = self.client
@@ -377,6 +456,10 @@ class OperatorRuntime:
             self.trigger(obj["kind"], meta["namespace"], meta["name"], delay_s=result.requeue_after_s)
         if errors:
             raise errors[0]
+
+
+async def _none() -> None:
+    return None
 
 
 def _component(obj: Obj) -> str:

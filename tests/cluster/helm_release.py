@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import secrets
 import subprocess
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -26,6 +27,7 @@ VALUES: dict[str, Any] = yaml.safe_load((CHART / "values.yaml").read_text())
 CHART_META: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
 IMAGE = f"{VALUES['image']['repository']}:{VALUES['image']['tag'] or CHART_META['appVersion']}"
 INSTALL_TIMEOUT = "120s"
+TRTFLEET = Path(sys.executable).parent / "trtfleet"
 
 Obj = dict[str, Any]
 
@@ -125,3 +127,33 @@ def container(deployment: Obj) -> Obj:
 
 def env_of(c: Obj) -> dict[str, str]:
     return {e["name"]: e["value"] for e in c.get("env", [])}
+
+
+def service_account_kubeconfig(release: Release, account: str, path: Path) -> Path:
+    """A kubeconfig that authenticates as ``account`` with a short-lived TokenRequest token."""
+    cp = release.cp
+    token = cp.kubectl("create", "token", account, "-n", release.namespace, "--duration=1h").stdout.strip()
+    path.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
+        "clusters": [{"name": "c", "cluster": {"server": cp.server,
+                                               "certificate-authority": str(cp.pki / "ca.crt")}}],
+        "users": [{"name": account, "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account}}],
+    }))
+    path.chmod(0o600)
+    return path
+
+
+def operator_argv(
+    chart_args: list[str], namespace: str, health_port: int, token_file: Path | None = None
+) -> list[str]:
+    """The chart's operator arguments with local ports (the pod's are taken on a shared machine) and the routers'
+    token where this process reads it (the pod's mount of the Secret is ``token_file`` here; None: no router runs
+    in the test, and the flag is left out)."""
+    local = {"--metrics-port": "--metrics-port=0", "--health-port": f"--health-port={health_port}"}
+    if token_file is not None:
+        local["--router-token-file"] = f"--router-token-file={token_file}"
+    argv = [local.get(a.split("=", 1)[0], a) for a in chart_args
+            if token_file is not None or not a.startswith("--router-token-file")]
+    assert argv[0] == "operator" and f"--namespace={namespace}" in argv, argv
+    return [str(TRTFLEET), *argv]

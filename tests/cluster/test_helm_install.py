@@ -163,7 +163,7 @@ def test_operator_and_router_deployments_have_the_promised_shape(default_release
     assert f"--artifact-pvc={VALUES['operator']['artifactPvc']}" in c["args"]
     env = env_of(c)
     assert env["TRTFLEET_WORKER_IMAGE"] == VALUES["operator"]["images"]["worker"]
-    assert env["TRTFLEET_RUNTIME_IMAGE"] == VALUES["operator"]["images"]["runtime"]
+    assert "TRTFLEET_RUNTIME_IMAGE" not in env and "TRTFLEET_MODELOPT_IMAGE" not in env  # stock images by default
     assert c["livenessProbe"]["httpGet"]["path"] == "/healthz"
     assert c["securityContext"]["readOnlyRootFilesystem"] is True
     assert c["securityContext"]["capabilities"]["drop"] == ["ALL"]

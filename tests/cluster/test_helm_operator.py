@@ -3,7 +3,7 @@
 The operator runs as a local process (kwok has no images to run its pod) with the chart's arguments and
 environment, authenticated as the chart's operator ServiceAccount with a TokenRequest token, so the
 chart's RBAC is what it really gets (the namespaced variant, the tighter one). ``kubectl apply -f
-examples/`` then yields what the operator promises: a build Job and no Deployment for the GPU
+examples/`` (the legacy Llama one) then yields what the operator promises: a build Job and no Deployment for the GPU
 BaseModel, a Deployment + headless Service for the reference BaseModel (Ready, since kwok runs its
 pods), a convert Job per Adapter; deleting the examples removes all of it. Nothing provisions the engine
 and adapter PersistentVolumeClaims here, so build and convert Jobs stay active: the test stops there.
@@ -15,16 +15,15 @@ import base64
 import json
 import signal
 import subprocess
-import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from tests.cluster.helm_release import (
     IMAGE,
+    TRTFLEET,
     VALUES,
     Obj,
     Release,
@@ -32,7 +31,9 @@ from tests.cluster.helm_release import (
     env_of,
     extra_namespace,
     installed,
+    operator_argv,
     scoped_values,
+    service_account_kubeconfig,
 )
 from tests.support.controlplane import ControlPlane, eventually, free_port
 from tests.support.helm import ROOT
@@ -40,8 +41,13 @@ from tests.support.helm import ROOT
 pytestmark = pytest.mark.cluster
 
 EXAMPLES = ROOT / "examples"
-TRTFLEET = Path(sys.executable).parent / "trtfleet"
+# Both Llama BaseModel examples are named llama3-8b (one per runtime, for namespaces of their own): this test
+# applies the legacy one with every other example.
+APPLIED = [arg for path in sorted(EXAMPLES.glob("*.yaml")) if path.name != "basemodel-llama3-8b-pytorch.yaml"
+           for arg in ("-f", str(path))]
 OPERATOR_STOP_TIMEOUT_S = 30.0
+PULL_SECRET = "registry-credentials"
+PULLS = [{"name": PULL_SECRET}]
 
 
 @pytest.fixture
@@ -54,34 +60,11 @@ def workload_namespace(control_plane: ControlPlane, kube_namespace: str) -> Iter
 def scoped_release(
     control_plane: ControlPlane, kube_namespace: str, workload_namespace: str, tmp_path: Path
 ) -> Iterator[Release]:
-    """The chart watching ``workload_namespace`` only: namespaced Roles instead of ClusterRoles."""
-    with installed(control_plane, kube_namespace, tmp_path / "helm", *scoped_values(workload_namespace)) as release:
+    """The chart watching ``workload_namespace`` only (namespaced Roles instead of ClusterRoles), with a pull
+    secret for a private registry."""
+    values = (*scoped_values(workload_namespace), "--set", f"imagePullSecrets[0].name={PULL_SECRET}")
+    with installed(control_plane, kube_namespace, tmp_path / "helm", *values) as release:
         yield release
-
-
-def service_account_kubeconfig(release: Release, account: str, path: Path) -> Path:
-    """A kubeconfig that authenticates as ``account`` with a short-lived TokenRequest token."""
-    cp = release.cp
-    token = cp.kubectl("create", "token", account, "-n", release.namespace, "--duration=1h").stdout.strip()
-    path.write_text(yaml.safe_dump({
-        "apiVersion": "v1", "kind": "Config", "current-context": "sa",
-        "clusters": [{"name": "c", "cluster": {"server": cp.server,
-                                               "certificate-authority": str(cp.pki / "ca.crt")}}],
-        "users": [{"name": account, "user": {"token": token}}],
-        "contexts": [{"name": "sa", "context": {"cluster": "c", "user": account}}],
-    }))
-    path.chmod(0o600)
-    return path
-
-
-def operator_argv(chart_args: list[str], namespace: str, health_port: int, token_file: Path) -> list[str]:
-    """The chart's operator arguments with local ports (the pod's are taken on a shared machine) and the
-    routers' token where this process reads it (the pod's mount of the Secret is ``token_file`` here)."""
-    local = {"--metrics-port": "--metrics-port=0", "--health-port": f"--health-port={health_port}",
-             "--router-token-file": f"--router-token-file={token_file}"}
-    argv = [local.get(a.split("=", 1)[0], a) for a in chart_args]
-    assert argv[0] == "operator" and f"--namespace={namespace}" in argv, argv
-    return [str(TRTFLEET), *argv]
 
 
 @pytest.fixture
@@ -146,10 +129,10 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     r, ns = chart_operator, workload_namespace
     cp = r.cp
     images = VALUES["operator"]["images"]
-    cp.kubectl("apply", "-n", ns, "-f", str(EXAMPLES))
+    cp.kubectl("apply", "-n", ns, *APPLIED)
 
     # GPU BaseModel: one build Job named after the engine hash, no serving pods before the engine exists.
-    llama_hash = engine_hash(EXAMPLES / "basemodel-llama3-8b-h100.yaml")
+    llama_hash = engine_hash(EXAMPLES / "basemodel-llama3-8b-tensorrtllm.yaml")
 
     def building() -> Obj | None:
         status = r.get("basemodel", "llama3-8b", "-n", ns).get("status") or {}
@@ -160,7 +143,11 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     job = r.get("job", f"trtfleet-build-{llama_hash[:16]}", "-n", ns)
     assert owned_by(job, "BaseModel", "llama3-8b")
     pod = job["spec"]["template"]["spec"]
-    assert container(job)["image"] == images["runtime"]  # the chart's TRT-LLM runtime image
+    assert pod["imagePullSecrets"] == PULLS  # the chart's imagePullSecrets reach the operator's pods
+    # the BaseModel's own TRT-LLM image, as written; trtfleet comes from the chart's image by an init container
+    assert container(job)["image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
+    assert container(job)["command"][0] == "/opt/trtfleet-cli/bin/trtfleet"
+    assert [(c["name"], c["image"]) for c in pod["initContainers"]] == [("trtfleet-cli", IMAGE)]
     assert container(job)["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
     claims = {v["persistentVolumeClaim"]["claimName"] for v in pod["volumes"] if "persistentVolumeClaim" in v}
@@ -179,6 +166,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     assert deployment["spec"]["replicas"] == 2
     assert deployment["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
     assert container(deployment)["image"] == images["worker"]
+    assert deployment["spec"]["template"]["spec"]["imagePullSecrets"] == PULLS
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     assert labels["trtfleet.io/basemodel"] == "tiny"
     service = r.get("service", "tiny", "-n", ns)
@@ -200,6 +188,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     jobs = eventually(convert_jobs, timeout=60, what="a convert Job for every Adapter")
     for name, job in jobs.items():
         assert container(job)["image"] == adapters[name], name
+        assert job["spec"]["template"]["spec"]["imagePullSecrets"] == PULLS, name
         claims = {v["persistentVolumeClaim"]["claimName"] for v in job["spec"]["template"]["spec"]["volumes"]
                   if "persistentVolumeClaim" in v}
         assert claims == {VALUES["operator"]["artifactPvc"]}, name
@@ -208,7 +197,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
         assert "taskId" not in adapter["status"]  # ids are handed out after a successful conversion
 
     # Deleting the examples deletes what the operator made for them (owner references + the GC).
-    cp.kubectl("delete", "-n", ns, "-f", str(EXAMPLES), "--wait=true", "--timeout=90s")
+    cp.kubectl("delete", "-n", ns, *APPLIED, "--wait=true", "--timeout=90s")
 
     def all_gone() -> bool:
         left = cp.kubectl("get", "jobs,deployments,services,configmaps,poddisruptionbudgets", "-n", ns,

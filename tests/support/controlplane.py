@@ -135,9 +135,12 @@ class ControlPlane:
     """etcd + kube-apiserver + kube-controller-manager (+ kube-scheduler) on loopback."""
 
     def __init__(self, root: Path | str | None = None, *, controller_manager: bool = True,
-                 scheduler: bool = False, kwok: bool = False, start_timeout: float = 120.0) -> None:
+                 scheduler: bool = False, kwok: bool = False, start_timeout: float = 120.0,
+                 kwok_completes_jobs: bool = True) -> None:
         """``kwok``: also kube-scheduler and kwok with one simulated node, ``kwok-node-0``
-        (32 CPUs, 256Gi, 8 nvidia.com/gpu), so Pods are scheduled and reach Running."""
+        (32 CPUs, 256Gi, 8 nvidia.com/gpu), so Pods are scheduled and reach Running; Job pods then complete
+        at once with exit 0, unless ``kwok_completes_jobs`` is False (the test ends them, with their messages)."""
+        self.kwok_completes_jobs = kwok_completes_jobs
         self._own_root = root is None or not Path(root).exists()
         self.root = Path(root) if root is not None else Path(tempfile.mkdtemp(prefix="trtfleet-cp-"))
         self.root.mkdir(parents=True, exist_ok=True)
@@ -315,6 +318,17 @@ class ControlPlane:
 
         self._wait("kwok", ready, f"node {name} Ready")
 
+    def _kwok_stages(self) -> Path:
+        """kwok's stages, without the one that completes Job pods when the test ends them itself."""
+        if self.kwok_completes_jobs:
+            return kwok_stages()
+        documents = kwok_stages().read_text().split("\n---")
+        kept = [d for d in documents if "name: pod-complete\n" not in d]
+        assert len(kept) == len(documents) - 1, "kwok's stages have no pod-complete stage to leave out"
+        path = self.root / "kwok-stages-no-job-completion.yaml"
+        path.write_text("\n---".join(kept))
+        return path
+
     def _start(self, bins: dict[str, Path]) -> None:
         pki, loopback = self.pki, "127.0.0.1"
         # Ports are picked free, then bound by the child: another process can take one in between (etcd's
@@ -370,7 +384,7 @@ class ControlPlane:
             self._wait(name, functools.partial(self._healthy, port), "/healthz")
         if self.kwok:
             self._spawn("kwok", bins["kwok"], {
-                "kubeconfig": self.kubeconfig, "config": kwok_stages(), "manage-all-nodes": "true",
+                "kubeconfig": self.kubeconfig, "config": self._kwok_stages(), "manage-all-nodes": "true",
                 "node-ip": loopback, "cidr": "10.244.0.0/16", "server-address": f"{loopback}:{free_port()}",
                 # Without a node Lease only the heartbeat stage (every 10-20 min) would update the node,
                 # so kube-controller-manager would mark it Unknown and taint it every grace period.

@@ -33,6 +33,8 @@ from trtfleet.api.merging import MergingSpec as MergingSpec
 from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
 from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
 from trtfleet.api.serving import Resources as Resources
+from trtfleet.api.serving import RolloutSpec as RolloutSpec
+from trtfleet.api.serving import RolloutStrategy as RolloutStrategy
 from trtfleet.api.serving import ServingServer as ServingServer
 from trtfleet.api.serving import ServingSpec as ServingSpec
 from trtfleet.api.serving import Toleration as Toleration
@@ -271,7 +273,7 @@ class BaseModelSpec(ApiModel):
     parallelism: Parallelism = Field(default_factory=Parallelism, description="Tensor and pipeline parallelism.")
     engine: EngineSpec = Field(default_factory=EngineSpec, description="trtllm-build limits, image and GPU.")
     lora: LoraSpec = Field(default_factory=LoraSpec, description="Multi-LoRA settings.")
-    serving: ServingSpec = Field(default_factory=ServingSpec, description="Triton serving settings.")
+    serving: ServingSpec = Field(default_factory=ServingSpec, description="Serving pods: how many, how they roll.")
     runtime: Runtime = Field(
         default=Runtime.PYTORCH,
         description="tensorrtllm: TRT-LLM's TensorRT-engine backend (trtllm-build, served by Triton), for "

@@ -185,7 +185,7 @@ def build_crds() -> dict[str, dict[str, Any]]:
         short_names=["bm"],
         spec_model=BaseModelSpec,
         status_model=BaseModelStatus,
-        description="A base LLM served by a fleet of Triton pods running one TensorRT-LLM engine with multi-LoRA.",
+        description="A base LLM served with multi-LoRA by a fleet of TensorRT-LLM pods (trtllm-serve or Triton).",
         scale={
             "specReplicasPath": ".spec.serving.replicas",
             "statusReplicasPath": ".status.readyReplicas",

@@ -25,6 +25,32 @@ class ServingServer(StrEnum):
     """Triton with TRT-LLM's Python-backend ``llmapi`` model (``tensorrt_llm``): KServe v2 HTTP/gRPC, metrics."""
 
 
+class RolloutStrategy(StrEnum):
+    """How a serving Deployment replaces its pods when the engine, image or a serving knob changes."""
+
+    SURGE = "Surge"
+    """New pods first (maxSurge = pods, maxUnavailable 0): full capacity throughout; needs free GPUs."""
+    REPLACE = "Replace"
+    """Old pods first (maxSurge 0, maxUnavailable = pods): no spare GPU needed; capacity dips meanwhile."""
+
+
+class RolloutSpec(ApiModel):
+    strategy: RolloutStrategy = Field(
+        default=RolloutStrategy.SURGE,
+        description="Surge: each step starts new pods before old ones stop; it needs pods x engine.gpu.count "
+        "free GPUs on nodes the pods fit, or the new pod stays Pending and the rollout stalls (a full GPU pool). "
+        "Replace: each step stops old pods first and starts their replacements in the freed GPUs; serving "
+        "capacity drops by pods / replicas while a replacement loads its model (with 1 replica: an outage).",
+    )
+    pods: int = Field(
+        default=1,
+        ge=1,
+        le=64,
+        description="Pods added (Surge) or taken down (Replace) at once: the Deployment's maxSurge or "
+        "maxUnavailable.",
+    )
+
+
 class Toleration(ApiModel):
     key: str | None = Field(default=None, description="Taint key.")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
@@ -45,7 +71,7 @@ KV_FRACTION_MESSAGE = (
 
 
 class ServingSpec(ApiModel):
-    replicas: int = Field(default=1, ge=0, le=1024, description="Triton pods serving this model.")
+    replicas: int = Field(default=1, ge=0, le=1024, description="Serving pods (trtllm-serve or Triton) of this model.")
     server: ServingServer | None = Field(
         default=None,
         description="runtime pytorch only: trtllm-serve (the default when unset: OpenAI HTTP on 8000) or triton "
@@ -105,7 +131,17 @@ class ServingSpec(ApiModel):
         "Adapters on both, with this one whenever it has a ready pod, else with the old one; once the old "
         "BaseModel is deleted its name stays an alias of this one. See docs/operations.md.",
     )
-    resources: Resources | None = Field(default=None, description="Resources of the serving container.")
+    rollout: RolloutSpec | None = Field(
+        default=None,
+        description="How serving pods are replaced on a change (unset: Surge, one pod at a time). Use Replace "
+        "when the GPU pool has no free GPUs for an extra pod. See docs/install-gpu.md.",
+    )
+    resources: Resources | None = Field(
+        default=None,
+        description="Resources of the serving container. Unset requests default to nvidia.com/gpu = "
+        "engine.gpu.count, cpu = 2 per GPU and memory = lora.cache.hostMemoryBytes (the host LoRA tier, pinned "
+        "host memory) plus 16Gi for the serving process; set them here to override.",
+    )
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
 

@@ -7,7 +7,7 @@
   prepare step (checkpoint staging, optional ModelOpt quantization) as data.
 
 Nothing here does I/O. Every upstream fact these modules build on is listed, with the TensorRT-LLM file
-and commit it was read at, in ``docs/pytorch-backend.md``. Errors are the engine tooling's tree
+and commit it was read at, in ``docs/design/pytorch-backend.md``. Errors are the engine tooling's tree
 (:mod:`trtfleet_engines.errors`): a spec the PyTorch backend cannot serve raises ``UnsupportedError``;
 capacity problems are returned in the plan, not raised.
 """

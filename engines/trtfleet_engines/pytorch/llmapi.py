@@ -6,7 +6,7 @@ TRT-LLM's only Triton model left after the TensorRT-engine flow's removal is the
 :data:`TEMPLATE_DIR`. Its ``model.py`` passes every key of ``model.yaml`` except ``triton_config`` to
 ``LLM(**kwargs)``, and sets the model's ``max_batch_size`` and decoupled transaction policy from
 ``triton_config`` in ``auto_complete_config`` (so the server must **not** run with
-``--disable-auto-complete-config``). Upstream files and commits: docs/pytorch-backend.md.
+``--disable-auto-complete-config``). Upstream files and commits: docs/design/pytorch-backend.md.
 
 * :func:`build_llmapi_model_config` / :func:`render_llmapi_model_yaml`: the same LLM-API options trtfleet
   renders for ``trtllm-serve --config`` (:mod:`.options`), plus ``model`` (the staged checkpoint),

@@ -62,7 +62,7 @@ def kv_cache_dtype(spec: BaseModelSpec) -> str:
 
 # The engine flow's rules that turn chunked context or block reuse off (engines/trtfleet_engines/constraints.py:
 # no paged context FMHA in an engine) have no counterpart on this backend, where LoRA works with both
-# (feature-combination-matrix.md, see docs/pytorch-backend.md): left unset in the spec, both are on.
+# (feature-combination-matrix.md, see docs/design/pytorch-backend.md): left unset in the spec, both are on.
 UNSET_SERVING_FEATURE = True
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet.api.basemodel import BaseModelSpec, RolloutStrategy
 from trtfleet_operator.names import common_labels
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -88,6 +88,46 @@ def gpu_resources(spec: BaseModelSpec, *, gpus: bool) -> Obj:
     if limits:
         out["limits"] = dict(sorted(limits.items()))
     return out
+
+
+def pull_secrets(secrets: Sequence[str]) -> Obj:
+    """``imagePullSecrets`` of a pod spec (empty: the key is left out), in the order configured."""
+    return {"imagePullSecrets": [{"name": name} for name in secrets]} if secrets else {}
+
+
+SERVING_CPU_PER_GPU = 2
+"""CPU request per GPU of a serving pod: the HTTP front end, tokenizer and executor threads of each rank."""
+SERVING_PROCESS_BYTES = 16 << 30
+"""Host memory of a GPU serving process besides the host LoRA tier (CUDA context, weights staged through
+host memory while loading, tokenizer, Python): a floor set by hand, not measured on a GPU here."""
+MIB = 1 << 20
+
+
+def serving_resources(spec: BaseModelSpec) -> Obj:
+    """:func:`gpu_resources` of a GPU serving container, with CPU and memory requests that cover the host
+    LoRA tier (``lora.cache.hostMemoryBytes``, pinned host memory) and the process, unless the spec sets them."""
+    out = gpu_resources(spec, gpus=True)
+    requests = dict(out.get("requests") or {})
+    requests.setdefault("cpu", str(SERVING_CPU_PER_GPU * spec.engine.gpu.count))
+    host_tier = spec.lora.cache.host_bytes if spec.lora.enabled else 0
+    requests.setdefault("memory", _memory(host_tier + SERVING_PROCESS_BYTES))
+    out["requests"] = dict(sorted(requests.items()))
+    return out
+
+
+def _memory(size_bytes: int) -> str:
+    """A memory quantity in the API server's canonical form (whole GiB as ``Gi``, else ``Mi`` rounded up)."""
+    mib = -(-size_bytes // MIB)
+    return f"{mib // 1024}Gi" if mib % 1024 == 0 else f"{mib}Mi"
+
+
+def rollout_strategy(spec: BaseModelSpec) -> Obj:
+    """The Deployment strategy of ``spec.serving.rollout``: Surge (the default) or Replace, ``pods`` at once."""
+    rollout = spec.serving.rollout
+    pods = rollout.pods if rollout is not None else 1
+    if rollout is not None and rollout.strategy is RolloutStrategy.REPLACE:
+        return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": pods, "maxSurge": 0}}
+    return {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": pods}}
 
 
 def sorted_env(items: Mapping[str, str]) -> list[Obj]:

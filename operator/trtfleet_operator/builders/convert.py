@@ -30,6 +30,7 @@ from trtfleet_operator.builders.common import (
     env_from_secret,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
 )
 from trtfleet_operator.config import OperatorConfig
@@ -179,6 +180,7 @@ def build_convert_job(
                         else {}
                     ),
                     "securityContext": pod_security(non_root=True),
+                    **pull_secrets(config.image_pull_secrets),
                     "containers": [container],
                     "volumes": volumes,
                 },

@@ -1,10 +1,11 @@
 """Engine-build objects: the plan ConfigMap, the build Job, and the record of a built engine.
 
 One build per engine hash and namespace: the Job ``trtfleet-build-<hash16>`` (``-<attempt>`` from the
-second attempt) runs ``trtfleet engines build --plan /plan/plan.json --out /engines/<hash>`` in the
-engine image, with the plan from the ConfigMap ``trtfleet-plan-<hash16>``, the engine PVC at
-``/engines``, ``pvc://`` source claims where the plan reads them, and an emptyDir as the plan's scratch
-workdir (checkpoint conversion needs room: give nodes ephemeral storage of about three model sizes).
+second attempt) runs ``trtfleet engines build --plan /plan/plan.json --out /engines/<hash>`` in
+``spec.engine.image`` as written (``trtfleet`` comes from an init container, :mod:`.clibundle`), with the
+plan from the ConfigMap ``trtfleet-plan-<hash16>``, the engine PVC at ``/engines``, ``pvc://`` source
+claims where the plan reads them, and an emptyDir as the plan's scratch workdir (checkpoint conversion
+needs room: give nodes ephemeral storage of about three model sizes).
 Both are owned (non-controller owner references) by every BaseModel or merged Adapter that wants the
 hash, so the garbage collector removes them when the last user goes and two users share one build.
 
@@ -23,6 +24,7 @@ from urllib.parse import urlparse
 from trtfleet_engines.plan import DEFAULT_WORKDIR, PVC_MOUNT_ROOT
 
 from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet_operator.builders.clibundle import cli_command, cli_init_container, cli_mount, cli_volume
 from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
@@ -31,6 +33,7 @@ from trtfleet_operator.builders.common import (
     gpu_resources,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
     scheduling,
     shm_mount,
@@ -114,23 +117,18 @@ def build_engine_job(
     storage = config.storage
     container: Obj = {
         "name": BUILD_CONTAINER,
-        "image": config.images.for_engine(spec.engine.image),
+        "image": spec.engine.image,
         "imagePullPolicy": "IfNotPresent",
-        "command": [
-            "trtfleet",
-            "engines",
-            "build",
-            "--plan",
-            f"{PLAN_MOUNT}/{PLAN_KEY}",
-            "--out",
-            f"{storage.engine_mount}/{engine_hash}",
-        ],
+        "command": cli_command(
+            "engines", "build", "--plan", f"{PLAN_MOUNT}/{PLAN_KEY}", "--out", f"{storage.engine_mount}/{engine_hash}"
+        ),
         "env": sorted_env({"TRTFLEET_ENGINE_HASH": engine_hash}),
         "resources": gpu_resources(spec, gpus=True),
         "volumeMounts": [
             {"name": ENGINES_VOLUME, "mountPath": storage.engine_mount},
             {"name": "plan", "mountPath": PLAN_MOUNT, "readOnly": True},
             shm_mount(),
+            cli_mount(),
         ],
         "securityContext": container_security(),
         "terminationMessagePath": TERMINATION_LOG,
@@ -151,6 +149,7 @@ def build_engine_job(
         {"name": "plan", "configMap": {"name": plan_configmap_name(engine_hash)}},
         *(pvc_volume(f"source-{index}", claim, read_only=True) for index, claim in enumerate(claims)),
         {"name": "work", "emptyDir": {}},
+        cli_volume(),
     ]
     return hash_keyed_job(
         spec,
@@ -163,6 +162,7 @@ def build_engine_job(
         labels=labels,
         container=container,
         volumes=volumes,
+        init_containers=(cli_init_container(config),),
     )
 
 
@@ -179,10 +179,12 @@ def hash_keyed_job(
     container: Obj,
     volumes: Sequence[Obj],
     non_root: bool = False,
+    init_containers: Sequence[Obj] = (),
 ) -> Obj:
     """The Job around ``container`` shared by engine builds and ``pytorch`` prepares: hash labels and
     annotation, attempt label, owners, the build policy's limits, and exit code 2 (a spec error) failing
-    the Job at once. ``non_root`` for trtfleet's own image (its user, and the volumes' group)."""
+    the Job at once. ``non_root`` for trtfleet's own image (its user, and the volumes' group);
+    ``init_containers``: the CLI copy of :mod:`.clibundle` for stock images."""
     pod_labels = _hash_labels(engine_hash, labels)
     job_labels = {**pod_labels, LABEL_BUILD_ATTEMPT: str(attempt)}
     annotations = {ANNOTATION_ENGINE_HASH: engine_hash}
@@ -191,6 +193,8 @@ def hash_keyed_job(
         "enableServiceLinks": False,
         "securityContext": pod_security(non_root=non_root),
         **scheduling(spec),
+        **pull_secrets(config.image_pull_secrets),
+        **({"initContainers": list(init_containers)} if init_containers else {}),
         "containers": [container],
         "volumes": list(volumes),
     }

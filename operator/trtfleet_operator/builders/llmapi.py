@@ -31,7 +31,7 @@ from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
     container_security,
-    gpu_resources,
+    serving_resources,
     shm_mount,
 )
 from trtfleet_operator.builders.convert import ARTIFACTS_VOLUME
@@ -54,7 +54,7 @@ def llmapi_containers(
     spec: BaseModelSpec, *, options_volume: str, options_mount: str, prestop_sleep_s: int, config: OperatorConfig
 ) -> tuple[Obj, Obj]:
     """(the init container that assembles the repository, the ``tritonserver`` container)."""
-    image = config.images.for_engine(spec.engine.image)
+    image = spec.engine.image
     options = {"name": options_volume, "mountPath": options_mount, "readOnly": True}
     init: Obj = {
         "name": INIT_CONTAINER,
@@ -93,7 +93,5 @@ def llmapi_containers(
         "lifecycle": {"preStop": {"sleep": {"seconds": prestop_sleep_s}}},
         "securityContext": container_security(),
     }
-    resources = gpu_resources(spec, gpus=True)
-    if resources:
-        container["resources"] = resources
+    container["resources"] = serving_resources(spec)
     return init, container

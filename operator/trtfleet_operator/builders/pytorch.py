@@ -4,10 +4,10 @@
 * **Prepare Job** ``trtfleet-prepare-<hash16>``: ``python3 -m trtfleet_operator.jobs.prepare --plan
   /plan/plan.json``. It stages the HF checkpoint into the model cache (the engine PVC, mounted at
   :data:`~trtfleet_operator.planning.MODEL_CACHE_MOUNT`) under ``checkpoints/<prepare hash>/``: in
-  trtfleet's own image (``images.trtfleet``, as its user) when that is all, and in the serving image
-  (``images.for_engine(spec.engine.image)``, which must then carry trtfleet and ModelOpt, with the spec's
-  GPUs) when ``quantization.mode`` asks for ModelOpt. The Job envelope, its retries and its owners are the
-  engine build's (:func:`.engine.hash_keyed_job`).
+  trtfleet's own image (``images.trtfleet``, as its user) when that is all, and in ``images.modelopt``
+  (a TensorRT-LLM image with ModelOpt's ``examples/llm_ptq``; trtfleet comes from the :mod:`.clibundle`
+  init container) with the spec's GPUs when ``quantization.mode`` asks for ModelOpt. The Job envelope, its
+  retries and its owners are the engine build's (:func:`.engine.hash_keyed_job`).
 * **Options ConfigMap** ``<serving>-llm-api-options``: the rendered ``llm-api-options.yaml``, labelled
   with its digest.
 * **Deployment**: one container ``trtllm-serve`` running :func:`trtfleet_engines.pytorch.serving.serve_argv`
@@ -28,6 +28,7 @@ from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME
 from trtfleet_engines.pytorch.serving import SERVE_PORT, PreparePlan, probes, serve_argv
 
 from trtfleet.api.basemodel import BaseModelSpec, QuantizationMode, ServingServer
+from trtfleet_operator.builders.clibundle import cli_init_container, cli_mount, cli_python_module, cli_volume
 from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
@@ -36,8 +37,11 @@ from trtfleet_operator.builders.common import (
     gpu_resources,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
+    rollout_strategy,
     scheduling,
+    serving_resources,
     shm_mount,
     shm_volume,
 )
@@ -66,6 +70,7 @@ from trtfleet_operator.names import (
 from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan
 
 PREPARE_CONTAINER = "prepare"
+PREPARE_MODULE = "trtfleet_operator.jobs.prepare"
 SERVE_CONTAINER = "trtllm-serve"
 OPTIONS_MOUNT = "/etc/trtfleet/llm-api"
 PREPARE_CPU_RESOURCES: Obj = {"requests": {"cpu": "1", "memory": "4Gi"}, "limits": {"memory": "16Gi"}}
@@ -95,11 +100,13 @@ def build_prepare_job(
     _prepare_plan(plan)
     claims = source_claims(spec, merged_sources)
     quantizing = spec.quantization.mode is not QuantizationMode.NONE
+    if quantizing and config.images.modelopt is None:
+        raise ValueError("a quantizing prepare needs images.modelopt: reconcile_engine refuses it before")
     container: Obj = {
         "name": PREPARE_CONTAINER,
-        "image": config.images.for_engine(spec.engine.image) if quantizing else config.images.trtfleet,
+        "image": config.images.modelopt if quantizing else config.images.trtfleet,
         "imagePullPolicy": "IfNotPresent",
-        "command": ["python3", "-m", "trtfleet_operator.jobs.prepare"],
+        "command": cli_python_module(PREPARE_MODULE) if quantizing else ["python3", "-m", PREPARE_MODULE],
         "args": ["--plan", f"{PLAN_MOUNT}/{PLAN_KEY}"],
         "resources": gpu_resources(spec, gpus=True) if quantizing else PREPARE_CPU_RESOURCES,
         "volumeMounts": [
@@ -110,6 +117,7 @@ def build_prepare_job(
                 {"name": f"source-{index}", "mountPath": f"{PVC_MOUNT_ROOT}/{claim}", "readOnly": True}
                 for index, claim in enumerate(claims)
             ),
+            *([cli_mount()] if quantizing else []),
         ],
         "securityContext": container_security(),
         "terminationMessagePath": TERMINATION_LOG,
@@ -122,6 +130,7 @@ def build_prepare_job(
         pvc_volume(ENGINES_VOLUME, config.storage.engine_pvc),
         {"name": "plan", "configMap": {"name": plan_configmap_name(plan.engine_hash)}},
         *(pvc_volume(f"source-{index}", claim, read_only=True) for index, claim in enumerate(claims)),
+        *([cli_volume()] if quantizing else []),
     ]
     return hash_keyed_job(
         spec,
@@ -135,6 +144,7 @@ def build_prepare_job(
         container=container,
         volumes=volumes,
         non_root=not quantizing,
+        init_containers=(cli_init_container(config),) if quantizing else (),
     )
 
 
@@ -167,7 +177,7 @@ def _serve_container(spec: BaseModelSpec, plan: EnginePlan, *, served_name: str,
     checks = probes(SERVE_PORT)
     container: Obj = {
         "name": SERVE_CONTAINER,
-        "image": config.images.for_engine(spec.engine.image),
+        "image": spec.engine.image,
         "imagePullPolicy": "IfNotPresent",
         "command": list(argv[:1]),
         "args": list(argv[1:]),
@@ -184,9 +194,7 @@ def _serve_container(spec: BaseModelSpec, plan: EnginePlan, *, served_name: str,
         "lifecycle": {"preStop": {"sleep": {"seconds": PRESTOP_SLEEP_S}}},
         "securityContext": container_security(),
     }
-    resources = gpu_resources(spec, gpus=True)
-    if resources:
-        container["resources"] = resources
+    container["resources"] = serving_resources(spec)
     return container
 
 
@@ -230,6 +238,7 @@ def build_pytorch_deployment(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": pod_security(non_root=False),
         **scheduling(spec),
+        **pull_secrets(config.image_pull_secrets),
     }
     if triton:
         init, container = llmapi_containers(
@@ -261,7 +270,7 @@ def build_pytorch_deployment(
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_S + 600,
             "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": rollout_strategy(spec),
             "template": template,
         },
     }

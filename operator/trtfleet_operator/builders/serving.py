@@ -32,11 +32,13 @@ from trtfleet_operator.builders.common import (
     ENGINES_VOLUME,
     Obj,
     container_security,
-    gpu_resources,
     metadata,
     pod_security,
+    pull_secrets,
     pvc_volume,
+    rollout_strategy,
     scheduling,
+    serving_resources,
     shm_mount,
     shm_volume,
     sorted_env,
@@ -238,7 +240,7 @@ def _server_container(
         container["env"] = sorted_env(BLAS_THREADS_ENV)  # numpy reads it at import (reference/threads.py)
     else:
         world_size = spec.parallelism.tensor * spec.parallelism.pipeline
-        container["image"] = config.images.for_engine(spec.engine.image)
+        container["image"] = spec.engine.image
         argv = _triton_args(world_size)
         container["command"], container["args"] = argv[:1], argv[1:]
         mounts = [
@@ -251,7 +253,7 @@ def _server_container(
             {"name": "model-repo", "mountPath": MODEL_REPO_MOUNT, "readOnly": True},
             shm_mount(),
         ]
-    resources = gpu_resources(spec, gpus=not reference)
+    resources = {} if reference else serving_resources(spec)
     if resources:
         container["resources"] = resources
     container["volumeMounts"] = mounts
@@ -306,6 +308,7 @@ def build_deployment(
         "terminationGracePeriodSeconds": TERMINATION_GRACE_S,
         "securityContext": pod_security(non_root=reference),
         **scheduling(spec),
+        **pull_secrets(config.image_pull_secrets),
     }
     if not reference:
         volumes += [
@@ -315,7 +318,7 @@ def build_deployment(
         pod_spec["initContainers"] = [
             {
                 "name": "model-repo",
-                "image": config.images.for_engine(spec.engine.image),
+                "image": spec.engine.image,
                 "imagePullPolicy": "IfNotPresent",
                 "command": ["/bin/sh", "-c", _assemble_script(model_repo, config.trtllm_models_dir)],
                 "securityContext": container_security(),
@@ -349,7 +352,7 @@ def build_deployment(
             "revisionHistoryLimit": 3,
             "progressDeadlineSeconds": STARTUP_BUDGET_S + 600,
             "selector": {"matchLabels": selector},
-            "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+            "strategy": rollout_strategy(spec),
             "template": template,
         },
     }

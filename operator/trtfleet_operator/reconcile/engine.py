@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from trtfleet.api.basemodel import BaseModelSpec
+from trtfleet.api.basemodel import BaseModelSpec, QuantizationMode
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.builders.engine import (
     BUILD_CONTAINER,
@@ -54,6 +54,7 @@ PREPARED = "Prepared"
 PREPARING = "Preparing"
 PREPARE_FAILED = "PrepareFailed"
 PREPARE_RETRYING = "PrepareRetrying"
+MODELOPT_IMAGE_MISSING = "ModelOptImageMissing"
 
 
 @dataclass(frozen=True)
@@ -70,6 +71,8 @@ class BuildKind:
     job_name: Callable[[str, int], str]
     job: Callable[[EngineInputs, OperatorConfig, int], Obj]
     uri: Callable[[EngineInputs, OperatorConfig], str]
+    refusal: Callable[[EngineInputs, OperatorConfig], tuple[str, str] | None] = lambda _inputs, _config: None
+    """(reason, message) when no Job of this kind can run with this configuration; None: it can."""
 
 
 @dataclass(frozen=True)
@@ -181,6 +184,15 @@ def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime
     latest = jobs[-1] if jobs else None
     older = tuple(j.ref for j in jobs[:-1] if j.finished)
     policy = config.build
+    refusal = kind.refusal(inputs, config)
+    if refusal is not None and (latest is None or latest.finished):
+        return EngineOutcome(
+            "failed",
+            cond.make(cond.ENGINE_BUILT, cond.FALSE, *refusal),
+            engine_status,
+            set_owners=tuple(set_owners),
+            delete=older,
+        )
     if latest is None:
         return _start(
             inputs,
@@ -304,6 +316,20 @@ def _prepare_job(inputs: EngineInputs, config: OperatorConfig, attempt: int) -> 
     )
 
 
+def _modelopt_refusal(inputs: EngineInputs, config: OperatorConfig) -> tuple[str, str] | None:
+    """A quantizing prepare needs ModelOpt's ``examples/llm_ptq``, which no stock TensorRT-LLM image carries."""
+    spec = inputs.spec
+    if spec.quantization.mode is QuantizationMode.NONE or config.images.modelopt is not None:
+        return None
+    return MODELOPT_IMAGE_MISSING, (
+        f"quantization.mode {spec.quantization.mode.value} on runtime pytorch runs NVIDIA ModelOpt's "
+        "examples/llm_ptq/hf_ptq.py, which no stock TensorRT-LLM image carries and the operator has no image "
+        f"for: build images/modelopt.Dockerfile with --build-arg TRTLLM_IMAGE={spec.engine.image}, push it and "
+        "set the chart's operator.images.modelopt (TRTFLEET_MODELOPT_IMAGE) to it, or serve this BaseModel "
+        "with quantization.mode none"
+    )
+
+
 def _checkpoint_uri(inputs: EngineInputs, config: OperatorConfig) -> str:
     """``pvc://<engine PVC>/checkpoints/<hash>/<original|merged|quantized>``: what trtllm-serve loads."""
     prepare = inputs.plan.prepare
@@ -336,6 +362,7 @@ CHECKPOINT_PREPARE = BuildKind(
     job_name=prepare_job_name,
     job=_prepare_job,
     uri=_checkpoint_uri,
+    refusal=_modelopt_refusal,
 )
 
 

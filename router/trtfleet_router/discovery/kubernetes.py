@@ -141,7 +141,10 @@ def base_entry_from_object(obj: Mapping[str, Any]) -> BaseModelEntry | None:
 
 
 def adapter_entry_from_object(obj: Mapping[str, Any], bases: Mapping[str, BaseModelObject]) -> AdapterEntry | None:
-    """A served adapter, or None while it is not Ready (no task id or artifact yet)."""
+    """A served adapter, or None while it is not Ready (no task id or artifact yet) and once its deletion has
+    started (new requests get 404 while the operator drains it and removes its artifact)."""
+    if (obj.get("metadata") or {}).get("deletionTimestamp"):
+        return None
     try:
         parsed = AdapterObject.model_validate(obj)
     except ValidationError as exc:

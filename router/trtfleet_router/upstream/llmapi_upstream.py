@@ -1,7 +1,7 @@
 """The ``pytorch`` upstream served by Triton: TRT-LLM's Python-backend ``llmapi`` model ``tensorrt_llm`` (pure).
 
 A base model with ``runtime: pytorch`` and ``serving.server: triton`` runs tritonserver with the llmapi model
-(``triton_backend/all_models/llmapi/tensorrt_llm``; contract and commits in docs/pytorch-backend.md). The
+(``triton_backend/all_models/llmapi/tensorrt_llm``; contract and commits in docs/design/pytorch-backend.md). The
 router sends it one prompt per request over gRPC ``ModelStreamInfer`` (shape ``[1]``: ``max_batch_size`` 0):
 ``text_input``, ``streaming``, ``sampling_param_max_tokens`` / ``temperature`` / ``top_p`` / ``top_k`` /
 ``seed`` / ``stop`` / penalties, ``sampling_param_exclude_input_from_output`` **true** (the model's default is

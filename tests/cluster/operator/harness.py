@@ -51,6 +51,9 @@ class OperatorProcess:
     extra: Sequence[str] = ()
     env: dict[str, str] = field(default_factory=dict)
     """Overrides of the control plane's environment (``KUBECONFIG`` of another user, say)."""
+    collect_artifacts: bool = False
+    """Collect deleted Adapters' artifacts (off by default here: no kubelet runs the collect Jobs, so a
+    deleted Ready Adapter would wait for one; the collection tests run them)."""
     proc: subprocess.Popen[bytes] | None = None
     health_port: int = 0
     metrics_port: int = 0
@@ -81,6 +84,7 @@ class OperatorProcess:
             "2",
             "--convert-node-selector",
             MANUAL_POOL,
+            *([] if self.collect_artifacts else ["--no-artifact-collection"]),
             *self.extra,
         ]
         with log.open("wb") as out:
@@ -144,7 +148,7 @@ def example(file_name: str) -> Obj:
 def llama_doc(ns: str, *, name: str = "llama3-8b", runtime: str | None = None, **spec: Any) -> Obj:
     """The llama3-8b example, scheduled on a GPU product label only this namespace's nodes carry; ``spec``
     entries are merged into the example's spec sections of the same name."""
-    doc = example("basemodel-llama3-8b-h100.yaml")
+    doc = example("basemodel-llama3-8b-tensorrtllm.yaml")
     doc["metadata"]["name"] = name
     if runtime is not None:
         doc["spec"]["runtime"] = runtime
@@ -327,3 +331,28 @@ def wait_until(probe: Any, timeout: float, what: str) -> Any:
 
 def elapsed(start: float) -> float:
     return round(time.monotonic() - start, 1)
+
+
+def volume_for(cp: ControlPlane, ns: str, claim: str, *, size: str = "10Gi", modes: Sequence[str] = ("ReadWriteMany",),
+               storage_class: str = "") -> None:
+    """A PersistentVolume reserved for PVC ``ns/claim`` (what a cluster's storage class would provision), so the
+    claim binds and pods that mount it schedule (left Released when the test namespace goes)."""
+    cp.kubectl("apply", "-f", "-", input=yaml.safe_dump({
+        "apiVersion": "v1", "kind": "PersistentVolume",
+        "metadata": {"name": f"{ns}-{claim}", "labels": {"trtfleet.io/test-namespace": ns}},
+        "spec": {"capacity": {"storage": size}, "accessModes": list(modes), "storageClassName": storage_class,
+                 "persistentVolumeReclaimPolicy": "Retain", "hostPath": {"path": f"/tmp/{ns}/{claim}"},
+                 "claimRef": {"namespace": ns, "name": claim}},
+    }))
+
+
+def bound_claims(cp: ControlPlane, ns: str, claims: Sequence[str]) -> None:
+    """PVCs ``claims`` in ``ns`` (ReadWriteMany), each bound to a volume of its own."""
+    for claim in claims:
+        volume_for(cp, ns, claim)
+        apply(cp, ns, {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": claim},
+                       "spec": {"accessModes": ["ReadWriteMany"], "storageClassName": "",
+                                "resources": {"requests": {"storage": "10Gi"}}}})
+    for claim in claims:
+        wait_until(lambda c=claim: (get(cp, ns, "pvc", c) or {}).get("status", {}).get("phase") == "Bound", 60,
+                   f"PVC {claim} Bound")

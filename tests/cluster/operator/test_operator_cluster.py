@@ -89,11 +89,14 @@ def test_build_then_serve_then_ready(operator: OperatorProcess) -> None:
     pod = job["spec"]["template"]["spec"]
     container = pod["containers"][0]
     assert container["image"] == "nvcr.io/nvidia/tritonserver:25.12-trtllm-python-py3"
-    assert container["command"][:5] == ["trtfleet", "engines", "build", "--plan", "/plan/plan.json"]
+    # the stock image as written; trtfleet from the init container's copy of its CLI bundle
+    assert container["command"][:5] == ["/opt/trtfleet-cli/bin/trtfleet", "engines", "build", "--plan",
+                                        "/plan/plan.json"]
+    assert [c["name"] for c in pod["initContainers"]] == ["trtfleet-cli"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     assert container["envFrom"] == [{"secretRef": {"name": "hf-token"}}]
     assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
-    assert {v["name"] for v in pod["volumes"]} >= {"engines", "plan", "dshm"}
+    assert {v["name"] for v in pod["volumes"]} >= {"engines", "plan", "dshm", "trtfleet-cli"}
     assert job["spec"]["backoffLimit"] == 0 and job["spec"]["activeDeadlineSeconds"] > 0
     plan = json.loads(get(cp, ns, "configmap", f"trtfleet-plan-{engine_hash[:16]}")["data"]["plan.json"])
     assert plan["engineHash"] == engine_hash

@@ -51,8 +51,9 @@ CONFIG = OperatorConfig(
     images=Images(
         trtfleet="ghcr.io/trtfleet/trtfleet:0.1.0",
         worker="ghcr.io/trtfleet/reference-worker:0.1.0",
-        runtime="ghcr.io/trtfleet/trtllm-runtime:0.1.0-25.12",
-    )
+        modelopt="ghcr.io/trtfleet/modelopt-example:25.12",
+    ),
+    image_pull_secrets=("registry-credentials",),
 )
 
 
@@ -300,3 +301,21 @@ def test_golden(case: str, update_golden: bool) -> None:
     assert render_case(case) == objects, "builders must be deterministic"
     files = {f"{name}.yaml": dump(obj) for name, obj in objects.items()}
     check_golden_dir(HERE / case / "expected", files, update=update_golden, case=case)
+
+
+def pod_spec_of(obj: dict[str, Any]) -> dict[str, Any] | None:
+    """The pod spec of a Job or Deployment (their templates), None for other kinds."""
+    if obj["kind"] not in ("Job", "Deployment"):
+        return None
+    spec: dict[str, Any] = obj["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_every_pod_pulls_with_the_configured_secrets(case: str) -> None:
+    """A private registry reaches every pod the operator creates: build, prepare and convert Jobs and serving
+    Deployments alike (the chart passes its ``imagePullSecrets`` as ``--image-pull-secret``)."""
+    pods = {name: spec for name, obj in render_case(case).items() if (spec := pod_spec_of(obj)) is not None}
+    assert pods, f"{case} builds no pod"
+    for name, spec in pods.items():
+        assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}], (case, name)

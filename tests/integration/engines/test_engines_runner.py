@@ -100,7 +100,7 @@ class Builds:
         self.termination_log = tmp_path / "termination-log"
         self.override = _standins(tmp_path / "standins")
         checkpoint = _checkpoint(tmp_path / "hf")
-        doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-h100.yaml").read_text())
+        doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-tensorrtllm.yaml").read_text())
         doc["spec"]["source"] = {"uri": f"file://{checkpoint}"}
         doc["spec"].update(patch or {})
         self.spec = BaseModel.model_validate(doc).spec

@@ -217,7 +217,7 @@ def _repository(spec: BaseModelSpec, repo: Path) -> Path:
 
 
 def _spec(patch: dict[str, Any]) -> BaseModelSpec:
-    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-h100.yaml").read_text())
+    doc = yaml.safe_load((ROOT / "examples" / "basemodel-llama3-8b-tensorrtllm.yaml").read_text())
     doc["spec"].update(patch)
     return BaseModel.model_validate(doc).spec
 

@@ -22,7 +22,7 @@ from tests.support.helm import CHART, ROOT, helm
 GOLDEN = ROOT / "tests" / "golden" / "chart"
 CASES = {"default": [], "production": ["-f", str(CHART / "ci" / "production-values.yaml")]}
 # Kinds of other projects' CRDs: checked for shape here, not by kubernetes-validate (it knows only built-ins).
-FOREIGN_KINDS = {"ServiceMonitor", "ClusterKopfPeering"}
+FOREIGN_KINDS = {"ServiceMonitor", "ClusterKopfPeering", "PrometheusRule"}
 K8S_VERSION = "1.35.0"
 
 
@@ -338,3 +338,53 @@ def test_a_network_policy_linter_finds_only_what_is_intended(case: str, tmp_path
     found = {(i["rule_id"], next(iter(re.findall(r"^Policy '([^']+)'", i["message"])), "")) for i in issues}
     assert found <= ACCEPTED_FINDINGS, sorted(found - ACCEPTED_FINDINGS)
     assert ("KNP-011", "trtfleet-router") in found  # the linter did read the policies
+
+
+@pytest.mark.golden
+def test_prometheus_rule_alerts_on_metrics_that_exist_and_renders_where_its_crd_is_served(tmp_path: Path) -> None:
+    def rules(args: list[str]) -> list[dict[str, Any]]:
+        docs = _render(tmp_path, args)
+        return [d for d in docs if d["kind"] == "PrometheusRule"]  # type: ignore[misc]
+
+    assert rules([]) == []  # auto, and this cluster serves no PrometheusRule kind
+    assert rules(["--set", "metrics.prometheusRule.enabled=false", "--api-versions",
+                  "monitoring.coreos.com/v1/PrometheusRule"]) == []
+    [rule] = rules(["--api-versions", "monitoring.coreos.com/v1/PrometheusRule"])
+    alerts = {r["alert"]: r["expr"] for g in rule["spec"]["groups"] for r in g["rules"]}
+    assert {"TrtfleetPodsEjected", "TrtfleetColdLoadRateHigh", "TrtfleetRequestsHeld", "TrtfleetBuildFailures",
+            "TrtfleetCapacityRefusals"} <= set(alerts)
+    from prometheus_client import generate_latest
+    from trtfleet_operator import metrics as operator_metrics
+
+    exported = RouterMetrics().exposition().decode() + generate_latest(operator_metrics.REGISTRY).decode()
+    families = {line.split()[2] for line in exported.splitlines() if line.startswith("# TYPE")}
+    for name in set(re.findall(r"trtfleet_(?:router|operator)_[a-z_]+", " ".join(alerts.values()))):
+        assert name in families or name.removesuffix("_total") in families, f"{name}: no such metric"
+
+
+@pytest.mark.golden
+def test_the_operator_gets_retention_and_drain_and_a_metrics_service(tmp_path: Path) -> None:
+    docs = _render(tmp_path, ["--set", "operator.engineRetentionHours=0", "--set", "operator.adapterDrainSeconds=5"])
+    [operator] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-operator"]  # type: ignore[index]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]  # type: ignore[index]
+    assert "--engine-retention=0" in args and "--adapter-drain=5" in args
+    [service] = [d for d in docs if d["kind"] == "Service" and d["metadata"]["name"] == "trtfleet-operator-metrics"]  # type: ignore[index]
+    assert service["spec"]["ports"][0]["targetPort"] == "metrics"  # type: ignore[index]
+
+
+@pytest.mark.golden
+def test_artifact_pvcs_only_with_a_router_watching_the_release_namespace(tmp_path: Path) -> None:
+    """The legacy runtimes' trap, made impossible: a PVC mounts only in its own namespace, so a router that reads
+    pvc:// artifacts must serve the release namespace alone."""
+    claim = ["--set", "router.artifactPvcs={trtfleet-adapters}"]
+    for watched in ([], ["--set", "router.watchNamespaces={models}"],
+                    ["--set", "router.watchNamespaces={trtfleet-system,models}"]):
+        result = helm("template", "trtfleet", str(CHART), "--namespace", "trtfleet-system", *claim, *watched,
+                      home=tmp_path, check=False)
+        assert result.returncode != 0, watched
+        assert "set router.watchNamespaces={trtfleet-system}" in result.stderr, result.stderr
+    docs = _render(tmp_path, [*claim, "--set", "router.watchNamespaces={trtfleet-system}"])
+    [router] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-router"]  # type: ignore[index]
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in router["spec"]["template"]["spec"]["volumes"]  # type: ignore[index]
+              if "persistentVolumeClaim" in v]
+    assert claims == ["trtfleet-adapters"]

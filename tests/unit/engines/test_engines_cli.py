@@ -13,7 +13,7 @@ from trtfleet.api import BaseModel
 from trtfleet.cli import main
 
 ROOT = Path(__file__).resolve().parents[3]
-LLAMA = ROOT / "examples" / "basemodel-llama3-8b-h100.yaml"
+LLAMA = ROOT / "examples" / "basemodel-llama3-8b-tensorrtllm.yaml"
 TINY = ROOT / "examples" / "basemodel-reference-tiny.yaml"
 
 

@@ -109,6 +109,7 @@ KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("queue delay", ("serving.maxQueueDelayMicroseconds",), {"serving": {"maxQueueDelayMicroseconds": 7}}),
     ("chat template", ("serving.chatTemplate",), {"serving": {"chatTemplate": "{system}{messages}"}}),
     ("resources", ("serving.resources",), {"serving": {"resources": {"limits": {"cpu": "4"}}}}),
+    ("rollout", ("serving.rollout",), {"serving": {"rollout": {"strategy": "Replace"}}}),
     ("node selector", ("serving.nodeSelector",), {"serving": {"nodeSelector": {"pool": "gpu"}}}),
     ("tolerations", ("serving.tolerations",), {"serving": {"tolerations": [{"operator": "Exists"}]}}),
 ]

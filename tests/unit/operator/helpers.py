@@ -65,7 +65,7 @@ def stored(
 
 
 def llama(**kwargs: Any) -> Obj:
-    return stored(example("basemodel-llama3-8b-h100.yaml"), **kwargs)
+    return stored(example("basemodel-llama3-8b-tensorrtllm.yaml"), **kwargs)
 
 
 def tiny(**kwargs: Any) -> Obj:

@@ -15,7 +15,14 @@ from trtfleet_operator import conditions as cond
 from trtfleet_operator.artifacts import ArtifactSummary, SummaryError, parse_summary, summarize
 from trtfleet_operator.cli import config_from_args, configure
 from trtfleet_operator.config import BuildPolicy, Images
-from trtfleet_operator.errors import ConflictError, InvalidError, KubeError, KubeUnavailableError, kube_error
+from trtfleet_operator.errors import (
+    ConfigError,
+    ConflictError,
+    InvalidError,
+    KubeError,
+    KubeUnavailableError,
+    kube_error,
+)
 from trtfleet_operator.handlers import kopf_error
 from trtfleet_operator.jobs import convert as convert_job
 from trtfleet_operator.kube import object_path
@@ -114,11 +121,12 @@ def test_build_retry_delay_doubles_and_is_capped() -> None:
     assert [policy.retry_delay_s(a) for a in (1, 2, 3, 4)] == [60, 120, 240, 300]
 
 
-def test_runtime_image_replaces_only_its_base_image() -> None:
-    images = Images(runtime="ghcr.io/trtfleet/trtllm-runtime:1", runtime_base="nvcr.io/x:25.12")
-    assert images.for_engine("nvcr.io/x:25.12") == "ghcr.io/trtfleet/trtllm-runtime:1"
-    assert images.for_engine("nvcr.io/x:26.01") == "nvcr.io/x:26.01"
-    assert Images.from_env({"TRTFLEET_WORKER_IMAGE": "w:1"}).worker == "w:1"
+def test_images_from_the_environment_and_the_removed_runtime_image_refused() -> None:
+    images = Images.from_env({"TRTFLEET_WORKER_IMAGE": "w:1", "TRTFLEET_MODELOPT_IMAGE": "m:1"})
+    assert (images.worker, images.modelopt) == ("w:1", "m:1")
+    assert Images.from_env({}).modelopt is None
+    with pytest.raises(ConfigError, match="TRTFLEET_RUNTIME_IMAGE no longer exist"):
+        Images.from_env({"TRTFLEET_RUNTIME_IMAGE": "ghcr.io/trtfleet/trtllm-runtime:1"})
 
 
 def test_cli_flags() -> None:

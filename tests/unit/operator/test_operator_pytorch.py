@@ -4,6 +4,7 @@ PEFT staging of Adapters (table tests on plain objects, as the API server return
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ import pytest
 import yaml
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME
 from trtfleet_operator.artifacts import ArtifactSummary
-from trtfleet_operator.config import BuildPolicy, OperatorConfig
+from trtfleet_operator.config import BuildPolicy, Images, OperatorConfig
 from trtfleet_operator.names import LABEL_OPTIONS_HASH, prepare_job_name
 from trtfleet_operator.planning import plan_engine
 from trtfleet_operator.reconcile.adapter import reconcile_adapter
@@ -39,8 +40,10 @@ def torch_llama(**kwargs: Any) -> Obj:
     return llama(spec=spec, **kwargs)
 
 
-def run(obj: Obj, observed: BaseModelObserved | None = None, now: Any = NOW) -> Reconciliation:
-    result = reconcile_basemodel(obj, observed or BaseModelObserved(basemodels=(obj,)), CONFIG, now)
+def run(
+    obj: Obj, observed: BaseModelObserved | None = None, now: Any = NOW, config: OperatorConfig = CONFIG
+) -> Reconciliation:
+    result = reconcile_basemodel(obj, observed or BaseModelObserved(basemodels=(obj,)), config, now)
     BaseModelStatus.model_validate(result.status)
     return result
 
@@ -146,14 +149,43 @@ def test_two_basemodels_with_one_source_share_one_prepare_job() -> None:
     assert sorted(o["name"] for o in owners) == ["a", "b"]
 
 
+MODELOPT_CONFIG = replace(CONFIG, images=Images(modelopt="registry.example/trtfleet-modelopt:1.3.0rc21"))
+
+
 def test_quantized_prepare_runs_modelopt_on_the_spec_gpus() -> None:
     obj = torch_llama(spec={"quantization": {"mode": "fp8", "kvCacheDtype": "fp8"}})
-    job = by_kind(run(obj).apply, "Job")[0]
-    container = job["spec"]["template"]["spec"]["containers"][0]
+    job = by_kind(run(obj, config=MODELOPT_CONFIG).apply, "Job")[0]
+    pod = job["spec"]["template"]["spec"]
+    container = pod["containers"][0]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
-    assert container["image"] == CONFIG.images.for_engine(obj["spec"]["engine"]["image"]), "ModelOpt's image"
-    plan_cm = by_kind(run(obj).apply, "ConfigMap")[0]
+    assert container["image"] == MODELOPT_CONFIG.images.modelopt, "ModelOpt's image"
+    # trtfleet is not in that image: its own Python and CLI come from trtfleet's image through an emptyDir
+    assert container["command"] == ["/opt/trtfleet-cli/bin/trtfleet-python", "-m", "trtfleet_operator.jobs.prepare"]
+    [init] = pod["initContainers"]
+    assert init["image"] == MODELOPT_CONFIG.images.trtfleet
+    assert init["command"] == ["cp", "-a", "/opt/trtfleet/cli/.", "/opt/trtfleet-cli"]
+    assert {"name": "trtfleet-cli", "mountPath": "/opt/trtfleet-cli", "readOnly": True} in container["volumeMounts"]
+    plan_cm = by_kind(run(obj, config=MODELOPT_CONFIG).apply, "ConfigMap")[0]
     assert "hf_ptq.py" in plan_cm["data"]["plan.json"]
+
+
+def test_quantized_prepare_without_a_modelopt_image_is_refused_by_name() -> None:
+    obj = torch_llama(spec={"quantization": {"mode": "int4_awq"}})
+    result = run(obj)
+    assert by_kind(result.apply, "Job") == []
+    assert result.status["phase"] == "Failed"
+    built = next(c for c in result.status["conditions"] if c["type"] == "EngineBuilt")
+    assert built["reason"] == "ModelOptImageMissing"
+    assert "images/modelopt.Dockerfile" in built["message"] and "operator.images.modelopt" in built["message"]
+    assert obj["spec"]["engine"]["image"] in built["message"]
+
+
+def test_unquantized_prepare_runs_in_trtfleets_image_without_the_cli_copy() -> None:
+    job = by_kind(run(torch_llama()).apply, "Job")[0]
+    pod = job["spec"]["template"]["spec"]
+    assert pod["containers"][0]["image"] == CONFIG.images.trtfleet
+    assert pod["containers"][0]["command"] == ["python3", "-m", "trtfleet_operator.jobs.prepare"]
+    assert "initContainers" not in pod
 
 
 def run_adapter(obj: Obj, observed: AdapterObserved, task_id: int | None = None) -> Reconciliation:

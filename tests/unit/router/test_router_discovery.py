@@ -179,6 +179,9 @@ def test_adapter_objects() -> None:
     assert adapter_entry_from_object(_adapter("up", phase="Converting"), {}) is None
     assert adapter_entry_from_object(_adapter("up", task_id=None), {}) is None
     assert adapter_entry_from_object({"metadata": {"name": "broken"}, "spec": {}}, {}) is None
+    deleting = _adapter("up", served="tiny-upper")
+    deleting["metadata"]["deletionTimestamp"] = "2026-12-01T00:00:00Z"
+    assert adapter_entry_from_object(deleting, {}) is None  # unregistered while the operator drains it
 
 
 def test_build_snapshot() -> None:

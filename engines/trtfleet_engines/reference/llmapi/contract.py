@@ -1,6 +1,6 @@
 """The tensor contract of TRT-LLM's Triton ``llmapi`` model, and its ``config.pbtxt`` for the reference (pure).
 
-Upstream (``triton_backend/all_models/llmapi/tensorrt_llm``, files and commits in docs/pytorch-backend.md):
+Upstream (``triton_backend/all_models/llmapi/tensorrt_llm``, files and commits in docs/design/pytorch-backend.md):
 one prompt per request (``max_batch_size`` 0), ``text_input`` required, everything else optional;
 ``sampling_param_*`` become ``SamplingParams`` fields (``max_tokens`` defaults to 32 there,
 ``exclude_input_from_output`` to **false** in the model, so ``text_output`` starts with the prompt unless a

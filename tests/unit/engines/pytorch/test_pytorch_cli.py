@@ -23,7 +23,7 @@ from trtfleet.cli import main
 
 ROOT = Path(__file__).resolve().parents[4]
 TORCH = ROOT / "examples" / "basemodel-llama3-8b-pytorch.yaml"
-ENGINE = ROOT / "examples" / "basemodel-llama3-8b-h100.yaml"
+ENGINE = ROOT / "examples" / "basemodel-llama3-8b-tensorrtllm.yaml"
 
 
 def _model(path: Path) -> BaseModel:
@@ -80,7 +80,7 @@ def test_capacity_table_names_the_lora_tiers(capsys: pytest.CaptureFixture[str])
     assert plan.lora is not None
     assert main(["engines", "capacity", "-f", str(TORCH)]) == 0
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].startswith("BaseModel llama3-8b-torch on H100-80GB (") and "runtime pytorch" in lines[0]
+    assert lines[0].startswith("BaseModel llama3-8b on H100-80GB (") and "runtime pytorch" in lines[0]
     rows = {line[2:19].strip(): line for line in lines[1:-1]}
     assert list(rows) == ["GPU memory", "weights per GPU", "runtime reserve", "free after both", "KV cache",
                           "LoRA page", "LoRA host tier", "LoRA device tier"]
