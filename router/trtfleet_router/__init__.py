@@ -1,15 +1,21 @@
 """trtfleet's adapter-aware router: OpenAI and Triton front ends over a fleet of Triton pods.
 
-Layers (imports only go down; the router never imports ``trtfleet_engines`` or ``trtfleet_operator``)::
+Layers (imports only go down; ``a | b``: neither imports the other; enforced by ``router-layers`` in
+``.importlinter``; the router never imports ``trtfleet_engines`` or ``trtfleet_operator``)::
 
-    cli, app                      wiring, servers, background loops, graceful drain
-    server/                       OpenAI HTTP, Triton HTTP, Triton gRPC, API keys, SSE framing
-    upstream/                     dispatcher (route, weights, miss recovery, retries), channels, scraping
-    discovery/                    static fleet file / flags, Kubernetes watches
-    fleets, models_registry,      the live view: served names -> base model / adapter, one Fleet per base
-    weights, chat, metrics        weight store, chat templates, Prometheus metrics
-    errors                        the error tree and its HTTP / gRPC / OpenAI mapping (one table)
-    routing/                      the pure routing core (decisions and shadow caches; no I/O)
+    cli                           flags and subcommands
+    app                           wiring, servers, background loops, graceful drain
+    batch/                        batches run through the router's own OpenAI path (store and runner: trtfleet.batch)
+    server/                       OpenAI HTTP, Triton HTTP, Triton gRPC, batch HTTP, API keys, SSE framing
+    upstream/ | peering/ |        dispatcher (admission, attempts over one Transport, miss recovery), health checks,
+    discovery/ | warmstart        prewarming; replicas sharing residency; static file / Kubernetes; warm scale-up
+    liveview | weights            the registry plus one Fleet per base model; the weight store
+    models_registry | metrics     served names -> base model / adapter; Prometheus metrics
+    chat | activity |             chat templates; adapters active in a window; event-loop metrics; orjson
+    loopmetrics | jsoncodec
+    errors | routing/ | logs      the error tree and its mapping; the pure routing core (no I/O); JSON logs
+
+``testing/`` holds test doubles (the echo upstream) for tests and benchmarks; nothing in the router imports it.
 
 A request: a front end parses and validates it, resolves ``model`` in the registry (API key check),
 checks engine limits, and hands a ``ModelInferRequest`` for the base model's text-level upstream model
