@@ -8,7 +8,7 @@ from trtfleet_operator.builders.service import build_service
 from trtfleet_operator.names import merged_serving_name, serving_name
 from trtfleet_router.discovery.kubernetes import build_snapshot
 
-from tests.unit.router.test_router_discovery import _adapter, _basemodel, _endpoint, _slice
+from tests.unit.router.discovery.test_kubernetes import _adapter, _basemodel, _endpoint, _slice
 
 
 def _merged_slice(adapter: str, ip: str, pod: str) -> dict[str, Any]:

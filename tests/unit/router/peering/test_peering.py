@@ -1,5 +1,5 @@
 """The peering shell's parts: the event ring, the peer port's answers, a subscriber (snapshots:
-``test_router_peering_view.py``)."""
+``test_view.py``)."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from trtfleet_router.routing import (
 )
 from trtfleet_router.routing.events import EventKind, decode_event, encode_event
 
-from tests.unit.router.peering_support import Replica
+from tests.unit.router.peering.support import Replica
 
 
 @pytest.mark.parametrize(

@@ -23,7 +23,7 @@ from trtfleet_router.discovery.static import (
 
 from tests.unit.router.harness import write_artifact
 
-ROOT = Path(__file__).resolve().parents[3]
+ROOT = Path(__file__).resolve().parents[4]
 
 
 def test_fleet_file(tmp_path: Path) -> None:

@@ -11,7 +11,7 @@ from trtfleet_router.errors import ModelNotFound
 from trtfleet_router.liveview import FleetSet
 from trtfleet_router.routing.config import RoutingConfig
 
-from tests.unit.router.test_router_discovery import _adapter, _basemodel, _endpoint, _slice
+from tests.unit.router.discovery.test_kubernetes import _adapter, _basemodel, _endpoint, _slice
 
 VARIANT = "tiny-q-0123456789"
 NF4 = {"quantType": "nf4", "blockSize": 64, "computeDtype": "float32"}
