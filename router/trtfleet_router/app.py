@@ -18,9 +18,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
+import grpc
 from aiohttp import web
 
 from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
+from trtfleet_router.epp.exchange import PickerSettings
+from trtfleet_router.epp.server import EndpointPicker, PickerHealth, build_picker_server
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
 from trtfleet_router.loopmetrics import LoopLagProbe
@@ -78,6 +81,8 @@ class RouterSettings:
     seed: int | None = None
     api_keys_path: Path | None = None
     peering: PeerSettings | None = None  # None: no peer port, this replica's own view only
+    picker: PickerSettings | None = None  # None: no endpoint-picker port (docs/gateway.md)
+    picker_port: int = -1
     batch: BatchSettings = field(default_factory=BatchSettings)
 
 
@@ -136,6 +141,9 @@ class Router:
         self.metrics_port: int | None = None
         self.peer_port: int | None = None
         self._peer_server: PeerServer | None = None
+        self._picker: grpc.aio.Server | None = None
+        self.picker_health = PickerHealth()
+        self.picker_port_bound: int | None = None
 
     # -- discovery -------------------------------------------------------------------------------------
     def apply(self, snapshot: DiscoverySnapshot) -> None:
@@ -204,6 +212,12 @@ class Router:
         )
         if s.metrics_port is not None:
             self.metrics_port = await self._serve_http(self.metrics_app(), s.metrics_port)
+        if s.picker is not None:
+            picker = EndpointPicker(self.services, self.dispatcher, self.prewarmer, s.picker)
+            self._picker = build_picker_server(picker, self.picker_health)
+            self.picker_port_bound = self._picker.add_insecure_port(f"{s.host}:{max(0, s.picker_port)}")
+            await self._picker.start()
+            await self.picker_health.serving(True)
         if s.grpc_port is not None:
             self._grpc = build_grpc_server(
                 self.services, max_message_bytes=s.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES
@@ -226,6 +240,7 @@ class Router:
                     "grpc_port": self.grpc_port,
                     "metrics_port": self.metrics_port,
                     "peer_port": self.peer_port,
+                    "epp_port": self.picker_port_bound,
                     "policy": s.routing.policy,
                 }
             },
@@ -254,6 +269,8 @@ class Router:
 
     async def stop(self) -> None:
         self.lifecycle.start_draining()
+        if self._picker is not None:
+            await self.picker_health.serving(False)
         drained = await self.lifecycle.wait_idle(self.settings.drain_timeout_s)
         log.info("router draining done", extra={"ctx": {"drained": drained, "left": self.lifecycle.inflight}})
         if self._peer_server is not None:
@@ -263,6 +280,8 @@ class Router:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
+        if self._picker is not None:
+            await self._picker.stop(grace=1.0)
         for runner in self._runners:
             await runner.cleanup()
         if self.peers is not None:

@@ -29,6 +29,7 @@ from trtfleet_router.app import (
 )
 from trtfleet_router.batch.capacity import POD_SLOTS_DEFAULT
 from trtfleet_router.batch.wiring import BatchSettings
+from trtfleet_router.epp.exchange import PickerSettings
 from trtfleet_router.logs import configure_logging
 from trtfleet_router.models_registry import DEFAULT_UPSTREAM_MODEL
 from trtfleet_router.peering.peers import GRACE_S_DEFAULT, PEER_PORT_DEFAULT, SYNC_TIMEOUT_S_DEFAULT, PeerSettings
@@ -73,6 +74,21 @@ def configure(parser: argparse.ArgumentParser) -> None:
         type=float,
         default=SYNC_TIMEOUT_S_DEFAULT,
         help="at start, how long to try to copy a peer's view before serving",
+    )
+
+    picker = parser.add_argument_group("endpoint picker (a Gateway API InferencePool's EPP, docs/gateway.md)")
+    picker.add_argument(
+        "--epp-port",
+        type=int,
+        default=-1,
+        help="also serve Envoy's ext_proc endpoint-picker protocol and gRPC health on this port (default -1: off)",
+    )
+    picker.add_argument(
+        "--epp-fallbacks",
+        type=int,
+        default=0,
+        help="endpoints after the first in x-gateway-destination-endpoint, for gateways that retry down the list "
+        "(default 0: plain Envoy takes one)",
     )
 
     routing = parser.add_argument_group("routing")
@@ -283,6 +299,8 @@ def settings_from_args(args: argparse.Namespace) -> RouterSettings:
         seed=args.seed,
         api_keys_path=args.api_keys,
         peering=_peering(args),
+        picker=PickerSettings(fallbacks=args.epp_fallbacks) if args.epp_port >= 0 else None,
+        picker_port=args.epp_port,
         batch=BatchSettings(
             store=args.batch_store,
             runner=RunnerSettings(concurrency=args.batch_concurrency, group_by_model=args.batch_order == "model"),

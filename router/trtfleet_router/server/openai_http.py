@@ -66,24 +66,8 @@ class OpenAIFrontend:
         return await self._serve(request, chat=True)
 
     async def models(self, request: web.Request) -> web.Response:
-        key = presented_key(request.headers)
         try:
-            registry = self.services.fleets.registry
-            cards = [
-                model_card(name, self.created, None)
-                for name in [*registry.served_bases(), *registry.aliases]
-                if self.services.visible(name, key)
-            ]
-            cards += [
-                model_card(name, self.created, registry.bases[a.base_model].variant_of or a.base_model)
-                for name, a in registry.adapters.items()
-                if self.services.visible(name, key)
-            ]
-            cards += [
-                model_card(name, self.created, entry.merged_base)
-                for name, entry in registry.merged.items()
-                if name not in registry.adapters and self.services.visible(name, key)
-            ]
+            cards = model_cards(self.services, presented_key(request.headers), self.created)
         except RouterError as exc:
             return error_response(exc)
         return json_response({"object": "list", "data": cards})
@@ -111,49 +95,20 @@ class OpenAIFrontend:
         under the front end ``batch`` (the batch runner's entry; raises :class:`RouterError`). API keys
         are not checked: the batch API checked its caller."""
         with self.services.track("batch", request_id) as record:
-            parsed, text_request, usage, response_id = self._prepare(body, record, chat=chat, key=None, internal=True)
+            parsed, text_request = prepare_text_request(self.services, body, record, chat=chat, key=None, internal=True)
+            usage, response_id = Usage(text_request.prompt_tokens), _response_id(chat, record)
             return await self._unary(text_request, parsed, usage, record, chat, response_id)
 
     async def _handle(self, request: web.Request, record: RequestRecord, *, chat: bool) -> web.StreamResponse:
         services = self.services
         body = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
         key = presented_key(request.headers)
-        parsed, text_request, usage, response_id = self._prepare(body, record, chat=chat, key=key, internal=False)
+        parsed, text_request = prepare_text_request(self.services, body, record, chat=chat, key=key, internal=False)
+        usage, response_id = Usage(text_request.prompt_tokens), _response_id(chat, record)
         if parsed.stream:
             return await self._stream(request, text_request, parsed, usage, record, chat, response_id)
         answer = await self._unary(text_request, parsed, usage, record, chat, response_id)
         return json_response(answer, headers={REQUEST_ID_HEADER: record.request_id})
-
-    def _prepare(
-        self, body: Any, record: RequestRecord, *, chat: bool, key: str | None, internal: bool
-    ) -> tuple[OpenAIRequest, TextRequest, Usage, str]:
-        """Parse and resolve (``internal``: the batch runner's lines, unary, with no API-key check)."""
-        services = self.services
-        parsed = parse_chat(body) if chat else parse_completion(body)
-        if internal:
-            parsed = dataclasses.replace(parsed, stream=False, include_usage=False)
-            target = services.fleets.serving(services.fleets.registry.resolve(parsed.model))
-        else:
-            target = services.resolve(parsed.model, key)
-        record.model_kind, record.model = target.model_kind, parsed.model
-        prompt = target.base.chat(parsed.messages) if parsed.messages is not None else parsed.prompt or ""
-        prompt_tokens = target.base.estimate_tokens(prompt)
-        max_tokens = target.base.resolve_max_tokens(prompt_tokens, parsed.max_tokens)
-        text_request = TextRequest(
-            request_id=record.request_id,
-            target=target,
-            prompt=prompt,
-            params=parsed.sampling(max_tokens),
-            stream=parsed.stream,
-            prompt_tokens=prompt_tokens,
-            timeout_s=services.settings.request_timeout_s,
-            messages=tuple(parsed.messages) if parsed.messages is not None else None,
-            blocks=target.base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0),
-            priority=Priority.BATCH if internal else Priority.INTERACTIVE,
-        )
-        usage = Usage(prompt_tokens)
-        response_id = ("chatcmpl-" if chat else "cmpl-") + record.request_id
-        return parsed, text_request, usage, response_id
 
     async def _unary(
         self,
@@ -222,3 +177,58 @@ class OpenAIFrontend:
         metrics = self.services.metrics
         metrics.input_tokens.labels(record.model_kind).inc(usage.prompt_tokens)
         metrics.output_tokens.labels(record.model_kind).inc(usage.completion_tokens)
+
+
+def prepare_text_request(
+    services: Services, body: Any, record: RequestRecord, *, chat: bool, key: str | None, internal: bool
+) -> tuple[OpenAIRequest, TextRequest]:
+    """Parse and resolve an OpenAI completion or chat body (``internal``: the batch runner's lines, unary, with no
+    API-key check); fills the record's model. Shared by this front end and the endpoint picker."""
+    parsed = parse_chat(body) if chat else parse_completion(body)
+    if internal:
+        parsed = dataclasses.replace(parsed, stream=False, include_usage=False)
+        target = services.fleets.serving(services.fleets.registry.resolve(parsed.model))
+    else:
+        target = services.resolve(parsed.model, key)
+    record.model_kind, record.model = target.model_kind, parsed.model
+    prompt = target.base.chat(parsed.messages) if parsed.messages is not None else parsed.prompt or ""
+    prompt_tokens = target.base.estimate_tokens(prompt)
+    max_tokens = target.base.resolve_max_tokens(prompt_tokens, parsed.max_tokens)
+    text_request = TextRequest(
+        request_id=record.request_id,
+        target=target,
+        prompt=prompt,
+        params=parsed.sampling(max_tokens),
+        stream=parsed.stream,
+        prompt_tokens=prompt_tokens,
+        timeout_s=services.settings.request_timeout_s,
+        messages=tuple(parsed.messages) if parsed.messages is not None else None,
+        blocks=target.base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0),
+        priority=Priority.BATCH if internal else Priority.INTERACTIVE,
+    )
+    return parsed, text_request
+
+
+def _response_id(chat: bool, record: RequestRecord) -> str:
+    return ("chatcmpl-" if chat else "cmpl-") + record.request_id
+
+
+def model_cards(services: Services, key: str | None, created: int) -> list[dict[str, Any]]:
+    """``/v1/models``' cards: every served name ``key`` may use (base models, aliases, adapters, merged models)."""
+    registry = services.fleets.registry
+    cards = [
+        model_card(name, created, None)
+        for name in [*registry.served_bases(), *registry.aliases]
+        if services.visible(name, key)
+    ]
+    cards += [
+        model_card(name, created, registry.bases[a.base_model].variant_of or a.base_model)
+        for name, a in registry.adapters.items()
+        if services.visible(name, key)
+    ]
+    cards += [
+        model_card(name, created, entry.merged_base)
+        for name, entry in registry.merged.items()
+        if name not in registry.adapters and services.visible(name, key)
+    ]
+    return cards

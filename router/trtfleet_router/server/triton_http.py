@@ -215,21 +215,10 @@ class TritonHttpFrontend:
         self, request: web.Request, record: RequestRecord, name: str, *, streaming: bool = False
     ) -> UpstreamCall:
         services = self.services
-        key = presented_key(request.headers)
         doc = await read_json_body(request, services.settings.max_body_bytes, services.settings.body_timeout_s)
-        target = services.resolve(name, key)
-        config = await services.model_info.config(target.base)
-        proto = parse_generate_request(doc, config)
-        target, call = await prepare_tensor_call(
-            services, proto, name, key, record.request_id, client_streaming=streaming
+        return await prepare_generate_call(
+            services, doc, name, presented_key(request.headers), record, streaming=streaming
         )
-        record.model_kind, record.model = target.model_kind, name
-        reader = config_view(config).reader
-        # generate (not _stream) with stream: true collects a decoupled model's responses: gRPC only.
-        if reader is not None and (streaming or not doc.get("stream")):
-            body = generate_http_body(doc, target.adapter.task_id if target.adapter else None)
-            call.payload = TritonTensorPayload(proto, GenerateJson(body, streaming, reader))
-        return call
 
     async def _generate(self, request: web.Request, record: RequestRecord, name: str) -> web.Response:
         call = await self._generate_call(request, record, name)
@@ -251,3 +240,22 @@ class TritonHttpFrontend:
             record.code = mapping_for(exc).code_label
             await sse.send(json_event(triton_error_body(exc)))
         return await sse.finish()
+
+
+async def prepare_generate_call(
+    services: Services, doc: Any, name: str, key: str | None, record: RequestRecord, *, streaming: bool
+) -> UpstreamCall:
+    """The call for Triton's generate extension (``generate_stream`` when ``streaming``) to model ``name``: the
+    client's JSON checked against the upstream model's config, rewritten for it (``lora_task_id``); fills the
+    record's model. Shared by this front end and the endpoint picker."""
+    target = services.resolve(name, key)
+    config = await services.model_info.config(target.base)
+    proto = parse_generate_request(doc, config)
+    target, call = await prepare_tensor_call(services, proto, name, key, record.request_id, client_streaming=streaming)
+    record.model_kind, record.model = target.model_kind, name
+    reader = config_view(config).reader
+    # generate (not _stream) with stream: true collects a decoupled model's responses: gRPC only.
+    if reader is not None and (streaming or not doc.get("stream")):
+        body = generate_http_body(doc, target.adapter.task_id if target.adapter else None)
+        call.payload = TritonTensorPayload(proto, GenerateJson(body, streaming, reader))
+    return call

@@ -156,6 +156,23 @@ class Admission:
             raise UnknownPod(decision.pod)
         return Lease(self, fleet, fleet.start(decision, route), route.model, endpoint)
 
+    def demand_started(self, call: UpstreamCall) -> None:
+        """``call`` counts as demand of its base model (and adapter) until :meth:`demand_ended`: what the operator's
+        autoscaler and the adapter activity window read."""
+        base_name = call.target.base.name
+        adapter = call.target.adapter
+        if adapter is not None:
+            metrics = self.metrics
+            metrics.adapter_requests.labels(base_name, metrics.adapter_label(adapter.served_name)).inc()
+            metrics.activity.record(base_name, adapter.served_name, adapter.ref.pages)
+        self.metrics.base_model_requests.labels(base_name).inc()
+
+    def demand_ended(self, call: UpstreamCall) -> None:
+        base_name = call.target.base.name
+        self.metrics.base_model_requests.labels(base_name).dec()
+        if call.target.adapter is not None:
+            self.metrics.activity.finished(base_name)
+
     def request_ended(self, base_model: str) -> None:
         """A request of ``base_model`` ended: capacity and the hold budget may have freed."""
         self.capacity.notify(base_model)

@@ -116,7 +116,7 @@ class Dispatcher:
         adapter_label = self.metrics.adapter_label(adapter.served_name if adapter else None)
         demand = call.pinned_decision is None  # prewarming is not demand
         if demand:
-            self._demand_started(call, adapter_label)
+            self.admission.demand_started(call)
         fleet = self.fleets.fleet(base_name)
         timeouts = self.fleets.routing_config.timeouts_for(base_name)
         pinned = call.pinned_decision
@@ -183,7 +183,7 @@ class Dispatcher:
                     lease.end(outcome)
         finally:
             if demand:
-                self._demand_ended(call)
+                self.admission.demand_ended(call)
 
     async def _attempt(
         self, call: UpstreamCall, decision: Decision, lease: Lease, adapter_label: str, timeouts: StreamTimeouts
@@ -255,20 +255,6 @@ class Dispatcher:
             return step
         retry_after_s = self.admission.retry_after_s(base_name)
         raise final_error(failure, decision.pod, yielded=yielded, retry_after_s=retry_after_s) from exc
-
-    def _demand_started(self, call: UpstreamCall, adapter_label: str) -> None:
-        base_name = call.target.base.name
-        adapter = call.target.adapter
-        if adapter is not None:
-            self.metrics.adapter_requests.labels(base_name, adapter_label).inc()
-            self.metrics.activity.record(base_name, adapter.served_name, adapter.ref.pages)
-        self.metrics.base_model_requests.labels(base_name).inc()
-
-    def _demand_ended(self, call: UpstreamCall) -> None:
-        base_name = call.target.base.name
-        self.metrics.base_model_requests.labels(base_name).dec()
-        if call.target.adapter is not None:
-            self.metrics.activity.finished(base_name)
 
     def blame(self, base_name: str, pod: str, reason: str) -> None:
         """A pod failure (``reason``: pod_failed, stalled, probe). When it ejects the pod, the attempts

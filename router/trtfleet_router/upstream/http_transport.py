@@ -37,6 +37,7 @@ from trtfleet_router.upstream.protocol import (
     FailureKind,
     UpstreamFailure,
     classify_upstream_error,
+    error_text,
     text_answer,
 )
 from trtfleet_router.upstream.transport import Attempt
@@ -53,21 +54,12 @@ _STATUS_HINTS: Final[dict[int, FailureKind]] = {
 }
 
 
-def _failure(status: int, message: str) -> UpstreamFailure:
+def answer_failure(status: int, message: str) -> UpstreamFailure:
     failure = classify_upstream_error(message)
     hint = _STATUS_HINTS.get(status)
     if failure.kind is FailureKind.INTERNAL and hint is not None:
         return UpstreamFailure(hint, message)
     return failure
-
-
-def _error_text(body: bytes) -> str:
-    try:
-        doc = jsoncodec.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace")[:1000]
-    error = doc.get("error") if isinstance(doc, dict) else None
-    return str(error) if error is not None else body.decode("utf-8", errors="replace")[:1000]
 
 
 class HttpTransport:
@@ -127,7 +119,7 @@ class HttpTransport:
                 request = b"%s%d\r\n\r\n%s" % (head, len(payload), payload)
                 status, answer = await self._unary.post(address, request, deadline_s)
                 if status != 200:
-                    raise UpstreamCallFailed(_failure(status, _error_text(answer)))
+                    raise UpstreamCallFailed(answer_failure(status, error_text(answer)))
                 message = read(jsoncodec.loads(answer), True)
             yield message
             return
@@ -139,7 +131,7 @@ class HttpTransport:
                 timeout=aiohttp.ClientTimeout(total=timeout_s),
             ) as response:
                 if response.status != 200:
-                    raise UpstreamCallFailed(_failure(response.status, _error_text(await response.read())))
+                    raise UpstreamCallFailed(answer_failure(response.status, error_text(await response.read())))
                 async for line in response.content:
                     if not line.startswith(SSE_DATA):
                         continue

@@ -21,10 +21,9 @@ from trtfleet_router.upstream.openai_upstream import (
     HEALTH_TIMEOUT_S,
     choice_text,
     classify_answer,
-    error_text,
     piece_message,
 )
-from trtfleet_router.upstream.protocol import SSE_DATA, FailureKind, UpstreamFailure
+from trtfleet_router.upstream.protocol import SSE_DATA, FailureKind, UpstreamFailure, error_text
 from trtfleet_router.upstream.transport import Attempt
 
 _HEADERS: Final = {"Content-Type": "application/json"}

@@ -29,7 +29,6 @@ from typing import Any, Final
 
 from tritonclient.grpc import service_pb2
 
-from trtfleet_router import jsoncodec
 from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
 from trtfleet_router.upstream.protocol import (
@@ -98,21 +97,6 @@ def classify_answer(status: int, message: str) -> UpstreamFailure:
     if status == 404 or status >= 500:
         return UpstreamFailure(FailureKind.POD_FAILED, f"HTTP {status}: {message}")
     return failure
-
-
-def error_text(body: bytes) -> str:
-    """The message of ``{"error": str}``, ``{"error": {"message"}}`` or ``ErrorResponse {"message"}``."""
-    try:
-        doc = jsoncodec.loads(body)
-    except ValueError:
-        return body.decode("utf-8", errors="replace")[:1000]
-    if isinstance(doc, dict):
-        error = doc.get("error", doc)
-        if isinstance(error, dict):
-            error = error.get("message", error)
-        if error is not None:
-            return str(error)
-    return body.decode("utf-8", errors="replace")[:1000]
 
 
 def piece_message(text: str, usage: object = None) -> service_pb2.ModelStreamInferResponse:

@@ -1,9 +1,10 @@
 """Prewarming: an adapter's weights pushed to a pod before requests need them there.
 
 A prewarm is a one-token request pinned to the pod with the adapter's weights (on runtime ``pytorch`` the pod
-reads them from ``lora_path``), not counted as demand and never retried elsewhere. Two things push them: the
-adapters that ask for ``minPods`` warm pods (:meth:`Prewarmer.run`, every ``prewarm_interval_s``) and warm
-starts of new pods (:mod:`trtfleet_router.warmstart`).
+reads them from ``lora_path``), not counted as demand and never retried elsewhere. Three things push them: the
+adapters that ask for ``minPods`` warm pods (:meth:`Prewarmer.run`, every ``prewarm_interval_s``), warm starts of
+new pods (:mod:`trtfleet_router.warmstart`), and the endpoint picker before it sends a request to a pod predicted
+cold (:mod:`trtfleet_router.epp.coldloads`: the gateway's request carries no weights).
 """
 
 from __future__ import annotations
@@ -42,8 +43,8 @@ class Prewarmer:
                 for pod, ref in plan:
                     await self.push(name, pod, by_name[ref.name].served_name)
 
-    async def push(self, base_model: str, pod: str, served_name: str) -> None:
-        """Push ``served_name``'s weights to ``pod`` (failures are logged, not raised)."""
+    async def load(self, pod: str, served_name: str) -> None:
+        """Push ``served_name``'s weights to ``pod`` now; raises the :class:`RouterError` of a failed push."""
         target = self.fleets.registry.resolve(served_name)
         request = TextRequest(
             f"prewarm-{served_name}",
@@ -54,11 +55,15 @@ class Prewarmer:
             PREWARM_PROMPT_TOKENS,
             PREWARM_TIMEOUT_S,
         )
+        call = await self.text.call(request)
+        call.pinned_decision = Fleet.prewarm_decision(pod)
+        async for _ in self.dispatcher.stream(call):
+            pass
+
+    async def push(self, base_model: str, pod: str, served_name: str) -> None:
+        """Push ``served_name``'s weights to ``pod`` (failures are logged, not raised)."""
         try:
-            call = await self.text.call(request)
-            call.pinned_decision = Fleet.prewarm_decision(pod)
-            async for _ in self.dispatcher.stream(call):
-                pass
+            await self.load(pod, served_name)
         except RouterError as exc:
             log.warning("prewarm failed", extra={"ctx": {"pod": pod, "adapter": served_name, "error": exc.message}})
         else:

@@ -24,6 +24,7 @@ from typing import Any, Final
 import grpc
 from tritonclient.grpc import model_config_pb2, service_pb2
 
+from trtfleet_router import jsoncodec
 from trtfleet_router.errors import UnsupportedParameter, WeightsUnavailable
 from trtfleet_router.upstream.tensors import (
     decode_bytes,
@@ -273,6 +274,22 @@ AnswerReader = Callable[[Mapping[str, Any], bool], service_pb2.ModelStreamInferR
 def text_answer(doc: Mapping[str, Any], final: bool) -> service_pb2.ModelStreamInferResponse:
     """The default reader: ``text_output`` only (what the text front ends need)."""
     return text_message(str(doc.get("text_output", "")), final=final)
+
+
+def error_text(body: bytes) -> str:
+    """The message of an error answer: Triton's ``{"error": str}``, OpenAI's ``{"error": {"message"}}`` or
+    trtllm-serve's ``ErrorResponse {"message"}`` (else the body's first 1,000 characters)."""
+    try:
+        doc = jsoncodec.loads(body)
+    except ValueError:
+        return body.decode("utf-8", errors="replace")[:1000]
+    if isinstance(doc, dict):
+        error = doc.get("error", doc)
+        if isinstance(error, dict):
+            error = error.get("message", error)
+        if error is not None:
+            return str(error)
+    return body.decode("utf-8", errors="replace")[:1000]
 
 
 def is_final(response: service_pb2.ModelInferResponse) -> bool:

@@ -15,10 +15,9 @@ from trtfleet_router.upstream.openai_upstream import (
     build_openai_body,
     choice_text,
     classify_answer,
-    error_text,
     piece_message,
 )
-from trtfleet_router.upstream.protocol import FailureKind, SamplingParams, read_text
+from trtfleet_router.upstream.protocol import FailureKind, SamplingParams, error_text, read_text
 
 from trtfleet.api.basemodel import Runtime
 
