@@ -5,7 +5,8 @@ Layers (imports only go down; ``a | b``: neither imports the other; enforced by 
 
     cli                           flags and subcommands
     app                           wiring, servers, background loops, graceful drain
-    batch/                        batches run through the router's own OpenAI path (store and runner: trtfleet.batch)
+    batch/ | epp/                 batches run through the router's own OpenAI path (store and runner:
+                                  trtfleet.batch); the Gateway API endpoint picker (Envoy ext_proc)
     server/                       OpenAI HTTP, Triton HTTP, Triton gRPC, batch HTTP, API keys, SSE framing
     upstream/ | peering/ |        dispatcher (admission, attempts over one Transport, miss recovery), health checks,
     discovery/ | warmstart        prewarming; replicas sharing residency; static file / Kubernetes; warm scale-up
