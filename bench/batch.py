@@ -53,7 +53,7 @@ import sys
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -61,66 +61,17 @@ from trtfleet_router.routing.reserve import RESERVE_AUTO
 
 from bench import report
 from bench.batchapi import batch_input, start_batch, wait_batch
-from bench.batchreport import (
-    DIMENSIONS,
-    WARMUP_REQUESTS,
-    batch_pods,
-    expand_cases,
-    medians,
-    parse_setting,
-    section,
-    setting_text,
-    table,
-    trace_summary,
-)
+from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
+from bench.batchscenario import DIMENSIONS, BatchScenario, batch_pods, expand_cases, parse_setting, setting_text
 from bench.cpushare import Burn, burn_list, cpu_set, pin_split, pin_tree, renice_tree, tree_cpu_s
 from bench.prefix_realfleet import setting
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
+from bench.realscenario import host_cache_bytes_for
 from bench.routerwindow import RouterWindow
 from bench.simstats import percentile
 from bench.traces import prompt_text
 
 WORK = report.RESULTS / "batch"
-
-
-@dataclass(frozen=True)
-class BatchScenario:
-    lines: int = 10_000
-    adapters: int = 16
-    workers: int = 3
-    max_batch_size: int = 8
-    min_step_ms: float = 20.0
-    host_cache_pages: int = 4
-    prompt_tokens: int = 32
-    max_tokens: int = 16
-    interactive_rps: float = 2.0
-    interactive_s: float = 120.0
-    batch_concurrency: int = 24
-    batch_pod_slots: int = 6
-    """Batch lines are admitted while a pod's load is below this: max batch 8 minus 2 slots kept for
-    interactive requests (an engine does not preempt a running sequence)."""
-    batch_reserve_pods: int = 0
-    """Pods that take no batch line while interactive requests come (the router's ``--batch-reserve-pods``;
-    ``RESERVE_AUTO``: ``auto``)."""
-    batch_ttft_target_ms: float | None = 30.0
-    """An interactive first answer slower than this halves the runner's window (AIMD; None: off)."""
-    seed: int = 0
-    trtfleet: tuple[tuple[str, float], ...] = ()
-    """Settings of the router's ``trtfleet`` policy section (``--trtfleet KEY=VALUE``, camelCase; () its defaults),
-    every case alike: e.g. the cold-load and in-flight prices measured on these workers."""
-    trace: bool = False
-    """Router at debug level; each row gets :func:`trace_summary` of its interactive requests."""
-    cancel_after_interactive: bool = False
-    """Cancel the batch when the interactive load ends; ``lines_per_s`` is then the rate during that window."""
-    batch_pods_nice: int = 0
-    """With a batch and a fixed reserve: the nice value of the workers the reserve leaves to the batch (0: as
-    the others), so that their engines run on CPU the reserved pods and the router leave idle (``nice``)."""
-    router_nice: int = 0
-    """Every case's router at this nice value (below 0: ahead of the pods for CPU, as a router on its own CPU)."""
-    batch_pods_cpus: tuple[int, ...] = ()
-    """With a fixed reserve, every case: the pods it leaves to the batch on these CPUs, the rest on ``other_cpus``."""
-    other_cpus: tuple[int, ...] = ()
-    router_cpus: tuple[int, ...] = ()  # with batch_pods_cpus: the router's CPUs when not other_cpus
 
 
 def interactive_load(base_url: str, scenario: BatchScenario, names: Sequence[str]) -> dict[str, Any]:
@@ -291,8 +242,6 @@ def run(
     burns: Sequence[float] = (),
 ) -> list[dict[str, Any]]:
     """The cases in order, then the interactive load once beside each CPU burn of ``burns`` (cores)."""
-    from bench.routing import host_cache_bytes_for
-
     paths = synthetic_adapters(scenario.adapters, seed=scenario.seed)
     adapters = [(f"bench-{i}", 100 + i, path) for i, path in enumerate(paths)]
     host_bytes, _ = host_cache_bytes_for(scenario.host_cache_pages)

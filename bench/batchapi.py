@@ -7,12 +7,10 @@ import json
 import random
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from bench.batchscenario import BatchScenario
 from bench.traces import prompt_text
-
-if TYPE_CHECKING:
-    from bench.batch import BatchScenario
 
 BATCH_WAIT_S: Final = 3600.0
 

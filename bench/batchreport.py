@@ -1,23 +1,16 @@
-"""bench.batch's pure parts: its cases and settings, the pods a reserve leaves to the batch, the router's debug
-lines summed up, medians over rounds, the table, the docs section."""
+"""bench.batch's report: the router's debug lines summed up, medians over rounds, the table, the docs section."""
 
 from __future__ import annotations
 
-import itertools
 import json
 import math
 import statistics
 from collections.abc import Iterable, Sequence
-from typing import TYPE_CHECKING, Any
-
-from trtfleet_router.routing.hashing import RendezvousRankings
-from trtfleet_router.routing.reserve import RESERVE_AUTO, reserved_pods
+from typing import Any
 
 from bench import report
+from bench.batchscenario import BatchScenario, setting_text
 from bench.simstats import percentile
-
-if TYPE_CHECKING:
-    from bench.batch import BatchScenario
 
 
 def trace_summary(lines: Iterable[str]) -> dict[str, Any]:
@@ -126,11 +119,6 @@ def table(rows: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def setting_text(name: str, value: int) -> str:
-    """A ``bench.batch`` setting as the router's flag and the case labels write it (``reserve`` -1: ``auto``)."""
-    return "auto" if name == "reserve" and value == RESERVE_AUTO else str(value)
-
-
 def section(
     scenario: BatchScenario,
     rows: Sequence[dict[str, Any]],
@@ -169,41 +157,3 @@ Machine load average (1/5/15 min) {before[0]:.1f}/{before[1]:.1f}/{before[2]:.1f
 and {after[0]:.1f}/{after[1]:.1f}/{after[2]:.1f} at the end (2 cores shared with other jobs).
 
 {table(rows)}"""
-
-
-DIMENSIONS = {"slots": "--batch-pod-slots", "conc": "--batch-concurrency", "reserve": "--batch-reserve-pods",
-              "nice": "--batch-pods-nice"}
-
-
-def parse_setting(name: str, text: str) -> int:
-    """One value of a ``DIMENSIONS`` flag (``auto`` only for ``reserve``); ValueError otherwise."""
-    if name == "reserve" and text.strip().lower() == "auto":
-        return RESERVE_AUTO
-    return int(text)
-
-
-def expand_cases(
-    cases: Sequence[str], dimensions: dict[str, Sequence[int]]
-) -> list[tuple[str, dict[str, int], str]]:
-    """``(case, settings, label)`` to run. ``dimensions``: values per setting (keys of :data:`DIMENSIONS`);
-    where some have several, one ``interactive+batch`` per combination (labelled ``interactive+batch
-    slots=N conc=M``, naming only what varies); the other cases once, at the first values."""
-    firsts = {name: values[0] for name, values in dimensions.items() if values}
-    varying = [name for name, values in dimensions.items() if len(values) > 1]
-    runs: list[tuple[str, dict[str, int], str]] = []
-    for case in cases:
-        if case == "interactive+batch" and varying:
-            for combo in itertools.product(*(dimensions[name] for name in varying)):
-                named = [f"{name}={setting_text(name, value)}" for name, value in zip(varying, combo, strict=True)]
-                runs.append((case, {**firsts, **dict(zip(varying, combo, strict=True))}, " ".join([case, *named])))
-        else:
-            runs.append((case, dict(firsts), case))
-    return runs
-
-
-def batch_pods(workers: int, reserve: int) -> list[str]:
-    """The pods (``bench.realfleet`` names them w0, w1, ...) that a reserve of ``reserve`` leaves to the batch."""
-    ids = [f"w{i}" for i in range(workers)]
-    rankings = RendezvousRankings(len(ids))
-    rankings.set_pods(ids)
-    return sorted(set(ids) - reserved_pods(rankings, ids, reserve))

@@ -28,7 +28,8 @@ from pathlib import Path
 
 from bench import report
 from bench.realfleet import RealFleet, synthetic_adapters, synthetic_peft_adapters
-from bench.routing import RealScenario, Sample, _one, host_cache_bytes_for
+from bench.realscenario import RealScenario, host_cache_bytes_for
+from bench.replay import Sample, stream_one
 from bench.traces import TraceRequest
 
 WORK = report.RESULTS / "coldload"
@@ -108,8 +109,8 @@ async def _pairs(base_url: str, names: Sequence[str]) -> list[tuple[Sample, Samp
         for key, name in enumerate(names):
             request = TraceRequest(t_s=0.0, request_id=f"cold-{key}", adapter=name, prompt_tokens=PROMPT_TOKENS,
                                    max_tokens=4)
-            cold = await _one(session, url, 2 * key, request, 60.0)
-            warm = await _one(session, url, 2 * key + 1, request, 60.0)
+            cold = await stream_one(session, url, 2 * key, request, 60.0)
+            warm = await stream_one(session, url, 2 * key + 1, request, 60.0)
             pairs.append((cold, warm))
     return pairs
 

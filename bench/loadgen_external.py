@@ -177,7 +177,7 @@ def section(scenario: Any, trace: Sequence[TraceRequest], adapters: list[tuple[s
     report.save_json("loadgen-external", theirs)
     ours = next((row for row in our_rows if row["policy"] == POLICY), {})
     keys = ("hit_rate", "loads", "ttft_p50_ms", "ttft_p99_ms", "e2e_p50_ms", "e2e_p99_ms")
-    rows = [{"client": "bench/routing.py (ours)", **{k: ours.get(k, float("nan")) for k in keys},
+    rows = [{"client": "bench/replay.py (ours)", **{k: ours.get(k, float("nan")) for k in keys},
              "errors": ours.get("errors", "-")},
             {"client": f"inference-perf {VERSION}", **{k: theirs[k] for k in keys},
              "errors": theirs["failures"]}]

@@ -14,15 +14,13 @@ import sys
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from trtfleet_router.upstream.protocol import SamplingParams, UpstreamModelInfo, build_text_request
 
 from bench import native_loadgen
 from bench.native_loadgen import cpu_s, free_port, wait_port
-
-if TYPE_CHECKING:
-    from bench.router_overhead import Processes
+from bench.overhead_processes import Processes
 
 
 def grpc_message(model: str, task_id: int | None, prompt: str, max_tokens: int) -> bytes:

@@ -52,7 +52,8 @@ from aiohttp import web
 from bench import native_loadgen
 from bench.native_loadgen import cpu_s, free_port, percentile
 from bench.overhead_calls import MAX_TOKENS, PROMPT, Call, http_call, throughput
-from bench.router_overhead import start, wait_http, wrk_throughput
+from bench.overhead_processes import start, wait_http
+from bench.router_overhead import wrk_throughput
 
 REPO = Path(__file__).resolve().parent.parent
 PEER_VERSION = "0.1.17"

@@ -46,6 +46,7 @@ from pathlib import Path
 
 from trtfleet_engines.reference.batch_types import KV_TOKENS_PER_BLOCK
 
+from bench import coldload
 from bench.mooncake import (
     MOONCAKE_BLOCK_TOKENS,
     MooncakeRow,
@@ -56,7 +57,8 @@ from bench.mooncake import (
     ttft_floor_s,
 )
 from bench.realfleet import RealFleet, parse_counters, synthetic_adapters
-from bench.routing import WORK, RealScenario, host_cache_bytes_for, replay
+from bench.realscenario import WORK, RealScenario, host_cache_bytes_for
+from bench.replay import replay
 from bench.simstats import percentile
 from bench.traces import FleetLimits, TraceRequest, check_fits
 
@@ -206,8 +208,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     adapter_dirs = synthetic_adapters(args.adapters)
     adapters = [(f"a{i:04d}", i + 1, path) for i, path in enumerate(adapter_dirs)]
     host_bytes, _pages = host_cache_bytes_for(scenario.adapter_pages_per_worker)
-    from bench import coldload
-
     scenario, _load = coldload.priced(scenario)
     policies = [p.strip() for p in args.policies.split(",") if p.strip()]
     runs: dict[str, list[dict[str, float]]] = {policy: [] for policy in policies}

@@ -148,7 +148,8 @@ def synthetic_peft_adapters(count: int, seed: int = 0, root: Path = ADAPTER_CACH
     return paths
 
 
-def _http_ok(url: str, timeout_s: float = 1.0) -> bool:
+def http_ok(url: str, timeout_s: float = 1.0) -> bool:
+    """Whether ``url`` answers 200 now (a readiness probe; any connection error: False)."""
     try:
         with urllib.request.urlopen(url, timeout=timeout_s) as response:
             return bool(response.status == 200)
@@ -328,7 +329,7 @@ class RealFleet:
                         f"has no peer view yet (run --view shadow, or a router that has it): {tail}"
                     )
                 raise FleetStartError(f"router {index} exited: {tail}")
-            if _http_ok(f"{self.base_urls[index]}/v1/models"):
+            if http_ok(f"{self.base_urls[index]}/v1/models"):
                 return
             time.sleep(0.1)
         raise FleetStartError(f"router {index} not ready after 60 s: {self.router_log_tail(index=index)}")

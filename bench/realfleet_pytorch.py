@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.realfleet import FleetStartError, RealFleet, _http_ok, model_dir
+from bench.realfleet import FleetStartError, RealFleet, http_ok, model_dir
 
 STARTUP_TIMEOUT_S = 60.0
 
@@ -90,7 +90,7 @@ class ServeFleet(RealFleet):
         while time.monotonic() < deadline:
             if worker.process.poll() is not None:
                 raise FleetStartError(f"worker exited: {worker.log.read_text(errors='replace')[-3000:]}")
-            if _http_ok(worker.url + "/health"):
+            if http_ok(worker.url + "/health"):
                 return
             time.sleep(0.1)
         raise FleetStartError(f"worker not ready after {STARTUP_TIMEOUT_S:.0f} s")

@@ -3,7 +3,7 @@
     .venv/bin/python -m bench --only replicas [--replicas 1,2,4] [--view shadow|peers]
 
 For each policy (``trtfleet`` and the ``chwbl`` baseline) and each replica count N, a fresh
-:class:`bench.realfleet.RealFleet` (the :class:`bench.routing.RealScenario` workers: cold caches) runs N
+:class:`bench.realfleet.RealFleet` (the :class:`bench.realscenario.RealScenario` workers: cold caches) runs N
 router processes on the same fleet file; the trace is replayed open-loop with each request sent to a
 replica drawn by a seeded RNG (:func:`bench.replicas.assign_replicas`, one draw per request, the same
 draws for every policy), as a Kubernetes Service spreads requests. Each replica counts only what it
@@ -26,8 +26,10 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from bench import report
+from bench import coldload, report
 from bench.realfleet import RealFleet, synthetic_adapters
+from bench.realscenario import WORK, RealScenario, host_cache_bytes_for
+from bench.replay import replay_spread, summarize_samples
 from bench.replicas import (
     EFFECTIVE_SHARE_MIN,
     EXTRA_MISSES_MAX_SHARE,
@@ -36,14 +38,7 @@ from bench.replicas import (
     compare_with_single,
     sum_counters,
 )
-from bench.routing import (
-    WORK,
-    RealScenario,
-    host_cache_bytes_for,
-    replay_spread,
-    router_counters,
-    summarize_samples,
-)
+from bench.routing import router_counters
 from bench.traces import TraceRequest, check_fits, generate
 
 COMMAND = ".venv/bin/python -m bench --only replicas --replicas {counts} --view {view}"
@@ -95,8 +90,6 @@ def replicas_section(counts: Sequence[int], view: str,
     check_fits(trace, scenario.limits(), name=scenario.trace_spec().name)
     names = scenario.trace_spec().adapter_names()
     adapters = [(name, index + 1, path) for index, (name, path) in enumerate(zip(names, paths, strict=True))]
-    from bench import coldload
-
     scenario, _load = coldload.priced(scenario)
     rows: list[dict[str, Any]] = []
     for policy in policies:

@@ -21,7 +21,9 @@ from typing import Any
 from bench import coldload, optimal, report
 from bench.realfleet import parse_counters, synthetic_peft_adapters
 from bench.realfleet_pytorch import ServeFleet, serve_fleet
-from bench.routing import REAL_COLUMNS, WORK, RealScenario, Sample, replay, summarize_samples
+from bench.realscenario import WORK, RealScenario
+from bench.replay import Sample, replay, summarize_samples
+from bench.routing import REAL_COLUMNS
 from bench.traces import TraceRequest, check_fits, generate
 
 COMMAND = ".venv/bin/python -m bench{quick} --only routing --runtime pytorch"

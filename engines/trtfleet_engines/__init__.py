@@ -1,8 +1,14 @@
 """trtfleet's engine tooling: build plans, engine hashes, capacity planning, Triton repositories, builds.
 
-Modules: :mod:`~trtfleet_engines.plan` (spec -> build plan, engine hash), :mod:`~trtfleet_engines.gpus`
-(GPU table), :mod:`~trtfleet_engines.modeldims` (model dimensions), :mod:`~trtfleet_engines.capacity`
-(does it fit), :mod:`~trtfleet_engines.triton` (config.pbtxt rendering), :mod:`~trtfleet_engines.runner`
-and :mod:`~trtfleet_engines.storage` (executing plans, atomic publishing), :mod:`~trtfleet_engines.cli`
-(``trtfleet engines``). Errors: :mod:`~trtfleet_engines.errors`.
+Layers (each imports only those below it; ``a | b``: neither imports the other; enforced by ``engines-layers``
+in ``.importlinter``)::
+
+    cli | reference/              ``trtfleet engines``; the CPU reference engine (numpy Llama behind Triton)
+    runner | pytorch/             execute a plan and publish the engine; the trtllm-serve runtime's planning
+    plan | capacity               spec -> build plan and engine hash; does the engine fit a GPU
+    buildplan | triton/ | lora/   a plan as data; config.pbtxt rendering; PEFT -> TRT-LLM LoRA conversion
+    constraints | storage |       what the pinned TRT-LLM builds; where engines are published; model
+    modeldims                     dimensions
+    gpus                          the GPU table
+    errors                        the engine tooling's error tree
 """

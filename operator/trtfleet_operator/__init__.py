@@ -1,14 +1,20 @@
 """trtfleet's Kubernetes operator: BaseModels become engine builds and Triton fleets, Adapters become
 converted artifacts with TRT-LLM task ids.
 
-Layers (each imports only those below it):
+Layers (each imports only those below it; ``a | b``: neither imports the other; enforced by ``operator-layers``
+in ``.importlinter``)::
 
-* ``cli``, ``main``, ``handlers`` - flags, kopf settings and registration (thin);
-* ``runtime`` - the I/O shell: observe, call a reconciler, act; ``kube`` - the API verbs over :mod:`trtfleet.kube`;
-  ``taskids`` - the compare-and-swap allocator; ``metrics``;
-* ``reconcile`` - pure reconcilers (spec + observed objects -> objects, status, events);
-* ``builders`` - pure, deterministic Kubernetes objects (golden-tested); ``planning`` - the engine
-  tooling's planners; ``names``, ``conditions``, ``artifacts``, ``config``, ``errors``.
-
-``jobs.convert`` is not part of the operator process: it is the entrypoint of the adapter-convert Job.
+    cli | jobs/                   flags; the convert and prepare Jobs' entrypoints (not the operator process)
+    main                          kopf settings, peering, liveness, metrics endpoint
+    handlers                      kopf registration (thin), the one place errors become kopf's
+    holdwatch                     scale from zero: long-polls the routers for held requests
+    runtime | autoscaler |        the I/O shells: observe, call a reconciler or a decision, act
+    mergeadvisor
+    reconcile/ | kube             pure reconcilers and decisions; the API verbs over trtfleet.kube
+    builders/ | taskids |         pure Kubernetes objects (golden-tested); the task-id allocator; Prometheus
+    metrics | signals             metrics; demand signals from the routers' metrics (pure)
+    planning | names |            the engine tooling's planners; derived object names; status conditions;
+    conditions | artifacts |      the convert Job's report; the operator's settings; log lines with context
+    config | logs
+    errors                        the operator's error tree
 """

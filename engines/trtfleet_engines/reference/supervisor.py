@@ -18,10 +18,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Literal, Protocol
 
 if TYPE_CHECKING:
-    from trtfleet_engines.reference.server import WorkerProcess
     from trtfleet_engines.reference.stubs import StubRecord
 
 logger = logging.getLogger(__name__)
@@ -35,10 +34,35 @@ def dead_stubs(records: list[StubRecord], since_s: float) -> list[StubRecord]:
     return [r for r in records if r.started_at_s >= since_s and r.wait_status is not None and not r.clean]
 
 
+class WatchedServer(Protocol):
+    """What the watchdog reads and does of a tritonserver it watches (a ``server.WorkerProcess``)."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def started_at_s(self) -> float:
+        """Wall-clock start of the current process: older stubs are not its own."""
+        ...
+
+    @property
+    def stubs(self) -> list[StubRecord]:
+        """Every stub the server started so far and how each ended."""
+        ...
+
+    def running(self) -> bool: ...
+
+    def terminate(self) -> None: ...
+
+    def restart(self) -> None:
+        """Start the server again on the same ports; return once it is ready."""
+        ...
+
+
 class StubWatchdog:
     """A daemon thread that acts on the first dead stub of each tritonserver process of ``worker``."""
 
-    def __init__(self, worker: WorkerProcess, on_death: OnStubDeath, poll_interval_s: float = POLL_INTERVAL_S) -> None:
+    def __init__(self, worker: WatchedServer, on_death: OnStubDeath, poll_interval_s: float = POLL_INTERVAL_S) -> None:
         self.worker = worker
         self.on_death = on_death
         self.deaths: list[StubRecord] = []

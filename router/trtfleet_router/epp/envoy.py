@@ -20,6 +20,7 @@ from envoy.config.core.v3 import base_pb2
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 from envoy.type.v3 import http_status_pb2
 from google.protobuf import struct_pb2
+
 from trtfleet_router import jsoncodec
 
 DESTINATION: Final = "x-gateway-destination-endpoint"

@@ -29,6 +29,7 @@ from typing import Any, Final
 
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
+
 from trtfleet_router.epp import envoy
 from trtfleet_router.epp.coldloads import ColdLoads
 from trtfleet_router.epp.request import GatewayRequest, interpret, is_models_list, request_path

@@ -14,6 +14,7 @@ from typing import Any, Final
 import grpc
 from envoy.service.ext_proc.v3 import external_processor_pb2_grpc as ext_proc_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
 from trtfleet_router.epp.coldloads import ColdLoads
 from trtfleet_router.epp.exchange import Exchange, PickerSettings
 from trtfleet_router.server.common import Services

@@ -258,7 +258,7 @@ def _post_json(url: str, body: dict[str, Any]) -> dict[str, Any]:
 
 def test_triton_generate_travels_over_http_with_every_output(fleet: tuple[list[Any], RouterThread]) -> None:
     # The router's generate answer is the pod's own, output for output, though it travels as JSON
-    # (the reference BLS returns text_output only; every output type: test_router_triton_protocol).
+    # (the reference BLS returns text_output only; every output type: tests/unit/router/server/test_triton_protocol.py).
     workers, router = fleet
     body = {"text_input": PROMPTS[1], "max_tokens": MAX_TOKENS, "id": "mine"}
     direct = _post_json(f"http://{workers[0].http_url}/v2/models/tensorrt_llm_bls/generate", body)

@@ -6,8 +6,10 @@ import json
 
 import pytest
 
-from bench.batch import BatchScenario, batch_input, expand_cases, main, parse_setting, policy_config
-from bench.batchreport import WARMUP_REQUESTS, batch_pods, medians, section, setting_text, table, trace_summary
+from bench.batch import main, policy_config
+from bench.batchapi import batch_input
+from bench.batchreport import WARMUP_REQUESTS, medians, section, table, trace_summary
+from bench.batchscenario import BatchScenario, batch_pods, expand_cases, parse_setting, setting_text
 from trtfleet.batch.lines import parse_input
 
 

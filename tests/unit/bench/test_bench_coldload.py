@@ -8,7 +8,7 @@ import pytest
 from trtfleet_router.routing import parse_routing_config
 
 from bench.coldload import ColdLoad
-from bench.routing import RealScenario
+from bench.realscenario import RealScenario
 
 
 def test_the_fixed_part_is_the_median_difference_less_the_priced_bytes() -> None:

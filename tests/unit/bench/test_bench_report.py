@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from bench import calibrate, loadgen_external, report, routing
+from bench import calibrate, loadgen_external, replay, report
 from bench.realfleet import parse_counters
 from bench.traces import TraceRequest
 
@@ -55,10 +55,10 @@ def test_parse_counters_sums_labelled_samples() -> None:
 
 
 def test_real_run_summary_counts_stored_loads() -> None:
-    samples = [routing.Sample(0, 200, 0.01, 0.1, 5, 5), routing.Sample(1, 200, 0.02, 0.2, 5, 5),
-               routing.Sample(2, 503, error="http 503"), routing.Sample(3, 200, 0.03, 0.3, 5, 5)]
+    samples = [replay.Sample(0, 200, 0.01, 0.1, 5, 5), replay.Sample(1, 200, 0.02, 0.2, 5, 5),
+               replay.Sample(2, 503, error="http 503"), replay.Sample(3, 200, 0.03, 0.3, 5, 5)]
     counters = {"hits": 1, "misses": 0, "cold_starts": 3, "cache_full": 1, "weight_bytes": 3000.0}
-    row = routing.summarize_samples("p", samples, counters, duration_s=1.0)
+    row = replay.summarize_samples("p", samples, counters, duration_s=1.0)
     assert row["loads"] == 2 and row["weight_sends"] == 3
     assert row["hit_rate"] == pytest.approx(0.25)
     assert row["effective_hit_rate"] == pytest.approx(1 - (2 + 1) / 4)
@@ -66,8 +66,8 @@ def test_real_run_summary_counts_stored_loads() -> None:
 
 
 def test_measured_step_uses_streamed_chunks() -> None:
-    samples = [routing.Sample(0, 200, 0.1, 1.1, 99, 11), routing.Sample(1, 200, 0.1, 0.5, 99, 5),
-               routing.Sample(2, 200, 0.1, 0.1, 1, 1)]
+    samples = [replay.Sample(0, 200, 0.1, 1.1, 99, 11), replay.Sample(1, 200, 0.1, 0.5, 99, 5),
+               replay.Sample(2, 200, 0.1, 0.1, 1, 1)]
     assert calibrate.measured_step_s(samples) == pytest.approx(0.1)
 
 

@@ -121,7 +121,7 @@ def test_standard_set_covers_the_grid() -> None:
 
 
 def test_real_scenario_trace_fits_the_reference_engine() -> None:
-    from bench.routing import RealScenario
+    from bench.realscenario import RealScenario
 
     for scenario in (RealScenario(), RealScenario(adapters=200, duration_s=180.0)):
         limits = scenario.limits()

@@ -22,7 +22,7 @@ from trtfleet_router.routing import parse_routing_config
 
 from tests.support.loopthread import LoopThread
 from tests.support.portfuzz import FUZZ, stream_bodies
-from tests.unit.router.peering_support import Replica
+from tests.unit.router.peering.support import Replica
 
 
 class FakePeer:

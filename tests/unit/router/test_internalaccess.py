@@ -17,7 +17,7 @@ from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.server import PeerServer
 from trtfleet_router.routing import parse_routing_config
 
-from tests.unit.router.peering_support import Membership
+from tests.unit.router.peering.support import Membership
 from trtfleet.internalauth import TokenFile
 
 TOKEN = "the-replicas-shared-token-1"

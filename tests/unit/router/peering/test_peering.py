@@ -1,5 +1,5 @@
 """The peering shell's parts: the event ring, the peer port's answers, a subscriber (snapshots:
-``test_router_peering_view.py``)."""
+``test_view.py``)."""
 
 from __future__ import annotations
 
@@ -25,9 +25,9 @@ from trtfleet_router.routing import (
 )
 from trtfleet_router.routing.events import EventKind, decode_event, encode_event
 
-from tests.unit.router.peering_support import Membership, Replica
+from tests.unit.router.peering.support import Membership, Replica
 
-OPEN = InternalAccess(AccessMode.OPEN)  # the protocol's tests; who may use the port: test_router_internal_access.py
+OPEN = InternalAccess(AccessMode.OPEN)  # the protocol's tests; who may use the port: test_internal_access.py
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import pytest
 from trtfleet_router.routing import AdapterRef, Decision, Outcome, PodMetrics, RouteRequest
 from trtfleet_router.routing.prefix import PromptBlocks, token_block_hashes
 
-from tests.unit.router.routing.test_routing_chwbl import ring_order
+from tests.unit.router.routing.baselines.test_chwbl import ring_order
 
 if TYPE_CHECKING:
     from tests.unit.router.routing.conftest import Harness

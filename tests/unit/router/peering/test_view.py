@@ -10,7 +10,7 @@ from trtfleet_router.routing import AdapterRef, Decision, Outcome, RouteRequest
 from trtfleet_router.routing.events import STREAM_VERSION, decode_event
 from trtfleet_router.routing.prefix import token_block_hashes
 
-from tests.unit.router.peering_support import Replica
+from tests.unit.router.peering.support import Replica
 
 
 def test_a_snapshot_carries_lru_order_and_pins_per_origin() -> None:

@@ -1,7 +1,7 @@
 """Other router replicas' prefill in a pod's queue: booked from their ``put``/``acquire`` events, ended by their
 ``loaded`` (first token), ``release`` or their loss, so every replica prices a pod's queue alike (``trtfleet``).
 
-Two :class:`Fleet` objects over the same pods, as in ``test_routing_remote.py``: each records its own events and
+Two :class:`Fleet` objects over the same pods, as in ``test_remote.py``: each records its own events and
 the test delivers them to the other when it chooses.
 """
 
@@ -13,7 +13,7 @@ import pytest
 from trtfleet_router.routing import Decision, Outcome, RouteRequest
 from trtfleet_router.routing.events import EventKind, ResidencyEvent
 
-from .test_routing_remote import World, adapter, prompt
+from .test_remote import World, adapter, prompt
 
 PROMPT_TOKENS = 2048  # 64 blocks of 32 tokens
 

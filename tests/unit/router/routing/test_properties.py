@@ -92,7 +92,7 @@ _PLACEMENT_SCRIPT = textwrap.dedent(
     """
     import json, random, sys
     sys.path.insert(0, sys.argv[1])
-    from tests.unit.router.routing import test_routing_properties as t
+    from tests.unit.router.routing import test_properties as t
     clock = [0.0]
     pods = [f"pod-{i}" for i in range(5)]
     fleet = t.make_fleet("ttft-cost", pods, seed=int(sys.argv[2]), host_pages=4, clock=clock)
