@@ -48,7 +48,7 @@ REFUSED = [
                  id="medusa-on-pytorch"),
     pytest.param(Case({"mode": "NGram"}, "runtime tensorrtllm must be one of Medusa", "tensorrtllm"),
                  id="ngram-on-engines"),
-    pytest.param(Case({"mode": "Eagle3", "draft": DRAFT}, "runtime reference must be one of DraftTarget, NGram",
+    pytest.param(Case({"mode": "Eagle3", "draft": DRAFT}, "runtime reference must be one of NGram",
                       "reference"), id="eagle3-on-reference"),
     pytest.param(Case({"mode": "DraftTarget", "draft": DRAFT}, "other than NGram or Eagle3 with lora.enabled"),
                  id="draft-target-with-lora"),

@@ -60,7 +60,7 @@ RUNTIME_MODES: dict[str, tuple[SpeculativeMode, ...]] = {
     "pytorch": (SpeculativeMode.NGRAM, SpeculativeMode.EAGLE3, SpeculativeMode.DRAFT_TARGET, SpeculativeMode.MTP,
                 SpeculativeMode.PARD, SpeculativeMode.DFLASH, SpeculativeMode.SA),
     "tensorrtllm": (SpeculativeMode.MEDUSA,),
-    "reference": (SpeculativeMode.NGRAM, SpeculativeMode.DRAFT_TARGET),
+    "reference": (SpeculativeMode.NGRAM,),
 }
 """The modes each runtime serves (keys are ``Runtime`` values)."""
 _RUNTIME_WHY = {
@@ -69,8 +69,7 @@ _RUNTIME_WHY = {
     "SUPPORTED YET! DO NOT USE IT.', and draft/target, lookahead and ReDrafter need a second engine or "
     "per-request draft tokens through the BLS model, which trtfleet does not drive; use runtime pytorch for "
     "NGram, Eagle3 or DraftTarget",
-    "reference": "the reference engine drafts by prompt lookup (NGram) or with a smaller numpy model "
-    "(DraftTarget)",
+    "reference": "the reference engine drafts by prompt lookup only",
 }
 
 
@@ -260,7 +259,7 @@ _OWN_CEL_RULES: list[Any] = [rule.to_cel() for rule in SPECULATIVE_OWN_RULES]
 
 class SpeculativeSpec(ApiModel):
     mode: SpeculativeMode = Field(
-        description="speculative_config.decoding_type (pytorch; reference: NGram or DraftTarget) or "
+        description="speculative_config.decoding_type (pytorch; reference: NGram) or "
         "trtllm-build --speculative_decoding_mode medusa (tensorrtllm: Medusa)."
     )
     max_draft_len: int = Field(

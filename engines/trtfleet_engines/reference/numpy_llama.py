@@ -120,11 +120,14 @@ class KvSlice:
 
 @dataclass(frozen=True)
 class StepRow:
-    """One row of a step: ``tokens`` int32 1-D (a whole prompt on prefill, one token on decode)."""
+    """One row of a step: ``tokens`` int32 1-D (a whole prompt on prefill, one token on decode, the last token
+    and its draft when verifying a speculation); ``all_logits``: :meth:`TinyLlama.step_rows` returns the logits
+    of every new token of the row, not only of its last."""
 
     state: SequenceState
     tokens: NDArray[Any]
     adapter: AdapterWeights | None = None
+    all_logits: bool = False
 
 
 def _rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
@@ -193,9 +196,31 @@ class TinyLlama:
 
     def step(self, rows: Sequence[StepRow]) -> FloatArray:
         """Run one in-flight batch; returns logits [len(rows), vocab] of each row's last new token."""
-        c = self.config
         if not rows:
-            return np.zeros((0, c.vocab_size), np.float32)
+            return np.zeros((0, self.config.vocab_size), np.float32)
+        x, starts = self._forward(rows)
+        return self._logits(x[starts[1:] - 1])
+
+    def step_rows(self, rows: Sequence[StepRow]) -> list[FloatArray]:
+        """Run one in-flight batch; per row, the logits [n, vocab] of its new tokens (``n`` = all of them for a
+        row with ``all_logits``, else 1: its last). One forward pass either way: a speculation's draft is verified
+        in the step that decodes its request's last token."""
+        if not rows:
+            return []
+        x, starts = self._forward(rows)
+        picked = [np.arange(starts[i], starts[i + 1]) if row.all_logits else np.array([starts[i + 1] - 1])
+                  for i, row in enumerate(rows)]
+        logits = self._logits(x[np.concatenate(picked)])
+        bounds = np.cumsum([0, *(len(p) for p in picked)])
+        return [logits[bounds[i]:bounds[i + 1]] for i in range(len(rows))]
+
+    def _logits(self, hidden: FloatArray) -> FloatArray:
+        out: FloatArray = _rms_norm(hidden, self.weights.final_norm, self.config.rms_norm_eps) @ self.weights.lm_head_t
+        return out
+
+    def _forward(self, rows: Sequence[StepRow]) -> tuple[FloatArray, NDArray[Any]]:
+        """The final hidden states of every new token of the batch, and the rows' token offsets."""
+        c = self.config
         counts = [int(np.asarray(r.tokens).size) for r in rows]
         if min(counts) < 1:
             raise ValueError("every row of a step needs at least one new token")
@@ -245,9 +270,7 @@ class TinyLlama:
             x = x + down
         for row, n in zip(rows, counts, strict=True):
             row.state.length += n
-        last = x[starts[1:] - 1]
-        logits: FloatArray = _rms_norm(last, self.weights.final_norm, c.rms_norm_eps) @ self.weights.lm_head_t
-        return logits
+        return x, starts
 
     @staticmethod
     def _adapter_segments(
