@@ -130,12 +130,14 @@ class CapacityPlan:
     def verdict(self) -> Verdict:
         return "error" if self.problems else "ok"
 
-    def to_status(self) -> dict[str, int | None]:
+    def to_status(self) -> dict[str, int | float | None]:
         """The BaseModel ``status.capacity`` object (camelCase keys; LoRA keys None when LoRA is off)."""
         lora = self.lora
         return speculation_status(self.speculation) | {
             "weightsBytes": self.weights_bytes,
             "kvCacheTokens": self.kv_cache_tokens,
+            "kvBytesPerToken": self.kv_bytes_per_token,
+            "memoryBandwidthBytesPerSecond": lookup_gpu(self.gpu).memory_bandwidth_bytes_per_s,
             "loraHostAdapters": lora.host.max_rank_adapters if lora else None,
             "loraDeviceAdapters": lora.device.max_rank_adapters if lora else None,
             "loraPageWidth": lora.page_width if lora else None,

@@ -27,6 +27,7 @@ from trtfleet_engines.errors import (
     UnknownGpuError,
     UnsupportedError,
 )
+from trtfleet_engines.gpus import lookup_gpu
 from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
 from trtfleet_engines.pytorch.llmapi import MODEL_YAML_NAME, render_llmapi_model_yaml
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME, render_llm_api_options
@@ -146,11 +147,13 @@ def plan_pytorch(
     )
 
 
-def pytorch_capacity_status(plan: PytorchCapacityPlan) -> dict[str, int | None]:
+def pytorch_capacity_status(plan: PytorchCapacityPlan) -> dict[str, int | float | None]:
     """``status.capacity`` of a ``pytorch`` BaseModel: the engine flow's keys plus maxLoras / maxCpuLoras."""
     lora = plan.lora
     return speculation_status(plan.speculation) | {
         "weightsBytes": plan.weights_bytes,
+        "kvBytesPerToken": plan.kv_bytes_per_token,
+        "memoryBandwidthBytesPerSecond": lookup_gpu(plan.gpu).memory_bandwidth_bytes_per_s,
         "kvCacheTokens": plan.kv_cache_tokens,
         "loraHostAdapters": lora.host.max_rank_adapters_fit if lora else None,
         "loraDeviceAdapters": lora.device.max_rank_adapters_fit if lora else None,

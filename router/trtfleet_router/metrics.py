@@ -18,7 +18,8 @@ Metrics off the per-request path (weight store loads and bytes, scrape failures)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Final, Generic, TypeVar
 
 from prometheus_client import (
@@ -37,6 +38,7 @@ from trtfleet_router.loopmetrics import LoopCounter as LoopCounter
 from trtfleet_router.loopmetrics import LoopGauge as LoopGauge
 from trtfleet_router.loopmetrics import LoopHistogram as LoopHistogram
 from trtfleet_router.loopmetrics import _LoopCollector as _LoopCollector
+from trtfleet_router.upstream.acceptance import PodSpeculation
 
 PREFIX: Final = "trtfleet_router_"
 ADAPTER_LABEL_CAP_DEFAULT: Final = 50
@@ -255,7 +257,72 @@ class RouterMetrics:
         self.fleet_inflight_requests = gauge(
             "fleet_inflight_requests", "Requests in flight per base model, every router replica's.", "base_model"
         )
+        # speculative decoding and bandwidth use, as the pods report them (upstream/acceptance.py)
+        self.spec_draft_tokens = counter(
+            "spec_decode_draft_tokens", "Draft tokens the pods verified (their trtllm_spec_decode counters).",
+            "base_model")
+        self.spec_accepted_tokens = counter(
+            "spec_decode_accepted_tokens", "Draft tokens the pods accepted.", "base_model")
+        self.pod_spec_acceptance = gauge(
+            "pod_spec_decode_acceptance_ratio",
+            "Accepted / drafted tokens over the pod's last scrape interval that drafted.", "base_model", "pod")
+        self.pod_tokens_per_step = gauge(
+            "pod_spec_decode_tokens_per_step",
+            "Tokens a step gave a request that drafted (1 + accepted drafts), last interval that drafted.",
+            "base_model", "pod")
+        self.base_model_tokens_per_step = gauge(
+            "base_model_spec_decode_tokens_per_step",
+            "Mean tokens per step over the base model's pods that drafted.", "base_model")
+        self.pod_decode_steps_per_second = gauge(
+            "pod_decode_steps_per_second", "Engine iterations per second over the last scrape interval.",
+            "base_model", "pod")
+        self.pod_bandwidth_utilization = gauge(
+            "pod_model_bandwidth_utilization_ratio",
+            "MBU: (weight bytes + KV bytes in use) x steps per second / the GPU's peak memory bandwidth.",
+            "base_model", "pod")
+        self.adapter_spec_acceptance = gauge(
+            "adapter_spec_decode_acceptance_ratio",
+            "Accepted / drafted tokens per adapter where the pods say it (capped adapter label; base: no adapter).",
+            "base_model", "adapter")
+        self._speculating: dict[str, dict[str, float]] = {}
         r.register(loop_metrics)
+
+    def observe_pod_speculation(
+        self, base: str, pod: str, state: PodSpeculation, drafted: int, accepted: int, mbu: float | None,
+        adapter_names: Mapping[int, str],
+    ) -> None:
+        """One pod's scrape: its acceptance, tokens per step, steps per second and MBU (upstream/scrape.py)."""
+        if drafted:
+            self.spec_draft_tokens.labels(base).inc(drafted)
+        if accepted:
+            self.spec_accepted_tokens.labels(base).inc(accepted)
+        current = state.current
+        if current is not None:
+            self.pod_spec_acceptance.labels(base, pod).set(current.acceptance_rate)
+            if not math.isnan(current.tokens_per_step):
+                self.pod_tokens_per_step.labels(base, pod).set(current.tokens_per_step)
+                self._speculating.setdefault(base, {})[pod] = current.tokens_per_step
+                values = self._speculating[base].values()
+                self.base_model_tokens_per_step.labels(base).set(sum(values) / len(values))
+        if state.steps_per_s is not None:
+            self.pod_decode_steps_per_second.labels(base, pod).set(state.steps_per_s)
+        if mbu is not None:
+            self.pod_bandwidth_utilization.labels(base, pod).set(mbu)
+        for task, acceptance in state.by_adapter.items():
+            name = "base" if task == 0 else adapter_names.get(task, f"task-{task}")
+            self.adapter_spec_acceptance.labels(base, self.adapter_label(name)).set(acceptance.acceptance_rate)
+
+    def forget_pod_speculation(self, base: str, pod: str) -> None:
+        """A pod is gone: its series go with it."""
+        for gauge in (self.pod_spec_acceptance, self.pod_tokens_per_step, self.pod_decode_steps_per_second,
+                      self.pod_bandwidth_utilization):
+            gauge.remove(base, pod)
+        pods = self._speculating.get(base, {})
+        pods.pop(pod, None)
+        if pods:
+            self.base_model_tokens_per_step.labels(base).set(sum(pods.values()) / len(pods))
+        else:
+            self.base_model_tokens_per_step.remove(base)
 
     def _active_adapter_families(self) -> Iterator[Metric]:
         count = GaugeMetricFamily(

@@ -359,6 +359,15 @@ class CapacityStatus(ApiModel):
         default=None,
         description="runtime pytorch: lora_config.max_cpu_loras, the host tier in adapters of lora.maxRank.",
     )
+    kv_bytes_per_token: int | None = Field(
+        default=None,
+        description="KV-cache bytes one token takes per GPU (the draft model's included): with weightsBytes and "
+        "memoryBandwidthBytesPerSecond what the router's model bandwidth utilisation (MBU) is computed from.",
+    )
+    memory_bandwidth_bytes_per_second: float | None = Field(
+        default=None,
+        description="The GPU's peak memory bandwidth (datasheet figure), the denominator of MBU.",
+    )
     draft_weights_bytes: int | None = Field(
         default=None,
         description="With speculative: the draft model's (or heads') weight bytes per GPU, taken from the memory "

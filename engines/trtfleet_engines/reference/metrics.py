@@ -21,10 +21,10 @@ Speculative decoding: the C++ backend's metrics port has no speculative family (
 :func:`~trtfleet_engines.reference.protocol.output_tensors`). So that a router can weigh a pod's drafts, the
 reference engine adds two families of its own, only when it speculates and named as its own:
 
-* ``trtfleet_reference_spec_decode_metrics{spec_decode_type=draft_tokens|accepted_tokens|acceptance_length|
-  decoded_tokens_per_iter}`` - cumulative drafted and accepted tokens (trtllm-serve's
-  ``trtllm_spec_decode_num_{draft,accepted}_tokens_total``), the last iteration's acceptance length and tokens
-  per generation request;
+* ``trtfleet_reference_spec_decode_metrics{spec_decode_type=draft_tokens|accepted_tokens|draft_steps|
+  acceptance_length|decoded_tokens_per_iter}`` - cumulative drafted and accepted tokens (trtllm-serve's
+  ``trtllm_spec_decode_num_{draft,accepted}_tokens_total``) and request steps that drafted, the last
+  iteration's acceptance length and tokens per generation request;
 * ``trtfleet_reference_spec_decode_adapter_metrics{lora_task_id, spec_decode_type=draft_tokens|accepted_tokens}``
   - the same counts per LoRA task id (0: the base model), at most :data:`ADAPTER_SERIES_CAP` ids.
 
@@ -85,6 +85,7 @@ def _speculation_values(stats: BatcherStats) -> dict[tuple[str, str], float]:
     return {
         (SPEC_FAMILY, "draft_tokens"): stats.spec_draft_tokens,
         (SPEC_FAMILY, "accepted_tokens"): stats.spec_accepted_tokens,
+        (SPEC_FAMILY, "draft_steps"): stats.spec_steps_with_drafts,
         (SPEC_FAMILY, "acceptance_length"): stats.spec_acceptance_length,
         (SPEC_FAMILY, "decoded_tokens_per_iter"): stats.avg_decoded_tokens_per_iter,
     }

@@ -10,8 +10,10 @@ question. Every candidate ``p`` gets one cost::
                                                                  there whose first token has not come back)
                  - min(now - head_since(p), head_prefill(p))    (less what the oldest of them has computed
                                                                  since it got the pod: ``pending_prefill_s``)
-                 + load(p) x inflight_delay_s                   (what each request in flight adds to a new
-                                                                 one's first token: its decode steps)
+                 + load(p) x inflight_delay_s / tps(p)          (what each request in flight adds to a new
+                                                                 one's first token: its decode steps; tps(p),
+                                                                 the pod's scraped tokens per step, >= 1: with
+                                                                 speculation a request needs fewer steps)
     adapter(p) = 0 when warm and settled, else link(p) x transfer  (transfer = a load's fixed cost + weights_bytes
                                                                  / bandwidth: the link, or the pod's own read
                                                                  on pytorch (``TrtfleetPolicyConfig.load_s``);
@@ -78,6 +80,14 @@ from trtfleet_router.routing.types import AdapterRef, CachesBusy
 NAME = "trtfleet"
 SECTION = "trtfleet"
 COST_TIE_S = 1e-6
+
+
+def tokens_per_step(ctx: RoutingContext, pod_id: str) -> float:
+    """The pod's fresh scraped tokens per decode step of a request (speculative decoding), at least 1."""
+    pod = ctx.by_id.get(pod_id)
+    metrics = pod.load.fresh_metrics(ctx.now_s) if pod is not None else None
+    found = metrics.tokens_per_step if metrics is not None else None
+    return max(1.0, found) if found is not None else 1.0
 
 
 class TrtfleetPricedConfig(TrtfleetPolicyConfig):
@@ -193,7 +203,7 @@ class TrtfleetPricedPolicy(TrtfleetPolicy):
         it got the pod) plus what the requests in flight add."""
         config = self._priced
         pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, config.prefill_s_per_token)
-        return load * config.inflight_delay_s + pending_s
+        return load * config.inflight_delay_s / tokens_per_step(ctx, pod_id) + pending_s
 
     def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
