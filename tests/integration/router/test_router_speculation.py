@@ -4,7 +4,7 @@ options file trtfleet renders for an n-gram ``spec.speculative``, the official o
 Every answer is the fixture's greedy output, which is what the same fleet gives without speculation
 (``test_router_pytorch.py``, and the real transformers/PEFT models that wrote the fixture): speculation changes
 no token. The pods' acceptance counters reach the router's ``/metrics`` per pod, per base model and per
-adapter, in an exposition Prometheus parses.
+adapter, in an exposition Prometheus parses. The same through reference tritonserver workers (the Triton face).
 """
 
 from __future__ import annotations
@@ -23,12 +23,16 @@ from tests.integration.reference.serve_process import ServeProcess, serving
 from tests.integration.reference.triton_client import wait_until
 from tests.integration.router.sample_fleet import (
     ADAPTERS,
+    MAX_TOKENS,
+    OUTPUTS,
+    PROMPTS,
     check_each_prompts_output,
     openai_client,
     pytorch_fleet_config,
     served_name,
     start_router,
 )
+from tests.integration.router.support import ConvertedAdapter, reference_workers, router_for
 from tests.unit.router.harness import RouterThread
 from trtfleet.api import BaseModelSpec
 
@@ -91,3 +95,25 @@ def test_acceptance_reaches_the_routers_metrics(fleet: tuple[list[ServeProcess],
     adapters = {dict(labels)["adapter"] for labels in ratios}
     assert "base" in adapters and adapters & {served_name(n) for n in ADAPTERS}
     assert _samples(router, "trtfleet_router_pod_decode_steps_per_second")
+
+
+def test_the_triton_face_speculates_behind_the_router(converted_adapters: list[ConvertedAdapter]) -> None:
+    """Reference tritonserver workers drafting by prompt lookup: the fixture's greedy outputs through the router's
+    OpenAI front end, and the pods' speculation counters (the reference engine's own family) at the router."""
+    spec = BaseModelSpec.model_validate(default_reference_spec().to_wire() | {
+        "speculative": {"mode": "NGram", "maxDraftLen": 4}})
+    with reference_workers(2, spec=spec) as workers, router_for(workers, converted_adapters) as router:
+        client = openai_client(router)
+        served = {adapter.name for adapter in converted_adapters}
+        for name in ("base", *ADAPTERS):
+            model = served_name(name)
+            assert name == "base" or model in served
+            for prompt, want in zip(PROMPTS, OUTPUTS[name], strict=True):
+                completion = client.completions.create(model=model, prompt=prompt, max_tokens=MAX_TOKENS,
+                                                       temperature=0)
+                assert completion.choices[0].text == want, (name, prompt)
+        wait_until(lambda: sum(_samples(router, "trtfleet_router_spec_decode_accepted_tokens_total").values()) > 0,
+                   timeout_s=30)
+        assert _samples(router, "trtfleet_router_pod_spec_decode_tokens_per_step")
+        wait_until(lambda: len(_samples(router, "trtfleet_router_adapter_spec_decode_acceptance_ratio")) >= 2,
+                   timeout_s=30)
