@@ -131,7 +131,7 @@ def reference_rows(quick: bool, tmp: Path) -> list[dict[str, Any]]:
     settings = _settings(tmp)
     adapters = _adapter_inputs()
     traces = {"repetitive": REPETITIVE, "non-repetitive": _non_repetitive(len(REPETITIVE), seed=41)}
-    repeats = 1 if quick else 3
+    repeats = 3 if quick else 5
     rows = []
     for trace, prompts in traces.items():
         for name in ADAPTERS:
