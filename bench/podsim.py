@@ -26,6 +26,13 @@ gains one token per step (the prefill step yields the first one).
 Prefill is charged for the tokens the pod's KV cache does not already hold (``SimRequest.blocks``, block
 reuse keyed by adapter: :mod:`bench.podkv`). Step time is :class:`StepTimeModel`. Everything is pure:
 the simulator owns the clock and the events.
+
+Speculative decoding (:class:`SpeculationModel` on ``PodSpec.speculation``): a running request verifies ``k``
+draft tokens a step and gains ``tokens_per_step(a, k) = (1 - a^(k+1)) / (1 - a)`` tokens on average at its
+adapter's acceptance rate ``a`` (:func:`trtfleet_engines.speculation.tokens_per_step`), so it needs that many
+times fewer steps; each draft token costs the step what a prefill token does (``per_prefill_token_s``: the
+verification runs them through the model) plus ``draft_overhead_s`` a step for the drafter. The pod reports
+its running requests' mean tokens per step to the router, as a real pod's ``specDecodingStats`` do.
 """
 
 from __future__ import annotations
@@ -34,6 +41,8 @@ import heapq
 import math
 from collections import deque
 from dataclasses import dataclass, field
+
+from trtfleet_engines.speculation import tokens_per_step
 
 from bench.podkv import PodKvBlocks
 from trtfleet.loracache import LoraCacheFull, LoraPageCache, LoraTaskNotFound
@@ -107,6 +116,28 @@ def fit_report(model: StepTimeModel = H100_LLAMA3_8B) -> list[tuple[int, int, fl
 
 
 @dataclass(frozen=True, slots=True)
+class SpeculationModel:
+    """Speculative decoding on a pod: ``draft_len`` tokens a step, each accepted with its adapter's rate."""
+
+    draft_len: int
+    acceptance: float
+    """The base model's (and every adapter's without an entry of its own) acceptance rate."""
+    adapter_acceptance: tuple[tuple[int, float], ...] = ()
+    """(task id, acceptance rate) of adapters that differ."""
+    draft_overhead_s: float = 0.0
+    """Drafting time a step adds (0 for n-gram lookup; an EAGLE-3 head's forward otherwise)."""
+
+    def rate(self, task_id: int) -> float:
+        for task, rate in self.adapter_acceptance:
+            if task == task_id:
+                return rate
+        return self.acceptance
+
+    def tokens_per_step(self, task_id: int) -> float:
+        return tokens_per_step(self.rate(task_id), self.draft_len)
+
+
+@dataclass(frozen=True, slots=True)
 class PodSpec:
     host_pages: int
     device_pages: int
@@ -118,6 +149,7 @@ class PodSpec:
     host_to_device_bytes_per_s: float = 25e9  # PCIe Gen5 x16, effective
     read_bytes_per_s: float | None = None  # runtime pytorch: the pod reads cold adapters (None: sent to it)
     kv_tokens_per_block: int = 32  # KV-cache block reuse (bench/podkv.py): capacity kv_capacity_tokens / this
+    speculation: SpeculationModel | None = None
 
 
 @dataclass(slots=True)
@@ -277,8 +309,14 @@ class SimPod:
         adapters = len({entry[2].task_id for entry in self.running} | {r.task_id for r in admitted})
         duration = self.model.step_s(decode, self.context_tokens, prefill, adapters)
         duration += copy_bytes / spec.host_to_device_bytes_per_s
+        speculation = spec.speculation
+        if speculation is not None and decode:
+            duration += decode * speculation.draft_len * self.model.per_prefill_token_s + speculation.draft_overhead_s
         for request in admitted:
-            request.finish_step = self.step_index + request.max_tokens - 1
+            decode_steps = request.max_tokens - 1
+            if speculation is not None:
+                decode_steps = math.ceil(decode_steps / speculation.tokens_per_step(request.task_id))
+            request.finish_step = self.step_index + decode_steps
             self._seq += 1
             heapq.heappush(self.running, (request.finish_step, self._seq, request))
             self.context_tokens += request.prompt_tokens
@@ -314,3 +352,10 @@ class SimPod:
 
     def kv_used_fraction(self) -> float:
         return self.reserved_tokens / self.spec.kv_capacity_tokens
+
+    def tokens_per_step(self) -> float | None:
+        """The running requests' mean tokens per step (None without speculation or nothing running)."""
+        speculation = self.spec.speculation
+        if speculation is None or not self.running:
+            return None
+        return sum(speculation.tokens_per_step(entry[2].task_id) for entry in self.running) / len(self.running)

@@ -39,6 +39,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("replicas-real-peers", "## Router replicas", "replicas"),
     ("replicas-sim", "## Router replicas", "replicas"),
     ("autoscale", "## Autoscaling", "autoscaling"),
+    ("spec-reference", "## Speculative decoding: the reference engine", "speculative"),
+    ("spec-sim", "## Speculative decoding: the simulator", "speculative"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 

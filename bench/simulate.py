@@ -321,7 +321,7 @@ class FleetSimulation:
     def _scrape(self) -> None:
         for pod_id, pod in self.pods.items():  # every replica scrapes every pod
             metrics = PodMetrics(pod.active, pod.queue_depth, pod.kv_used_fraction(), pod.kv.reused_total,
-                                 pod.kv.missed_total)
+                                 pod.kv.missed_total, tokens_per_step=pod.tokens_per_step())
             for replica in self.replicas:
                 replica.fleet.observe_metrics(pod_id, metrics)
 

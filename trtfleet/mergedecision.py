@@ -11,6 +11,10 @@ is a band on ``f``: suggest merged once ``f >= merge_above`` has held for ``sust
 exponentially weighted moving average with half-life ``sustain_s / 4``, so one busy minute is not a
 sustained share. Derivation and numbers: docs/concepts.md, "When to merge, when to hot-swap".
 
+Speculative decoding (:func:`speculation_after_merge`): a merged Adapter's pods serve with the BaseModel's
+``spec.speculative`` and LoRA off. Merging changes no shape, so every draft still loads; whether it still
+*fits* is its acceptance on the merged model, which the advice says when it suggests merging.
+
 No clock of its own: times are seconds since the epoch, passed in.
 """
 
@@ -21,6 +25,7 @@ from dataclasses import dataclass, replace
 from enum import StrEnum
 
 from trtfleet.api.merging import Suggestion
+from trtfleet.api.speculative import MODEL_FREE_MODES, SpeculativeMode, SpeculativeSpec
 
 HALF_LIFE_PER_SUSTAIN = 0.25
 """EWMA half-life as a fraction of the sustain window: after one window a step is 94 % through."""
@@ -44,6 +49,8 @@ class Costs:
     merge_above: float = 0.5
     unmerge_below: float = 0.25
     sustain_s: float = 1800.0
+    speculation: str | None = None
+    """What merging does to the BaseModel's speculative decoding (:func:`speculation_after_merge`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +99,28 @@ def economics(fraction: float, overhead: float) -> str:
     )
 
 
+def speculation_after_merge(speculative: SpeculativeSpec | None) -> str | None:
+    """What a merged Deployment keeps of ``speculative`` (None: no speculation), in words for the advice.
+
+    Upstream takes a ``speculative_config`` with any checkpoint, and a merged checkpoint runs without LoRA, so
+    the LoRA x speculation caveats (untested combinations, drafts that never see the adapter) do not apply to
+    it. What can break is acceptance: a draft trained on the base model proposes the base's tokens.
+    """
+    if speculative is None:
+        return None
+    mode = speculative.mode
+    if mode in MODEL_FREE_MODES:
+        return (f"speculation kept: {mode.value} drafts from the request's own text, so it fits the merged model "
+                "as it fits the base")
+    if mode is SpeculativeMode.MTP and speculative.draft is None:
+        return ("speculation kept with the checkpoint's MTP layers, which merging leaves as trained on the base: "
+                "watch the merged fleet's acceptance")
+    return (f"speculation kept: the {mode.value} draft loads on the merged model (merging changes no shape) and "
+            "runs without LoRA, but it was trained on the base model's outputs, so its acceptance falls as far "
+            "as the adapter moves them; watch the merged fleet's acceptance and drop spec.speculative there if it "
+            "falls below what pays")
+
+
 def decide(costs: Costs, memory: Memory, rate_per_s: float | None, now_s: float) -> Advice:
     """One reading (``rate_per_s`` None: no router answered) -> the advice and the memory to keep."""
     if rate_per_s is None:
@@ -135,6 +164,8 @@ def decide(costs: Costs, memory: Memory, rate_per_s: float | None, now_s: float)
                 f"{costs.unmerge_below:.0%} as long"
             )
         message = f"sustained {share}: {why}; {economics(fraction, costs.lora_step_overhead)}"
+        if costs.speculation is not None:
+            message = f"{message}; {costs.speculation}"
         return Advice(Suggestion.MERGED, Reason.CROSSING if crossing else Reason.MERGE_PAYS, message, state, fraction)
     if crossing is not None:
         why = f"at or above {costs.merge_above:.0%} for {held} of {_minutes(sustain)}; dynamic until then"

@@ -7,6 +7,7 @@ in ``.importlinter``)::
     runner | pytorch/             execute a plan and publish the engine; the trtllm-serve runtime's planning
     plan | capacity               spec -> build plan and engine hash; does the engine fit a GPU
     buildplan | triton/ | lora/   a plan as data; config.pbtxt rendering; PEFT -> TRT-LLM LoRA conversion
+    speculation                   speculative decoding: what each TRT-LLM release takes, the draft's fit and cost
     constraints | storage |       what the pinned TRT-LLM builds; where engines are published; model
     modeldims                     dimensions
     gpus                          the GPU table

@@ -23,6 +23,9 @@ The model, per GPU (TP rank x PP stage), in bytes:
   TP-local module dims) and report how many max-rank and optimal-rank adapters each tier holds. Each tier
   must have ``ceil(max adapter elements / page width)`` slots or TRT-LLM stops at start (a problem here).
 
+With ``speculative`` the draft's weights come off ``free``, every cached token also holds the draft model's K/V,
+and ``status.capacity`` says so (:func:`trtfleet_engines.speculation.plan_speculation`).
+
 The ``cpu`` product (``runtime: reference``) is planned the same way against its simulated device budget
 (:data:`trtfleet_engines.gpus.CPU_DEVICE_BUDGET_BYTES`); its host tier is real host memory.
 """
@@ -45,6 +48,7 @@ from trtfleet.loracache import (
 )
 from trtfleet_engines.gpus import GIB, GpuSpec, lookup_gpu
 from trtfleet_engines.modeldims import ResolvedDimensions, resolve_dimensions
+from trtfleet_engines.speculation import SpeculationPlan, plan_speculation
 
 RUNTIME_RESERVE_BYTES = 1 * GIB
 """Fixed per-GPU reserve for the CUDA context, cuBLAS/TensorRT workspaces and NCCL buffers (an estimate)."""
@@ -117,17 +121,21 @@ class CapacityPlan:
     kv_cache_tokens: int
     lora: LoraCapacity | None
     problems: tuple[str, ...]
+    speculation: SpeculationPlan | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
         return "error" if self.problems else "ok"
 
-    def to_status(self) -> dict[str, int | None]:
+    def to_status(self) -> dict[str, int | float | None]:
         """The BaseModel ``status.capacity`` object (camelCase keys; LoRA keys None when LoRA is off)."""
         lora = self.lora
-        return {
+        return speculation_status(self.speculation) | {
             "weightsBytes": self.weights_bytes,
             "kvCacheTokens": self.kv_cache_tokens,
+            "kvBytesPerToken": self.kv_bytes_per_token,
+            "memoryBandwidthBytesPerSecond": lookup_gpu(self.gpu).memory_bandwidth_bytes_per_s,
             "loraHostAdapters": lora.host.max_rank_adapters if lora else None,
             "loraDeviceAdapters": lora.device.max_rank_adapters if lora else None,
             "loraPageWidth": lora.page_width if lora else None,
@@ -138,7 +146,9 @@ class CapacityPlan:
 
     def to_json_dict(self) -> dict[str, Any]:
         lora = self.lora
-        return {
+        extra: dict[str, Any] = {} if self.speculation is None else {
+            "warnings": list(self.warnings), "speculation": self.speculation.to_json_dict()}
+        return extra | {
             "verdict": self.verdict,
             "problems": list(self.problems),
             "gpu": self.gpu,
@@ -165,6 +175,15 @@ class CapacityPlan:
             },
             "status": self.to_status(),
         }
+
+
+def speculation_status(plan: SpeculationPlan | None) -> dict[str, int | None]:
+    """The ``status.capacity`` keys of speculative decoding (none without it, so other statuses stay as they
+    were)."""
+    if plan is None:
+        return {}
+    return {"draftWeightsBytes": plan.draft_weights_bytes, "draftKvCacheTokens": plan.draft_kv_cache_tokens,
+            "decodeRequestsPerStep": plan.decode_requests_per_step}
 
 
 def _tier_json(tier: LoraTierPlan) -> dict[str, int]:
@@ -245,9 +264,11 @@ def plan_capacity(
                             "use int8_weight_only or int4_awq, or pick an L4, L40S, H100-80GB, H200 or B200")
     gpus = spec.parallelism.tensor * spec.parallelism.pipeline
     weights = estimate_weights(spec, resolved)
+    speculation = plan_speculation(spec, resolved)
+    draft_bytes = speculation.draft_weights_bytes if speculation else 0
     weights_per_gpu = math.ceil(weights.bytes_total / gpus)
     reserve = runtime_reserve_bytes(spec, resolved)
-    free = gpu.memory_bytes - weights_per_gpu - reserve
+    free = gpu.memory_bytes - weights_per_gpu - draft_bytes - reserve
     if free <= 0:
         problems.append(
             f"weights need {_gib(weights_per_gpu)} per GPU and the runtime reserve {_gib(reserve)}, "
@@ -262,7 +283,7 @@ def plan_capacity(
         lora = _plan_lora(spec, resolved, int(spec.lora.cache.gpu_memory_fraction * free), problems)
         # The PeftCacheManager allocates whole pages before the KV cache is sized (LoraCachePageManager).
         lora_device_bytes = lora.device.allocated_bytes
-    per_token = kv_bytes_per_token(spec, resolved)
+    per_token = kv_bytes_per_token(spec, resolved) + (speculation.draft_kv_bytes_per_token if speculation else 0)
     kv_bytes = int(spec.serving.kv_cache_free_gpu_mem_fraction * (free - lora_device_bytes))
     blocks = kv_bytes // (per_token * TOKENS_PER_BLOCK)
     tokens = blocks * TOKENS_PER_BLOCK
@@ -276,7 +297,8 @@ def plan_capacity(
         gpu=gpu.product, gpu_memory_bytes=gpu.memory_bytes, dimensions_source=resolved.source,
         params=weights.params, weights_bytes=weights_per_gpu, runtime_reserve_bytes=reserve, free_bytes=free,
         kv_bytes_per_token=per_token, kv_cache_bytes=kv_bytes, kv_cache_blocks=blocks, kv_cache_tokens=tokens,
-        lora=lora, problems=tuple(problems),
+        lora=lora, problems=tuple(problems), speculation=speculation,
+        warnings=speculation.warnings if speculation else (),
     )
 
 

@@ -11,12 +11,15 @@ here can run that release, so what it refuses is written down once, from its sou
   ``enable_kv_cache_reuse`` follow the engine's paged context FMHA when the spec leaves them unset;
 * the build plan: ``--use_paged_context_fmha`` says what the builder will really do.
 
-Two kinds of rules:
+Three kinds of rules:
 
 * :data:`BUILD_RULES` - (quantization x KV-cache dtype x GPU SM) combinations. ``refuse`` rules are the
   builder's ``RuntimeError``\\ s (and fp8 without fp8 hardware); ``no-paged-context-fmha`` rules are the
   builder silently turning ``use_paged_context_fmha`` off.
 * :data:`RUNTIME_RULES` - serving options that need paged context FMHA in the engine.
+* :data:`SPECULATIVE_RULES` - speculative-decoding settings by runtime and by the TensorRT-LLM release the
+  image's tag names (:func:`image_release`), for every runtime (:func:`check_speculative`; the version-free
+  rules are CEL rules of the CRD, ``trtfleet.api.speculative``). docs/speculative-decoding.md has the evidence.
 
 Upstream file versions are ``path@commit`` in NVIDIA/TensorRT-LLM unless named otherwise; the whole
 table with its evidence is docs/engine-fidelity.md. Pure: no I/O.
@@ -24,10 +27,19 @@ table with its evidence is docs/engine-fidelity.md. Pure: no I/O.
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype, QuantizationMode, Runtime
+from trtfleet.api.basemodel import (
+    Architecture,
+    BaseModelSpec,
+    KvCacheDtype,
+    QuantizationMode,
+    Runtime,
+    SpeculativeMode,
+)
 from trtfleet_engines.errors import ReleaseConstraintError
 from trtfleet_engines.gpus import GpuSpec, lookup_gpu
 
@@ -236,6 +248,171 @@ def release_violations(spec: BaseModelSpec, gpu: GpuSpec | None = None) -> tuple
 def check_release(spec: BaseModelSpec, gpu: GpuSpec | None = None) -> None:
     """Raise :class:`ReleaseConstraintError` when the pinned release would refuse ``spec``."""
     messages = release_violations(spec, gpu)
+    if messages:
+        rule_id = messages[0][1 : messages[0].index("]")]
+        raise ReleaseConstraintError(rule_id, "; ".join(messages))
+
+
+# --- speculative decoding: what each TensorRT-LLM release takes ---------------------------------------
+
+
+@dataclass(frozen=True)
+class TrtllmRelease:
+    """A TensorRT-LLM version: ``1.3.0rc20`` is (1, 3, 0, 20); a final release has ``rc`` None and sorts after
+    its release candidates."""
+
+    major: int
+    minor: int
+    patch: int
+    rc: int | None = None
+
+    @property
+    def key(self) -> tuple[int, int, int, float]:
+        return (self.major, self.minor, self.patch, float("inf") if self.rc is None else float(self.rc))
+
+    def __str__(self) -> str:
+        return f"{self.major}.{self.minor}.{self.patch}" + ("" if self.rc is None else f"rc{self.rc}")
+
+    @classmethod
+    def parse(cls, text: str) -> TrtllmRelease | None:
+        match = _RELEASE_RE.fullmatch(text.strip())
+        if match is None:
+            return None
+        rc = match["rc"]
+        return cls(int(match["major"]), int(match["minor"]), int(match["patch"]), None if rc is None else int(rc))
+
+
+_RELEASE_RE = re.compile(r"v?(?P<major>\d+)\.(?P<minor>\d+)\.(?P<patch>\d+)(?:\.?rc(?P<rc>\d+))?(?:\.post\d+)?")
+_TRITON_TAG_RE = re.compile(r"(?P<yymm>\d\d\.\d\d)-trtllm-python-py3")
+TRITON_CONTAINER_RELEASES: dict[str, TrtllmRelease] = {"25.12": TrtllmRelease(1, 2, 1)}
+"""Triton ``<yy.mm>-trtllm-python-py3`` images and the TensorRT-LLM they hold (25.12: 1.2.1,
+shared/reference/trtllm-triton.md §4)."""
+
+
+def image_release(image: str) -> TrtllmRelease | None:
+    """The TensorRT-LLM release an image tag names: ``.../tensorrt-llm/release:1.3.0rc21`` (any registry) or a
+    Triton ``<yy.mm>-trtllm-python-py3`` tag this module knows; None when the tag does not say."""
+    tag = image.rsplit("/", 1)[-1].partition("@")[0]
+    if ":" not in tag:
+        return None
+    tag = tag.split(":", 1)[1]
+    triton = _TRITON_TAG_RE.fullmatch(tag)
+    if triton is not None:
+        return TRITON_CONTAINER_RELEASES.get(triton["yymm"])
+    return TrtllmRelease.parse(tag)
+
+
+LORA_SPECULATION_RELEASE = TrtllmRelease(1, 3, 0, 20)
+"""The first release known to hold both PR #12661 (NGram + LoRA, merged 2026-04-01) and #13005 (Eagle3 + LoRA,
+2026-04-13): 1.3.0rc20 (2026-06-30). rc10-rc19 may hold them too; not verified."""
+ACCEPTANCE_CONTROLS_RELEASE = TrtllmRelease(1, 3, 0, 29)
+"""The oldest API reference seen listing ``acceptance_rate_window_size`` / ``acceptance_rate_threshold`` (an
+older ``llm_args.py`` calls them ``acceptance_window`` / ``acceptance_length_threshold``)."""
+
+
+@dataclass(frozen=True)
+class SpeculativeReleaseRule:
+    """A speculative-decoding setting a runtime, a release range or the base model refuses.
+
+    ``minimum`` None: refused whatever the release; otherwise refused below ``minimum`` and, when the image's
+    tag does not name its release, refused with a request to name it.
+    """
+
+    rule_id: str
+    runtime: Runtime
+    applies: Callable[[BaseModelSpec], bool]
+    upstream: str
+    fix: str
+    minimum: TrtllmRelease | None = None
+
+
+def _mode_in(spec: BaseModelSpec, *modes: SpeculativeMode) -> bool:
+    return spec.speculative is not None and spec.speculative.mode in modes
+
+
+SPECULATIVE_RULES: tuple[SpeculativeReleaseRule, ...] = (
+    SpeculativeReleaseRule(
+        "lora-speculation-needs-1.3.0rc20", Runtime.PYTORCH,
+        lambda s: s.lora.enabled and _mode_in(s, SpeculativeMode.NGRAM, SpeculativeMode.EAGLE3),
+        "NVIDIA/TensorRT-LLM #12617 (NGram + LoRA crashes, 1.3.0rc9), fixed by PR #12661; Eagle3 + LoRA enabled "
+        "by PR #13005",
+        "use an image of TensorRT-LLM 1.3.0rc20 or later (engine.image), or set lora.enabled false",
+        LORA_SPECULATION_RELEASE,
+    ),
+    SpeculativeReleaseRule(
+        "acceptance-controls-need-1.3.0rc29", Runtime.PYTORCH,
+        lambda s: s.speculative is not None and s.speculative.acceptance_rate_window_size is not None,
+        "tensorrt_llm/llmapi/llm_args.py@00043967 (acceptance_rate_window_size, acceptance_rate_threshold); older "
+        "releases spell them acceptance_window / acceptance_length_threshold and refuse these keys",
+        "use an image of TensorRT-LLM 1.3.0rc29 or later, or remove speculative.acceptanceRateWindowSize and "
+        "acceptanceRateThreshold",
+        ACCEPTANCE_CONTROLS_RELEASE,
+    ),
+    SpeculativeReleaseRule(
+        "medusa-needs-llama", Runtime.TENSORRTLLM,
+        lambda s: _mode_in(s, SpeculativeMode.MEDUSA) and s.architecture is not Architecture.LLAMA,
+        "examples/medusa README: 'TensorRT-LLM supports Medusa only for Vicuna (fine tuned LLaMA)'; the converter "
+        "is examples/medusa/convert_checkpoint.py@063e02f7",
+        "use architecture llama, or runtime pytorch with mode Eagle3 or NGram",
+    ),
+    SpeculativeReleaseRule(
+        "medusa-unquantized", Runtime.TENSORRTLLM,
+        lambda s: _mode_in(s, SpeculativeMode.MEDUSA) and (s.quantization.mode is not QuantizationMode.NONE
+                                                           or s.quantization.kv_cache_dtype is not KvCacheDtype.AUTO),
+        "trtfleet converts Medusa checkpoints with examples/medusa/convert_checkpoint.py@063e02f7 without "
+        "quantization flags",
+        "set quantization.mode none and kvCacheDtype auto, or use runtime pytorch",
+    ),
+)
+
+
+def _draft_violations(spec: BaseModelSpec, base_vocab: int | None, draft_vocab: int | None) -> list[str]:
+    speculative = spec.speculative
+    if speculative is None or base_vocab is None or draft_vocab is None or base_vocab == draft_vocab:
+        return []
+    if speculative.mode not in (SpeculativeMode.DRAFT_TARGET, SpeculativeMode.PARD):
+        return []
+    return [
+        f"[draft-vocabulary] speculative.draft has a vocabulary of {draft_vocab} tokens and the base model "
+        f"{base_vocab}: mode {speculative.mode.value} needs a draft with the same tokenizer (upstream: 'make sure "
+        "that the draft and target models were trained with the same tokenizer, else the acceptance rate is "
+        "extremely low', docs/source/features/speculative-decoding.md@04c8822c): pick a draft of the same family"
+    ]
+
+
+def speculative_violations(
+    spec: BaseModelSpec, *, base_vocab: int | None = None, draft_vocab: int | None = None
+) -> tuple[str, ...]:
+    """One message per speculative rule ``spec`` breaks on the release its ``engine.image`` names (empty: none).
+
+    ``base_vocab`` / ``draft_vocab``: the vocabulary sizes when known (a draft must share the base's tokenizer).
+    """
+    if spec.speculative is None:
+        return ()
+    release = image_release(spec.engine.image)
+    messages: list[str] = []
+    for rule in SPECULATIVE_RULES:
+        if spec.runtime is not rule.runtime or not rule.applies(spec):
+            continue
+        if rule.minimum is None:
+            messages.append(f"[{rule.rule_id}] speculative.mode {spec.speculative.mode.value} is refused "
+                            f"({rule.upstream}): {rule.fix}")
+        elif release is None:
+            messages.append(
+                f"[{rule.rule_id}] engine.image {spec.engine.image!r} does not name its TensorRT-LLM release, and "
+                f"this needs {rule.minimum} or later ({rule.upstream}): tag the image with its release "
+                f"(nvcr.io/nvidia/tensorrt-llm/release:<version>), or {rule.fix}"
+            )
+        elif release.key < rule.minimum.key:
+            messages.append(f"[{rule.rule_id}] engine.image holds TensorRT-LLM {release}, and this needs "
+                            f"{rule.minimum} or later ({rule.upstream}): {rule.fix}")
+    messages += _draft_violations(spec, base_vocab, draft_vocab)
+    return tuple(messages)
+
+
+def check_speculative(spec: BaseModelSpec, *, base_vocab: int | None = None, draft_vocab: int | None = None) -> None:
+    """Raise :class:`ReleaseConstraintError` when the release (or the draft) refuses ``spec.speculative``."""
+    messages = speculative_violations(spec, base_vocab=base_vocab, draft_vocab=draft_vocab)
     if messages:
         rule_id = messages[0][1 : messages[0].index("]")]
         raise ReleaseConstraintError(rule_id, "; ".join(messages))

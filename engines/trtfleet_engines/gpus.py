@@ -36,6 +36,9 @@ class GpuSpec:
     sm: str
     fp8: bool
     description: str
+    memory_bandwidth_bytes_per_s: float = 0.0
+    """Peak memory bandwidth (NVIDIA's datasheet figure for the SXM / data-centre part): the denominator of model
+    bandwidth utilisation (MBU). The ``cpu`` product's is a pretend figure of one DDR4-3200 channel."""
 
     @property
     def is_cpu(self) -> bool:
@@ -45,15 +48,15 @@ class GpuSpec:
 GPUS: dict[str, GpuSpec] = {
     spec.product: spec
     for spec in (
-        GpuSpec("A10G", 23028 * MIB, "sm_86", False, "NVIDIA A10G (Ampere GA102), 24 GB GDDR6"),
-        GpuSpec("L4", 23034 * MIB, "sm_89", True, "NVIDIA L4 (Ada), 24 GB GDDR6"),
-        GpuSpec("L40S", 46068 * MIB, "sm_89", True, "NVIDIA L40S (Ada), 48 GB GDDR6"),
-        GpuSpec("A100-40GB", 40960 * MIB, "sm_80", False, "NVIDIA A100 40 GB (Ampere GA100)"),
-        GpuSpec("A100-80GB", 81920 * MIB, "sm_80", False, "NVIDIA A100 80 GB (Ampere GA100)"),
-        GpuSpec("H100-80GB", 81559 * MIB, "sm_90", True, "NVIDIA H100 80 GB HBM3 (Hopper)"),
-        GpuSpec("H200", 143771 * MIB, "sm_90", True, "NVIDIA H200 141 GB HBM3e (Hopper)"),
-        GpuSpec("B200", 183359 * MIB, "sm_100", True, "NVIDIA B200 (Blackwell), 192 GB HBM3e"),
-        GpuSpec(CPU_PRODUCT, CPU_DEVICE_BUDGET_BYTES, CPU_SM, False, "trtfleet CPU reference engine"),
+        GpuSpec("A10G", 23028 * MIB, "sm_86", False, "NVIDIA A10G (Ampere GA102), 24 GB GDDR6", 600e9),
+        GpuSpec("L4", 23034 * MIB, "sm_89", True, "NVIDIA L4 (Ada), 24 GB GDDR6", 300e9),
+        GpuSpec("L40S", 46068 * MIB, "sm_89", True, "NVIDIA L40S (Ada), 48 GB GDDR6", 864e9),
+        GpuSpec("A100-40GB", 40960 * MIB, "sm_80", False, "NVIDIA A100 40 GB (Ampere GA100)", 1555e9),
+        GpuSpec("A100-80GB", 81920 * MIB, "sm_80", False, "NVIDIA A100 80 GB (Ampere GA100)", 2039e9),
+        GpuSpec("H100-80GB", 81559 * MIB, "sm_90", True, "NVIDIA H100 80 GB HBM3 (Hopper)", 3.35e12),
+        GpuSpec("H200", 143771 * MIB, "sm_90", True, "NVIDIA H200 141 GB HBM3e (Hopper)", 4.8e12),
+        GpuSpec("B200", 183359 * MIB, "sm_100", True, "NVIDIA B200 (Blackwell), 192 GB HBM3e", 8e12),
+        GpuSpec(CPU_PRODUCT, CPU_DEVICE_BUDGET_BYTES, CPU_SM, False, "trtfleet CPU reference engine", 25.6e9),
     )
 }
 

@@ -11,8 +11,10 @@ are data; :mod:`trtfleet_engines.runner` executes them. Steps, in order:
    dequantized as bitsandbytes does, :mod:`trtfleet_engines.lora.qlora_base`).
 3. ``convert-checkpoint`` (the architecture's ``convert_checkpoint.py``) or ``quantize`` (TRT-LLM's
    ``examples/quantization/quantize.py``, for fp8, int4_awq, an fp8 KV cache, or an int8 KV cache on a
-   converter without ``--int8_kv_cache``) into ``<workdir>/checkpoint``.
-4. ``trtllm-build`` into ``<workdir>/engine``.
+   converter without ``--int8_kv_cache``) into ``<workdir>/checkpoint``; with ``speculative.mode: Medusa``,
+   ``fetch-draft`` (the heads, into ``<workdir>/draft``) and ``examples/medusa/convert_checkpoint.py``, which
+   writes one checkpoint of the model and its heads.
+4. ``trtllm-build`` into ``<workdir>/engine`` (Medusa: ``--speculative_decoding_mode medusa --max_draft_len``).
 5. ``stage`` - copy the tokenizer and render the Triton model repository (done by the runner itself).
 
 The reference runtime has no conversion: ``fetch`` then ``stage``, which copies the whole model; a merged
@@ -21,7 +23,8 @@ float32), which is also what ``trtfleet worker --merged-adapter`` does when it s
 
 The engine hash is sha256 over canonical JSON of everything that makes engines differ (see
 :func:`engine_identity`); serving knobs, replicas, ``lora.cache``, ``runtime`` and ``secretRef`` are
-deliberately left out, and the GPU product counts only through its SM architecture.
+deliberately left out, and the GPU product counts only through its SM architecture. ``spec.speculative``, when set,
+is hashed whole (the draft's source included): it changes the engine or what the pods serve.
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ from trtfleet.api.basemodel import (
     LoraSpec,
     QuantizationMode,
     Runtime,
+    SpeculativeMode,
 )
 from trtfleet_engines.buildplan import PLAN_FORMAT_VERSION as PLAN_FORMAT_VERSION
 from trtfleet_engines.buildplan import SHORT_HASH_LENGTH as SHORT_HASH_LENGTH
@@ -51,10 +55,11 @@ from trtfleet_engines.buildplan import FetchStep as FetchStep
 from trtfleet_engines.buildplan import StageStep as StageStep
 from trtfleet_engines.buildplan import Step as Step
 from trtfleet_engines.buildplan import StepKind as StepKind
-from trtfleet_engines.constraints import check_release, engine_features
+from trtfleet_engines.constraints import check_release, check_speculative, engine_features
 from trtfleet_engines.errors import UnsupportedError
 from trtfleet_engines.gpus import lookup_gpu
 from trtfleet_engines.lora.merge import KEEP_BASE_DTYPE
+from trtfleet_engines.speculation import vocabularies
 
 DEFAULT_WORKDIR = "/work"
 DEFAULT_TRTLLM_DIR = "/app/tensorrt_llm"
@@ -86,7 +91,10 @@ def engine_identity(
     if lora["enabled"]:
         lora["maxRank"] = spec.lora.max_rank
         lora["targetModules"] = sorted(str(m) for m in spec.lora.target_modules)
-    return {
+    speculative: dict[str, Any] = {}
+    if spec.speculative is not None:
+        speculative = {"speculative": spec.speculative.to_wire()}  # every setting: drafts change what is served
+    return speculative | {
         "planFormat": PLAN_FORMAT_VERSION,
         "source": {"uri": spec.source.uri, "revision": spec.source.revision},
         "architecture": str(spec.architecture),
@@ -168,6 +176,8 @@ def fetch_step(name: str, uri: str, revision: str | None, workdir: str, subdir: 
 def _check_supported(spec: BaseModelSpec) -> None:
     gpu = lookup_gpu(spec.engine.gpu.product)
     quant = spec.quantization
+    base_vocab, draft_vocab = vocabularies(spec)
+    check_speculative(spec, base_vocab=base_vocab, draft_vocab=draft_vocab)
     if spec.runtime == Runtime.REFERENCE:
         if quant.mode != QuantizationMode.NONE or quant.kv_cache_dtype != KvCacheDtype.AUTO:
             raise UnsupportedError("runtime reference runs the model in its dtype: set quantization.mode "
@@ -179,6 +189,24 @@ def _check_supported(spec: BaseModelSpec) -> None:
     if spec.parallelism.pipeline > 1 and not CONVERTERS[spec.architecture].pipeline:
         raise UnsupportedError(f"TRT-LLM's {spec.architecture} converter has no pipeline parallelism: set "
                                "parallelism.pipeline 1 (use parallelism.tensor instead)")
+
+
+MEDUSA_CONVERTER = "examples/medusa/convert_checkpoint.py"
+
+
+def medusa_checkpoint_step(
+    spec: BaseModelSpec, model_dir: str, draft_dir: str, checkpoint_dir: str, trtllm_dir: str
+) -> CommandStep:
+    """``convert-checkpoint`` of a base model with Medusa heads (examples/medusa/convert_checkpoint.py@063e02f7)."""
+    speculative = spec.speculative
+    if speculative is None or speculative.draft is None or speculative.draft.num_heads is None:
+        raise UnsupportedError("mode Medusa needs speculative.draft with numHeads")
+    tp, pp = spec.parallelism.tensor, spec.parallelism.pipeline
+    return CommandStep("convert-checkpoint", (
+        PYTHON, f"{trtllm_dir}/{MEDUSA_CONVERTER}", "--model_dir", model_dir, "--medusa_model_dir", draft_dir,
+        "--output_dir", checkpoint_dir, "--dtype", str(spec.dtype), "--num_medusa_heads",
+        str(speculative.draft.num_heads), "--tp_size", str(tp), "--pp_size", str(pp), "--workers", str(tp * pp),
+    ))
 
 
 def checkpoint_step(spec: BaseModelSpec, model_dir: str, checkpoint_dir: str, trtllm_dir: str) -> CommandStep:
@@ -233,6 +261,8 @@ def build_step(spec: BaseModelSpec, checkpoint_dir: str, engine_dir: str, *, lor
         modules = sorted(spec.lora.target_modules, key=lambda m: LoraModule(m).module_id)
         argv += ["--lora_plugin", str(spec.dtype), "--lora_target_modules", *[str(m) for m in modules],
                  "--max_lora_rank", str(spec.lora.max_rank)]
+    if spec.speculative is not None and spec.speculative.mode is SpeculativeMode.MEDUSA:
+        argv += ["--speculative_decoding_mode", "medusa", "--max_draft_len", str(spec.speculative.max_draft_len)]
     argv += ["--workers", str(spec.parallelism.tensor * spec.parallelism.pipeline)]
     return CommandStep(TRTLLM_BUILD, tuple(argv))
 
@@ -334,7 +364,14 @@ def _plan(
         steps.append(StageStep("stage", model_dir, engine_dir, True, serve_engine, serve_engine))
     else:
         checkpoint_dir = f"{workdir}/checkpoint"
-        steps.append(checkpoint_step(spec, model_dir, checkpoint_dir, trtllm_dir))
+        speculative = spec.speculative
+        if speculative is not None and speculative.mode is SpeculativeMode.MEDUSA and speculative.draft is not None:
+            draft = fetch_step("fetch-draft", speculative.draft.source.uri, speculative.draft.source.revision,
+                               workdir, "draft")
+            steps.append(draft)
+            steps.append(medusa_checkpoint_step(spec, model_dir, draft.local_dir, checkpoint_dir, trtllm_dir))
+        else:
+            steps.append(checkpoint_step(spec, model_dir, checkpoint_dir, trtllm_dir))
         lora = spec.lora.enabled and merged_adapter is None
         steps.append(build_step(spec, checkpoint_dir, engine_dir, lora=lora))
         steps.append(StageStep("stage", fetch.local_dir, engine_dir, False, serve_engine,

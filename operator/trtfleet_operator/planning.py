@@ -18,6 +18,8 @@ from typing import Any
 
 from trtfleet_engines import plan as engine_plan
 from trtfleet_engines.capacity import plan_capacity as engines_plan_capacity
+from trtfleet_engines.capacity import speculation_status
+from trtfleet_engines.constraints import check_speculative
 from trtfleet_engines.errors import (
     DimensionsUnknownError,
     ReleaseConstraintError,
@@ -25,10 +27,12 @@ from trtfleet_engines.errors import (
     UnknownGpuError,
     UnsupportedError,
 )
+from trtfleet_engines.gpus import lookup_gpu
 from trtfleet_engines.pytorch.capacity import PytorchCapacityPlan, plan_pytorch_capacity
 from trtfleet_engines.pytorch.llmapi import MODEL_YAML_NAME, render_llmapi_model_yaml
 from trtfleet_engines.pytorch.options import OPTIONS_FILE_NAME, render_llm_api_options
 from trtfleet_engines.pytorch.serving import MergedAdapterSource, PreparePlan, plan_prepare
+from trtfleet_engines.speculation import vocabularies
 
 from trtfleet.api.adapter import BaseQuantizationSpec
 from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
@@ -125,11 +129,15 @@ def plan_pytorch(
     triton = spec.serving.server_or_default is ServingServer.TRITON
     serve_spec = spec if merged is None else engine_plan.merged_spec(spec)
     try:
+        base_vocab, draft_vocab = vocabularies(serve_spec)
+        check_speculative(serve_spec, base_vocab=base_vocab, draft_vocab=draft_vocab)
         prepare = plan_prepare(spec, cache_root=MODEL_CACHE_MOUNT, merged=merged, base_quantization=base_quantization)
+        draft_dir = prepare.draft.destination_dir if prepare.draft is not None else None
         if triton:
-            options = render_llmapi_model_yaml(serve_spec, checkpoint_dir=prepare.serve_checkpoint_dir)
+            options = render_llmapi_model_yaml(serve_spec, checkpoint_dir=prepare.serve_checkpoint_dir,
+                                               draft_dir=draft_dir)
         else:
-            options = render_llm_api_options(serve_spec)
+            options = render_llm_api_options(serve_spec, draft_dir=draft_dir)
     except SpecError as exc:
         raise PlanningError(_reason(exc), str(exc)) from exc
     plan_json = json.dumps(prepare.to_dict(), sort_keys=True, indent=2) + "\n"
@@ -139,11 +147,13 @@ def plan_pytorch(
     )
 
 
-def pytorch_capacity_status(plan: PytorchCapacityPlan) -> dict[str, int | None]:
+def pytorch_capacity_status(plan: PytorchCapacityPlan) -> dict[str, int | float | None]:
     """``status.capacity`` of a ``pytorch`` BaseModel: the engine flow's keys plus maxLoras / maxCpuLoras."""
     lora = plan.lora
-    return {
+    return speculation_status(plan.speculation) | {
         "weightsBytes": plan.weights_bytes,
+        "kvBytesPerToken": plan.kv_bytes_per_token,
+        "memoryBandwidthBytesPerSecond": lookup_gpu(plan.gpu).memory_bandwidth_bytes_per_s,
         "kvCacheTokens": plan.kv_cache_tokens,
         "loraHostAdapters": lora.host.max_rank_adapters_fit if lora else None,
         "loraDeviceAdapters": lora.device.max_rank_adapters_fit if lora else None,
@@ -163,15 +173,17 @@ def plan_capacity(spec: BaseModelSpec) -> CapacityVerdict:
         if spec.runtime is Runtime.PYTORCH:
             torch_plan = plan_pytorch_capacity(spec)
             problems, verdict = list(torch_plan.problems), torch_plan.verdict
+            warnings = list(torch_plan.warnings)
             status = pytorch_capacity_status(torch_plan)
         else:
             plan = engines_plan_capacity(spec)
             problems, verdict = [str(p) for p in plan.problems], plan.verdict
+            warnings = list(plan.warnings)
             status = plan.to_status()
     except SpecError as exc:
         return CapacityVerdict(False, _reason(exc), str(exc), None)
     if verdict == "error":
         return CapacityVerdict(False, DOES_NOT_FIT, "; ".join(problems) or "the spec does not fit", status)
-    if problems:
-        return CapacityVerdict(True, FITS_WITH_WARNINGS, "; ".join(problems), status)
+    if problems or warnings:
+        return CapacityVerdict(True, FITS_WITH_WARNINGS, "; ".join(problems + warnings), status)
     return CapacityVerdict(True, FITS, "the engine, KV cache and LoRA cache fit the GPU memory", status)

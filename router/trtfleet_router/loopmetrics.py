@@ -71,6 +71,10 @@ class _LoopMetric(ABC, Generic[C]):
     @abstractmethod
     def family(self) -> Metric: ...
 
+    def remove(self, *values: str) -> None:
+        """Drop the child of ``values`` (a pod that is gone), if any."""
+        self._children.pop(values, None)
+
     def labels(self, *values: str) -> C:
         child = self._children.get(values)
         if child is None:

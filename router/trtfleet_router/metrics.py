@@ -18,7 +18,9 @@ Metrics off the per-request path (weight store loads and bytes, scrape failures)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+import math
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Final, Generic, TypeVar
 
 from prometheus_client import (
@@ -35,6 +37,19 @@ from trtfleet_router.activity import AdapterActivity
 from trtfleet_router.loopmetrics import LAG_BUCKETS_S, LoopCollector, LoopCounter, LoopGauge, LoopHistogram
 
 PREFIX: Final = "trtfleet_router_"
+
+
+@dataclass(frozen=True, slots=True)
+class SpeculationScrape:
+    """What one scrape of a pod says about its speculation and bandwidth use (see ``upstream/acceptance.py``)."""
+
+    drafted: int = 0  # draft tokens since the last scrape
+    accepted: int = 0
+    acceptance_rate: float | None = None
+    tokens_per_step: float | None = None
+    steps_per_s: float | None = None
+    mbu: float | None = None
+    adapter_acceptance: Mapping[str, float] = field(default_factory=dict)  # served name ("base": none) -> rate
 ADAPTER_LABEL_CAP_DEFAULT: Final = 50
 ACTIVE_ADAPTER_WINDOW_S_DEFAULT: Final = 60.0
 OTHER_ADAPTERS: Final = "other"
@@ -251,7 +266,67 @@ class RouterMetrics:
         self.fleet_inflight_requests = gauge(
             "fleet_inflight_requests", "Requests in flight per base model, every router replica's.", "base_model"
         )
+        # speculative decoding and bandwidth use, as the pods report them (upstream/acceptance.py)
+        self.spec_draft_tokens = counter(
+            "spec_decode_draft_tokens", "Draft tokens the pods verified (their trtllm_spec_decode counters).",
+            "base_model")
+        self.spec_accepted_tokens = counter(
+            "spec_decode_accepted_tokens", "Draft tokens the pods accepted.", "base_model")
+        self.pod_spec_acceptance = gauge(
+            "pod_spec_decode_acceptance_ratio",
+            "Accepted / drafted tokens over the pod's last scrape interval that drafted.", "base_model", "pod")
+        self.pod_tokens_per_step = gauge(
+            "pod_spec_decode_tokens_per_step",
+            "Tokens a step gave a request that drafted (1 + accepted drafts), last interval that drafted.",
+            "base_model", "pod")
+        self.base_model_tokens_per_step = gauge(
+            "base_model_spec_decode_tokens_per_step",
+            "Mean tokens per step over the base model's pods that drafted.", "base_model")
+        self.pod_decode_steps_per_second = gauge(
+            "pod_decode_steps_per_second", "Engine iterations per second over the last scrape interval.",
+            "base_model", "pod")
+        self.pod_bandwidth_utilization = gauge(
+            "pod_model_bandwidth_utilization_ratio",
+            "MBU: (weight bytes + KV bytes in use) x steps per second / the GPU's peak memory bandwidth.",
+            "base_model", "pod")
+        self.adapter_spec_acceptance = gauge(
+            "adapter_spec_decode_acceptance_ratio",
+            "Accepted / drafted tokens per adapter where the pods say it (capped adapter label; base: no adapter).",
+            "base_model", "adapter")
+        self._speculating: dict[str, dict[str, float]] = {}
         r.register(loop_metrics)
+
+    def observe_pod_speculation(self, base: str, pod: str, scrape: SpeculationScrape) -> None:
+        """One pod's scrape: its acceptance, tokens per step, steps per second and MBU (upstream/scrape.py)."""
+        if scrape.drafted:
+            self.spec_draft_tokens.labels(base).inc(scrape.drafted)
+        if scrape.accepted:
+            self.spec_accepted_tokens.labels(base).inc(scrape.accepted)
+        if scrape.acceptance_rate is not None:
+            self.pod_spec_acceptance.labels(base, pod).set(scrape.acceptance_rate)
+        if scrape.tokens_per_step is not None and not math.isnan(scrape.tokens_per_step):
+            self.pod_tokens_per_step.labels(base, pod).set(scrape.tokens_per_step)
+            self._speculating.setdefault(base, {})[pod] = scrape.tokens_per_step
+            values = self._speculating[base].values()
+            self.base_model_tokens_per_step.labels(base).set(sum(values) / len(values))
+        if scrape.steps_per_s is not None:
+            self.pod_decode_steps_per_second.labels(base, pod).set(scrape.steps_per_s)
+        if scrape.mbu is not None:
+            self.pod_bandwidth_utilization.labels(base, pod).set(scrape.mbu)
+        for name, acceptance_rate in scrape.adapter_acceptance.items():
+            self.adapter_spec_acceptance.labels(base, self.adapter_label(name)).set(acceptance_rate)
+
+    def forget_pod_speculation(self, base: str, pod: str) -> None:
+        """A pod is gone: its series go with it."""
+        for gauge in (self.pod_spec_acceptance, self.pod_tokens_per_step, self.pod_decode_steps_per_second,
+                      self.pod_bandwidth_utilization):
+            gauge.remove(base, pod)
+        pods = self._speculating.get(base, {})
+        pods.pop(pod, None)
+        if pods:
+            self.base_model_tokens_per_step.labels(base).set(sum(pods.values()) / len(pods))
+        else:
+            self.base_model_tokens_per_step.remove(base)
 
     def _active_adapter_families(self) -> Iterator[Metric]:
         count = GaugeMetricFamily(

@@ -73,6 +73,12 @@ class BaseModelEntry:
     """TensorRT-LLM's tokens_per_block: the size of the KV blocks the router hashes (routing/prefix.py)."""
     kv_cache_tokens: int = 0
     """KV-cache tokens per pod from the capacity plan (status.capacity.kvCacheTokens); 0: unknown."""
+    weights_bytes: int = 0
+    """Weight bytes per GPU (status.capacity.weightsBytes plus draftWeightsBytes); 0: unknown."""
+    kv_bytes_per_token: int = 0
+    """KV-cache bytes per token per GPU (status.capacity.kvBytesPerToken); 0: unknown."""
+    memory_bandwidth_bytes_per_s: float = 0.0
+    """The GPU's peak memory bandwidth (status.capacity.memoryBandwidthBytesPerSecond); 0: unknown, no MBU."""
     """``pytorch``: the pods run trtllm-serve (OpenAI API, adapters read from ``lora_path`` by the pod);
     else Triton (``tensorrtllm``, ``reference``)."""
     server: ServingServer | None = None
@@ -366,5 +372,8 @@ def base_entry_from_spec(
         server=spec.serving.server,
         replaces=spec.serving.replaces,
         kv_cache_tokens=(capacity.kv_cache_tokens or 0) if capacity is not None else 0,
+        weights_bytes=((capacity.weights_bytes or 0) + (capacity.draft_weights_bytes or 0)) if capacity else 0,
+        kv_bytes_per_token=(capacity.kv_bytes_per_token or 0) if capacity is not None else 0,
+        memory_bandwidth_bytes_per_s=(capacity.memory_bandwidth_bytes_per_second or 0.0) if capacity else 0.0,
         hold_release_per_pod=spec.autoscaling.target_requests_per_pod if spec.autoscaling is not None else None,
     )

@@ -38,6 +38,10 @@ from trtfleet.api.serving import RolloutStrategy as RolloutStrategy
 from trtfleet.api.serving import ServingServer as ServingServer
 from trtfleet.api.serving import ServingSpec as ServingSpec
 from trtfleet.api.serving import Toleration as Toleration
+from trtfleet.api.speculative import SPEC_RULES as SPECULATIVE_SPEC_RULES
+from trtfleet.api.speculative import SpeculativeMode as SpeculativeMode
+from trtfleet.api.speculative import SpeculativeSpec as SpeculativeSpec
+from trtfleet.api.speculative import check_speculative
 
 
 class Architecture(StrEnum):
@@ -262,6 +266,7 @@ _SPEC_CEL_RULES: list[Any] = [
     },
     *(rule.to_cel() for rule in RUNTIME_RULES),
     {"rule": REPLICAS_RANGE_RULE, "message": REPLICAS_RANGE_MESSAGE, "fieldPath": ".serving.replicas"},
+    *(rule.to_cel() for rule in SPECULATIVE_SPEC_RULES),
 ]
 
 
@@ -298,6 +303,11 @@ class BaseModelSpec(ApiModel):
         "condition of its Adapters), and how mode: auto Adapters act on it. Unset: the defaults, with no pod "
         "capacity, so no advice.",
     )
+    speculative: SpeculativeSpec | None = Field(
+        default=None,
+        description="Speculative decoding: mode, draft length, the draft checkpoint (staged like the base one) and "
+        "the runtime controls. Unset: no speculation. See docs/speculative-decoding.md.",
+    )
 
     model_config = ApiModel.model_config | {"json_schema_extra": {"x-kubernetes-validations": _SPEC_CEL_RULES}}
 
@@ -311,6 +321,7 @@ class BaseModelSpec(ApiModel):
         scaling = self.autoscaling
         if scaling is not None and not scaling.min_replicas <= self.serving.replicas <= scaling.max_replicas:
             raise ValueError(REPLICAS_RANGE_MESSAGE)
+        check_speculative(self)
         return self
 
 
@@ -349,6 +360,30 @@ class CapacityStatus(ApiModel):
     max_cpu_loras: int | None = Field(
         default=None,
         description="runtime pytorch: lora_config.max_cpu_loras, the host tier in adapters of lora.maxRank.",
+    )
+    kv_bytes_per_token: int | None = Field(
+        default=None,
+        description="KV-cache bytes one token takes per GPU (the draft model's included): with weightsBytes and "
+        "memoryBandwidthBytesPerSecond what the router's model bandwidth utilisation (MBU) is computed from.",
+    )
+    memory_bandwidth_bytes_per_second: float | None = Field(
+        default=None,
+        description="The GPU's peak memory bandwidth (datasheet figure), the denominator of MBU.",
+    )
+    draft_weights_bytes: int | None = Field(
+        default=None,
+        description="With speculative: the draft model's (or heads') weight bytes per GPU, taken from the memory "
+        "before the KV cache is sized.",
+    )
+    draft_kv_cache_tokens: int | None = Field(
+        default=None,
+        description="With speculative: KV-cache slots the draft tokens of a full batch hold (engine.maxBatchSize x "
+        "speculative.maxDraftLen); kvCacheTokens counts them among its own.",
+    )
+    decode_requests_per_step: int | None = Field(
+        default=None,
+        description="With speculative: requests one step can verify within engine.maxNumTokens when each brings "
+        "1 + maxDraftLen tokens (at most engine.maxBatchSize).",
     )
 
 

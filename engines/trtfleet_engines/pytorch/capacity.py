@@ -22,6 +22,10 @@ So the planner inverts that formula over the spec's byte budgets:
   max-rank adapters really fit as packed pages; a shortfall is a problem;
 * the KV cache takes ``kvCacheFreeGpuMemFraction x (free - LoRA device tier)``, in blocks of
   :data:`TOKENS_PER_BLOCK` tokens (``kv_cache_config.tokens_per_block`` default).
+* with ``speculative``, the draft's weights come off ``free`` before that and every cached token also holds the
+  draft model's K/V (:func:`trtfleet_engines.speculation.plan_speculation`); a full batch's draft tokens must
+  fit beside ``maxSeqLen`` in the cache. Warnings (the draft's size unknown, ``maxNumTokens`` too small for a
+  full batch of drafts) do not fail the plan.
 """
 
 from __future__ import annotations
@@ -35,6 +39,7 @@ from trtfleet.loracache import LoraGeometry, adapter_pages, cache_modules, spec_
 from trtfleet_engines.capacity import estimate_weights, kv_bytes_per_token, runtime_reserve_bytes
 from trtfleet_engines.gpus import GIB, GpuSpec, lookup_gpu
 from trtfleet_engines.modeldims import ResolvedDimensions, resolve_dimensions
+from trtfleet_engines.speculation import SpeculationPlan, plan_speculation
 
 TOKENS_PER_BLOCK = 32
 """``KvCacheConfig.tokens_per_block`` default (llm_args.py)."""
@@ -92,6 +97,8 @@ class PytorchCapacityPlan:
     kv_cache_tokens: int
     lora: LoraSlotsPlan | None
     problems: tuple[str, ...]
+    speculation: SpeculationPlan | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def verdict(self) -> Verdict:
@@ -99,7 +106,9 @@ class PytorchCapacityPlan:
 
     def to_json_dict(self) -> dict[str, Any]:
         lora = self.lora
-        return {
+        extra: dict[str, Any] = {} if self.speculation is None else {
+            "warnings": list(self.warnings), "speculation": self.speculation.to_json_dict()}
+        return extra | {
             "verdict": self.verdict,
             "problems": list(self.problems),
             "gpu": self.gpu,
@@ -208,12 +217,16 @@ def plan_pytorch_capacity(
         problems.append(f"quantization.kvCacheDtype fp8 needs a GPU with fp8 (sm_89 or newer) but {gpu.product} "
                         f"is {gpu.sm}: use kvCacheDtype auto")
     gpus = spec.parallelism.tensor * spec.parallelism.pipeline
+    speculation = plan_speculation(spec, resolved)
+    draft_bytes = speculation.draft_weights_bytes if speculation else 0
     weights_per_gpu = math.ceil(estimate_weights(spec, resolved).bytes_total / gpus)
     reserve = runtime_reserve_bytes(spec, resolved)
-    free = gpu.memory_bytes - weights_per_gpu - reserve
+    free = gpu.memory_bytes - weights_per_gpu - draft_bytes - reserve
     if free <= 0:
         problems.append(
-            f"weights need {_gib(weights_per_gpu)} per GPU and the runtime reserve {_gib(reserve)}, more than the "
+            f"weights need {_gib(weights_per_gpu + draft_bytes)} per GPU"
+            + (f" (the draft {_gib(draft_bytes)})" if draft_bytes else "")
+            + f" and the runtime reserve {_gib(reserve)}, more than the "
             f"{_gib(gpu.memory_bytes)} of a {gpu.product}: raise parallelism.tensor, use a quantized checkpoint "
             "(quantization.mode fp8 or int4_awq), lower engine.maxNumTokens, or pick a larger GPU"
         )
@@ -224,19 +237,22 @@ def plan_pytorch_capacity(
         budget = int(spec.lora.cache.gpu_memory_fraction * free)
         lora = plan_lora_slots(spec, resolved, budget, problems)
         lora_device_bytes = lora.device.bytes
-    per_token = kv_bytes_per_token(spec, resolved)
+    per_token = kv_bytes_per_token(spec, resolved) + (speculation.draft_kv_bytes_per_token if speculation else 0)
     kv_bytes = int(spec.serving.kv_cache_free_gpu_mem_fraction * (free - lora_device_bytes))
     blocks = kv_bytes // (per_token * TOKENS_PER_BLOCK)
     tokens = blocks * TOKENS_PER_BLOCK
-    if free > 0 and tokens < spec.engine.max_seq_len:
+    draft_tokens = speculation.max_draft_len if speculation else 0
+    if free > 0 and tokens < spec.engine.max_seq_len + draft_tokens:
+        needed = f"engine.maxSeqLen {spec.engine.max_seq_len}" + (
+            f" plus {draft_tokens} draft tokens" if draft_tokens else "")
         problems.append(
-            f"the KV cache holds {tokens} tokens but one request may need engine.maxSeqLen "
-            f"{spec.engine.max_seq_len}: lower engine.maxSeqLen, raise serving.kvCacheFreeGpuMemFraction, use "
-            "quantization.kvCacheDtype fp8, or raise parallelism.tensor"
+            f"the KV cache holds {tokens} tokens but one request may need {needed}: lower engine.maxSeqLen, "
+            "raise serving.kvCacheFreeGpuMemFraction, use quantization.kvCacheDtype fp8, or raise parallelism.tensor"
         )
     return PytorchCapacityPlan(
         gpu=gpu.product, gpu_memory_bytes=gpu.memory_bytes, dimensions_source=resolved.source,
         weights_bytes=weights_per_gpu, runtime_reserve_bytes=reserve, free_bytes=free,
         kv_bytes_per_token=per_token, kv_cache_bytes=kv_bytes, kv_cache_blocks=blocks, kv_cache_tokens=tokens,
-        lora=lora, problems=tuple(problems),
+        lora=lora, problems=tuple(problems), speculation=speculation,
+        warnings=speculation.warnings if speculation else (),
     )

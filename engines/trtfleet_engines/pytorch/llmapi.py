@@ -52,11 +52,12 @@ TRITON_CONFIG: dict[str, Any] = {"max_batch_size": 0, "decoupled": True}
 
 
 def build_llmapi_model_config(
-    spec: BaseModelSpec, *, checkpoint_dir: str, capacity: PytorchCapacityPlan | None = None
+    spec: BaseModelSpec, *, checkpoint_dir: str, capacity: PytorchCapacityPlan | None = None,
+    draft_dir: str | None = None,
 ) -> dict[str, Any]:
     """``model.yaml`` as a dict: the trtllm-serve options of ``spec`` plus the model and ``triton_config``."""
     return {
-        **build_llm_api_options(spec, capacity),
+        **build_llm_api_options(spec, capacity, draft_dir=draft_dir),
         "model": checkpoint_dir,
         "backend": "pytorch",
         "triton_config": dict(TRITON_CONFIG),
@@ -64,10 +65,11 @@ def build_llmapi_model_config(
 
 
 def render_llmapi_model_yaml(
-    spec: BaseModelSpec, *, checkpoint_dir: str, capacity: PytorchCapacityPlan | None = None
+    spec: BaseModelSpec, *, checkpoint_dir: str, capacity: PytorchCapacityPlan | None = None,
+    draft_dir: str | None = None,
 ) -> str:
     """The ``model.yaml`` text: a header comment, then block YAML with sorted keys (deterministic)."""
-    config = build_llmapi_model_config(spec, checkpoint_dir=checkpoint_dir, capacity=capacity)
+    config = build_llmapi_model_config(spec, checkpoint_dir=checkpoint_dir, capacity=capacity, draft_dir=draft_dir)
     return HEADER + yaml.safe_dump(config, sort_keys=True, default_flow_style=False)
 
 

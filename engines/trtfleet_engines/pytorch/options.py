@@ -37,13 +37,14 @@ from typing import Any
 
 import yaml
 
-from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype
+from trtfleet.api.basemodel import BaseModelSpec, KvCacheDtype, SpeculativeMode
 from trtfleet_engines.errors import SpecError, UnsupportedError
 from trtfleet_engines.pytorch.capacity import (
     KV_CACHE_INT8_PROBLEM,
     PytorchCapacityPlan,
     plan_pytorch_capacity,
 )
+from trtfleet_engines.speculation import speculative_config
 
 OPTIONS_FILE_NAME = "llm-api-options.yaml"
 """The file name the operator mounts and passes to ``trtllm-serve --config``."""
@@ -70,8 +71,16 @@ def _feature(value: bool | None) -> bool:
     return UNSET_SERVING_FEATURE if value is None else value
 
 
-def build_llm_api_options(spec: BaseModelSpec, capacity: PytorchCapacityPlan | None = None) -> dict[str, Any]:
-    """The options as a dict (keys as ``TorchLlmArgs`` spells them). ``capacity`` defaults to planning ``spec``."""
+OVERLAP_OFF_MODES = frozenset({SpeculativeMode.DRAFT_TARGET, SpeculativeMode.NGRAM})
+"""Modes upstream runs with ``disable_overlap_scheduler=True`` (docs/source/features/speculative-decoding.md)."""
+
+
+def build_llm_api_options(
+    spec: BaseModelSpec, capacity: PytorchCapacityPlan | None = None, *, draft_dir: str | None = None
+) -> dict[str, Any]:
+    """The options as a dict (keys as ``TorchLlmArgs`` spells them). ``capacity`` defaults to planning ``spec``;
+    ``draft_dir``: where the prepare Job staged ``speculative.draft`` (required when the mode drafts with a model,
+    except for a reference spec's file:// draft)."""
     kv_dtype = kv_cache_dtype(spec)
     options: dict[str, Any] = {
         "tensor_parallel_size": spec.parallelism.tensor,
@@ -107,10 +116,18 @@ def build_llm_api_options(spec: BaseModelSpec, capacity: PytorchCapacityPlan | N
             "optimal_adapter_size": spec.lora.cache.optimal_adapter_size,
             "max_adapter_size": spec.lora.cache.max_adapter_size,
         }
+    speculative = speculative_config(spec, draft_dir)
+    if speculative is not None:
+        options["speculative_config"] = speculative
+        if spec.speculative is not None and spec.speculative.mode in OVERLAP_OFF_MODES:
+            options["disable_overlap_scheduler"] = True
     return options
 
 
-def render_llm_api_options(spec: BaseModelSpec, capacity: PytorchCapacityPlan | None = None) -> str:
+def render_llm_api_options(
+    spec: BaseModelSpec, capacity: PytorchCapacityPlan | None = None, *, draft_dir: str | None = None
+) -> str:
     """The options file's text: a header comment, then block YAML with sorted keys."""
-    body = yaml.safe_dump(build_llm_api_options(spec, capacity), sort_keys=True, default_flow_style=False)
+    options = build_llm_api_options(spec, capacity, draft_dir=draft_dir)
+    body = yaml.safe_dump(options, sort_keys=True, default_flow_style=False)
     return HEADER + body

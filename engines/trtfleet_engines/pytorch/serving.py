@@ -16,7 +16,10 @@ quantizing the ModelOpt format, the KV-cache format and the image that runs Mode
 (``mode: merged``, :class:`MergeStep`: the PEFT adapter folded into the staged weights with ``trtfleet lora
 merge`` at the spec's dtype, before any quantization) also the adapter's URI and revision and that dtype.
 For a QLoRA base variant (:class:`BaseVariantStep`: every decoder linear weight quantized and dequantized as
-bitsandbytes does, ``trtfleet lora base-variant``) the quantization is part of the hash too.
+bitsandbytes does, ``trtfleet lora base-variant``) the quantization is part of the hash too. With
+``speculative.draft`` the draft checkpoint is staged beside the model (:class:`DraftStep`, ``<root>/draft``, what
+``speculative_config.speculative_model`` names) and its URI and revision join the hash; the Job checks that it
+fits the model (:func:`trtfleet_engines.speculation.draft_problems`) before anything is served.
 Parallelism, limits, LoRA and serving settings change the options file, never the checkpoint, so they never re-stage it.
 Errors: :class:`~trtfleet_engines.errors.UnsupportedError` for a quantization ModelOpt cannot export as an
 HF checkpoint for this backend.
@@ -46,6 +49,7 @@ QUANTIZED_DIR = "quantized"
 ADAPTER_DIR = "adapter"
 MERGED_DIR = "merged"
 VARIANT_DIR = "variant"
+DRAFT_DIR = "draft"
 STARTUP_TIMEOUT_S = 1800
 """Loading weights and capturing CUDA graphs of a large model takes many minutes."""
 
@@ -150,6 +154,9 @@ def prepare_hash(
         identity["mergedDtype"] = spec.dtype.value
     if base_quantization is not None:
         identity["baseQuantization"] = base_quantization
+    draft = spec.speculative.draft if spec.speculative is not None else None
+    if draft is not None:
+        identity["draft"] = {"uri": draft.source.uri.rstrip("/"), "revision": draft.source.revision}
     quantization = _quantization(spec)
     if quantization is not None:
         identity["qformat"], identity["kvCacheQformat"] = quantization
@@ -196,6 +203,17 @@ class BaseVariantStep:
 
 
 @dataclass(frozen=True)
+class DraftStep:
+    """Stage the speculative draft (HF layout) into ``destination_dir`` once, and check it fits the model
+    (``mode``: the speculative mode whose rules apply)."""
+
+    source_uri: str
+    revision: str | None
+    destination_dir: str
+    mode: str
+
+
+@dataclass(frozen=True)
 class PreparePlan:
     """What the prepare Job does for one content hash, and which directory ``trtllm-serve`` then loads."""
 
@@ -205,6 +223,7 @@ class PreparePlan:
     quantize: QuantizeStep | None
     merge: MergeStep | None = None
     variant: BaseVariantStep | None = None
+    draft: DraftStep | None = None
 
     @property
     def serve_checkpoint_dir(self) -> str:
@@ -218,7 +237,7 @@ class PreparePlan:
         """The plan as the prepare Job reads it; without ``merge`` when there is none, so the plans of plain
         checkpoints stay byte for byte what they were."""
         data = asdict(self)
-        for optional in ("merge", "variant"):
+        for optional in ("merge", "variant", "draft"):
             if data[optional] is None:
                 del data[optional]
         return data
@@ -270,4 +289,8 @@ def plan_prepare(
             "--export_path", output,
         )
         quantize = QuantizeStep(argv + (("--trust_remote_code",) if trust_remote_code else ()), output)
-    return PreparePlan(content_hash, root, stage, quantize, merge, variant)
+    draft: DraftStep | None = None
+    if spec.speculative is not None and spec.speculative.draft is not None:
+        source = spec.speculative.draft.source
+        draft = DraftStep(source.uri, source.revision, posixpath.join(root, DRAFT_DIR), spec.speculative.mode.value)
+    return PreparePlan(content_hash, root, stage, quantize, merge, variant, draft)

@@ -57,6 +57,10 @@ class EngineResponse(Generic[H]):
     error: str | None = None
     cached_tokens: int = 0
     """On the final response: prompt tokens whose K/V came from reused blocks (``cached_tokens`` in usage)."""
+    draft_tokens: int = 0
+    """On the final response: draft tokens the request verified (speculative decoding)."""
+    accepted_draft_tokens: int = 0
+    """On the final response: those the model accepted."""
 
 
 @dataclass(frozen=True)
@@ -95,5 +99,30 @@ class BatcherStats:
     """Cumulative prompt positions the model computed (reused positions are not)."""
     prompt_tokens: int = 0
     """Cumulative prompt positions of the requests that started prefill."""
+    request_steps: int = 0
+    """Cumulative steps that gave a finished request tokens (its prefill included)."""
+    output_tokens: int = 0
+    """Cumulative tokens generated."""
+    avg_decoded_tokens_per_iter: float = 0.0
+    """The last iteration's tokens per generation request (``avgNumDecodedTokensPerIter``)."""
+    speculative: bool = False
+    spec_draft_tokens: int = 0
+    """Cumulative draft tokens verified (``trtllm_spec_decode_num_draft_tokens_total``)."""
+    spec_accepted_tokens: int = 0
+    """Cumulative draft tokens accepted (``trtllm_spec_decode_num_accepted_tokens_total``)."""
+    spec_steps_with_drafts: int = 0
+    """Cumulative (request, step) pairs that verified a draft."""
+    spec_iter_draft_tokens: int = 0
+    spec_iter_accepted_tokens: int = 0
+    spec_iter_requests_with_drafts: int = 0
+    spec_by_adapter: tuple[tuple[int, int, int], ...] = ()
+    """Cumulative (LoRA task id, 0 for the base model; drafted; accepted)."""
+
+    @property
+    def spec_acceptance_length(self) -> float:
+        """The last iteration's tokens per step of a request that drafted (upstream's ``acceptanceLength``)."""
+        if not self.spec_iter_requests_with_drafts:
+            return 1.0
+        return 1.0 + self.spec_iter_accepted_tokens / self.spec_iter_requests_with_drafts
 
 

@@ -19,6 +19,7 @@ from trtfleet_engines.reference.kv_events import KvEventBuffer
 from trtfleet_engines.reference.numpy_llama import AdapterWeights, LlamaConfig, LlamaWeights, TinyLlama
 from trtfleet_engines.reference.scheduler import BatchLimits, InflightBatcher
 from trtfleet_engines.reference.settings import EngineSettings
+from trtfleet_engines.reference.speculation import SpeculationSettings, Speculator
 
 logger = logging.getLogger(__name__)
 
@@ -73,10 +74,16 @@ def build_block_pool(settings: KvCacheSettings | None, limits: BatchLimits) -> B
     return BlockPool(settings, events)
 
 
+def build_speculator(settings: SpeculationSettings | None) -> Speculator | None:
+    """The drafter and counters of ``settings`` (None: no speculation)."""
+    return None if settings is None else Speculator(settings)
+
+
 def build_batcher(settings: EngineSettings, handle_type: type[H] | None = None) -> InflightBatcher[H]:
     """Load the weights from ``settings.model_dir`` and assemble the batcher (``handle_type`` types it)."""
     weights = LlamaWeights.load(settings.model_dir)
     model = TinyLlama(weights)
     limits = fit_limits(settings.limits, weights.config)
     pool = build_block_pool(settings.kv_cache, limits)
-    return InflightBatcher(model, limits, build_adapter_store(settings, weights.config), pool)
+    return InflightBatcher(model, limits, build_adapter_store(settings, weights.config), pool,
+                           build_speculator(settings.speculation))

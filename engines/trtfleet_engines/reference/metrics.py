@@ -16,6 +16,18 @@ backend reports it ("Reused KV cache blocks" in ``custom_metrics_reporter.cc`` @
 cached blocks no request holds (they are evicted on demand). Like the real backend, nothing here says which
 LoRA adapters are cached.
 
+Speculative decoding: the C++ backend's metrics port has no speculative family (its per-request outputs
+``acceptance_rate``, ``total_accepted_draft_tokens`` and ``total_draft_tokens`` are filled instead, by
+:func:`~trtfleet_engines.reference.protocol.output_tensors`). So that a router can weigh a pod's drafts, the
+reference engine adds two families of its own, only when it speculates and named as its own:
+
+* ``trtfleet_reference_spec_decode_metrics{spec_decode_type=draft_tokens|accepted_tokens|draft_steps|
+  acceptance_length|decoded_tokens_per_iter}`` - cumulative drafted and accepted tokens (trtllm-serve's
+  ``trtllm_spec_decode_num_{draft,accepted}_tokens_total``) and request steps that drafted, the last
+  iteration's acceptance length and tokens per generation request;
+* ``trtfleet_reference_spec_decode_adapter_metrics{lora_task_id, spec_decode_type=draft_tokens|accepted_tokens}``
+  - the same counts per LoRA task id (0: the base model), at most :data:`ADAPTER_SERIES_CAP` ids.
+
 :func:`metric_values` is pure (stats -> label values); :class:`TritonMetrics` is the thin pb_utils shell.
 """
 
@@ -30,11 +42,17 @@ KV_CACHE_FAMILY = "nv_trt_llm_kv_cache_block_metrics"
 INFLIGHT_FAMILY = "nv_trt_llm_inflight_batcher_metrics"
 GENERAL_FAMILY = "nv_trt_llm_general_metrics"
 
+SPEC_FAMILY = "trtfleet_reference_spec_decode_metrics"
+SPEC_ADAPTER_FAMILY = "trtfleet_reference_spec_decode_adapter_metrics"
+ADAPTER_SERIES_CAP = 64
+"""Per-adapter speculation series at most (the first task ids seen; the rest are not exported)."""
+
 FAMILIES: dict[str, tuple[str, str]] = {
     REQUEST_FAMILY: ("request_type", "TRT LLM request metrics"),
     KV_CACHE_FAMILY: ("kv_cache_block_type", "TRT LLM KV cache block metrics"),
     INFLIGHT_FAMILY: ("inflight_batcher_specific_metric", "TRT LLM inflight_batcher-specific metrics"),
     GENERAL_FAMILY: ("general_type", "General TRT LLM metrics"),
+    SPEC_FAMILY: ("spec_decode_type", "trtfleet reference engine: speculative decoding (not a TRT-LLM metric)"),
 }
 
 
@@ -60,7 +78,26 @@ def metric_values(stats: BatcherStats, now_us: int) -> dict[tuple[str, str], flo
         (INFLIGHT_FAMILY, "paused_requests"): stats.paused_requests,
         (GENERAL_FAMILY, "timestamp"): now_us,
         (GENERAL_FAMILY, "iteration_counter"): stats.iterations,
+    } | (_speculation_values(stats) if stats.speculative else {})
+
+
+def _speculation_values(stats: BatcherStats) -> dict[tuple[str, str], float]:
+    return {
+        (SPEC_FAMILY, "draft_tokens"): stats.spec_draft_tokens,
+        (SPEC_FAMILY, "accepted_tokens"): stats.spec_accepted_tokens,
+        (SPEC_FAMILY, "draft_steps"): stats.spec_steps_with_drafts,
+        (SPEC_FAMILY, "acceptance_length"): stats.spec_acceptance_length,
+        (SPEC_FAMILY, "decoded_tokens_per_iter"): stats.avg_decoded_tokens_per_iter,
     }
+
+
+def adapter_values(stats: BatcherStats) -> dict[tuple[int, str], float]:
+    """``{(LoRA task id, spec_decode_type): value}`` of the per-adapter family (first ids, capped)."""
+    out: dict[tuple[int, str], float] = {}
+    for task_id, drafted, accepted in stats.spec_by_adapter[:ADAPTER_SERIES_CAP]:
+        out[(task_id, "draft_tokens")] = drafted
+        out[(task_id, "accepted_tokens")] = accepted
+    return out
 
 
 class TritonMetrics:
@@ -72,16 +109,31 @@ class TritonMetrics:
             for name, (_label, description) in FAMILIES.items()
         }
         self._gauges: dict[tuple[str, str], Any] = {}
+        self._labels = {"model": model, "version": version}
         for family, value in metric_values(template, 0):
             label = FAMILIES[family][0]
-            labels = {"model": model, "version": version, label: value}
+            labels = {**self._labels, label: value}
             self._gauges[(family, value)] = self._families[family].Metric(labels=labels)
+        self._adapter_family: Any = None
+        self._adapter_gauges: dict[tuple[int, str], Any] = {}
+        if template.speculative:
+            self._adapter_family = pb_utils.MetricFamily(
+                name=SPEC_ADAPTER_FAMILY, kind=pb_utils.MetricFamily.GAUGE,
+                description="trtfleet reference engine: speculative decoding per LoRA task id (not a TRT-LLM metric)")
 
     def update(self, stats: BatcherStats, now_us: int) -> None:
         if not self._gauges:
             return  # closed
         for key, value in metric_values(stats, now_us).items():
             self._gauges[key].set(float(value))
+        if self._adapter_family is None:
+            return
+        for (task_id, kind), value in adapter_values(stats).items():
+            gauge = self._adapter_gauges.get((task_id, kind))
+            if gauge is None:
+                labels = {**self._labels, "lora_task_id": str(task_id), "spec_decode_type": kind}
+                gauge = self._adapter_gauges[(task_id, kind)] = self._adapter_family.Metric(labels=labels)
+            gauge.set(float(value))
 
     def close(self) -> None:
         """Delete every series and family now, while the stub can still talk to the server.
@@ -93,5 +145,7 @@ class TritonMetrics:
         python_backend@b24c8a7d3ad30645311cd516bc8f896226e69424, which destroys the model object first).
         Series go before their families (a family deleted first leaves its series unusable).
         """
+        self._adapter_gauges.clear()
+        self._adapter_family = None
         self._gauges.clear()
         self._families.clear()

@@ -120,11 +120,14 @@ class KvSlice:
 
 @dataclass(frozen=True)
 class StepRow:
-    """One row of a step: ``tokens`` int32 1-D (a whole prompt on prefill, one token on decode)."""
+    """One row of a step: ``tokens`` int32 1-D (a whole prompt on prefill, one token on decode, the last token
+    and its draft when verifying a speculation); ``all_logits``: :meth:`TinyLlama.step_rows` returns the logits
+    of every new token of the row, not only of its last."""
 
     state: SequenceState
     tokens: NDArray[Any]
     adapter: AdapterWeights | None = None
+    all_logits: bool = False
 
 
 def _rms_norm(x: FloatArray, weight: FloatArray, eps: float) -> FloatArray:
@@ -193,9 +196,31 @@ class TinyLlama:
 
     def step(self, rows: Sequence[StepRow]) -> FloatArray:
         """Run one in-flight batch; returns logits [len(rows), vocab] of each row's last new token."""
-        c = self.config
         if not rows:
-            return np.zeros((0, c.vocab_size), np.float32)
+            return np.zeros((0, self.config.vocab_size), np.float32)
+        x, starts = self._forward(rows)
+        return self._logits(x[starts[1:] - 1])
+
+    def step_rows(self, rows: Sequence[StepRow]) -> list[FloatArray]:
+        """Run one in-flight batch; per row, the logits [n, vocab] of its new tokens (``n`` = all of them for a
+        row with ``all_logits``, else 1: its last). One forward pass either way: a speculation's draft is verified
+        in the step that decodes its request's last token."""
+        if not rows:
+            return []
+        x, starts = self._forward(rows)
+        picked = [np.arange(starts[i], starts[i + 1]) if row.all_logits else np.array([starts[i + 1] - 1])
+                  for i, row in enumerate(rows)]
+        logits = self._logits(x[np.concatenate(picked)])
+        bounds = np.cumsum([0, *(len(p) for p in picked)])
+        return [logits[bounds[i]:bounds[i + 1]] for i in range(len(rows))]
+
+    def _logits(self, hidden: FloatArray) -> FloatArray:
+        out: FloatArray = _rms_norm(hidden, self.weights.final_norm, self.config.rms_norm_eps) @ self.weights.lm_head_t
+        return out
+
+    def _forward(self, rows: Sequence[StepRow]) -> tuple[FloatArray, NDArray[Any]]:
+        """The final hidden states of every new token of the batch, and the rows' token offsets."""
+        c = self.config
         counts = [int(np.asarray(r.tokens).size) for r in rows]
         if min(counts) < 1:
             raise ValueError("every row of a step needs at least one new token")
@@ -214,6 +239,7 @@ class TinyLlama:
         sin = self._sin[positions][:, None, :]
         segments = self._adapter_segments(rows, starts)
         decode_rows = [i for i, n in enumerate(counts) if n == 1]
+        verify_rows = [i for i, n in enumerate(counts) if n > 1 and rows[i].all_logits]
         total = int(starts[-1])
 
         x = self.weights.embed[tokens]
@@ -230,8 +256,9 @@ class TinyLlama:
                 row.state.values[layer_idx][:, start : start + e - s] = v[s:e].transpose(1, 0, 2)
             attn = np.empty((total, c.q_size), np.float32)
             self._attend_decode(attn, q, rows, starts, decode_rows, layer_idx)
+            self._attend_verify(attn, q, rows, starts, counts, verify_rows, layer_idx)
             for i, n in enumerate(counts):
-                if n > 1:
+                if n > 1 and not rows[i].all_logits:
                     self._attend_prefill(attn, q, rows[i], int(starts[i]), n, layer_idx)
             o = attn @ w.o_t
             self._apply_lora(o, attn, segments, layer_idx, "o")
@@ -245,9 +272,7 @@ class TinyLlama:
             x = x + down
         for row, n in zip(rows, counts, strict=True):
             row.state.length += n
-        last = x[starts[1:] - 1]
-        logits: FloatArray = _rms_norm(last, self.weights.final_norm, c.rms_norm_eps) @ self.weights.lm_head_t
-        return logits
+        return x, starts
 
     @staticmethod
     def _adapter_segments(
@@ -309,6 +334,42 @@ class TinyLlama:
         scores[np.broadcast_to(pad[:, None, None, :], scores.shape)] = -np.inf
         probs = _softmax_inplace(scores)
         out[token_index] = np.matmul(probs, values).reshape(batch, c.q_size)
+
+    def _attend_verify(
+        self,
+        out: FloatArray,
+        q: FloatArray,
+        rows: Sequence[StepRow],
+        starts: NDArray[Any],
+        counts: Sequence[int],
+        verify_rows: list[int],
+        layer: int,
+    ) -> None:
+        """Rows verifying a draft (a few new tokens each) in one padded, causally masked batched attention."""
+        if not verify_rows:
+            return
+        c = self.config
+        group = c.num_heads // c.num_kv_heads
+        batch, width = len(verify_rows), max(counts[i] for i in verify_rows)
+        past = np.array([rows[i].state.length for i in verify_rows])
+        new = np.array([counts[i] for i in verify_rows])
+        max_len = int((past + new).max())
+        keys = np.zeros((batch, c.num_kv_heads, max_len, c.head_dim), np.float32)
+        values = np.zeros_like(keys)
+        queries = np.zeros((batch, width, c.num_heads, c.head_dim), np.float32)
+        for b, i in enumerate(verify_rows):
+            total = past[b] + new[b]
+            keys[b, :, :total] = rows[i].state.keys[layer][:, :total]
+            values[b, :, :total] = rows[i].state.values[layer][:, :total]
+            queries[b, : new[b]] = q[starts[i] : starts[i] + new[b]].reshape(new[b], c.num_heads, c.head_dim)
+        qr = queries.reshape(batch, width, c.num_kv_heads, group, c.head_dim).transpose(0, 2, 3, 1, 4)
+        scores = np.matmul(qr, keys[:, :, None].transpose(0, 1, 2, 4, 3)) * self._scale  # [B, kv, group, w, L]
+        allowed = np.arange(max_len)[None, None, :] <= (past[:, None, None] + np.arange(width)[None, :, None])
+        scores[~np.broadcast_to(allowed[:, None, None], scores.shape)] = -np.inf
+        probs = _softmax_inplace(scores)
+        attended = np.matmul(probs, values[:, :, None]).transpose(0, 3, 1, 2, 4).reshape(batch, width, c.q_size)
+        for b, i in enumerate(verify_rows):
+            out[starts[i] : starts[i] + new[b]] = attended[b, : new[b]]
 
     def _attend_prefill(self, out: FloatArray, q: FloatArray, row: StepRow, start: int, n: int, layer: int) -> None:
         """Causal attention of a row's n new tokens against its cache (earlier tokens + themselves)."""

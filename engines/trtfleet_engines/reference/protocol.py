@@ -116,10 +116,17 @@ _PLACEHOLDERS: dict[str, tuple[type, tuple[int, ...]]] = {
 }
 
 
+SPECULATION_OUTPUTS = ("acceptance_rate", "total_accepted_draft_tokens", "total_draft_tokens")
+"""Per-request speculative-decoding outputs of TRT-LLM's ``tensorrt_llm`` model (tensorrtllm_backend
+``docs/model_config.md``@0b9d7d5): filled from the request's drafts when it speculated."""
+
+
 def output_tensors(
-    output_ids: tuple[int, ...], requested: Iterable[str], *, num_input_tokens: int = 0
+    output_ids: tuple[int, ...], requested: Iterable[str], *, num_input_tokens: int = 0, draft_tokens: int = 0,
+    accepted_draft_tokens: int = 0,
 ) -> dict[str, NDArray[Any]]:
-    """The tensors of one response: ``output_ids`` [1, 1, n], ``sequence_length`` [1, 1] and placeholders."""
+    """The tensors of one response: ``output_ids`` [1, 1, n], ``sequence_length`` [1, 1], the request's
+    speculation counts (on its final response) and placeholders."""
     ids = np.asarray(output_ids, dtype=np.int32).reshape(1, 1, len(output_ids))
     tensors: dict[str, NDArray[Any]] = {
         "output_ids": ids,
@@ -134,6 +141,13 @@ def output_tensors(
             tensors[name] = np.array([[num_input_tokens]], dtype=np.int32)
         elif name == "num_output_tokens":
             tensors[name] = np.array([[len(output_ids)]], dtype=np.int32)
+        elif name == "acceptance_rate":
+            rate = accepted_draft_tokens / draft_tokens if draft_tokens else 0.0
+            tensors[name] = np.array([[rate]], dtype=np.float32)
+        elif name == "total_accepted_draft_tokens":
+            tensors[name] = np.array([[accepted_draft_tokens]], dtype=np.int32)
+        elif name == "total_draft_tokens":
+            tensors[name] = np.array([[draft_tokens]], dtype=np.int32)
         elif name in _PLACEHOLDERS:
             dtype, shape = _PLACEHOLDERS[name]
             tensors[name] = np.zeros(shape, dtype=dtype)

@@ -20,6 +20,14 @@ One :meth:`~InflightBatcher.step`:
    each row (greedy or seeded), stream the token, and retire finished requests at once (``end_id``,
    ``request_output_len``, stop words, ``max_seq_len``, cancellation), releasing their adapter and blocks.
 
+With a :class:`~trtfleet_engines.reference.speculation.Speculator` a greedy decode row carries its request's
+draft after its last token (``1 + k`` tokens, within the step's ``max_num_tokens`` and the request's remaining
+output), the model returns the logits of every token of that row (``step_rows``), and the row keeps the drafts
+its greedy choice agrees with plus that choice; the rejected positions leave the KV cache again
+(``state.length``). So a step can give a request several tokens and the output is the one greedy decoding
+gives. The speculator's counters go into :class:`BatcherStats` and each final response carries the request's
+drafted and accepted tokens (Triton's ``total_draft_tokens`` / ``total_accepted_draft_tokens``).
+
 Output semantics follow the TRT-LLM backend: a streaming response carries only the new tokens; the one
 non-streaming response carries the prompt plus the output unless ``exclude_input_in_output``; ``end_id``
 is never part of the output. Errors go out as responses with ``error`` set (the shell wraps nothing:
@@ -55,6 +63,7 @@ from trtfleet_engines.reference.errors import (
 from trtfleet_engines.reference.kv_blocks import Allocation, BlockPool, KvCacheSettings
 from trtfleet_engines.reference.numpy_llama import StepRow
 from trtfleet_engines.reference.sampling import sample_token
+from trtfleet_engines.reference.speculation import Speculator
 
 logger = logging.getLogger(__name__)
 
@@ -80,6 +89,12 @@ class StepModel(Protocol):
     def new_sequence(self) -> Any: ...
 
     def step(self, rows: Sequence[StepRow]) -> NDArray[Any]: ...
+
+
+class VerifyingModel(StepModel, Protocol):
+    """A model that returns the logits of every token of a row (needed to verify drafts)."""
+
+    def step_rows(self, rows: Sequence[StepRow]) -> list[NDArray[Any]]: ...
 
 
 class PrefixModel(StepModel, Protocol):
@@ -116,6 +131,12 @@ class _Active(Generic[H]):
     allocation: Allocation | None = None
     cached_tokens: int = 0
     generated: list[int] = field(default_factory=list)
+    draft: tuple[int, ...] = ()
+    """The draft verified in the current step."""
+    drafted: int = 0
+    accepted: int = 0
+    steps: int = 0
+    """Steps that gave this request tokens (its prefill included)."""
 
     @property
     def in_context(self) -> bool:
@@ -131,10 +152,12 @@ class InflightBatcher(Generic[H]):
         limits: BatchLimits,
         adapters: AdapterCache | None = None,
         kv_cache: BlockPool | None = None,
+        speculator: Speculator | None = None,
     ) -> None:
         """``kv_cache`` None: a pool of ``max_batch_size x max_seq_len`` tokens without reuse (accounting
-        only). A pool with reuse needs a :class:`PrefixModel`."""
+        only). A pool with reuse needs a :class:`PrefixModel`, a ``speculator`` a :class:`VerifyingModel`."""
         self.model = model
+        self.speculator = speculator
         self.limits = limits
         self.adapters = adapters
         self.kv_cache = kv_cache or BlockPool(
@@ -153,6 +176,9 @@ class InflightBatcher(Generic[H]):
         self._last_scheduled = 0
         self._last_context = 0
         self._last_context_tokens = 0
+        self._request_steps = 0
+        self._output_tokens = 0
+        self._last_generation_tokens = 0
 
     # -- called from Triton's execute ------------------------------------------------------
     def submit(self, request: GenerationRequest, handle: H) -> int:
@@ -218,6 +244,9 @@ class InflightBatcher(Generic[H]):
             if s.allocation is not None
         )
         counters = pool.counters
+        speculator = self.speculator
+        iteration = speculator.last_iteration if speculator is not None else None
+        generation = self._last_scheduled - self._last_context
         return BatcherStats(
             active_requests=len(self._active),
             max_active_requests=limits.max_batch_size,
@@ -238,6 +267,18 @@ class InflightBatcher(Generic[H]):
             kv_cache_hit_rate=counters.cache_hit_rate,
             prefill_tokens_computed=self._computed_tokens,
             prompt_tokens=self._prompt_tokens,
+            request_steps=self._request_steps,
+            output_tokens=self._output_tokens,
+            avg_decoded_tokens_per_iter=self._last_generation_tokens / generation if generation else 0.0,
+            speculative=speculator is not None,
+            spec_draft_tokens=speculator.total.drafted if speculator else 0,
+            spec_accepted_tokens=speculator.total.accepted if speculator else 0,
+            spec_steps_with_drafts=speculator.total.steps_with_drafts if speculator else 0,
+            spec_iter_draft_tokens=iteration.num_draft_tokens if iteration else 0,
+            spec_iter_accepted_tokens=iteration.num_accepted_tokens if iteration else 0,
+            spec_iter_requests_with_drafts=iteration.num_requests_with_draft_tokens if iteration else 0,
+            spec_by_adapter=tuple(sorted((task, c.drafted, c.accepted) for task, c in speculator.by_adapter.items()))
+            if speculator else (),
         )
 
     # -- the scheduler loop ----------------------------------------------------------------
@@ -251,12 +292,39 @@ class InflightBatcher(Generic[H]):
             return out
         self._iterations += 1
         prefilling = [seq for seq in scheduled if not seq.generated]
-        logits = self.model.step(rows)
+        if self.speculator is None:
+            logits: Sequence[NDArray[Any]] = list(self.model.step(rows))
+        else:
+            logits = cast(VerifyingModel, self.model).step_rows(rows)
         for seq in prefilling:
             self._store_prompt_blocks(seq)
+        verified: list[tuple[int | None, int, int]] = []
+        self._last_generation_tokens = 0
         for seq, row_logits in zip(scheduled, logits, strict=True):
-            self._advance(seq, row_logits, out)
+            decoding = bool(seq.generated)
+            tokens = self._verify(seq, row_logits, verified) if seq.draft else (
+                sample_token(row_logits if row_logits.ndim == 1 else row_logits[-1], seq.request.sampling, seq.rng),)
+            if decoding:
+                self._last_generation_tokens += len(tokens)
+            self._advance(seq, tokens, out)
+        if self.speculator is not None:
+            self.speculator.record_iteration(verified)
         return out
+
+    def _verify(self, seq: _Active[H], logits: NDArray[Any], verified: list[tuple[int | None, int, int]]) -> tuple[
+            int, ...]:
+        """The tokens a draft gives: the drafts the greedy choice agrees with, then that choice; the rejected
+        drafts leave the KV cache."""
+        draft, accepted = seq.draft, 0
+        choices = [int(np.argmax(row)) for row in logits]
+        while accepted < len(draft) and choices[accepted] == draft[accepted]:
+            accepted += 1
+        seq.state.length -= len(draft) - accepted
+        seq.drafted += len(draft)
+        seq.accepted += accepted
+        verified.append((seq.task_id, len(draft), accepted))
+        seq.draft = ()
+        return (*draft[:accepted], choices[accepted])
 
     def _max_new_tokens(self, request: GenerationRequest) -> int:
         return max(min(request.max_new_tokens, self.limits.max_seq_len - len(request.prompt)), 0)
@@ -317,7 +385,8 @@ class InflightBatcher(Generic[H]):
                 cached = len(pool.match(prompt, seq.task_id)) * pool.settings.tokens_per_block
                 tokens = prompt[cached:]
             else:
-                tokens = (seq.generated[-1],)
+                seq.draft = self._draft(seq, budget)
+                tokens = (seq.generated[-1], *seq.draft)
             if len(tokens) > budget:
                 continue
             if seq.task_id is not None and self.adapters is not None and not self.adapters.ensure_device(seq.task_id):
@@ -336,34 +405,60 @@ class InflightBatcher(Generic[H]):
                 self._prompt_tokens += len(prompt)
                 self._computed_tokens += len(tokens)
             budget -= len(tokens)
-            rows.append(StepRow(seq.state, np.asarray(tokens, dtype=np.int32), seq.adapter))
+            rows.append(StepRow(seq.state, np.asarray(tokens, dtype=np.int32), seq.adapter, bool(seq.draft)))
             scheduled.append(seq)
         self._last_scheduled = len(scheduled)
         return rows, scheduled
 
-    def _advance(self, seq: _Active[H], logits: NDArray[Any], out: list[EngineResponse[H]]) -> None:
-        request = seq.request
-        token = sample_token(logits, request.sampling, seq.rng)
-        if request.end_id is not None and token == request.end_id:
-            self._retire(seq)
-            out.append(self._final(seq, new_tokens=()))
-            return
-        seq.generated.append(token)
-        total = len(request.prompt) + len(seq.generated)
-        done = (
-            len(seq.generated) >= request.max_new_tokens
-            or total >= self.limits.max_seq_len
-            or _ends_with_stop_word(seq.generated, request.stop_words)
+    def _draft(self, seq: _Active[H], budget: int) -> tuple[int, ...]:
+        """The draft a greedy decode row verifies this step (none without a speculator or room for one)."""
+        speculator, request = self.speculator, seq.request
+        if speculator is None or not request.sampling.greedy:
+            return ()
+        length = len(request.prompt) + len(seq.generated)
+        room = min(
+            speculator.draft_len(len(self._active)),
+            request.max_new_tokens - len(seq.generated) - 1,  # the verification adds one token of its own
+            self.limits.max_seq_len - length - 1,
+            budget - 1,
         )
-        if done:
-            self._retire(seq)
-            out.append(self._final(seq, new_tokens=(token,)))
-        elif request.streaming:
-            out.append(EngineResponse(seq.handle, seq.request_id, (token,), final=False))
+        if room < 1:
+            return ()
+        return speculator.propose(seq.request_id, (*request.prompt, *seq.generated), room)
+
+    def _advance(self, seq: _Active[H], tokens: Sequence[int], out: list[EngineResponse[H]]) -> None:
+        """Append a step's tokens to ``seq`` up to the first that ends it; stream or finish."""
+        request = seq.request
+        seq.steps += 1
+        emitted: list[int] = []
+        for token in tokens:
+            if request.end_id is not None and token == request.end_id:
+                self._retire(seq)
+                out.append(self._final(seq, new_tokens=tuple(emitted)))
+                return
+            seq.generated.append(token)
+            emitted.append(token)
+            self._output_tokens += 1
+            total = len(request.prompt) + len(seq.generated)
+            if (
+                len(seq.generated) >= request.max_new_tokens
+                or total >= self.limits.max_seq_len
+                or _ends_with_stop_word(seq.generated, request.stop_words)
+            ):
+                self._retire(seq)
+                out.append(self._final(seq, new_tokens=tuple(emitted)))
+                return
+        if self.speculator is not None:
+            self.speculator.observe(seq.request_id, (*request.prompt, *seq.generated))
+        if request.streaming:
+            out.append(EngineResponse(seq.handle, seq.request_id, tuple(emitted), final=False))
 
     def _retire(self, seq: _Active[H]) -> None:
         if seq in self._active:
             self._active.remove(seq)
+            self._request_steps += seq.steps
+            if self.speculator is not None:
+                self.speculator.release(seq.request_id)
             if seq.task_id is not None and self.adapters is not None:
                 self.adapters.release(seq.task_id)
         if seq.allocation is not None:
@@ -380,7 +475,8 @@ class InflightBatcher(Generic[H]):
         else:
             output = request.prompt + tuple(seq.generated)
         logger.debug("request %s done: %d tokens", seq.request_id, len(seq.generated))
-        return EngineResponse(seq.handle, seq.request_id, output, final=True, cached_tokens=seq.cached_tokens)
+        return EngineResponse(seq.handle, seq.request_id, output, final=True, cached_tokens=seq.cached_tokens,
+                              draft_tokens=seq.drafted, accepted_draft_tokens=seq.accepted)
 
 
 def _uses_lora(lora: LoraInputs) -> bool:

@@ -26,6 +26,8 @@ parameter                              meaning
                                        ``max_batch_size x max_seq_len``)
 ``reference_tokens_per_block``         trtllm-build ``--tokens_per_block`` (default 32)
 ``reference_max_queue_size``           the executor's queue limit (0 = none)
+``reference_speculative_config``       speculative decoding: the LLM-API ``speculative_config`` as JSON
+                                       (NGram; :mod:`trtfleet_engines.reference.speculation`)
 =====================================  ==========================================================
 
 ``max_batch_size`` is the config's own. TRT-LLM reads the executor's queue limit from
@@ -36,6 +38,8 @@ or from that block in a hand-written config that has one.
 
 from __future__ import annotations
 
+import json
+import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +50,9 @@ from trtfleet_engines.reference.adapters import LoraCacheSettings
 from trtfleet_engines.reference.errors import RepositoryError
 from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK, KvCacheSettings
 from trtfleet_engines.reference.scheduler import BatchLimits
+from trtfleet_engines.reference.speculation import SpeculationSettings, UnsupportedModeError
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_GPU_MEMORY_BYTES = 4 * 1024 * 1024
 """Pretend free GPU memory of the reference engine; x ``lora_cache_gpu_memory_fraction`` = device tier."""
@@ -69,6 +76,23 @@ class EngineSettings:
     prefill_s_per_token: float = 0.0
     kv_cache: KvCacheSettings | None = None
     """None: a pool of ``max_batch_size x max_seq_len`` tokens with reuse on."""
+    speculation: SpeculationSettings | None = None
+
+
+def speculation_from_parameter(text: str) -> SpeculationSettings | None:
+    """``reference_speculative_config`` (JSON of the LLM-API ``speculative_config``); None when empty."""
+    if not text.strip():
+        return None
+    try:
+        config = json.loads(text)
+        if not isinstance(config, dict):
+            raise ValueError("it is not a JSON object")
+        return SpeculationSettings.from_config(config)
+    except UnsupportedModeError as exc:
+        logger.warning("%s: serving without speculation", exc)
+        return None
+    except ValueError as exc:
+        raise RepositoryError(f"reference_speculative_config: {exc}") from exc
 
 
 def parameters_of(model_config: Mapping[str, Any]) -> dict[str, str]:
@@ -157,4 +181,5 @@ def settings_from_model_config(model_config: Mapping[str, Any]) -> EngineSetting
         min_step_s=_float(params, "reference_min_step_ms", 0.0) / 1000.0,
         prefill_s_per_token=max(0.0, _float(params, "reference_prefill_us_per_token", 0.0)) / 1e6,
         kv_cache=kv_cache,
+        speculation=speculation_from_parameter(params.get("reference_speculative_config", "")),
     )

@@ -25,18 +25,23 @@ Conventions (documented here because the operator and the reference engine rely 
   instance is back waiting; a request that comes while the one instance is busy then waits up to the
   batcher's 500 ms idle timeout unless another request follows. The reference engine batches and bounds
   its queue itself (``reference_max_queue_size``); the real backend keeps TRT-LLM's block.
+* ``speculative.mode: Medusa`` renders ``decoding_mode: medusa`` and, when given, ``medusa_choices`` (the engine
+  overrides the mode anyway; the parameter says what runs). The reference engine gets the LLM-API
+  ``speculative_config`` it also reads on its trtllm-serve face, as JSON in ``reference_speculative_config``.
 * ``lora_weights`` and the prompt-table tensors carry the engine dtype (TYPE_FP16 or TYPE_BF16) in every
   model, so an ensemble over a bf16 engine type-checks.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 from pathlib import Path, PurePosixPath
 
-from trtfleet.api.basemodel import BaseModelSpec, BatchSchedulerPolicy, Dtype, Runtime
+from trtfleet.api.basemodel import BaseModelSpec, BatchSchedulerPolicy, Dtype, Runtime, SpeculativeMode
 from trtfleet_engines.constraints import engine_features
 from trtfleet_engines.errors import RenderError
+from trtfleet_engines.speculation import speculative_config
 from trtfleet_engines.storage import write_text_atomic
 from trtfleet_engines.triton import pbtxt, tensors
 from trtfleet_engines.triton.pbtxt import EnsembleStep, Tensor
@@ -52,6 +57,8 @@ MODEL_NAMES: tuple[str, ...] = (ENSEMBLE, POSTPROCESSING, PREPROCESSING, TENSORR
 
 REFERENCE_MODEL_DIR_PARAMETER = "reference_model_dir"
 """Parameter only the reference engine's python ``tensorrt_llm`` model reads: where its model lives."""
+REFERENCE_SPECULATIVE_PARAMETER = "reference_speculative_config"
+"""The reference engine's speculative decoding: the LLM-API ``speculative_config`` as JSON."""
 REFERENCE_MAX_QUEUE_SIZE_PARAMETER = "reference_max_queue_size"
 """The reference engine's queue limit (``serving.maxQueueSize``), which TRT-LLM reads from Triton's
 ``dynamic_batching.default_queue_policy``: the reference models render no ``dynamic_batching``."""
@@ -139,6 +146,7 @@ def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, refe
             ("lora_cache_gpu_memory_fraction", repr(cache.gpu_memory_fraction)),
             ("lora_cache_host_memory_bytes", str(cache.host_bytes)),
         ]
+    params += _speculative_parameters(spec, reference)
     if reference:
         params.append((REFERENCE_MODEL_DIR_PARAMETER, engine_dir))
         params.append((REFERENCE_MAX_QUEUE_SIZE_PARAMETER, str(serving.max_queue_size)))
@@ -153,6 +161,22 @@ def _tensorrt_llm(spec: BaseModelSpec, engine_dir: str, tokenizer_dir: str, refe
         pbtxt.instance_group_cpu(1),
         pbtxt.parameters(params),
     )
+
+
+def _speculative_parameters(spec: BaseModelSpec, reference: bool) -> list[tuple[str, str]]:
+    """``decoding_mode`` / ``medusa_choices`` of a Medusa engine, or the reference engine's speculative config."""
+    speculative = spec.speculative
+    if speculative is None:
+        return []
+    if reference:
+        config = speculative_config(spec)
+        return [(REFERENCE_SPECULATIVE_PARAMETER, json.dumps(config, sort_keys=True, separators=(",", ":")))]
+    if speculative.mode is not SpeculativeMode.MEDUSA:
+        raise RenderError(f"speculative.mode {speculative.mode.value} has no Triton tensorrt_llm rendering")
+    params = [("decoding_mode", "medusa")]
+    if speculative.medusa_choices is not None:
+        params.append(("medusa_choices", speculative.medusa_choices))
+    return params
 
 
 def _triton_batcher(spec: BaseModelSpec, reference: bool) -> list[str]:

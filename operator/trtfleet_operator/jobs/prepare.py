@@ -16,7 +16,12 @@ finished directory never needs redoing):
    written beside ``variant.output_dir`` and renamed into place; a model it cannot take is refused (exit 2).
 4. **Quantize** (when the plan has it): run its argv (ModelOpt's ``hf_ptq.py``), which exports the
    quantized HF checkpoint to ``quantize.output_dir``.
-5. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
+5. **Draft** (a plan with ``speculative.draft``): stage the draft checkpoint like the model into
+   ``draft.destination_dir`` and check that it fits the staged model
+   (:func:`trtfleet_engines.speculation.draft_problems`: the same vocabulary and tokenizer for DraftTarget and
+   PARD, an EAGLE-3 head of the model's hidden size); a draft that does not fit is removed again and refused
+   (exit 2), so nothing serves it.
+6. Write a one-line JSON report (what was staged, where trtllm-serve loads from) to the termination log.
 
 Any failure writes one line saying what failed to the termination log: exit 2 for a plan or source that
 can never work (the Job fails at once, see ``podFailurePolicy``), exit 1 otherwise (retried).
@@ -142,6 +147,39 @@ def base_variant(variant_plan: dict[str, Any], staged_dir: Path) -> bool:
     return True
 
 
+def _json_file(path: Path) -> dict[str, Any] | None:
+    try:
+        loaded = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return loaded if isinstance(loaded, dict) else None
+
+
+def draft(draft_plan: dict[str, Any], model_dir: Path) -> bool:
+    """Stage the speculative draft once and check it fits ``model_dir``; True when it staged it now."""
+    from trtfleet_engines.speculation import draft_problems
+
+    from trtfleet.api.basemodel import SpeculativeMode
+
+    destination = Path(draft_plan["destination_dir"])
+    staged = stage({"source_uri": draft_plan["source_uri"], "revision": draft_plan.get("revision"),
+                    "destination_dir": str(destination)})
+    base_config, draft_config = _json_file(model_dir / "config.json"), _json_file(destination / "config.json")
+    if base_config is None or draft_config is None:
+        raise PrepareError(f"cannot read config.json of the model ({model_dir}) or of the draft ({destination})",
+                           SPEC_ERROR_EXIT_CODE)
+    problems = draft_problems(
+        SpeculativeMode(draft_plan["mode"]), base_config, draft_config,
+        base_tokenizer=_json_file(model_dir / "tokenizer.json"),
+        draft_tokenizer=_json_file(destination / "tokenizer.json"),
+    )
+    if problems:
+        shutil.rmtree(destination, ignore_errors=True)
+        raise PrepareError(f"speculative.draft {draft_plan['source_uri']} does not fit the model: "
+                           + "; ".join(problems), SPEC_ERROR_EXIT_CODE)
+    return staged
+
+
 def quantize(quantize_plan: dict[str, Any]) -> bool:
     """Run the quantization argv once; True when it ran."""
     output = Path(quantize_plan["output_dir"])
@@ -167,7 +205,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         plan = json.loads(Path(args.plan).read_text())
         stage_plan, quantize_plan, merge_plan = plan["stage"], plan.get("quantize"), plan.get("merge")
-        variant_plan = plan.get("variant")
+        variant_plan, draft_plan = plan.get("variant"), plan.get("draft")
         weights_dir = merge_plan["output_dir"] if merge_plan else stage_plan["destination_dir"]
         weights_dir = variant_plan["output_dir"] if variant_plan else weights_dir
         serve_dir = quantize_plan["output_dir"] if quantize_plan else weights_dir
@@ -179,6 +217,7 @@ def run(args: argparse.Namespace) -> int:
         merged = merge(merge_plan, Path(stage_plan["destination_dir"])) if merge_plan else False
         variant = base_variant(variant_plan, Path(stage_plan["destination_dir"])) if variant_plan else False
         quantized = quantize(quantize_plan) if quantize_plan else False
+        drafted = draft(draft_plan, Path(stage_plan["destination_dir"])) if draft_plan else False
     except PrepareError as exc:
         _report(log, str(exc))
         return exc.exit_code
@@ -188,7 +227,8 @@ def run(args: argparse.Namespace) -> int:
     report = json.dumps(
         {"hash": plan.get("content_hash"), "serveDir": serve_dir, "staged": staged, "quantized": quantized}
         | ({"merged": merged} if merge_plan else {})
-        | ({"variant": variant} if variant_plan else {}),
+        | ({"variant": variant} if variant_plan else {})
+        | ({"draft": drafted} if draft_plan else {}),
         sort_keys=True,
     )
     _report(log, report)

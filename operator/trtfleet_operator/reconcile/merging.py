@@ -29,7 +29,7 @@ from pydantic import ValidationError
 
 from trtfleet.api import AdapterMode, BaseModelSpec, MergingSpec, Suggestion
 from trtfleet.api.merging import MERGED_FLEET_SUFFIX
-from trtfleet.mergedecision import Advice, Costs, Memory, decide
+from trtfleet.mergedecision import Advice, Costs, Memory, decide, speculation_after_merge
 from trtfleet_operator import conditions as cond
 from trtfleet_operator.reconcile.engine import rfc3339
 from trtfleet_operator.reconcile.types import Event, Obj
@@ -156,6 +156,7 @@ def advise_basemodel(
         merge_above=merging.merge_above_pod_fraction,
         unmerge_below=merging.unmerge_below_pod_fraction,
         sustain_s=float(merging.sustain_seconds),
+        speculation=speculation_after_merge(spec.speculative),
     )
     base_name, now_s = basemodel["metadata"]["name"], now.timestamp()
     live = [a for a in adapters if not a["metadata"].get("deletionTimestamp")]

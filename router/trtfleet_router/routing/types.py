@@ -146,6 +146,7 @@ class PodMetrics:
     kv_reused_blocks_total: int | None = None  # cumulative KV blocks reused (engine counter), None: not exported
     kv_missed_blocks_total: int | None = None  # cumulative KV blocks missed (computed afresh)
     kv_capacity_blocks: int | None = None  # the engine's KV-cache size in the router's blocks; None: not exported
+    tokens_per_step: float | None = None  # speculative decoding: tokens a step gives a request; None: 1 (none)
 
 
 class Outcome(StrEnum):

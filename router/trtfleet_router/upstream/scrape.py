@@ -14,6 +14,11 @@ iterations since the last call; ``tensorrt_llm/executor/iteration_stats.py``): t
 reusedBlocks, missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last
 scrape) says nothing.
 
+Speculative decoding and bandwidth (:mod:`.acceptance`): each pod's drafted / accepted tokens and iterations
+become its acceptance rate, tokens per step (which the routing step model divides the in-flight delay by,
+``PodMetrics.tokens_per_step``), decode steps per second and model bandwidth utilisation (with the base model's
+weight and KV bytes and peak bandwidth from ``status.capacity``), exported per pod and per adapter.
+
 Each round also exports the ready pods' scraped load per base model (``trtfleet_router_pods_reporting_load``,
 ``trtfleet_router_pod_requests``, ``trtfleet_router_pod_kv_cache_used_ratio``): the operator's autoscaler reads
 the pods through these and scrapes no pod itself, because trtllm-serve's JSON ``/metrics`` hands each reader
@@ -42,8 +47,15 @@ import aiohttp
 
 from trtfleet_router import jsoncodec
 from trtfleet_router.liveview import FleetSet
-from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.metrics import RouterMetrics, SpeculationScrape
 from trtfleet_router.routing.types import PodMetrics
+from trtfleet_router.upstream.acceptance import (
+    PodSpeculation,
+    SpecSample,
+    TritonSpecLines,
+    iterations_from_trtllm_serve,
+    spec_from_trtllm_serve,
+)
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +78,14 @@ class ScrapedLoad:
     requests_total: int | None = None  # requests Triton handled since it started (all models)
     kv_max_blocks: int | None = None  # the engine's KV-cache size in its own blocks (Triton "max")
     kv_tokens_per_block: int | None = None  # its block size (Triton "tokens_per")
+    spec: SpecSample | None = None  # speculative decoding counts (acceptance.py); None: the pod does not speculate
+    iterations: int | None = None  # engine iterations since it started
+
+    def kv_tokens_in_use(self) -> int | None:
+        """KV-cache tokens the running requests hold (what each step reads), where the pod says it."""
+        if self.kv_fraction is None or not self.kv_max_blocks or not self.kv_tokens_per_block:
+            return None
+        return round(self.kv_fraction * self.kv_max_blocks * self.kv_tokens_per_block)
 
     def kv_capacity_blocks(self, router_block_tokens: int) -> int | None:
         """The engine's KV-cache size in blocks of ``router_block_tokens`` (the prefix index's block); None when
@@ -81,8 +101,10 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
     kv = None
     reused: int | None = None
     kv_max = tokens_per = None
+    spec = TritonSpecLines()
     for line in text.splitlines():
-        if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv", "nv_inference_request_")):
+        if not line.startswith(("nv_trt_llm_request", "nv_trt_llm_kv", "nv_inference_request_",
+                                "nv_trt_llm_general", "trtfleet_reference_spec_decode")):
             continue
         match = _LINE.match(line)
         if match is None:
@@ -108,8 +130,10 @@ def parse_triton_metrics(text: str) -> ScrapedLoad:
             tokens_per = int(value)
         elif match["name"] in REQUEST_COUNTERS:
             requests = (requests or 0) + int(value)
+        else:
+            spec.feed(match["name"], labels, value)
     return ScrapedLoad(active, waiting, kv, reused, requests_total=requests, kv_max_blocks=kv_max,
-                       kv_tokens_per_block=tokens_per)
+                       kv_tokens_per_block=tokens_per, spec=spec.sample(), iterations=spec.iterations)
 
 
 def _count(value: object) -> int | None:
@@ -125,9 +149,11 @@ def parse_trtllm_serve_stats(payload: object) -> ScrapedLoad:
     kv = kv if isinstance(kv, dict) else {}
     used, total = _count(kv.get("usedNumBlocks")), _count(kv.get("maxNumBlocks"))
     fraction = used / total if used is not None and total else None
+    entries = [entry for entry in payload if isinstance(entry, dict)]
     return ScrapedLoad(_count(last.get("numActiveRequests")), _count(last.get("numQueuedRequests")), fraction,
                        _count(kv.get("reusedBlocks")), _count(kv.get("missedBlocks")), kv_max_blocks=total,
-                       kv_tokens_per_block=_count(kv.get("tokensPerBlock")))
+                       kv_tokens_per_block=_count(kv.get("tokensPerBlock")), spec=spec_from_trtllm_serve(entries),
+                       iterations=iterations_from_trtllm_serve(entries))
 
 
 def parse_pod_metrics(body: bytes) -> ScrapedLoad:
@@ -152,6 +178,7 @@ class MetricsScraper:
         self.metrics = metrics
         self.interval_s = interval_s
         self._requests: dict[tuple[str, str, str], int] = {}  # (base, pod, uid) -> requests_total last scraped
+        self._speculation: dict[tuple[str, str, str], PodSpeculation] = {}  # (base, pod, uid) -> its figures
 
     async def run(self) -> None:
         timeout = aiohttp.ClientTimeout(total=SCRAPE_TIMEOUT_S)
@@ -164,12 +191,16 @@ class MetricsScraper:
                 )
                 seen = {(base, ep.pod_id, ep.uid) for base, ep in targets}
                 self._requests = {key: n for key, n in self._requests.items() if key in seen}
+                for gone in [key for key in self._speculation if key not in seen]:
+                    del self._speculation[gone]
+                    self.metrics.forget_pod_speculation(gone[0], gone[1])
                 for (base, endpoint), result in zip(targets, results, strict=True):
                     if isinstance(result, BaseException):
                         self.metrics.pod_scrape_failures.inc()
                         log.debug("scrape failed", extra={"ctx": {"pod": endpoint.pod_id, "error": str(result)}})
                         continue
                     self._check_restart(base, endpoint.pod_id, endpoint.uid, result.requests_total)
+                    tokens_per_step = self._observe_speculation(base, endpoint.pod_id, endpoint.uid, result)
                     if result.active is None and result.waiting is None:
                         continue
                     fleet = self.fleets.fleets.get(base)
@@ -179,12 +210,38 @@ class MetricsScraper:
                         fleet.observe_metrics(
                             endpoint.pod_id,
                             PodMetrics(result.active or 0, result.waiting or 0, result.kv_fraction,
-                                       result.reused_blocks, result.missed_blocks, capacity),
+                                       result.reused_blocks, result.missed_blocks, capacity, tokens_per_step),
                         )
                 for base in self.fleets.registry.bases:
                     self.metrics.pods_ready.labels(base).set(len(self.fleets.ready_endpoints(base)))
                     self._export_pod_load(base)
                 await asyncio.sleep(self.interval_s)
+
+    def _observe_speculation(self, base: str, pod: str, uid: str, result: ScrapedLoad) -> float | None:
+        """Fold the pod's speculation counters and iterations in, export them; its tokens per step (None: it does
+        not speculate, or has not drafted yet)."""
+        state = self._speculation.setdefault((base, pod, uid), PodSpeculation())
+        drafted, accepted = state.observe(result.spec, result.iterations, asyncio.get_running_loop().time())
+        entry = self.fleets.registry.bases.get(base)
+        mbu = None
+        if entry is not None:
+            mbu = state.bandwidth_utilization(entry.weights_bytes, entry.kv_bytes_per_token,
+                                              result.kv_tokens_in_use(), entry.memory_bandwidth_bytes_per_s)
+        adapters = {a.task_id: a.served_name for a in self.fleets.registry.adapters_of(base)} if entry else {}
+        current = state.current
+        self.metrics.observe_pod_speculation(base, pod, SpeculationScrape(
+            drafted,
+            accepted,
+            current.acceptance_rate if current is not None else None,
+            current.tokens_per_step if current is not None else None,
+            state.steps_per_s,
+            mbu,
+            {"base" if task == 0 else adapters.get(task, f"task-{task}"): found.acceptance_rate
+             for task, found in state.by_adapter.items()},
+        ))
+        if result.spec is None or current is None or math.isnan(current.tokens_per_step):
+            return None
+        return current.tokens_per_step
 
     def _export_pod_load(self, base: str) -> None:
         """The base model's pods' load as scraped, for the operator (which never scrapes pods itself)."""

@@ -47,10 +47,13 @@ def render_case(case: str) -> dict[str, str]:
                       "destinationDir": prepare.stage.destination_dir},
             "quantize": None if prepare.quantize is None else list(prepare.quantize.argv),
             "serveCheckpointDir": prepare.serve_checkpoint_dir,
-        },
+        } | ({} if prepare.draft is None else {"draft": {"sourceUri": prepare.draft.source_uri,
+                                                          "revision": prepare.draft.revision,
+                                                          "destinationDir": prepare.draft.destination_dir}}),
     }
+    draft_dir = None if prepare.draft is None else prepare.draft.destination_dir
     return {
-        OPTIONS_FILE_NAME: render_llm_api_options(spec, capacity),
+        OPTIONS_FILE_NAME: render_llm_api_options(spec, capacity, draft_dir=draft_dir),
         "capacity.json": _json(capacity.to_json_dict()),
         "serving.json": _json(serving),
     }

@@ -152,6 +152,8 @@ def test_status_fits_the_crd_type(make_spec: MakeSpec) -> None:
         "loraSlotsPerPage",
         "loraHostPages",
         "loraDevicePages",
+        "kvBytesPerToken",
+        "memoryBandwidthBytesPerSecond",
     }
     assert CapacityStatus.model_validate(status).to_wire() == status
 

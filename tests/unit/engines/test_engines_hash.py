@@ -14,6 +14,8 @@ from trtfleet_engines.plan import engine_hash, engine_hash_short, plan_engine_bu
 from trtfleet.api.basemodel import BaseModelSpec
 
 MakeSpec = Callable[..., BaseModelSpec]
+MEDUSA: dict[str, Any] = {"mode": "Medusa", "draft": {"source": {"uri": "hf://org/heads"}, "numHeads": 4},
+                          "allowUntestedWithLora": True}
 
 
 CHANGES_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
@@ -46,6 +48,10 @@ CHANGES_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("lora off", ("lora.enabled",), {"lora": {"enabled": False}}),
     ("lora max rank", ("lora.maxRank",), {"lora": {"maxRank": 16}}),
     ("lora modules", ("lora.targetModules",), {"lora": {"targetModules": ["attn_q", "attn_v"]}}),
+    ("speculative", ("speculative",), {"speculative": MEDUSA}),
+    ("speculative draft revision", ("speculative",),
+     {"speculative": {**MEDUSA, "draft": {**MEDUSA["draft"], "source": {"uri": "hf://org/heads", "revision": "b"}}}}),
+    ("speculative draft length", ("speculative",), {"speculative": {**MEDUSA, "maxDraftLen": 2}}),
 ]
 
 KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [

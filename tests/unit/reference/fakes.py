@@ -1,7 +1,8 @@
 """Test doubles for the reference engine's unit tests: a model implementing the real ``step`` protocol.
 
-``FakeModel`` predicts ``(last token + 1 + adapter.shift) % VOCAB`` for every row, so outputs are easy to
-reason about, and it records the rows of every step, so tests can see how batches were formed.
+``FakeModel`` predicts ``(last token + 1 + adapter.shift) % period`` (``period`` defaults to ``VOCAB``) for every
+row, so outputs are easy to reason about, and it records the rows of every step, so tests can see how batches
+were formed; ``step_rows`` predicts the same for every token of a row that asks for all its logits (drafts).
 """
 
 from __future__ import annotations
@@ -44,18 +45,29 @@ class FakeState:
 @dataclass
 class FakeModel:
     steps: list[list[tuple[int, int, Any]]] = field(default_factory=list)
+    period: int = VOCAB
 
     def new_sequence(self) -> FakeState:
         return FakeState()
 
+    def _next(self, token: int, adapter: Any) -> int:
+        return (token + 1 + (0 if adapter is None else adapter.shift)) % self.period
+
     def step(self, rows: Sequence[StepRow]) -> NDArray[np.float32]:
+        return np.stack([row_logits[-1] for row_logits in self.step_rows(rows)]) if rows else np.zeros((0, VOCAB))
+
+    def step_rows(self, rows: Sequence[StepRow]) -> list[NDArray[np.float32]]:
         self.steps.append([(id(r.state), int(np.asarray(r.tokens).size), r.adapter) for r in rows])
-        logits = np.zeros((len(rows), VOCAB), np.float32)
-        for i, row in enumerate(rows):
-            shift = 0 if row.adapter is None else row.adapter.shift
-            logits[i, (int(row.tokens[-1]) + 1 + shift) % VOCAB] = 1.0
-            row.state.length += int(np.asarray(row.tokens).size)
-        return logits
+        out = []
+        for row in rows:
+            tokens = [int(t) for t in np.asarray(row.tokens).reshape(-1)]
+            picked = tokens if row.all_logits else tokens[-1:]
+            logits = np.zeros((len(picked), VOCAB), np.float32)
+            for i, token in enumerate(picked):
+                logits[i, self._next(token, row.adapter)] = 1.0
+            row.state.length += len(tokens)
+            out.append(logits)
+        return out
 
 
 @dataclass

@@ -216,6 +216,12 @@ def test_every_rendered_options_file_starts_the_reference_server(options: Path) 
     else:
         assert settings.lora is not None
         assert (settings.lora.max_loras, settings.lora.max_cpu_loras) == (lora["max_loras"], lora["max_cpu_loras"])
+    speculative = rendered.get("speculative_config")
+    if speculative is not None and speculative["decoding_type"] == "NGram":
+        assert settings.speculation is not None
+        assert settings.speculation.max_draft_len == speculative["max_draft_len"]
+    elif speculative is not None:  # modes the reference engine does not draft with: served without speculation
+        assert settings.speculation is None
 
 
 def test_golden_options_files_exist() -> None:

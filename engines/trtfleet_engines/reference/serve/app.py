@@ -25,7 +25,7 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from trtfleet.version import __version__
-from trtfleet_engines.reference.engine import build_block_pool, fit_limits
+from trtfleet_engines.reference.engine import build_block_pool, build_speculator, fit_limits
 from trtfleet_engines.reference.numpy_llama import LlamaWeights, TinyLlama
 from trtfleet_engines.reference.scheduler import BatchLimits, InflightBatcher
 from trtfleet_engines.reference.serve.adapters import AdapterGate, PeftAdapterStore, TierSizes
@@ -84,7 +84,8 @@ class ServeApp:
             self.store = PeftAdapterStore(weights.config, sizes)
             self.gate = AdapterGate(max(self.store.host_adapters, 1))
         pool = build_block_pool(settings.kv_cache, limits)
-        batcher: InflightBatcher[TokenStream] = InflightBatcher(TinyLlama(weights), limits, self.store, pool)
+        batcher: InflightBatcher[TokenStream] = InflightBatcher(
+            TinyLlama(weights), limits, self.store, pool, build_speculator(settings.speculation))
         self.bridge = EngineBridge(
             batcher, min_step_s=settings.min_step_s, prefill_s_per_token=settings.prefill_s_per_token
         )

@@ -5,7 +5,9 @@
 :class:`~trtfleet_engines.reference.serve.adapters.PeftAdapterStore` as its LoRA cache. The loop thread
 hands each response to the request's :class:`TokenStream`, which moves it onto the event loop. A client that
 goes away cancels its request by its ``user_id`` (the next step retires it and frees its adapter).
-Iteration stats go to a bounded queue that ``GET /metrics`` drains, as upstream's ``get_stats_async`` does.
+Iteration stats go to a bounded queue that ``GET /metrics`` drains, as upstream's ``get_stats_async`` does; each
+entry stands for the iterations since the one before, so its ``specDecodingStats`` counts are the drafts of those
+iterations (upstream's entries are one iteration each, and readers sum them alike).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ class EngineBridge:
         )
         self._stats: deque[dict[str, Any]] = deque(maxlen=STATS_QUEUE_LENGTH)
         self._user_ids = itertools.count(1)
+        self._spec_seen = (0, 0, 0)
         self.completed_requests = 0
         self.healthy = False
 
@@ -109,7 +112,24 @@ class EngineBridge:
 
     def _record_stats(self, stats: BatcherStats) -> None:
         """Called on the loop thread; deque appends are atomic."""
-        self._stats.append(iteration_stats(stats, self.completed_requests))
+        entry = iteration_stats(stats, self.completed_requests)
+        if stats.speculative:
+            seen = (stats.spec_draft_tokens, stats.spec_accepted_tokens, stats.spec_steps_with_drafts)
+            drafted, accepted, steps = (now - before for now, before in zip(seen, self._spec_seen, strict=True))
+            self._spec_seen = seen
+            entry["specDecodingStats"] = {
+                "numDraftTokens": drafted,
+                "numAcceptedTokens": accepted,
+                "numRequestsWithDraftTokens": steps,
+                "acceptanceLength": 1.0 + accepted / steps if steps else 1.0,
+                "iterLatencyMS": 0.0,
+                "draftOverhead": 0.0,
+            }
+            entry["trtfleetReferenceSpecDecodingByAdapter"] = [
+                {"loraId": task_id, "numDraftTokens": d, "numAcceptedTokens": a}
+                for task_id, d, a in stats.spec_by_adapter
+            ]
+        self._stats.append(entry)
 
 
 def _with_user_id(request: GenerationRequest, user_id: str) -> GenerationRequest:
@@ -148,6 +168,6 @@ def iteration_stats(stats: BatcherStats, completed: int) -> dict[str, Any]:
             "numPausedRequests": stats.paused_requests,
             "numCtxTokens": stats.context_tokens,
             "microBatchId": 0,
-            "avgNumDecodedTokensPerIter": 1.0 if stats.generation_requests else 0.0,
+            "avgNumDecodedTokensPerIter": stats.avg_decoded_tokens_per_iter,
         },
     }

@@ -4,6 +4,12 @@ benchmarks can see the tiers) and the prefill positions computed vs. started
 (``trtfleet_reference_prefill_tokens_computed_total`` / ``..._prefill_prompt_tokens_total``: their difference is
 the work KV-cache block reuse skipped).
 
+With speculation: ``trtllm_spec_decode_num_draft_tokens_total``, ``trtllm_spec_decode_num_accepted_tokens_total``,
+``trtllm_spec_decode_acceptance_length`` and ``trtllm_avg_decoded_tokens_per_iter`` as upstream names them
+(``tensorrt_llm/metrics/collector.py``@050f80de), and per LoRA id, which upstream does not say,
+``trtfleet_reference_spec_decode_adapter_{draft,accepted}_tokens_total{lora_id}`` (at most
+:data:`~trtfleet_engines.reference.metrics.ADAPTER_SERIES_CAP` ids).
+
 Upstream (``tensorrt_llm/metrics/collector.py``, created in ``openai_server.py`` with the labels
 ``{"model_name": "undefined", "engine_type": "undefined"}``) mounts this only when ``return_perf_metrics`` is
 set; so does the reference server. All metrics of the component are defined here.
@@ -18,6 +24,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from trtfleet_engines.reference.metrics import adapter_values
 from trtfleet_engines.reference.scheduler import BatcherStats
 
 LABELS = {"model_name": "undefined", "engine_type": "undefined"}
@@ -46,6 +53,12 @@ class _EngineCollector(Collector):
             gauge = GaugeMetricFamily(name, text, labels=names)
             gauge.add_metric(values, value)
             yield gauge
+        decoded = GaugeMetricFamily("trtllm_avg_decoded_tokens_per_iter",
+                                    "Tokens per generation request in the last iteration.", labels=names)
+        decoded.add_metric(values, stats.avg_decoded_tokens_per_iter)
+        yield decoded
+        if stats.speculative:
+            yield from _speculation(stats, names, values)
         computed = CounterMetricFamily("trtfleet_reference_prefill_tokens_computed",
                                        "Prompt positions the model computed (reused KV-cache blocks are not).")
         computed.add_metric([], stats.prefill_tokens_computed)
@@ -74,6 +87,30 @@ class _EngineCollector(Collector):
                                          f"Adapters in the {tier} tier.")
             resident.add_metric([], len(lora[f"{tier}Resident"]))
             yield resident
+
+
+def _speculation(stats: BatcherStats, names: list[str], values: list[str]) -> Iterator[
+        GaugeMetricFamily | CounterMetricFamily]:
+    for name, text, value in (
+        ("trtllm_spec_decode_num_draft_tokens", "Draft tokens proposed.", stats.spec_draft_tokens),
+        ("trtllm_spec_decode_num_accepted_tokens", "Draft tokens accepted.", stats.spec_accepted_tokens),
+    ):
+        counter = CounterMetricFamily(name, text, labels=names)
+        counter.add_metric(values, value)
+        yield counter
+    length = GaugeMetricFamily("trtllm_spec_decode_acceptance_length",
+                               "Tokens per step of a request that drafted, last iteration.", labels=names)
+    length.add_metric(values, stats.spec_acceptance_length)
+    yield length
+    per_adapter = adapter_values(stats)
+    for kind in ("draft", "accepted"):
+        family = CounterMetricFamily(f"trtfleet_reference_spec_decode_adapter_{kind}_tokens",
+                                     f"Draft tokens {'proposed' if kind == 'draft' else 'accepted'} per LoRA id "
+                                     "(0: the base model; not a TRT-LLM metric).", labels=["lora_id"])
+        for (task_id, series), count in per_adapter.items():
+            if series == f"{kind}_tokens":
+                family.add_metric([str(task_id)], count)
+        yield family
 
 
 class ServeMetrics:

@@ -5,6 +5,10 @@ the reference server through ``--config``; keys that only matter on a GPU (paral
 are accepted and ignored. Flags given explicitly override the file, as upstream's do. Without a
 ``lora_config`` block the server ignores ``lora_request`` and answers from the base model, as upstream does.
 
+``speculative_config`` (NGram) turns on the reference engine's prompt-lookup speculation
+(:mod:`trtfleet_engines.reference.speculation`); ``disable_overlap_scheduler`` is accepted and ignored (the
+reference engine has no overlap scheduler).
+
 ``kv_cache_config`` keys read (``KvCacheConfig`` in ``tensorrt_llm/llmapi/llm_args.py`` @ fcd3f316, same
 defaults): ``enable_block_reuse`` (true), ``tokens_per_block`` (32), ``max_tokens`` (the pool's size; upstream
 sizes it from GPU memory when unset, the reference engine uses ``max_batch_size x max_seq_len``),
@@ -16,6 +20,7 @@ Pure apart from :func:`read_options_file`. Errors: :class:`SettingsError` (a fil
 from __future__ import annotations
 
 import argparse
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +31,9 @@ import yaml
 from trtfleet.api.basemodel import LoraModule
 from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK, KvCacheSettings
 from trtfleet_engines.reference.repository import default_model_dir
+from trtfleet_engines.reference.speculation import SpeculationSettings, UnsupportedModeError
+
+logger = logging.getLogger(__name__)
 
 
 class SettingsError(Exception):
@@ -59,6 +67,7 @@ class ServeSettings:
     prefill_s_per_token: float = 0.0
     kv_cache: KvCacheSettings | None = None
     """None: ``max_batch_size x max_seq_len`` tokens in blocks of 32, reuse on, no events."""
+    speculation: SpeculationSettings | None = None
 
 
 DEFAULTS: Mapping[str, Any] = {
@@ -174,6 +183,21 @@ def _kv_cache(args: argparse.Namespace, options: Mapping[str, Any], max_batch_si
                            enable_block_reuse=reuse, event_buffer_max_size=events)
 
 
+def _speculation(options: Mapping[str, Any]) -> SpeculationSettings | None:
+    block = options.get("speculative_config")
+    if block is None:
+        return None
+    if not isinstance(block, dict):
+        raise SettingsError("speculative_config must be a mapping")
+    try:
+        return SpeculationSettings.from_config(block)
+    except UnsupportedModeError as exc:
+        logger.warning("%s: serving without speculation", exc)
+        return None
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from exc
+
+
 def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
     args = parser().parse_args(argv)
     options = read_options_file(args.config)
@@ -200,4 +224,5 @@ def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
         min_step_s=max(args.min_step_ms, 0.0) / 1000.0,
         prefill_s_per_token=max(args.prefill_us_per_token, 0.0) / 1e6,
         kv_cache=_kv_cache(args, options, max_batch_size, max_seq_len),
+        speculation=_speculation(options),
     )

@@ -7,7 +7,9 @@ Every candidate ``p`` gets one cost::
     cost(p) = queue(p) + adapter(p) + prefill(p)
     queue(p)    = pending_prefill(p) x prefill_s_per_token   (uncached prompt tokens of requests started there that
                   - min(now - head_since(p), head_prefill(p))  have no first token yet, less what the oldest has
-                  + load(p) x inflight_delay_s                 computed since; plus what each request in flight adds)
+                  + load(p) x inflight_delay_s / tps(p)        computed since; plus what each request in flight adds:
+                                                               its decode steps, fewer with speculation: tps(p) is
+                                                               the pod's scraped tokens per step, at least 1)
     adapter(p)  = 0 when warm and settled, else link(p) x load_s   (link(p) = 1 + weight transfers already on their
                   (+ one load more when storing it evicts an      way to p: they go one after another)
                   adapter: that adapter's later reload)
@@ -56,6 +58,14 @@ from trtfleet_router.routing.types import AdapterRef, CachesBusy
 NAME = "ttft-cost"
 SECTION = "ttft_cost"
 COST_TIE_S = 1e-6
+
+
+def tokens_per_step(ctx: RoutingContext, pod_id: str) -> float:
+    """The pod's fresh scraped tokens per decode step of a request (speculative decoding), at least 1."""
+    pod = ctx.by_id.get(pod_id)
+    metrics = pod.load.fresh_metrics(ctx.now_s) if pod is not None else None
+    found = metrics.tokens_per_step if metrics is not None else None
+    return max(1.0, found) if found is not None else 1.0
 
 
 class TtftCostConfig(AdapterPlacementConfig):
@@ -180,7 +190,7 @@ class TtftCostPolicy:
         it got the pod) plus what the requests in flight add."""
         config = self._config
         pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, config.prefill_s_per_token)
-        return load * config.inflight_delay_s + pending_s
+        return load * config.inflight_delay_s / tokens_per_step(ctx, pod_id) + pending_s
 
     def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there."""

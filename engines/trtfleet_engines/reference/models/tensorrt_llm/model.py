@@ -104,7 +104,8 @@ class TritonPythonModel:
                 message = _error_response(response.error)
             else:
                 tensors = output_tensors(
-                    response.output_ids, handle.requested, num_input_tokens=handle.num_input_tokens
+                    response.output_ids, handle.requested, num_input_tokens=handle.num_input_tokens,
+                    draft_tokens=response.draft_tokens, accepted_draft_tokens=response.accepted_draft_tokens,
                 )
                 message = pb_utils.InferenceResponse(
                     output_tensors=[pb_utils.Tensor(name, value) for name, value in tensors.items()]
