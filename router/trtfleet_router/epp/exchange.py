@@ -21,6 +21,7 @@ blaming the pod: as answered once the pod's first chunk came, as failed before.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -61,6 +62,8 @@ ERROR_TEXT_BYTES: Final = 4096
 """Of an error answer, this much is kept to classify it."""
 GATEWAY_FAILURE_TEXTS: Final = ("upstream connect error", "no healthy upstream", "upstream reset")
 """Envoy's own answers when it could not reach the pod: the pod's failure, not the request's."""
+SSE_DONE: Final = b"data: [DONE]"
+"""An OpenAI stream's last event: the client has its whole answer."""
 MAX_PICKS: Final = 4
 """Pods a request may be decided to before it is refused (a pod that left the fleet, a failed cold push)."""
 
@@ -89,6 +92,7 @@ class Exchange:
         self.demand = False
         self.status = 0
         self.answered = False
+        self.complete = False  # the client has the whole answer (its end, or an OpenAI stream's [DONE])
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
 
@@ -100,16 +104,23 @@ class Exchange:
         self.openai = not request_path(headers).startswith("/v2/")
         services = self.services
         request_id = services.request_ids.new(headers.get("x-request-id"))
+        cancelled: asyncio.CancelledError | None = None
         try:
             with services.track(FRONTEND, request_id) as record:
                 try:
                     await self._serve(message, headers, record)
+                except asyncio.CancelledError as exc:
+                    if not self.complete:
+                        raise
+                    cancelled = exc  # the gateway closed the stream after the whole answer: a request served
                 finally:
                     self._stream_ended()
                     if self.demand and self.request is not None:
                         self.dispatcher.admission.demand_ended(self.request.call)
         except RouterError as exc:  # refused before it started (the router is draining)
             await self.context.write(self._refusal(exc))
+        if cancelled is not None:
+            raise cancelled
 
     async def _serve(self, first: ext_proc.ProcessingRequest, headers: dict[str, str], record: RequestRecord) -> None:
         subset = envoy.subset_hint(first.metadata_context)
@@ -124,11 +135,13 @@ class Exchange:
             answer = await self._pick(headers, body, subset, record, headers_only=headers_only)
         except RouterError as exc:
             record.code = mapping_for(exc).code_label
+            self.complete = True
             await self.context.write(self._refusal(exc))
             return
+        self.complete = answer[0].WhichOneof("response") == "immediate_response"
         for response in answer:
             await self.context.write(response)
-        if answer[0].WhichOneof("response") == "immediate_response":
+        if self.complete:
             return
         await self._follow(record)
 
@@ -317,6 +330,8 @@ class Exchange:
         self.decision = decision
 
     def _response_chunk(self, chunk: bytes, record: RequestRecord) -> None:
+        if self.status == 200 and chunk.rstrip().endswith(SSE_DONE):
+            self.complete = True
         if self.status != 200:
             if len(self.error_body) < ERROR_TEXT_BYTES:
                 self.error_body += chunk[: ERROR_TEXT_BYTES - len(self.error_body)]
@@ -334,6 +349,7 @@ class Exchange:
                 self.dispatcher.admission.interactive.first_answer(lease.base_model, waited_s)
 
     def _response_end(self) -> None:
+        self.complete = True
         if self.status == 200:
             self._end(Outcome.OK, blame=False)
             return

@@ -281,3 +281,26 @@ def test_a_body_over_the_limit_is_refused_with_413(tmp_path: Path) -> None:
         picker.close()
         router.stop()
         loop.close()
+
+
+def _epp_requests(picker: Picker, code: str) -> float:
+    counter = picker.router.router.metrics.requests.labels("epp", "adapter", code)
+    return float(counter.value)
+
+
+def test_a_gateway_that_closes_after_the_whole_answer_counts_it_served(pytorch_picker: Picker) -> None:
+    """Envoy may reset the stream once the client has read an OpenAI stream's [DONE], before the body's last empty
+    chunk: a served request, not a client gone; a reset in the middle of the answer is a client gone."""
+    ok, gone = _epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone")
+    for finished in (True, False):
+        stream = pytorch_picker.stream()
+        stream.request("/v1/completions", b'{"model": "tiny-upper", "prompt": "x", "stream": true}')
+        stream.send(response_headers(200, {"content-type": "text/event-stream"}))
+        stream.receive()
+        last = b"data: [DONE]\n\n" if finished else b'data: {"choices":[{"text":"A"}]}\n\n'
+        stream.send(response_body(b'data: {"choices":[{"text":"A"}]}\n\n' + last, end_of_stream=False))
+        stream.receive()
+        stream.cancel()
+        pytorch_picker.router.check_books()
+    assert _epp_requests(pytorch_picker, "ok") == ok + 1
+    assert _epp_requests(pytorch_picker, "client_gone") == gone + 1
