@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: docs install tools test unit lint lint-workflows crds crds-check demo control-plane cluster-up cluster-down bench bench-tools e2e-kind images clean
+.PHONY: docs install tools test unit lint lint-workflows crds crds-check demo demo-gateway control-plane cluster-up cluster-down bench bench-tools e2e-kind images clean
 
 install: $(STAMP)
 
@@ -83,6 +83,10 @@ cluster-down:
 
 demo: install
 	$(VENV)/bin/trtfleet demo
+
+# The same fleet behind a real Envoy, the router as its Gateway API endpoint picker (docs/gateway.md).
+demo-gateway: install tools
+	$(VENV)/bin/trtfleet demo --gateway
 
 bench: install
 	$(PY) -m bench --quick
