@@ -92,6 +92,7 @@ class Exchange:
         self.demand = False
         self.status = 0
         self.answered = False
+        self.cold = False  # the pod was cold for the adapter: a load (pushed first, or read from lora_path)
         self.complete = False  # the client has the whole answer (its end, or an OpenAI stream's [DONE])
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
@@ -208,6 +209,7 @@ class Exchange:
         metrics = self.services.metrics
         label = metrics.adapter_label(adapter.served_name if adapter is not None else None)
         for _ in range(MAX_PICKS):
+            self.cold = False
             decision = await admission.decide(fleet, route, call.priority, None, call.deadline_s)
             endpoint = self.services.fleets.endpoint(route.model, decision.pod)
             if endpoint is None or _destination(endpoint, request) is None:
@@ -222,7 +224,9 @@ class Exchange:
                         route = dataclasses.replace(route, exclude_pods=route.exclude_pods | {decision.pod})
                         continue
                     decision = dataclasses.replace(decision, send_weights=False, warm=True, loading=False)
+                    self.cold = True  # the push counted its load
                 elif decision.send_weights:
+                    self.cold = True
                     metrics.adapter_loads.labels(label).inc()  # the pod reads it from lora_path
             try:
                 lease = admission.lease(fleet, decision, route)
@@ -322,6 +326,7 @@ class Exchange:
         adapter = request.call.target.adapter
         warm = adapter is None or fleet.is_warm(pod, adapter.task_id)
         decision = Decision(pod, not warm, warm, fleet.policy_name, "gateway-fallback")
+        self.cold = not warm
         try:
             self.lease = self.dispatcher.admission.lease(fleet, decision, self.dispatcher.admission.route_request(
                 request.call))
@@ -386,7 +391,7 @@ class Exchange:
             label = metrics.adapter_label(adapter.served_name)
             if outcome is Outcome.MISS:
                 metrics.adapter_cache_misses.labels(label).inc()
-            elif outcome is Outcome.OK and decision is not None and not decision.send_weights:
+            elif outcome is Outcome.OK and decision is not None and not self.cold:
                 metrics.adapter_cache_hits.labels(label).inc()
         lease.end(outcome)
         if blame:
