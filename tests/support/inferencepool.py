@@ -1,8 +1,9 @@
-"""The Gateway API Inference Extension's InferencePool CRD in tests: where ``hack/install-gie-crd.sh`` (``make
-tools``) put it, its schema, and installing it into (or removing it from) a test control plane.
+"""The Gateway API CRDs in tests: GIE's InferencePool and Gateway API's HTTPRoute, where
+``hack/install-gateway-crds.sh`` (``make tools``) put them; the InferencePool's schema; installing them into (or
+the InferencePool's removing it from) a test control plane.
 
-The CRD is GIE's own file from the Go module ``sigs.k8s.io/gateway-api-inference-extension`` (version and
-sha256 pinned in the script), not a copy kept here.
+Each is its project's own file from its Go module (``sigs.k8s.io/gateway-api-inference-extension`` v1.6.2,
+``sigs.k8s.io/gateway-api`` v1.6.1; versions and sha256 pinned in the script), not a copy kept here.
 """
 
 from __future__ import annotations
@@ -18,19 +19,20 @@ import yaml
 from tests.support.controlplane import ControlPlane, eventually
 
 ROOT = Path(__file__).resolve().parents[2]
-INSTALL_SCRIPT = ROOT / "hack" / "install-gie-crd.sh"
-GIE_VERSION = "v1.6.2"
-CRD_FILE_NAME = "inference.networking.k8s.io_inferencepools.yaml"
+INSTALL_SCRIPT = ROOT / "hack" / "install-gateway-crds.sh"
+INFERENCEPOOL_FILE = "gateway-api-inference-extension-v1.6.2/inference.networking.k8s.io_inferencepools.yaml"
+HTTPROUTE_FILE = "gateway-api-v1.6.1/gateway.networking.k8s.io_httproutes.yaml"
 CRD_NAME = "inferencepools.inference.networking.k8s.io"
+HTTPROUTE_CRD_NAME = "httproutes.gateway.networking.k8s.io"
 GROUP_VERSION_PATH = "/apis/inference.networking.k8s.io/v1"
 
 
-def crd_path() -> Path:
-    """The CRD file; a clear error naming the script when it has not been fetched."""
+def crd_path(file: str = INFERENCEPOOL_FILE) -> Path:
+    """A fetched CRD file; a clear error naming the script when it has not been fetched."""
     cache = Path(os.environ.get("TRTFLEET_CACHE") or Path.home() / ".cache" / "trtfleet")
-    path = cache / f"gie-{GIE_VERSION}" / CRD_FILE_NAME
+    path = cache / "gateway-crds" / file
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `make tools` (or bash {INSTALL_SCRIPT}) to fetch GIE's CRD")
+        raise FileNotFoundError(f"{path} is missing: run `make tools` (or bash {INSTALL_SCRIPT}) to fetch it")
     return path
 
 
@@ -73,6 +75,14 @@ def install(cp: ControlPlane) -> None:
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path()))
     cp.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{CRD_NAME}")
     eventually(lambda: served(cp), timeout=30, what="InferencePools to be served")
+
+
+def install_httproute(cp: ControlPlane) -> None:
+    """Apply Gateway API's HTTPRoute CRD (standard channel) server-side and wait until HTTPRoutes are served."""
+    cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path(HTTPROUTE_FILE)))
+    cp.kubectl("wait", "--for", "condition=established", "--timeout=60s", f"crd/{HTTPROUTE_CRD_NAME}")
+    eventually(lambda: cp.kubectl("get", "httproutes", "-A", check=False).returncode == 0, timeout=30,
+               what="HTTPRoutes to be served")
 
 
 def remove(cp: ControlPlane) -> None:
