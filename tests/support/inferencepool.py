@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,13 @@ def remove(cp: ControlPlane) -> None:
     """Delete the CRD (and with it every InferencePool) and wait until discovery no longer lists it."""
     cp.kubectl("delete", "crd", CRD_NAME, "--ignore-not-found", "--wait=true", "--timeout=60s")
     eventually(lambda: not served(cp), timeout=60, what="InferencePools to be no longer served")
+
+
+@contextmanager
+def installed(cp: ControlPlane) -> Iterator[ControlPlane]:
+    """The InferencePool CRD served for the block, removed afterwards (other tests expect a cluster without it)."""
+    install(cp)
+    try:
+        yield cp
+    finally:
+        remove(cp)
