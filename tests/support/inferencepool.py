@@ -1,6 +1,6 @@
 """The Gateway API CRDs in tests: GIE's InferencePool and Gateway API's HTTPRoute, where
-``hack/install-gateway-crds.sh`` (``make tools``) put them; the InferencePool's schema; installing them into (or
-the InferencePool's removing it from) a test control plane.
+``hack/install-gateway-crds.sh`` (``make tools``, or the first test that needs one) puts them; the InferencePool's
+schema; installing them into a test control plane, and removing the InferencePool's again.
 
 Each is its project's own file from its Go module (``sigs.k8s.io/gateway-api-inference-extension`` v1.6.2,
 ``sigs.k8s.io/gateway-api`` v1.6.1; versions and sha256 pinned in the script), not a copy kept here.
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,11 +31,13 @@ GROUP_VERSION_PATH = "/apis/inference.networking.k8s.io/v1"
 
 
 def crd_path(file: str = INFERENCEPOOL_FILE) -> Path:
-    """A fetched CRD file; a clear error naming the script when it has not been fetched."""
+    """A fetched CRD file, fetched now (the script, as ``make tools`` runs it) when it is not there yet."""
     cache = Path(os.environ.get("TRTFLEET_CACHE") or Path.home() / ".cache" / "trtfleet")
     path = cache / "gateway-crds" / file
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing: run `make tools` (or bash {INSTALL_SCRIPT}) to fetch it")
+        fetched = subprocess.run(["bash", str(INSTALL_SCRIPT)], capture_output=True, text=True, check=False)
+        if fetched.returncode != 0 or not path.is_file():
+            raise FileNotFoundError(f"{path} is missing and {INSTALL_SCRIPT} could not fetch it: {fetched.stderr}")
     return path
 
 
