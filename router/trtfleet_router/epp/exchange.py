@@ -273,13 +273,19 @@ class Exchange:
 
     # -- response --------------------------------------------------------------------------------------
     async def _follow(self, record: RequestRecord) -> None:
-        """Answer the response phases, keeping the lease's books, until the stream ends."""
+        """Answer the response phases, keeping the lease's books, until the stream ends. A gateway that closes the
+        stream once it has its destination (NGINX Gateway Fabric's client does) follows no response: its request
+        counts as handed over and answered, the lease ends there."""
         context = self.context
+        followed = False
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
+                if not followed:  # a gateway that sends no response phases: the request is the pod's now
+                    self.answered = self.complete = True
                 return
             kind = message.WhichOneof("request")
+            followed = followed or kind != "request_trailers"
             if kind == "response_headers":
                 self._response_headers(message)
                 await context.write(envoy.RESPONSE_HEADERS_UNCHANGED)

@@ -305,4 +305,17 @@ def test_a_gateway_that_closes_after_the_whole_answer_counts_it_served(pytorch_p
         pytorch_picker.router.check_books()
     # the request is counted as its handler ends, a moment after its lease closed
     eventually(lambda: (_epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone"))
-               == (ok + 1, gone + 1), timeout=10, what="both streams counted")
+               == (ok + 1, gone + 1), timeout=30, what="both streams counted")
+
+
+def test_a_gateway_that_follows_no_response_hands_the_request_over(pytorch_picker: Picker) -> None:
+    """A gateway that closes its side once it has the destination (NGINX Gateway Fabric's client sends the headers,
+    the body, then closes): the lease ends as answered, the adapter is booked on the pod it went to."""
+    ok = _epp_requests(pytorch_picker, "ok")
+    stream = pytorch_picker.stream()
+    picked = stream.request("/v1/completions", b'{"model": "tiny-reverse", "prompt": "x"}')
+    assert stream.finish() == []
+    pytorch_picker.router.check_books()
+    pods = {address: pod for pod, address in PYTORCH_PODS.items()}
+    assert pytorch_picker.router.router.fleets.fleet("tiny").is_warm(pods[picked.destinations[0]], 12)
+    eventually(lambda: _epp_requests(pytorch_picker, "ok") == ok + 1, timeout=30, what="the request counted")
