@@ -110,6 +110,8 @@ class Exchange:
             with services.track(FRONTEND, request_id) as record:
                 try:
                     await self._serve(message, headers, record)
+                    if not self.complete and self.context.cancelled():  # the read saw the end of a cancelled call
+                        record.code = "client_gone"
                 except asyncio.CancelledError as exc:
                     if not self.complete:
                         raise
@@ -281,7 +283,7 @@ class Exchange:
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
-                if not followed:  # a gateway that sends no response phases: the request is the pod's now
+                if not followed and not context.cancelled():  # a gateway that sends no response phases
                     self.answered = self.complete = True
                 return
             kind = message.WhichOneof("request")
