@@ -15,7 +15,8 @@ pods of the newest failed Job. Decided:
 
 Every user of the hash owns the Job and ConfigMap (non-controller owner references, kept in sync with
 a resourceVersion-guarded patch). A user whose hash changed stops owning its old build; an old build
-nobody wants any more is deleted, which is how a spec change supersedes a running build.
+nobody wants any more is deleted, which is how a spec change supersedes a running build. The objects
+themselves are built by :mod:`trtfleet_operator.builders.enginebuild` (and :mod:`.builders.pytorch`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from trtfleet.api.basemodel import BaseModelSpec, QuantizationMode
 from trtfleet_operator import conditions as cond
-from trtfleet_operator.builders.engine import (
+from trtfleet_operator.builders.enginebuild import (
     BUILD_CONTAINER,
     build_engine_job,
     build_engine_record,
