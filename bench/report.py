@@ -41,6 +41,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("autoscale", "## Autoscaling", "autoscaling"),
     ("spec-reference", "## Speculative decoding: the reference engine", "speculative"),
     ("spec-sim", "## Speculative decoding: the simulator", "speculative"),
+    ("gateway", "## Gateway mode", "gateway"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 

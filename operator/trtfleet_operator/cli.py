@@ -10,6 +10,7 @@
                       [--autoscale-interval 15] [--router-selector SEL] [--router-namespace NS]
                       [--router-metrics-port 9090] [--router-metrics-url URL ...] [--held-wait 20]
                       [--merge-interval 60] [--router-peer-port 8082] [--router-demand-url URL ...]
+                      [--inference-pool-picker SERVICE:PORT]
 
 Images come from TRTFLEET_IMAGE, TRTFLEET_WORKER_IMAGE and TRTFLEET_MODELOPT_IMAGE (see
 :mod:`trtfleet_operator.config`). Exit codes: 0 after a clean stop, 2 for bad flags or environment.
@@ -26,6 +27,7 @@ from trtfleet_operator import logs
 from trtfleet_operator.config import (
     AutoscaleConfig,
     BuildPolicy,
+    InferencePoolConfig,
     MergeAdviceConfig,
     OperatorConfig,
     Storage,
@@ -176,6 +178,13 @@ def configure(parser: argparse.ArgumentParser) -> None:
         help="the routers' internal bearer tokens (their --internal-token-file), sent with the demand and held "
         "requests on the peer port; re-read when the file changes",
     )
+    parser.add_argument(
+        "--inference-pool-picker",
+        metavar="SERVICE:PORT",
+        type=_picker,
+        help="render an InferencePool (inference.networking.k8s.io/v1) per BaseModel, when the cluster serves "
+        "them, whose endpoint picker is this Service of the BaseModel's namespace (trtfleet's picker; default: none)",
+    )
     parser.add_argument("--log-level", default=os.environ.get("TRTFLEET_LOG_LEVEL", "INFO"))
     parser.set_defaults(func=run)
 
@@ -213,7 +222,19 @@ def config_from_args(args: argparse.Namespace) -> OperatorConfig:
         artifact_drain_s=args.adapter_drain,
         engine_retention_s=args.engine_retention,
         collect_interval_s=args.collect_interval,
+        inference_pool=args.inference_pool_picker,
     )
+
+
+def _picker(value: str) -> InferencePoolConfig:
+    """``--inference-pool-picker SERVICE:PORT``."""
+    service, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(f"expected SERVICE:PORT, e.g. trtfleet-epp:9002, not {value!r}")
+    try:
+        return InferencePoolConfig(picker_service=service, picker_port=int(port))
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
 
 
 def _key_value(item: str) -> tuple[str, str]:

@@ -1,9 +1,10 @@
 """Kubernetes-style conditions (metav1.Condition) on the wire: types, reasons and a pure merge.
 
-BaseModel conditions: ``CapacityPlanned``, ``EngineBuilt``, ``Ready``, with ``spec.autoscaling`` the
-autoscaler's ``ScalingActive`` and, while a deletion waits for Adapters, ``DeletionBlocked``. Adapter
-conditions: ``Validated``, ``Converted``, ``Ready``, and the merge timer's ``MergeRecommended`` (kept by
-the reconciler, :func:`keep`). Every reason is CamelCase and every message says what to do about it.
+BaseModel conditions: ``CapacityPlanned``, ``EngineBuilt``, ``Ready``, with InferencePools on
+``InferencePoolReady``, with ``spec.autoscaling`` the autoscaler's ``ScalingActive`` and, while a deletion waits
+for Adapters, ``DeletionBlocked``. Adapter conditions: ``Validated``, ``Converted``, ``Ready``, and the merge
+timer's ``MergeRecommended`` (kept by the reconciler, :func:`keep`). Every reason is CamelCase and every message
+says what to do about it.
 """
 
 from __future__ import annotations
@@ -20,10 +21,11 @@ VALIDATED = "Validated"
 CONVERTED = "Converted"
 BASE_VARIANT_READY = "BaseVariantReady"
 MERGE_RECOMMENDED = "MergeRecommended"
+INFERENCE_POOL_READY = "InferencePoolReady"
 
 _ORDER = (
-    VALIDATED, CAPACITY_PLANNED, ENGINE_BUILT, CONVERTED, BASE_VARIANT_READY, READY, SCALING_ACTIVE, MERGE_RECOMMENDED,
-    DELETION_BLOCKED
+    VALIDATED, CAPACITY_PLANNED, ENGINE_BUILT, CONVERTED, BASE_VARIANT_READY, READY, INFERENCE_POOL_READY,
+    SCALING_ACTIVE, MERGE_RECOMMENDED, DELETION_BLOCKED
 )
 
 TRUE = "True"

@@ -19,6 +19,7 @@ Every other pod runs ``spec.engine.image`` exactly as written: any TensorRT-LLM 
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,6 +28,7 @@ from trtfleet.api.basemodel import EngineSpec
 from trtfleet.version import __version__
 from trtfleet_operator.errors import ConfigError
 
+DNS_LABEL = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
 DEFAULT_ENGINE_IMAGE: str = EngineSpec.model_fields["image"].default
 REMOVED_ENV = ("TRTFLEET_RUNTIME_IMAGE", "TRTFLEET_RUNTIME_BASE_IMAGE")
 """The rebuilt-runtime-image settings of earlier versions: refused, so that nobody believes they still apply."""
@@ -120,6 +122,22 @@ class MergeAdviceConfig:
 
 
 @dataclass(frozen=True)
+class InferencePoolConfig:
+    """An InferencePool (Gateway API Inference Extension) per BaseModel, whose endpoint picker is this Service
+    (trtfleet's picker, the chart's ``gateway.picker``), looked up in each BaseModel's own namespace: GIE's
+    ``endpointPickerRef`` names a Service of the pool's namespace."""
+
+    picker_service: str
+    picker_port: int
+
+    def __post_init__(self) -> None:
+        if not DNS_LABEL.match(self.picker_service):
+            raise ConfigError(f"the picker Service name {self.picker_service!r} is not a DNS label")
+        if not 1 <= self.picker_port <= 65535:
+            raise ConfigError(f"the picker port {self.picker_port} is not in 1..65535")
+
+
+@dataclass(frozen=True)
 class OperatorConfig:
     images: Images = field(default_factory=Images)
     build: BuildPolicy = field(default_factory=BuildPolicy)
@@ -144,6 +162,8 @@ class OperatorConfig:
     merge_advice: MergeAdviceConfig = field(default_factory=MergeAdviceConfig)
     trtllm_models_dir: str = "/app/all_models/inflight_batcher_llm"
     """Where NVIDIA's Triton TRT-LLM image keeps the python models (model.py) of the model repository."""
+    inference_pool: InferencePoolConfig | None = None
+    """None: no InferencePools (the chart's ``gateway.inferencePool.enabled`` off)."""
 
     def __post_init__(self) -> None:
         if self.build.max_attempts < 1:

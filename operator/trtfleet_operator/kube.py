@@ -35,6 +35,7 @@ PLURALS: dict[tuple[str, str], str] = {
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
     (API_VERSION, "BaseModel"): "basemodels",
     (API_VERSION, "Adapter"): "adapters",
+    ("inference.networking.k8s.io/v1", "InferencePool"): "inferencepools",
 }
 
 
@@ -91,6 +92,11 @@ class KubeClient:
             if exc.status == 404:
                 return None
             raise
+
+    async def serves(self, api_version: str, plural: str) -> bool:
+        """Whether the API server's discovery lists ``plural`` under ``api_version`` (a CRD may be missing)."""
+        resources = await self.get(f"/apis/{api_version}")
+        return any(r.get("name") == plural for r in (resources or {}).get("resources") or ())
 
     async def list(self, path: str, *, label_selector: str | None = None) -> list[Obj]:
         """Items of a collection, each with ``apiVersion`` and ``kind`` filled in."""

@@ -18,6 +18,9 @@ Conventions other components rely on (the router watches them):
   engine hash and namespace, whoever asks for it. ``runtime: pytorch`` has prepare Jobs instead,
   ``trtfleet-prepare-<hash16>`` per prepare hash, run by the same machinery (and listed with the same
   ``app.kubernetes.io/component=engine-build`` label; ``trtfleet.io/runtime`` tells them apart).
+* With the chart's ``gateway.inferencePool`` on, a BaseModel's InferencePool is named like its Service, labelled
+  ``trtfleet.io/basemodel=<name>, app.kubernetes.io/component=inference-pool``, and selects the pods labelled
+  ``trtfleet.io/basemodel=<name>, app.kubernetes.io/component=serving`` (base, merged and variant pods).
 * A ``pytorch`` BaseModel's LLM-API options are in the ConfigMap ``<serving name>-llm-api-options``,
   labelled ``trtfleet.io/options-hash=<digest of the file>``.
 """
@@ -65,6 +68,7 @@ COMPONENT_MODEL_REPO = "model-repository"
 COMPONENT_ADAPTER_CONVERT = "adapter-convert"
 COMPONENT_LLM_API_OPTIONS = "llm-api-options"
 COMPONENT_COLLECT = "collect"
+COMPONENT_INFERENCE_POOL = "inference-pool"
 ANNOTATION_UNUSED_SINCE = "trtfleet.io/unused-since"
 """On an engine record: when the operator first saw no BaseModel, Adapter, Deployment or Job use its hash."""
 

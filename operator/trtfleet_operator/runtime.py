@@ -23,6 +23,7 @@ from typing import Any, Protocol
 
 from trtfleet.api import API_VERSION, AdapterMode, chosen_mode, effective_mode
 from trtfleet_operator import metrics
+from trtfleet_operator.builders.inferencepool import INFERENCE_POOL_API_VERSION, INFERENCE_POOL_PLURAL
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConflictError, KubeError
 from trtfleet_operator.kube import collection_path, object_path
@@ -61,6 +62,7 @@ from trtfleet_operator.reconcile.collect import (
     used_hashes,
 )
 from trtfleet_operator.reconcile.engine import rfc3339
+from trtfleet_operator.reconcile.inferencepool import PoolObserved
 from trtfleet_operator.reconcile.types import (
     AdapterObserved,
     Obj,
@@ -110,6 +112,10 @@ class KubeVerbs(Protocol):
 
     async def get(self, path: str) -> Obj | None:
         """The object, or None when it does not exist."""
+        ...
+
+    async def serves(self, api_version: str, plural: str) -> bool:
+        """Whether the API server's discovery lists ``plural`` under ``api_version`` (a CRD may be missing)."""
         ...
 
     async def apply(self, obj: Mapping[str, Any]) -> Obj:
@@ -210,9 +216,10 @@ class OperatorRuntime:
             metrics.RECONCILE_DURATION.labels("BaseModel").observe(time.monotonic() - started)
 
     async def _observe_basemodel(self, namespace: str, name: str) -> BaseModelObserved:
-        builds, deployment = await asyncio.gather(
+        builds, deployment, pool = await asyncio.gather(
             self._observe_builds(namespace),
             self.client.get(object_path("apps/v1", "Deployment", namespace, serving_name(name))),
+            self._observe_pool(namespace),
         )
         return BaseModelObserved(
             basemodels=builds.basemodels,
@@ -221,7 +228,20 @@ class OperatorRuntime:
             engine_records=builds.engine_records,
             build_pods=builds.build_pods,
             deployment=deployment,
+            inference_pool=pool,
         )
+
+    async def _observe_pool(self, namespace: str) -> PoolObserved | None:
+        """With InferencePools on: whether the cluster serves them (asked each time: a CRD installed later is
+        picked up by the next reconcile) and the picker Service of ``namespace``."""
+        picker = self.config.inference_pool
+        if picker is None:
+            return None
+        served, service = await asyncio.gather(
+            self.client.serves(INFERENCE_POOL_API_VERSION, INFERENCE_POOL_PLURAL),
+            self.client.get(object_path("v1", "Service", namespace, picker.picker_service)),
+        )
+        return PoolObserved(crd_served=served, picker_service=service)
 
     async def _observe_builds(self, namespace: str) -> BaseModelObserved:
         """The namespace's BaseModels and engine-build objects (no Deployment)."""

@@ -7,10 +7,13 @@ CRDs kept); ``scoped_values(ns)`` are the values of a release that watches one n
 
 from __future__ import annotations
 
+import base64
 import json
 import secrets
+import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -19,7 +22,7 @@ from typing import Any
 
 import yaml
 
-from tests.support.controlplane import ControlPlane, eventually
+from tests.support.controlplane import ControlPlane, eventually, free_port
 from tests.support.helm import CHART, helm
 
 CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io", "batches.trtfleet.io")
@@ -28,6 +31,7 @@ CHART_META: dict[str, Any] = yaml.safe_load((CHART / "Chart.yaml").read_text())
 IMAGE = f"{VALUES['image']['repository']}:{VALUES['image']['tag'] or CHART_META['appVersion']}"
 INSTALL_TIMEOUT = "120s"
 TRTFLEET = Path(sys.executable).parent / "trtfleet"
+OPERATOR_STOP_TIMEOUT_S = 30.0
 
 Obj = dict[str, Any]
 
@@ -118,6 +122,26 @@ def can_i(cp: ControlPlane, who: str, verb: str, resource: str, namespace: str |
     return answer == "yes"
 
 
+def _selector(match_labels: dict[str, str]) -> str:
+    return ",".join(f"{key}={value}" for key, value in sorted(match_labels.items()))
+
+
+def pods_of(release: Release, namespace: str, match_labels: dict[str, str]) -> set[str]:
+    """Names of the pods of ``namespace`` that ``match_labels`` selects, as the API server selects them."""
+    found = release.get("pods", "-n", namespace, "-l", _selector(match_labels))
+    return {pod["metadata"]["name"] for pod in found["items"]}
+
+
+def peer_pods(release: Release, peer: dict[str, Any]) -> set[str]:
+    """The pods (``namespace/name``) a NetworkPolicy peer (namespaceSelector + podSelector) selects."""
+    namespaces = release.get("namespaces", "-l", _selector(peer["namespaceSelector"]["matchLabels"]))["items"]
+    return {
+        f"{ns['metadata']['name']}/{name}"
+        for ns in namespaces
+        for name in pods_of(release, ns["metadata"]["name"], peer["podSelector"]["matchLabels"])
+    }
+
+
 def container(deployment: Obj) -> Obj:
     containers = deployment["spec"]["template"]["spec"]["containers"]
     assert len(containers) == 1
@@ -157,3 +181,52 @@ def operator_argv(
             if token_file is not None or not a.startswith("--router-token-file")]
     assert argv[0] == "operator" and f"--namespace={namespace}" in argv, argv
     return [str(TRTFLEET), *argv]
+
+
+@contextmanager
+def running_chart_operator(release: Release, namespace: str, tmp_path: Path) -> Iterator[None]:
+    """``trtfleet operator`` with the chart's arguments and environment, as the chart's ServiceAccount (a TokenRequest
+    token), watching ``namespace``, for the duration of the block: healthy when it starts, alive and never refused by
+    RBAC when it ends, then stopped cleanly after the namespace's BaseModels and Adapters are deleted (while it
+    runs, so that kopf's finalizers come off)."""
+    r = release
+    c = container(r.get("deployment", f"{r.fullname}-operator", "-n", r.namespace))
+    kubeconfig = service_account_kubeconfig(r, f"{r.fullname}-operator", tmp_path / "operator.kubeconfig")
+    whoami = r.cp.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig).stdout
+    assert json.loads(whoami)["status"]["userInfo"]["username"] == r.operator_sa
+    health = free_port()
+    env = {**r.cp.env, **env_of(c), "KUBECONFIG": str(kubeconfig)}
+    secret = r.get("secret", f"{r.fullname}-internal", "-n", r.namespace)  # what the chart mounts in the pod
+    token_file = tmp_path / "internal-tokens"
+    token_file.write_bytes(base64.b64decode(secret["data"]["tokens"]))
+    log = tmp_path / "operator.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen(operator_argv(c["args"], namespace, health, token_file), env=env,
+                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        def healthy() -> bool:
+            assert proc.poll() is None, f"the operator exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
+                    return bool(resp.status == 200)
+            except OSError:
+                return False
+
+        eventually(healthy, timeout=60, what="the operator's /healthz")
+        yield
+        assert proc.poll() is None, f"the operator died during the test:\n{log.read_text()[-4000:]}"
+        forbidden = [line for line in log.read_text().splitlines() if "Forbidden" in line or " 403" in line]
+        assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
+    finally:
+        if proc.poll() is None:
+            # While the operator still runs, so that kopf's finalizers come off and the namespace can go.
+            r.cp.kubectl("delete", "adapters,basemodels", "--all", "-n", namespace, "--wait=true",
+                         "--timeout=60s", check=False)
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(OPERATOR_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                raise AssertionError(f"the operator ignored SIGTERM for {OPERATOR_STOP_TIMEOUT_S}s") from None
+    assert proc.returncode == 0, f"the operator stopped with {proc.returncode}:\n{log.read_text()[-4000:]}"

@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.support import inferencepool
 from tests.support.controlplane import ControlPlane, eventually
 
 pytestmark = pytest.mark.cluster
@@ -34,6 +35,7 @@ def crds(control_plane: ControlPlane) -> ControlPlane:
 
     for resource in ("basemodels", "adapters", "batches"):
         eventually(functools.partial(served, resource), timeout=30, what=f"{resource} to be served")
+    inferencepool.install_httproute(control_plane)  # examples/httproute-inferencepool.yaml
     return control_plane
 
 

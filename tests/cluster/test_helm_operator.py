@@ -11,11 +11,7 @@ and adapter PersistentVolumeClaims here, so build and convert Jobs stay active: 
 
 from __future__ import annotations
 
-import base64
-import json
-import signal
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -28,14 +24,13 @@ from tests.cluster.helm_release import (
     Obj,
     Release,
     container,
-    env_of,
     extra_namespace,
     installed,
-    operator_argv,
+    running_chart_operator,
     scoped_values,
-    service_account_kubeconfig,
 )
-from tests.support.controlplane import ControlPlane, eventually, free_port
+from tests.support import inferencepool
+from tests.support.controlplane import ControlPlane, eventually
 from tests.support.helm import ROOT
 
 pytestmark = pytest.mark.cluster
@@ -45,7 +40,6 @@ EXAMPLES = ROOT / "examples"
 # applies the legacy one with every other example.
 APPLIED = [arg for path in sorted(EXAMPLES.glob("*.yaml")) if path.name != "basemodel-llama3-8b-pytorch.yaml"
            for arg in ("-f", str(path))]
-OPERATOR_STOP_TIMEOUT_S = 30.0
 PULL_SECRET = "registry-credentials"
 PULLS = [{"name": PULL_SECRET}]
 
@@ -70,47 +64,8 @@ def scoped_release(
 @pytest.fixture
 def chart_operator(scoped_release: Release, workload_namespace: str, tmp_path: Path) -> Iterator[Release]:
     """``trtfleet operator`` with the chart's arguments and environment, as the chart's ServiceAccount."""
-    r = scoped_release
-    c = container(r.get("deployment", f"{r.fullname}-operator", "-n", r.namespace))
-    kubeconfig = service_account_kubeconfig(r, f"{r.fullname}-operator", tmp_path / "operator.kubeconfig")
-    whoami = r.cp.kubectl("auth", "whoami", "-o", "json", kubeconfig=kubeconfig).stdout
-    assert json.loads(whoami)["status"]["userInfo"]["username"] == r.operator_sa
-    health = free_port()
-    env = {**r.cp.env, **env_of(c), "KUBECONFIG": str(kubeconfig)}
-    secret = r.get("secret", f"{r.fullname}-internal", "-n", r.namespace)  # what the chart mounts in the pod
-    token_file = tmp_path / "internal-tokens"
-    token_file.write_bytes(base64.b64decode(secret["data"]["tokens"]))
-    log = tmp_path / "operator.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen(operator_argv(c["args"], workload_namespace, health, token_file), env=env,
-                                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    try:
-        def healthy() -> bool:
-            assert proc.poll() is None, f"the operator exited with {proc.returncode}:\n{log.read_text()[-4000:]}"
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{health}/healthz", timeout=2) as resp:
-                    return bool(resp.status == 200)
-            except OSError:
-                return False
-
-        eventually(healthy, timeout=60, what="the operator's /healthz")
-        yield r
-        assert proc.poll() is None, f"the operator died during the test:\n{log.read_text()[-4000:]}"
-        forbidden = [line for line in log.read_text().splitlines() if "Forbidden" in line or " 403" in line]
-        assert not forbidden, "the chart's RBAC refused the operator:\n" + "\n".join(forbidden[:10])
-    finally:
-        if proc.poll() is None:
-            # While the operator still runs, so that kopf's finalizers come off and the namespace can go.
-            r.cp.kubectl("delete", "adapters,basemodels", "--all", "-n", workload_namespace, "--wait=true",
-                         "--timeout=60s", check=False)
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(OPERATOR_STOP_TIMEOUT_S)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-                pytest.fail(f"the operator ignored SIGTERM for {OPERATOR_STOP_TIMEOUT_S}s")
-    assert proc.returncode == 0, f"the operator stopped with {proc.returncode}:\n{log.read_text()[-4000:]}"
+    with running_chart_operator(scoped_release, workload_namespace, tmp_path):
+        yield scoped_release
 
 
 def owned_by(obj: Obj, kind: str, name: str) -> bool:
@@ -129,6 +84,7 @@ def test_operator_with_chart_rbac_creates_what_the_examples_ask_for(
     r, ns = chart_operator, workload_namespace
     cp = r.cp
     images = VALUES["operator"]["images"]
+    inferencepool.install_httproute(cp)  # examples/ holds an HTTPRoute too: a gateway's cluster has its CRD
     cp.kubectl("apply", "-n", ns, *APPLIED)
 
     # GPU BaseModel: one build Job named after the engine hash, no serving pods before the engine exists.

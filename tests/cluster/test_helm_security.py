@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.cluster.helm_release import VALUES, Release, installed
+from tests.cluster.helm_release import VALUES, Release, installed, peer_pods, pods_of
 from tests.support.controlplane import ControlPlane, eventually
 from tests.support.helm import CHART, ROOT
 
@@ -40,25 +40,6 @@ def release(control_plane: ControlPlane, kube_namespace: str, tmp_path: Path) ->
 def _token_text(release: Release) -> str:
     secret = release.get("secret", f"{release.fullname}-internal", "-n", release.namespace)
     return base64.b64decode(secret["data"]["tokens"]).decode()
-
-
-def _selector(match_labels: dict[str, str]) -> str:
-    return ",".join(f"{key}={value}" for key, value in sorted(match_labels.items()))
-
-
-def _pods(release: Release, namespace: str, match_labels: dict[str, str]) -> set[str]:
-    found = release.get("pods", "-n", namespace, "-l", _selector(match_labels))
-    return {pod["metadata"]["name"] for pod in found["items"]}
-
-
-def _peer_pods(release: Release, peer: dict[str, Any]) -> set[str]:
-    """The pods a NetworkPolicy peer (namespaceSelector + podSelector) selects, as the API server selects them."""
-    namespaces = release.get("namespaces", "-l", _selector(peer["namespaceSelector"]["matchLabels"]))["items"]
-    return {
-        f"{ns['metadata']['name']}/{name}"
-        for ns in namespaces
-        for name in _pods(release, ns["metadata"]["name"], peer["podSelector"]["matchLabels"])
-    }
 
 
 def _serving_deployment(namespace: str) -> dict[str, Any]:
@@ -92,32 +73,32 @@ def test_the_network_policies_select_the_pods_they_promise(release: Release) -> 
     cp.kubectl("apply", "--dry-run=server", "-f", "-", input=yaml.safe_dump_all(manifests))
 
     cp.kubectl("apply", "-f", "-", input=yaml.safe_dump(_serving_deployment(ns)))
-    eventually(lambda: len(_pods(release, ns, {"trtfleet.io/basemodel": "tiny"})) == 2, timeout=60,
+    eventually(lambda: len(pods_of(release, ns, {"trtfleet.io/basemodel": "tiny"})) == 2, timeout=60,
                what="kwok runs the serving Deployment's two pods")
-    router_pods = _pods(release, ns, {"app.kubernetes.io/instance": release.name,
-                                      "app.kubernetes.io/component": "router"})
-    operator_pods = _pods(release, ns, {"app.kubernetes.io/instance": release.name,
-                                        "app.kubernetes.io/component": "operator"})
-    serving_pods = _pods(release, ns, {"trtfleet.io/basemodel": "tiny"})
+    router_pods = pods_of(release, ns, {"app.kubernetes.io/instance": release.name,
+                                        "app.kubernetes.io/component": "router"})
+    operator_pods = pods_of(release, ns, {"app.kubernetes.io/instance": release.name,
+                                          "app.kubernetes.io/component": "operator"})
+    serving_pods = pods_of(release, ns, {"trtfleet.io/basemodel": "tiny"})
     assert len(router_pods) == VALUES["router"]["replicas"] and len(operator_pods) == 1
 
     router = policies[f"{name}-router"]["spec"]
-    assert _pods(release, ns, router["podSelector"]["matchLabels"]) == router_pods
+    assert pods_of(release, ns, router["podSelector"]["matchLabels"]) == router_pods
     (peer_rule,) = [rule for rule in router["ingress"] if rule["ports"] == [{"port": "peers", "protocol": "TCP"}]]
-    assert set().union(*(_peer_pods(release, peer) for peer in peer_rule["from"])) == {
+    assert set().union(*(peer_pods(release, peer) for peer in peer_rule["from"])) == {
         f"{ns}/{pod}" for pod in router_pods | operator_pods}
     (metrics_rule,) = [rule for rule in router["ingress"] if rule["ports"] == [{"port": "metrics", "protocol": "TCP"}]]
-    assert set().union(*(_peer_pods(release, peer) for peer in metrics_rule["from"])) == {
+    assert set().union(*(peer_pods(release, peer) for peer in metrics_rule["from"])) == {
         f"{ns}/{pod}" for pod in operator_pods}
 
     operator = policies[f"{name}-operator"]["spec"]
-    assert _pods(release, ns, operator["podSelector"]["matchLabels"]) == operator_pods
+    assert pods_of(release, ns, operator["podSelector"]["matchLabels"]) == operator_pods
     assert not operator.get("ingress")  # nobody until Prometheus's namespace is named
 
     serving = policies[f"{name}-serving"]["spec"]
-    assert _pods(release, ns, serving["podSelector"]["matchLabels"]) == serving_pods
+    assert pods_of(release, ns, serving["podSelector"]["matchLabels"]) == serving_pods
     (from_routers,) = serving["ingress"]
-    assert set().union(*(_peer_pods(release, peer) for peer in from_routers["from"])) == {
+    assert set().union(*(peer_pods(release, peer) for peer in from_routers["from"])) == {
         f"{ns}/{pod}" for pod in router_pods}
     deployment = release.get("deployment", "tiny", "-n", ns)
     ports = {p["name"] for c in deployment["spec"]["template"]["spec"]["containers"] for p in c.get("ports", [])}

@@ -144,3 +144,55 @@ def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
     output = "".join(lines)
     assert "SIGINT: stopping the demo" in output and output.rstrip().endswith("stopped")
     assert_nothing_left(mark, output)
+
+
+@pytest.mark.parametrize("runtime", ["pytorch", "tensorrtllm"])
+def test_demo_gateway_answers_through_envoy(mark: str, runtime: str) -> None:
+    """``trtfleet demo --gateway`` (``make demo-gateway``): the clients call Envoy only, the router is its endpoint
+    picker; each adapter answers as itself (the openai client on trtllm-serve pods, Triton's generate on Triton
+    pods), and the picker's books count every request."""
+    gateway_port = free_port()
+    argv = demo_argv("--gateway", "--gateway-port", str(gateway_port), "--epp-port", str(free_port()),
+                     "--workers", "2", "--runtime", runtime, "--refresh-s", "0.5")
+    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    gateway = f"http://127.0.0.1:{gateway_port}"
+    models = ["tiny", "tiny-upper", "tiny-reverse", "tiny-json"]
+    try:
+        eventually(lambda: proc.poll() is not None or any("live summary" in line for line in lines),
+                   timeout=DEMO_TIMEOUT_S, what="the demo to be ready")
+        assert proc.poll() is None, "".join(lines)
+        assert any(f"Envoy on 127.0.0.1:{gateway_port}" in line for line in lines), "".join(lines)
+        if runtime == "pytorch":
+            from openai import OpenAI
+
+            client = OpenAI(base_url=f"{gateway}/v1", api_key="unused", max_retries=0, timeout=60)
+            assert {m.id for m in client.models.list().data} >= set(models)
+            for model in models:
+                chat = client.chat.completions.create(
+                    model=model, messages=[{"role": "user", "content": PROMPT}], max_tokens=48, temperature=0)
+                assert chat.model == model
+                check_answer(model, chat.choices[0].message.content or "")
+        else:
+            import httpx
+
+            for model in models:
+                answer = httpx.post(f"{gateway}/v2/models/{model}/generate",
+                                    json={"text_input": PROMPT, "max_tokens": 48}, timeout=60)
+                assert answer.status_code == 200, answer.text
+                assert answer.json()["model_name"] == model
+                check_answer(model, answer.json()["text_output"])
+        sent = len(models) + (runtime == "pytorch")  # and the model list, which the picker answers itself
+        eventually(lambda: any(f"requests {sent} ok, 0 failed" in line for line in lines), timeout=30,
+                   what=f"the live summary to count the gateway's requests:\n{''.join(lines[-5:])}")
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    assert_nothing_left(mark, "".join(lines))

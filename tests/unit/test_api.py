@@ -15,8 +15,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _examples() -> list[Path]:
-    """The examples of trtfleet's own kinds (the PVC examples are Kubernetes' own)."""
-    return sorted(p for p in (ROOT / "examples").glob("*.yaml") if not p.name.startswith("pvc-"))
+    """The examples of trtfleet's own kinds (the PVC and HTTPRoute examples are Kubernetes' and Gateway API's)."""
+    paths = (ROOT / "examples").glob("*.yaml")
+    return sorted(p for p in paths if yaml.safe_load(p.read_text())["apiVersion"].startswith("trtfleet.io/"))
 
 
 @pytest.mark.parametrize("path", _examples(), ids=lambda p: p.name)

@@ -32,6 +32,8 @@ from trtfleet.api.lora import LoraSpec as LoraSpec
 from trtfleet.api.merging import MergingSpec as MergingSpec
 from trtfleet.api.serving import KV_FRACTION_MESSAGE as KV_FRACTION_MESSAGE
 from trtfleet.api.serving import BatchSchedulerPolicy as BatchSchedulerPolicy
+from trtfleet.api.serving import FailureMode as FailureMode
+from trtfleet.api.serving import GatewaySpec as GatewaySpec
 from trtfleet.api.serving import Resources as Resources
 from trtfleet.api.serving import RolloutSpec as RolloutSpec
 from trtfleet.api.serving import RolloutStrategy as RolloutStrategy

@@ -51,6 +51,25 @@ class RolloutSpec(ApiModel):
     )
 
 
+class FailureMode(StrEnum):
+    """What a gateway does when the endpoint picker does not answer (GIE's ``endpointPickerRef.failureMode``)."""
+
+    FAIL_OPEN = "FailOpen"
+    """Route anyway, without the picker's choice (where the gateway can: see docs/gateway.md)."""
+    FAIL_CLOSE = "FailClose"
+    """Refuse the request (GIE's default)."""
+
+
+class GatewaySpec(ApiModel):
+    failure_mode: FailureMode = Field(
+        default=FailureMode.FAIL_CLOSE,
+        description="The InferencePool's endpointPickerRef.failureMode: what the gateway does when trtfleet's "
+        "endpoint picker does not answer. FailClose (the Gateway API Inference Extension's default): the request "
+        "fails. FailOpen: the gateway picks a pod itself, where it can (plain Envoy cannot under FULL_DUPLEX_STREAMED "
+        "bodies; see docs/gateway.md).",
+    )
+
+
 class Toleration(ApiModel):
     key: str | None = Field(default=None, description="Taint key.")
     operator: Literal["Exists", "Equal"] | None = Field(default=None, description="Exists or Equal.")
@@ -144,6 +163,12 @@ class ServingSpec(ApiModel):
     )
     node_selector: dict[str, str] | None = Field(default=None, description="Node selector for serving pods.")
     tolerations: list[Toleration] | None = Field(default=None, description="Tolerations for serving pods.")
+    gateway: GatewaySpec | None = Field(
+        default=None,
+        description="The InferencePool the operator renders for this BaseModel when the chart enables it "
+        "(gateway.inferencePool.enabled) and the cluster serves inference.networking.k8s.io/v1; unset: its "
+        "defaults. Changes no pod. See docs/operations.md.",
+    )
 
     @property
     def server_or_default(self) -> ServingServer:

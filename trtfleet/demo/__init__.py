@@ -2,7 +2,7 @@
 
     trtfleet demo [--workers 2] [--adapters upper,reverse,json] [--http-port 8080] [--grpc-port 8081]
                   [--metrics-port 9090] [--host 127.0.0.1] [--once] [--prompt TEXT] [--workdir DIR]
-                  [--runtime pytorch|tensorrtllm] [--autoscale N]
+                  [--runtime pytorch|tensorrtllm] [--autoscale N] [--gateway [--gateway-port 8000]]
 
 Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no component):
 
@@ -18,6 +18,11 @@ Steps, each a subprocess of the ``trtfleet`` CLI (this package imports no compon
 Everything the demo writes lives in a temporary directory (or ``--workdir``, kept) and every child is
 stopped on exit. Exit codes: 0 success or a clean stop, 1 a step failed (the log tail is printed), 2 bad
 arguments or missing reference assets.
+
+``--gateway`` (``make demo-gateway``) puts a real Envoy in front, configured as a Gateway API inference gateway
+(``ext_proc`` + ``ORIGINAL_DST``, :mod:`trtfleet.demo.envoy`), with the router as its endpoint picker
+(``--epp-port``): clients call Envoy on ``--gateway-port``, the picker chooses each request's worker and rewrites
+its body, Envoy carries it there (docs/gateway.md). ``make tools`` installs the pinned Envoy.
 
 ``--autoscale N`` replaces the live summary by an autoscaler: workers start and stop (0..N) with the
 operator's own decision function (:mod:`trtfleet.demo.autoscale`).
@@ -60,6 +65,7 @@ from trtfleet.demo.autoscale import (
     write_routing_file,
 )
 from trtfleet.demo.batch import batch_example
+from trtfleet.demo.envoy import envoy_binary, envoy_command, gateway_bootstrap, write_bootstrap
 from trtfleet.demo.errors import DemoError, DemoInterrupted, RequestError, StartupError
 from trtfleet.demo.fleet import (
     ADAPTERS_PER_WORKER_DEFAULT,
@@ -70,7 +76,7 @@ from trtfleet.demo.fleet import (
     build_basemodel,
     plan_spec,
 )
-from trtfleet.demo.processes import Child, Supervisor, check_ports_free, http_ok, trtfleet_command
+from trtfleet.demo.processes import Child, Supervisor, check_ports_free, free_port, http_ok, trtfleet_command
 from trtfleet.demo.summary import fetch_summary, format_summary
 
 EXIT_OK: Final = 0
@@ -79,6 +85,8 @@ EXIT_USAGE: Final = 2
 CONVERT_TIMEOUT_S: Final = 120.0
 WORKER_READY_TIMEOUT_S: Final = 300.0
 ROUTER_READY_TIMEOUT_S: Final = 60.0
+ENVOY_READY_TIMEOUT_S: Final = 30.0
+SUMMARY_SETTLE_S: Final = 10.0
 REQUEST_TIMEOUT_S: Final = 60.0
 STOP_TIMEOUT_S: Final = 15.0
 ROUTER_DRAIN_TIMEOUT_S: Final = 2.0
@@ -110,6 +118,11 @@ def configure(parser: argparse.ArgumentParser) -> None:
                         "the router holds requests while none is ready (default 0: off)")
     parser.add_argument("--autoscale-zero-after-s", type=int, default=ZERO_AFTER_S,
                         help=f"with --autoscale: idle seconds before 0 workers (default {ZERO_AFTER_S})")
+    parser.add_argument("--gateway", action="store_true",
+                        help="serve clients through Envoy with the router as its endpoint picker (docs/gateway.md)")
+    parser.add_argument("--gateway-port", type=int, default=8000, help="Envoy's port with --gateway (default 8000)")
+    parser.add_argument("--epp-port", type=int, default=9002,
+                        help="the router's endpoint-picker (ext_proc) port with --gateway (default 9002)")
     parser.add_argument("--max-loras", type=int, default=pytorch.MAX_LORAS_DEFAULT,
                         help="pytorch: adapters each worker's device tier holds (default 1)")
     parser.set_defaults(func=run)
@@ -188,14 +201,33 @@ def start_router(sup: Supervisor, args: argparse.Namespace, fleet: Path) -> Chil
         "--peer-port", "-1",  # one router: no replicas to share its view with, no fixed port to collide on
         "--debug-endpoints",  # the live summary reads /debug/fleets (no token file: loopback clients only)
         "--batch-store", str(fleet.parent / "batches"),
+        *(["--epp-port", str(args.epp_port)] if args.gateway else []),
     ])
     say(f"starting the router on {args.host}: http {args.http_port}, grpc {args.grpc_port}, "
         f"metrics {args.metrics_port} (fleet file {fleet})")
     return router
 
 
+def start_gateway(sup: Supervisor, args: argparse.Namespace, workdir: Path) -> Child:
+    """Envoy on ``--gateway-port``, its ``ext_proc`` filter calling the router's picker port."""
+    bootstrap = gateway_bootstrap(args.gateway_port, free_port(), picker=f"127.0.0.1:{args.epp_port}", host=args.host)
+    config = write_bootstrap(bootstrap, workdir / "envoy.yaml")
+    envoy = sup.spawn("envoy", envoy_command(config))
+    admin = bootstrap["admin"]["address"]["socket_address"]["port_value"]
+    sup.wait_until(lambda: http_ok(f"http://127.0.0.1:{admin}/ready"), what="starting Envoy",
+                   timeout_s=ENVOY_READY_TIMEOUT_S, watch=[envoy], progress=say)
+    say(f"Envoy on {args.host}:{args.gateway_port}, its endpoint picker the router's port {args.epp_port} "
+        f"(config {config})")
+    return envoy
+
+
 def local_url(host: str, port: int) -> str:
     return f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{port}"
+
+
+def client_url(args: argparse.Namespace) -> str:
+    """Where clients call: Envoy with ``--gateway``, else the router."""
+    return local_url(args.host, args.gateway_port if args.gateway else args.http_port)
 
 
 def health_url(args: argparse.Namespace, w: WorkerEndpoint) -> str:
@@ -240,8 +272,13 @@ def wait_ready(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[Wo
 
 
 def print_instructions(args: argparse.Namespace, served: list[str]) -> None:
-    base = local_url(args.host, args.http_port)
-    say(f"\nOpenAI API at {base}/v1 (models: {BASE_MODEL} = the base model, {', '.join(served)})")
+    router = local_url(args.host, args.http_port)
+    base = client_url(args)
+    if args.gateway and args.runtime != "pytorch":
+        print_gateway_generate(args, served)
+        return
+    through = " through Envoy (the router picks each request's worker)" if args.gateway else ""
+    say(f"\nOpenAI API at {base}/v1{through} (models: {BASE_MODEL} = the base model, {', '.join(served)})")
     for name in served:
         body = json.dumps({"model": name, "prompt": args.prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
         say(f"  curl -s {base}/v1/completions -H 'content-type: application/json' -d '{body}'")
@@ -250,21 +287,40 @@ def print_instructions(args: argparse.Namespace, served: list[str]) -> None:
     for name in served:
         say(f'  client.chat.completions.create(model="{name}", messages=[{{"role": "user", '
             f'"content": {json.dumps(args.prompt)}}}]).choices[0].message.content')
-    say("\nBatches (OpenAI Files + Batches API; the router keeps them in the work directory's batches/):")
-    for line in batch_example(base, [BASE_MODEL, *served], args.prompt, MAX_TOKENS):
+    say("\nBatches (OpenAI Files + Batches API, the router's own; it keeps them in the work directory's batches/):")
+    for line in batch_example(router, [BASE_MODEL, *served], args.prompt, MAX_TOKENS):
         say(line)
     if args.runtime == "pytorch":
         say("\nTriton endpoints: none for this runtime (trtllm-serve pods speak the OpenAI API only)")
     else:
-        say(f"\nTriton: HTTP {base}/v2, gRPC {args.host}:{args.grpc_port} (model tensorrt_llm_bls)")
+        say(f"\nTriton: HTTP {router}/v2, gRPC {args.host}:{args.grpc_port} (model tensorrt_llm_bls)")
     say(f"Metrics: {local_url(args.host, args.metrics_port)}/metrics "
         f"(routing state: {local_url(args.host, args.metrics_port)}/debug/fleets)\n")
 
 
+def print_gateway_generate(args: argparse.Namespace, served: list[str]) -> None:
+    """Through a gateway, Triton pods take Triton's generate extension (the OpenAI API is the router's own)."""
+    base = client_url(args)
+    say(f"\nTriton generate through Envoy at {base}/v2/models/<model>/generate "
+        f"(models: {BASE_MODEL} = the base model, {', '.join(served)}; the picker adds each adapter's lora_task_id)")
+    for name in served:
+        body = json.dumps({"text_input": args.prompt, "max_tokens": MAX_TOKENS})
+        say(f"  curl -s {base}/v2/models/{name}/generate -H 'content-type: application/json' -d '{body}'")
+    say(f"\nThe router's own front ends stay up beside it: OpenAI API {local_url(args.host, args.http_port)}/v1")
+    say(f"Metrics: {local_url(args.host, args.metrics_port)}/metrics\n")
+
+
 def complete(args: argparse.Namespace, model: str) -> str:
-    body = json.dumps({"model": model, "prompt": args.prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
-    request = urllib.request.Request(f"{local_url(args.host, args.http_port)}/v1/completions", data=body.encode(),
-                                     headers={"content-type": "application/json"}, method="POST")
+    """One answer from ``model``: an OpenAI completion, or Triton's generate through a gateway to Triton pods."""
+    generate = args.gateway and args.runtime != "pytorch"
+    if generate:
+        url = f"{client_url(args)}/v2/models/{model}/generate"
+        body = json.dumps({"text_input": args.prompt, "max_tokens": MAX_TOKENS})
+    else:
+        url = f"{client_url(args)}/v1/completions"
+        body = json.dumps({"model": model, "prompt": args.prompt, "max_tokens": MAX_TOKENS, "temperature": 0})
+    request = urllib.request.Request(url, data=body.encode(), headers={"content-type": "application/json"},
+                                     method="POST")
     try:
         with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as resp:
             answer: dict[str, Any] = json.loads(resp.read())
@@ -272,14 +328,21 @@ def complete(args: argparse.Namespace, model: str) -> str:
         raise RequestError(f"{model}: HTTP {exc.code}: {exc.read().decode(errors='replace')[:500]}") from exc
     except (OSError, ValueError) as exc:
         raise RequestError(f"{model}: {exc}") from exc
-    return str(answer["choices"][0]["text"])
+    return str(answer["text_output"] if generate else answer["choices"][0]["text"])
 
 
 def run_once(args: argparse.Namespace, served: list[str], names: dict[int, str], workers: int) -> None:
     say(f"one request per model, prompt {json.dumps(args.prompt)}:")
     for model in [BASE_MODEL, *served]:
         say(f"  {model:<14} -> {json.dumps(complete(args, model))}")
-    summary = fetch_summary(local_url(args.host, args.metrics_port), names, workers, workers)
+    metrics = local_url(args.host, args.metrics_port)
+    models = 1 + len(served)
+    # a gateway's picker counts a request when Envoy ends its stream, a moment after the client has the answer
+    summary = fetch_summary(metrics, names, workers, workers)
+    until = time.monotonic() + SUMMARY_SETTLE_S
+    while summary.requests_ok + summary.requests_failed < models and time.monotonic() < until:
+        time.sleep(0.1)
+        summary = fetch_summary(metrics, names, workers, workers)
     say(format_summary(summary))
 
 
@@ -348,9 +411,15 @@ def run(args: argparse.Namespace) -> int:
         if args.autoscale < 0 or (args.autoscale and (args.once or args.workers > args.autoscale)):
             raise ValueError("--autoscale N: N >= --workers (the workers it starts with), and not with --once")
         assets = reference_assets()
-        check_ports_free(args.host, {"--http-port": args.http_port, "--grpc-port": args.grpc_port,
-                                     "--metrics-port": args.metrics_port})
-    except (ValueError, StartupError) as exc:
+        ports = {"--http-port": args.http_port, "--grpc-port": args.grpc_port, "--metrics-port": args.metrics_port}
+        if args.gateway:
+            if args.autoscale:
+                raise ValueError("--gateway and --autoscale: pick one")
+            envoy_binary()  # installed? (make tools)
+            ports.update({"--gateway-port": args.gateway_port})
+            check_ports_free("127.0.0.1", {"--epp-port": args.epp_port})
+        check_ports_free(args.host, ports)
+    except (ValueError, DemoError) as exc:
         print(f"trtfleet demo: {exc}", file=sys.stderr)
         return EXIT_USAGE
     own_workdir = args.workdir is None
@@ -375,6 +444,8 @@ def run(args: argparse.Namespace) -> int:
                 workers, router = start_fleet(sup, args, adapters, assets, workdir)
             served = [a.served_name for a in adapters]
             wait_ready(sup, args, workers, router, served)
+            if args.gateway:
+                start_gateway(sup, args, workdir)
             say(f"trtfleet demo ready in {time.monotonic() - started:.1f} s "
                 f"({args.workers} workers, {len(served)} adapters; logs in {workdir / 'logs'})")
             print_instructions(args, served)

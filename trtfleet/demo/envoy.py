@@ -34,6 +34,17 @@ DESTINATION_HEADER: Final = "x-gateway-destination-endpoint"
 SERVED_HEADER: Final = "x-gateway-destination-endpoint-served"
 
 
+def envoy_command(config: Path, concurrency: int = 1) -> list[str]:
+    """The command line that runs the pinned Envoy on ``config``."""
+    return [str(envoy_binary()), "-c", str(config), "--concurrency", str(concurrency), "--log-level", "warning",
+            "--disable-hot-restart"]
+
+
+def write_bootstrap(bootstrap: dict[str, Any], path: Path) -> Path:
+    path.write_text(yaml.safe_dump(bootstrap, sort_keys=False), encoding="utf-8")
+    return path
+
+
 def envoy_binary() -> Path:
     """The pinned Envoy (``TRTFLEET_ENVOY`` overrides); a clear error when it is not installed."""
     path = Path(os.environ.get("TRTFLEET_ENVOY") or ENVOY_BINARY)
@@ -48,10 +59,15 @@ def _address(host_port: str) -> dict[str, Any]:
 
 
 def gateway_bootstrap(
-    listen_port: int, admin_port: int, *, picker: str | None = None, static_pods: Sequence[str] = ()
+    listen_port: int,
+    admin_port: int,
+    *,
+    picker: str | None = None,
+    static_pods: Sequence[str] = (),
+    host: str = "127.0.0.1",
 ) -> dict[str, Any]:
-    """Envoy's bootstrap: a gateway on ``listen_port`` whose picker is ``picker`` (host:port), or, with
-    ``static_pods``, plain round-robin over those pods."""
+    """Envoy's bootstrap: a gateway on ``host:listen_port`` whose picker is ``picker`` (host:port), or, with
+    ``static_pods``, plain round-robin over those pods. The admin port listens on loopback only."""
     if (picker is None) == (not static_pods):
         raise ValueError("a gateway has either a picker or static pods")
     route: dict[str, Any] = {"cluster": "pods", "timeout": "600s"}
@@ -133,7 +149,7 @@ def gateway_bootstrap(
         "static_resources": {
             "listeners": [{
                 "name": "gateway",
-                "address": _address(f"127.0.0.1:{listen_port}"),
+                "address": _address(f"{host}:{listen_port}"),
                 "filter_chains": [{"filters": [{"name": "envoy.filters.network.http_connection_manager",
                                                 "typed_config": manager}]}],
             }],
@@ -163,11 +179,9 @@ class EnvoyProcess:
 
     def start(self) -> None:
         self.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "envoy.yaml"
-        config.write_text(yaml.safe_dump(self.bootstrap, sort_keys=False), encoding="utf-8")
+        config = write_bootstrap(self.bootstrap, self.workdir / "envoy.yaml")
+        command = envoy_command(config, self.concurrency)
         log = (self.workdir / "envoy.log").open("wb")
-        command = [str(envoy_binary()), "-c", str(config), "--concurrency", str(self.concurrency),
-                   "--log-level", "warning", "--disable-hot-restart"]
         self.process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT)
         log.close()
         until = time.monotonic() + READY_TIMEOUT_S

@@ -133,7 +133,7 @@ def build_fleet_config(
         "name": BASE_MODEL,
         "spec": spec.model_dump(mode="json", by_alias=True, exclude_none=True),
         "backends": [{"address": f"{w.host}:{w.grpc_port}", "metrics": f"{w.host}:{w.metrics_port}",
-                      "podId": w.name} for w in workers],
+                      "http": f"{w.host}:{w.http_port}", "podId": w.name} for w in workers],
         "adapters": [{"servedName": a.served_name, "taskId": a.task_id, "artifact": str(a.path)}
                      for a in adapters],
     }]}

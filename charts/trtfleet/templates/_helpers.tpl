@@ -63,6 +63,13 @@ app.kubernetes.io/component: {{ .component }}
 - apiGroups: [kopf.dev]
   resources: [kopfpeerings]
   verbs: [get, list, watch, patch]
+{{- if include "trtfleet.pickerEnabled" . }}
+# the BaseModels' InferencePools: server-side apply (create, patch); the garbage collector deletes them with their
+# BaseModel
+- apiGroups: [inference.networking.k8s.io]
+  resources: [inferencepools]
+  verbs: [create, patch]
+{{- end }}
 {{- end -}}
 
 {{- define "trtfleet.routerRules" -}}
@@ -119,3 +126,18 @@ app.kubernetes.io/part-of: trtfleet
 {{- $names := .Values.networkPolicy.servingNamespaces | default .Values.operator.watchNamespaces | default (list .Release.Namespace) -}}
 {{- toJson $names -}}
 {{- end -}}
+
+{{/* Whether the endpoint picker and the operator's InferencePools are on (gateway.inferencePool.enabled: true,
+or auto and the cluster serves GIE's InferencePool CRD): "true", or empty. */}}
+{{- define "trtfleet.pickerEnabled" -}}
+{{- $on := toString .Values.gateway.inferencePool.enabled -}}
+{{- if or (eq $on "true") (and (eq $on "auto") (.Capabilities.APIVersions.Has "inference.networking.k8s.io/v1/InferencePool")) -}}
+true
+{{- end -}}
+{{- end -}}
+
+{{/* The picker's Service, which every InferencePool's endpointPickerRef names (in the pool's namespace). */}}
+{{- define "trtfleet.pickerService" -}}
+{{- .Values.gateway.picker.service.name | default (printf "%s-epp" (include "trtfleet.fullname" .)) -}}
+{{- end -}}
+

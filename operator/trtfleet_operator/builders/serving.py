@@ -72,8 +72,8 @@ METRICS_PORT = 8002
 MODEL_REPO_MOUNT = "/model-repo"
 MODEL_CONFIG_MOUNT = "/etc/trtfleet/model-config"
 SPEC_KEY = "basemodel.json"
-SPEC_NOT_FOR_PODS: Final[dict[str, Any]] = {"autoscaling": True, "serving": {"replicas"}}
-"""Left out of ``basemodel.json``: what sizes the fleet, not what a pod serves."""
+SPEC_NOT_FOR_PODS: Final[dict[str, Any]] = {"autoscaling": True, "serving": {"replicas", "gateway"}}
+"""Left out of ``basemodel.json``: what sizes the fleet or fronts it, not what a pod serves."""
 STARTUP_BUDGET_S = 1800
 """How long a pod may take to load its engine before the kubelet restarts it (large engines take minutes)."""
 STARTUP_PERIOD_S = 10

@@ -14,9 +14,11 @@ Order of business, each step gating the next:
    model configs, or the LLM-API options) and the Deployment are applied and the rollout is judged by
    :mod:`trtfleet_operator.reconcile.serving`. While a *new* hash builds, the Deployment is left as it
    is, still serving the previous one. The Service and PodDisruptionBudget exist from the start.
+4. **InferencePoolReady** (only with the operator's ``--inference-pool-picker``): the BaseModel's InferencePool,
+   from the start too, when the cluster serves the CRD (:mod:`.inferencepool`).
 
 :func:`reconcile_basemodel` is a driver over one function per step (``_planned_step``, ``_artifact_step``,
-``_serving_step``); helpers shared with the Adapter reconciler are in :mod:`.common`.
+``_serving_step``, ``_pool_step``); helpers shared with the Adapter reconciler are in :mod:`.common`.
 
 Phase: Failed (capacity or build) > Building > Ready / Degraded / Pending (rolling out).
 """
@@ -64,6 +66,7 @@ from trtfleet_operator.reconcile.engine import (
     reconcile_engine,
     release_stale,
 )
+from trtfleet_operator.reconcile.inferencepool import PoolObserved, PoolOutcome, inference_pool_step
 from trtfleet_operator.reconcile.serving import WAITING_FOR_ENGINE, ServingState, serving_state
 from trtfleet_operator.reconcile.types import (
     Obj,
@@ -100,6 +103,8 @@ class BaseModelObserved:
     build_pods: tuple[Obj, ...] = field(default=())
     """Pods of failed build Jobs (for their termination messages)."""
     deployment: Obj | None = None
+    inference_pool: PoolObserved | None = None
+    """Observed only with the operator's ``--inference-pool-picker``."""
 
 
 @dataclass(frozen=True)
@@ -216,6 +221,17 @@ def _serving_step(
     return _ServingOutcome((), None, cond.make(cond.READY, cond.FALSE, WAITING_FOR_ENGINE, waiting))
 
 
+def _pool_step(ctx: _Context, observed: BaseModelObserved) -> PoolOutcome | None:
+    """InferencePoolReady: the BaseModel's InferencePool, when the operator renders them (None: it does not)."""
+    picker = ctx.config.inference_pool
+    if picker is None or observed.inference_pool is None:
+        return None
+    return inference_pool_step(
+        ctx.spec, name=serving_name(ctx.name), namespace=ctx.namespace, owner=ctx.owner, basemodel=ctx.name,
+        picker=picker, observed=observed.inference_pool, generation=ctx.generation,
+    )
+
+
 def _phase(engine: EngineOutcome, serving: ServingState | None) -> Phase:
     if engine.state == "failed":
         return Phase.FAILED
@@ -268,6 +284,7 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
     engine = _artifact_step(ctx, plan, observed, users)
     was_serving = (obj.get("status") or {}).get("phase") in (Phase.READY.value, Phase.DEGRADED.value)
     serving = _serving_step(ctx, plan, engine, observed.deployment, was_serving=was_serving)
+    pool = _pool_step(ctx, observed)
     status["engine"] = engine.engine_status
     status["readyReplicas"] = int(((observed.deployment or {}).get("status") or {}).get("readyReplicas") or 0)
     status["phase"] = _phase(engine, serving.state).value
@@ -276,6 +293,7 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
         capacity_condition,
         {**engine.condition, "observedGeneration": generation},
         {**serving.condition, "observedGeneration": generation},
+        *([pool.condition] if pool is not None else []),
         *([scaling] if scaling is not None and spec.autoscaling is not None else []),
     ]
     return finish(
@@ -288,6 +306,7 @@ def reconcile_basemodel(obj: Obj, observed: BaseModelObserved, config: OperatorC
                 server=spec.serving.server,
             ),
             build_pdb(name=serving_name(name), namespace=namespace, owner=owner, basemodel=name),
+            *(pool.apply if pool is not None else ()),
             *engine.apply,
             *serving.apply,
         ),

@@ -21,6 +21,7 @@ blaming the pod: as answered once the pod's first chunk came, as failed before.
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import logging
 import time
@@ -61,6 +62,8 @@ ERROR_TEXT_BYTES: Final = 4096
 """Of an error answer, this much is kept to classify it."""
 GATEWAY_FAILURE_TEXTS: Final = ("upstream connect error", "no healthy upstream", "upstream reset")
 """Envoy's own answers when it could not reach the pod: the pod's failure, not the request's."""
+SSE_DONE: Final = b"data: [DONE]"
+"""An OpenAI stream's last event: the client has its whole answer."""
 MAX_PICKS: Final = 4
 """Pods a request may be decided to before it is refused (a pod that left the fleet, a failed cold push)."""
 
@@ -89,6 +92,8 @@ class Exchange:
         self.demand = False
         self.status = 0
         self.answered = False
+        self.cold = False  # the pod was cold for the adapter: a load (pushed first, or read from lora_path)
+        self.complete = False  # the client has the whole answer (its end, or an OpenAI stream's [DONE])
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
 
@@ -100,16 +105,23 @@ class Exchange:
         self.openai = not request_path(headers).startswith("/v2/")
         services = self.services
         request_id = services.request_ids.new(headers.get("x-request-id"))
+        cancelled: asyncio.CancelledError | None = None
         try:
             with services.track(FRONTEND, request_id) as record:
                 try:
                     await self._serve(message, headers, record)
+                except asyncio.CancelledError as exc:
+                    if not self.complete:
+                        raise
+                    cancelled = exc  # the gateway closed the stream after the whole answer: a request served
                 finally:
                     self._stream_ended()
                     if self.demand and self.request is not None:
                         self.dispatcher.admission.demand_ended(self.request.call)
         except RouterError as exc:  # refused before it started (the router is draining)
             await self.context.write(self._refusal(exc))
+        if cancelled is not None:
+            raise cancelled
 
     async def _serve(self, first: ext_proc.ProcessingRequest, headers: dict[str, str], record: RequestRecord) -> None:
         subset = envoy.subset_hint(first.metadata_context)
@@ -124,11 +136,13 @@ class Exchange:
             answer = await self._pick(headers, body, subset, record, headers_only=headers_only)
         except RouterError as exc:
             record.code = mapping_for(exc).code_label
+            self.complete = True
             await self.context.write(self._refusal(exc))
             return
+        self.complete = answer[0].WhichOneof("response") == "immediate_response"
         for response in answer:
             await self.context.write(response)
-        if answer[0].WhichOneof("response") == "immediate_response":
+        if self.complete:
             return
         await self._follow(record)
 
@@ -195,6 +209,7 @@ class Exchange:
         metrics = self.services.metrics
         label = metrics.adapter_label(adapter.served_name if adapter is not None else None)
         for _ in range(MAX_PICKS):
+            self.cold = False
             decision = await admission.decide(fleet, route, call.priority, None, call.deadline_s)
             endpoint = self.services.fleets.endpoint(route.model, decision.pod)
             if endpoint is None or _destination(endpoint, request) is None:
@@ -209,7 +224,9 @@ class Exchange:
                         route = dataclasses.replace(route, exclude_pods=route.exclude_pods | {decision.pod})
                         continue
                     decision = dataclasses.replace(decision, send_weights=False, warm=True, loading=False)
+                    self.cold = True  # the push counted its load
                 elif decision.send_weights:
+                    self.cold = True
                     metrics.adapter_loads.labels(label).inc()  # the pod reads it from lora_path
             try:
                 lease = admission.lease(fleet, decision, route)
@@ -256,13 +273,19 @@ class Exchange:
 
     # -- response --------------------------------------------------------------------------------------
     async def _follow(self, record: RequestRecord) -> None:
-        """Answer the response phases, keeping the lease's books, until the stream ends."""
+        """Answer the response phases, keeping the lease's books, until the stream ends. A gateway that closes the
+        stream once it has its destination (NGINX Gateway Fabric's client does) follows no response: its request
+        counts as handed over and answered, the lease ends there."""
         context = self.context
+        followed = False
         while True:
             message = await context.read()
             if message is grpc.aio.EOF:
+                if not followed:  # a gateway that sends no response phases: the request is the pod's now
+                    self.answered = self.complete = True
                 return
             kind = message.WhichOneof("request")
+            followed = followed or kind != "request_trailers"
             if kind == "response_headers":
                 self._response_headers(message)
                 await context.write(envoy.RESPONSE_HEADERS_UNCHANGED)
@@ -309,6 +332,7 @@ class Exchange:
         adapter = request.call.target.adapter
         warm = adapter is None or fleet.is_warm(pod, adapter.task_id)
         decision = Decision(pod, not warm, warm, fleet.policy_name, "gateway-fallback")
+        self.cold = not warm
         try:
             self.lease = self.dispatcher.admission.lease(fleet, decision, self.dispatcher.admission.route_request(
                 request.call))
@@ -317,6 +341,8 @@ class Exchange:
         self.decision = decision
 
     def _response_chunk(self, chunk: bytes, record: RequestRecord) -> None:
+        if self.status == 200 and chunk.rstrip().endswith(SSE_DONE):
+            self.complete = True
         if self.status != 200:
             if len(self.error_body) < ERROR_TEXT_BYTES:
                 self.error_body += chunk[: ERROR_TEXT_BYTES - len(self.error_body)]
@@ -334,6 +360,7 @@ class Exchange:
                 self.dispatcher.admission.interactive.first_answer(lease.base_model, waited_s)
 
     def _response_end(self) -> None:
+        self.complete = True
         if self.status == 200:
             self._end(Outcome.OK, blame=False)
             return
@@ -370,7 +397,7 @@ class Exchange:
             label = metrics.adapter_label(adapter.served_name)
             if outcome is Outcome.MISS:
                 metrics.adapter_cache_misses.labels(label).inc()
-            elif outcome is Outcome.OK and decision is not None and not decision.send_weights:
+            elif outcome is Outcome.OK and decision is not None and not self.cold:
                 metrics.adapter_cache_hits.labels(label).inc()
         lease.end(outcome)
         if blame:

@@ -155,8 +155,7 @@ class AttemptStream:
             wait.first = False
             response = message.infer_response
             if has_outputs(response):
-                if self.client_id:
-                    response.id = self.client_id
+                response.id = self.client_id  # the client's (or none), never a transport's own
                 return response
 
     async def close(self) -> None:

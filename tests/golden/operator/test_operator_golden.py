@@ -1,8 +1,9 @@
 """Golden files of the operator's builders: every Kubernetes object it creates, per case.
 
 Each ``<case>/input.yaml`` holds a BaseModel, optionally followed by an Adapter of it; ``<case>/expected/``
-holds the objects the operator builds for them, as YAML with sorted keys. Every object is also checked
-against the Kubernetes OpenAPI schema (strict: unknown fields fail). Regenerate on purpose with
+holds the objects the operator builds for them, as YAML with sorted keys (a BaseModel's InferencePool too, as
+the operator renders it with ``--inference-pool-picker trtfleet-epp:9002``). Every object is also checked
+against the Kubernetes OpenAPI schema, the InferencePool against GIE's CRD (strict: unknown fields fail). Regenerate on purpose with
 ``pytest tests/golden/operator --update-golden`` and review the diff like code.
 """
 
@@ -11,11 +12,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
 from trtfleet_operator.builders.convert import build_convert_job
 from trtfleet_operator.builders.enginebuild import build_engine_job, build_engine_record, build_plan_configmap
+from trtfleet_operator.builders.inferencepool import build_inference_pool, http_port, pool_selector
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_prepare_job, build_pytorch_deployment
 from trtfleet_operator.builders.service import build_pdb, build_service
 from trtfleet_operator.builders.serving import (
@@ -23,7 +26,7 @@ from trtfleet_operator.builders.serving import (
     build_model_repo_configmap,
     reference_merged_args,
 )
-from trtfleet_operator.config import Images, OperatorConfig
+from trtfleet_operator.config import Images, InferencePoolConfig, OperatorConfig
 from trtfleet_operator.names import (
     LABEL_ADAPTER,
     LABEL_BASEMODEL,
@@ -38,6 +41,7 @@ from trtfleet_operator.planning import MODEL_CACHE_MOUNT, EnginePlan, plan_engin
 from trtfleet_operator.reconcile.variant import VariantWant, variant_deployment, variant_service_and_pdb
 from trtfleet_operator.taskids import source_key
 
+from tests.support import inferencepool
 from tests.support.golden import check_golden_dir
 from trtfleet.api import API_VERSION, Adapter, AdapterMode, BaseModel, Runtime
 
@@ -54,6 +58,7 @@ CONFIG = OperatorConfig(
         modelopt="ghcr.io/trtfleet/modelopt-example:25.12",
     ),
     image_pull_secrets=("registry-credentials",),
+    inference_pool=InferencePoolConfig(picker_service="trtfleet-epp", picker_port=9002),
 )
 
 
@@ -69,8 +74,14 @@ def render_case(case: str) -> dict[str, dict[str, Any]]:
     shared = owner_reference("BaseModel", API_VERSION, name, _uid(name), controller=False)
     plan = plan_engine(base.spec)
     out: dict[str, dict[str, Any]] = {}
+    if len(docs) == 1:
+        assert CONFIG.inference_pool is not None
+        out["inference-pool"] = build_inference_pool(
+            base.spec, name=serving_name(name), namespace=NAMESPACE, owner=owner, basemodel=name,
+            picker=CONFIG.inference_pool,
+        )
     if len(docs) == 1 and base.spec.runtime is Runtime.PYTORCH:
-        return render_pytorch(base, plan, owner=owner, shared=shared)
+        return out | render_pytorch(base, plan, owner=owner, shared=shared)
     if len(docs) == 1:
         if base.spec.runtime.value == "tensorrtllm":
             out["plan-configmap"] = build_plan_configmap(
@@ -297,7 +308,10 @@ def test_cases_exist() -> None:
 def test_golden(case: str, update_golden: bool) -> None:
     objects = render_case(case)
     for obj in objects.values():
-        kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+        if obj["kind"] == "InferencePool":
+            inferencepool.validate(obj)
+        else:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
     assert render_case(case) == objects, "builders must be deterministic"
     files = {f"{name}.yaml": dump(obj) for name, obj in objects.items()}
     check_golden_dir(HERE / case / "expected", files, update=update_golden, case=case)
@@ -319,3 +333,29 @@ def test_every_pod_pulls_with_the_configured_secrets(case: str) -> None:
     assert pods, f"{case} builds no pod"
     for name, spec in pods.items():
         assert spec["imagePullSecrets"] == [{"name": "registry-credentials"}], (case, name)
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_the_pool_selects_every_serving_pod_on_its_http_port_and_no_job(case: str) -> None:
+    """Base, merged and variant pods are the BaseModel's pool's, on the port the picker routes to; build, prepare
+    and convert pods are not."""
+    base = BaseModel.model_validate(next(yaml.safe_load_all((HERE / case / "input.yaml").read_text())))
+    selector = pool_selector(base.metadata["name"]).items()
+    for name, obj in render_case(case).items():
+        template = obj["spec"]["template"] if obj["kind"] in ("Job", "Deployment") else None
+        if template is None:
+            continue
+        selected = selector <= template["metadata"]["labels"].items()
+        assert selected == (obj["kind"] == "Deployment"), (case, name)
+        if selected:
+            ports = [p for c in template["spec"]["containers"] for p in c.get("ports", ()) if p["name"] == "http"]
+            assert [p["containerPort"] for p in ports] == [http_port(base.spec)], (case, name)
+
+
+def test_inferencepool_schema_refuses_unknown_fields() -> None:
+    """The golden check above is strict: a field GIE's CRD does not define fails."""
+    pool = yaml.safe_load((HERE / "tiny-reference" / "expected" / "inference-pool.yaml").read_text())
+    inferencepool.validate(pool)
+    pool["spec"]["endpointPickerRef"]["namespace"] = "elsewhere"
+    with pytest.raises(jsonschema.ValidationError, match="namespace"):
+        inferencepool.validate(pool)

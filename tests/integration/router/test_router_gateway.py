@@ -23,6 +23,7 @@ from trtfleet_router.epp.exchange import PickerSettings
 
 from tests.integration.reference.serve_process import ServeProcess, serving
 from tests.integration.reference.triton_client import wait_until
+from tests.integration.router.direct import direct_generate
 from tests.integration.router.sample_fleet import (
     ADAPTERS,
     MAX_TOKENS,
@@ -205,19 +206,24 @@ def test_a_killed_worker_costs_at_most_its_ejection(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def triton_gateway(
     tmp_path_factory: pytest.TempPathFactory, converted_adapters: list[ConvertedAdapter]
-) -> Iterator[tuple[RouterThread, EnvoyProcess]]:
+) -> Iterator[tuple[RouterThread, EnvoyProcess, list[Any]]]:
     with ExitStack() as stack:
         workers = stack.enter_context(reference_workers(2))
         router = stack.enter_context(router_for(workers, converted_adapters, picker=PickerSettings(), picker_port=0))
-        yield router, _gateway(stack, router, tmp_path_factory.mktemp("gateway-triton"))
+        yield router, _gateway(stack, router, tmp_path_factory.mktemp("gateway-triton")), workers
+
+
+def _metric(router: RouterThread, name: str) -> float:
+    text = httpx.get(router.metrics_url, timeout=10).text
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
 
 
 def test_triton_generate_through_envoy_answers_as_the_router_does(
-    triton_gateway: tuple[RouterThread, EnvoyProcess], converted_adapters: list[ConvertedAdapter]
+    triton_gateway: tuple[RouterThread, EnvoyProcess, list[Any]], converted_adapters: list[ConvertedAdapter]
 ) -> None:
     """Every adapter, cold on every pod at first (the picker pushes its weights over gRPC before the gateway sends
     the request id-only), then warm; streamed and unary; the answers name the adapter."""
-    router, envoy = triton_gateway
+    router, envoy, _workers = triton_gateway
     for adapter in converted_adapters:
         body: dict[str, Any] = {"text_input": "hello world", "max_tokens": 16}
         direct = httpx.post(f"{router.http_url}/v2/models/{adapter.name}/generate", json=body, timeout=60).json()
@@ -228,7 +234,56 @@ def test_triton_generate_through_envoy_answers_as_the_router_does(
         streamed = httpx.post(f"{envoy.url}/v2/models/{adapter.name}/generate_stream", json=body, timeout=60)
         pieces = [line for line in streamed.text.splitlines() if line.startswith("data:")]
         assert streamed.status_code == 200 and pieces
-    misses = sum(float(line.rsplit(" ", 1)[1]) for line in httpx.get(router.metrics_url).text.splitlines()
-                 if line.startswith("trtfleet_router_adapter_cache_misses_total{"))
-    assert misses == 0  # every cold pod got the weights first
+    assert _metric(router, "trtfleet_router_adapter_cache_misses_total") == 0  # every cold pod got the weights first
+    router.check_books()
+
+
+def test_churn_through_the_gateway_mispredicts_no_residency(
+    tmp_path: Path, converted_adapters: list[ConvertedAdapter]
+) -> None:
+    """Four adapters on one pod whose cache holds two, in a skewed order: the pod evicts all along, and the picker,
+    the only one placing adapters there, predicts every eviction: each cold request gets the weights pushed first,
+    no request reaches the pod id-only after its adapter left, so no client sees a miss. The count is what
+    docs/gateway.md reports."""
+    names = [adapter.name for adapter in converted_adapters]
+    sequence = [names[i % len(names)] for i in (0, 1, 0, 2, 3, 0, 1, 2, 0, 3) * 4]
+    with ExitStack() as stack:
+        workers = stack.enter_context(reference_workers(1))
+        router = stack.enter_context(router_for(workers, converted_adapters, picker=PickerSettings(), picker_port=0))
+        envoy = _gateway(stack, router, tmp_path / "envoy")
+        errors = 0
+        for index, name in enumerate(sequence):
+            answer = httpx.post(f"{envoy.url}/v2/models/{name}/generate",
+                                json={"text_input": f"turn {index}", "max_tokens": 4}, timeout=60)
+            errors += answer.status_code != 200
+        router.check_books()
+        loads = _metric(router, "trtfleet_router_adapter_loads_total")
+        hits = _metric(router, "trtfleet_router_adapter_cache_hits_total")
+        misses = _metric(router, "trtfleet_router_adapter_cache_misses_total")
+    print(f"{len(sequence)} requests: {loads:g} cold pushes, {hits:g} warm, {misses:g} misses, {errors} client errors")
+    assert loads > len(names) and loads + hits == len(sequence)  # the cache churned; every request counted once
+    assert errors == 0 and misses == 0
+
+
+def test_a_mispredicted_miss_costs_its_client_one_error_then_the_weights_go_first(
+    triton_gateway: tuple[RouterThread, EnvoyProcess, list[Any]], converted_adapters: list[ConvertedAdapter]
+) -> None:
+    """An eviction the picker cannot see (another client loads adapters on the pod directly): the gateway sends the
+    request id-only, the pod answers TRT-LLM's cache miss, and that answer reaches the client (a gateway cannot
+    resend with the weights as the router does). The picker learns from it: the next request gets the weights
+    pushed first and is answered."""
+    router, envoy, workers = triton_gateway
+    adapter = converted_adapters[0]
+    body = {"text_input": "hello world", "max_tokens": 16}
+    warm = httpx.post(f"{envoy.url}/v2/models/{adapter.name}/generate", json=body, timeout=60)
+    assert warm.status_code == 200
+    for worker in workers:  # fill every pod's two-adapter cache with adapters the picker never heard of
+        for offset, other in enumerate(converted_adapters[1:3]):
+            direct_generate(worker, "x", 2, ConvertedAdapter("intruder", 900 + offset, other.path))
+    misses = _metric(router, "trtfleet_router_adapter_cache_misses_total")
+    missed = httpx.post(f"{envoy.url}/v2/models/{adapter.name}/generate", json=body, timeout=60)
+    assert missed.status_code >= 400 and "not found in cache" in missed.text, missed.text
+    assert _metric(router, "trtfleet_router_adapter_cache_misses_total") == misses + 1
+    again = httpx.post(f"{envoy.url}/v2/models/{adapter.name}/generate", json=body, timeout=60)
+    assert again.status_code == 200 and again.json()["text_output"] == warm.json()["text_output"]
     router.check_books()

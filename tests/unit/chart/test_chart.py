@@ -20,7 +20,11 @@ from trtfleet_router.routing import parse_routing_config
 from tests.support.helm import CHART, ROOT, helm
 
 GOLDEN = ROOT / "tests" / "golden" / "chart"
-CASES = {"default": [], "production": ["-f", str(CHART / "ci" / "production-values.yaml")]}
+CASES = {
+    "default": [],
+    "production": ["-f", str(CHART / "ci" / "production-values.yaml")],
+    "gateway": ["-f", str(CHART / "ci" / "gateway-values.yaml")],
+}
 # Kinds of other projects' CRDs: checked for shape here, not by kubernetes-validate (it knows only built-ins).
 FOREIGN_KINDS = {"ServiceMonitor", "ClusterKopfPeering", "PrometheusRule"}
 K8S_VERSION = "1.35.0"
@@ -203,7 +207,7 @@ def test_the_rendered_command_lines_are_ones_the_programs_accept(case: str, tmp_
     from trtfleet.cli import COMMANDS
 
     deployments = [d for d in _render(tmp_path, CASES[case]) if d["kind"] == "Deployment"]
-    assert len(deployments) == 2
+    assert len(deployments) == (3 if case == "gateway" else 2)  # the operator, the routers (, the pickers)
     for deployment in deployments:
         (container,) = deployment["spec"]["template"]["spec"]["containers"]  # type: ignore[index]
         command, *args = [a.replace("$(POD_IP)", "10.0.0.1") for a in container["args"]]
@@ -388,3 +392,135 @@ def test_artifact_pvcs_only_with_a_router_watching_the_release_namespace(tmp_pat
     claims = [v["persistentVolumeClaim"]["claimName"] for v in router["spec"]["template"]["spec"]["volumes"]  # type: ignore[index]
               if "persistentVolumeClaim" in v]
     assert claims == ["trtfleet-adapters"]
+
+
+def _picker_objects(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """``kind/name`` -> object, of the endpoint picker's objects (component epp)."""
+    return {f"{d['kind']}/{d['metadata']['name']}": d for d in docs
+            if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "epp"}
+
+
+def _operator_args(docs: list[dict[str, Any]]) -> list[str]:
+    (operator,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "trtfleet-operator"]
+    return list(operator["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize(
+    ("args", "on"),
+    [
+        ([], False),  # off by default
+        (["--set", "gateway.inferencePool.enabled=auto"], False),  # auto, and the cluster serves no InferencePool
+        (["--set", "gateway.inferencePool.enabled=auto", "--api-versions",
+          "inference.networking.k8s.io/v1/InferencePool"], True),
+        (["--set", "gateway.inferencePool.enabled=true"], True),  # the operator then says CRDNotServed until it is
+        (["--set", "gateway.inferencePool.enabled=false", "--api-versions",
+          "inference.networking.k8s.io/v1/InferencePool"], False),
+    ],
+)
+def test_the_picker_and_the_pools_follow_the_switch(args: list[str], on: bool, tmp_path: Path) -> None:
+    docs = _render(tmp_path, args)
+    picker = _picker_objects(docs)
+    operator_args = _operator_args(docs)
+    (operator_rules,) = [d for d in docs if d["kind"] == "ClusterRole" and d["metadata"]["name"] == "trtfleet-operator"]
+    pool_rules = [r for r in operator_rules["rules"] if "inferencepools" in r["resources"]]
+    if not on:
+        assert not picker and not pool_rules
+        assert not any(a.startswith("--inference-pool-picker") for a in operator_args)
+        return
+    assert set(picker) == {"Deployment/trtfleet-epp", "Service/trtfleet-epp", "PodDisruptionBudget/trtfleet-epp",
+                           "ServiceAccount/trtfleet-epp", "ClusterRole/trtfleet-epp", "ClusterRoleBinding/trtfleet-epp",
+                           "NetworkPolicy/trtfleet-epp"}
+    assert "--inference-pool-picker=trtfleet-epp:9002" in operator_args
+    # only the verbs server-side apply needs; the garbage collector deletes a pool with its BaseModel
+    assert pool_rules == [{"apiGroups": ["inference.networking.k8s.io"], "resources": ["inferencepools"],
+                           "verbs": ["create", "patch"]}]
+
+
+@pytest.mark.golden
+def test_the_picker_is_a_router_process_on_the_picker_port_the_service_and_the_pools_name(tmp_path: Path) -> None:
+    import argparse
+
+    from trtfleet_router.cli import configure
+
+    docs = _render(tmp_path, CASES["gateway"])
+    picker = _picker_objects(docs)
+    pod = picker["Deployment/trtfleet-epp"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    command, *args = [a.replace("$(POD_IP)", "10.0.0.1") for a in container["args"]]
+    parser = argparse.ArgumentParser(exit_on_error=False)
+    configure(parser)
+    parsed = parser.parse_args(args)
+    assert command == "router" and parsed.kubernetes
+    assert (parsed.epp_port, parsed.epp_fallbacks, parsed.grpc_port) == (9002, 2, -1)  # no Triton gRPC front end
+    assert parsed.policy_config == Path("/etc/trtfleet/policy.yaml")
+    assert parsed.peer_dns == "trtfleet-router-peers.trtfleet-system.svc:8082"  # one shared view with the routers
+    _router_pod, router = _router(docs)
+    for flag in ("--kubernetes", "--policy-config=", "--max-body-bytes=", "--internal-token-file="):
+        assert [a for a in router["args"] if a.startswith(flag)] == [a for a in container["args"] if a.startswith(flag)]
+    assert {v["name"]: v for v in pod["volumes"]}["config"] == {"name": "config",
+                                                                "configMap": {"name": "trtfleet-router"}}
+    ports = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert ports == {"epp": 9002, "metrics": 9090, "peers": 8082}  # no http: the process binds it, nobody uses it
+    assert container["readinessProbe"]["grpc"] == {"port": 9002, "service": "readiness"}
+    assert container["livenessProbe"]["grpc"] == {"port": 9002, "service": "liveness"}
+    (port,) = picker["Service/trtfleet-epp"]["spec"]["ports"]
+    assert port == {"name": "epp", "port": 9002, "targetPort": "epp", "appProtocol": "http2"}
+    assert "--inference-pool-picker=trtfleet-epp:9002" in _operator_args(docs)
+    # the autoscaler and the merge advice read the pickers' demand too
+    assert ("--router-selector=app.kubernetes.io/name=trtfleet,app.kubernetes.io/instance=trtfleet,"
+            "app.kubernetes.io/component in (router,epp)") in _operator_args(docs)
+    rules = picker["ClusterRole/trtfleet-epp"]["rules"]
+    assert all(set(r["verbs"]) == {"get", "list", "watch"} for r in rules)  # reads the fleet, writes nothing
+    assert {res for r in rules for res in r["resources"]} == {"endpointslices", "basemodels", "adapters"}
+
+
+@pytest.mark.golden
+def test_network_policies_let_only_the_gateway_reach_the_picker(tmp_path: Path) -> None:
+    gateway = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "gateway-system"}}}
+    policies = _policies(_render(tmp_path, CASES["gateway"]))
+    router, operator, picker = _component("router"), _component("operator"), _component("epp")
+    assert _rules(policies[("trtfleet-system", "trtfleet-epp")]) == {
+        ("epp",): [gateway],
+        ("peers",): [router, picker, operator],
+        ("metrics",): [operator],
+    }
+    assert _rules(policies[("trtfleet-system", "trtfleet-router")])[("peers",)] == [router, picker, operator]
+    assert _rules(policies[("trtfleet-system", "trtfleet-serving")]) == {
+        ("http", "grpc", "metrics"): [router, picker, gateway]}  # the gateway sends to the pod the picker chose
+    unset = _policies(_render(tmp_path, ["--set", "gateway.inferencePool.enabled=true"]))
+    assert ("epp",) not in _rules(unset[("trtfleet-system", "trtfleet-epp")])  # nobody until pickerFrom names one
+
+
+@pytest.mark.golden
+def test_a_picker_only_release_for_another_namespace(tmp_path: Path) -> None:
+    """An InferencePool's picker Service must be in the pool's namespace: a release there with the picker alone."""
+    docs = _render(tmp_path, ["--set", "gateway.inferencePool.enabled=true", "--set", "operator.enabled=false",
+                              "--set", "router.enabled=false", "--set", "gateway.picker.service.name=llm-picker"])
+    kinds = sorted(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
+    assert "Deployment/trtfleet-router" not in kinds and "Deployment/trtfleet-operator" not in kinds
+    assert {"Service/llm-picker", "Service/trtfleet-epp-peers", "ConfigMap/trtfleet-router",
+            "Deployment/trtfleet-epp", "Secret/trtfleet-internal"} <= set(kinds)
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--peer-dns=trtfleet-epp-peers.trtfleet-system.svc:8082" in args  # the pickers find each other
+    policies = _policies(docs)
+    assert _rules(policies[("trtfleet-system", "trtfleet-epp")])[("peers",)] == [_component("epp")]
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize(
+    ("values", "message"),
+    [
+        ({"gateway": {"inferencePool": {"enabled": "yes"}}}, "value must be one of"),
+        ({"gateway": {"picker": {"port": 0}}}, "minimum"),
+        ({"gateway": {"picker": {"service": {"appProtocol": "h2"}}}}, "value must be one of"),
+        ({"gateway": {"picker": {"service": {"name": "Picker"}}}}, "does not match"),
+        ({"networkPolicy": {"pickerFrom": [{}]}}, "minproperties"),
+    ],
+)
+def test_schema_rejects_bad_gateway_values(values: dict[str, object], message: str, tmp_path: Path) -> None:
+    path = tmp_path / "values.json"
+    path.write_text(json.dumps(values))
+    result = helm("template", "t", str(CHART), "-f", str(path), home=tmp_path, check=False)
+    assert result.returncode != 0 and message in result.stderr.lower(), result.stderr

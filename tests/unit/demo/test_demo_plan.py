@@ -74,8 +74,8 @@ def test_worker_spec_and_fleet_config_share_one_spec() -> None:
     fleet = build_fleet_config(spec, workers, adapters)["baseModels"][0]
     assert fleet["spec"] == build_basemodel(spec)["spec"]
     assert fleet["backends"] == [
-        {"address": "127.0.0.1:2", "metrics": "127.0.0.1:3", "podId": "worker-1"},
-        {"address": "127.0.0.1:5", "metrics": "127.0.0.1:6", "podId": "worker-2"},
+        {"address": "127.0.0.1:2", "metrics": "127.0.0.1:3", "http": "127.0.0.1:1", "podId": "worker-1"},
+        {"address": "127.0.0.1:5", "metrics": "127.0.0.1:6", "http": "127.0.0.1:4", "podId": "worker-2"},
     ]
     # Task ids follow the sample order whatever the selection: json is 3 even without reverse.
     assert [(a["servedName"], a["taskId"]) for a in fleet["adapters"]] == [("tiny-upper", 1), ("tiny-json", 3)]

@@ -118,6 +118,7 @@ KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("rollout", ("serving.rollout",), {"serving": {"rollout": {"strategy": "Replace"}}}),
     ("node selector", ("serving.nodeSelector",), {"serving": {"nodeSelector": {"pool": "gpu"}}}),
     ("tolerations", ("serving.tolerations",), {"serving": {"tolerations": [{"operator": "Exists"}]}}),
+    ("gateway failure mode", ("serving.gateway",), {"serving": {"gateway": {"failureMode": "FailOpen"}}}),
 ]
 
 

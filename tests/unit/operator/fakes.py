@@ -26,7 +26,7 @@ Obj = dict[str, Any]
 @dataclass(frozen=True)
 class Call:
     verb: str
-    """get, list, apply, patch, patch-status, delete or event."""
+    """get, serves, list, apply, patch, patch-status, delete or event."""
     path: str
     body: Any = None
 
@@ -61,6 +61,8 @@ def _selected(obj: Obj, selector: str | None) -> bool:
 class FakeKube:
     objects: dict[str, Obj] = field(default_factory=dict)
     calls: list[Call] = field(default_factory=list)
+    served: set[tuple[str, str]] = field(default_factory=set)
+    """``(api version, plural)`` the fake's discovery lists beyond the built-in kinds (CRDs installed)."""
     failures: dict[tuple[str, str], KubeError] = field(default_factory=dict)
     """``(verb, path)`` -> the error the next such call raises (once)."""
     _versions: itertools.count[int] = field(default_factory=lambda: itertools.count(100))
@@ -87,6 +89,10 @@ class FakeKube:
         self._call("get", path)
         obj = self.objects.get(path)
         return copy.deepcopy(obj) if obj is not None else None
+
+    async def serves(self, api_version: str, plural: str) -> bool:
+        self._call("serves", f"/apis/{api_version}")
+        return (api_version, plural) in self.served
 
     async def apply(self, obj: Mapping[str, Any]) -> Obj:
         path = path_of(obj)

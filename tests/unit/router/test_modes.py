@@ -8,6 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import openai
 import pytest
 from trtfleet_router.logs import JsonFormatter
@@ -49,6 +50,13 @@ def test_every_transport_serves_and_recovers_misses(tmp_path: Path, calls: Upstr
             (UpstreamCalls.AUTO, True): {"http", "grpc_shared", "grpc_call"},  # weights always go over gRPC
         }[(calls, http)]
         assert used == expected
+        # Triton generate without an id: a multiplexed attempt's own request id never reaches the client
+        for _ in range(2):  # cold (weights over gRPC), then warm
+            for upstream in echo.upstreams:
+                upstream.cache.evict(102)
+            answer = httpx.post(echo.router.http_url + "/v2/models/a2/generate",
+                                json={"text_input": "x", "max_tokens": 30}, timeout=30).json()
+            assert "id" not in answer and answer["text_output"] == "[102] x"
         echo.router.check_books()
     finally:
         echo.close()

@@ -19,6 +19,7 @@ import pytest
 from trtfleet_router.epp.exchange import PickerSettings
 
 from tests.support import extproc
+from tests.support.controlplane import eventually
 from tests.support.extproc import PickerStream, response_body, response_headers
 from tests.unit.router.harness import EchoFleet, LoopThread, RouterThread, write_artifact
 
@@ -281,3 +282,40 @@ def test_a_body_over_the_limit_is_refused_with_413(tmp_path: Path) -> None:
         picker.close()
         router.stop()
         loop.close()
+
+
+def _epp_requests(picker: Picker, code: str) -> float:
+    counter = picker.router.router.metrics.requests.labels("epp", "adapter", code)
+    return float(counter.value)
+
+
+def test_a_gateway_that_closes_after_the_whole_answer_counts_it_served(pytorch_picker: Picker) -> None:
+    """Envoy may reset the stream once the client has read an OpenAI stream's [DONE], before the body's last empty
+    chunk: a served request, not a client gone; a reset in the middle of the answer is a client gone."""
+    ok, gone = _epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone")
+    for finished in (True, False):
+        stream = pytorch_picker.stream()
+        stream.request("/v1/completions", b'{"model": "tiny-upper", "prompt": "x", "stream": true}')
+        stream.send(response_headers(200, {"content-type": "text/event-stream"}))
+        stream.receive()
+        last = b"data: [DONE]\n\n" if finished else b'data: {"choices":[{"text":"A"}]}\n\n'
+        stream.send(response_body(b'data: {"choices":[{"text":"A"}]}\n\n' + last, end_of_stream=False))
+        stream.receive()
+        stream.cancel()
+        pytorch_picker.router.check_books()
+    # the request is counted as its handler ends, a moment after its lease closed
+    eventually(lambda: (_epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone"))
+               == (ok + 1, gone + 1), timeout=30, what="both streams counted")
+
+
+def test_a_gateway_that_follows_no_response_hands_the_request_over(pytorch_picker: Picker) -> None:
+    """A gateway that closes its side once it has the destination (NGINX Gateway Fabric's client sends the headers,
+    the body, then closes): the lease ends as answered, the adapter is booked on the pod it went to."""
+    ok = _epp_requests(pytorch_picker, "ok")
+    stream = pytorch_picker.stream()
+    picked = stream.request("/v1/completions", b'{"model": "tiny-reverse", "prompt": "x"}')
+    assert stream.finish() == []
+    pytorch_picker.router.check_books()
+    pods = {address: pod for pod, address in PYTORCH_PODS.items()}
+    assert pytorch_picker.router.router.fleets.fleet("tiny").is_warm(pods[picked.destinations[0]], 12)
+    eventually(lambda: _epp_requests(pytorch_picker, "ok") == ok + 1, timeout=30, what="the request counted")
