@@ -18,10 +18,11 @@ in ``.importlinter``)::
     config | logs
     errors                        the operator's error tree
 
-Inside ``reconcile/``: one reconciler per kind (``basemodel``; ``adapter``, which hands ``mode: merged`` to
-``merged`` and QLoRA base variants to ``variant``), the hash-keyed build Job lifecycle they share (``engine``),
-the timers' decisions (``autoscale``, ``merging``, ``deletioncost``, ``collect``), and their shared pieces
-(``common``, ``serving``, ``events``, ``types``). Inside ``builders/``: ``enginebuild`` (the engine build Job,
-its plan ConfigMap, the engine record), ``convert`` and ``collect`` (those Jobs), ``serving``, ``pytorch``,
-``llmapi`` and ``service`` (the serving pods' objects), ``clibundle`` and ``common``.
+Inside ``reconcile/``: one reconciler per kind (``basemodel``, with its ``inferencepool`` step; ``adapter``, which
+hands ``mode: merged`` to ``merged`` and QLoRA base variants to ``variant``), the hash-keyed build Job lifecycle
+they share (``engine``), the timers' decisions (``autoscale``, ``merging``, ``deletioncost``, ``collect``), and
+their shared pieces (``common``, ``serving``, ``events``, ``types``). Inside ``builders/``: ``enginebuild`` (the
+engine build Job, its plan ConfigMap, the engine record), ``convert`` and ``collect`` (those Jobs), ``serving``,
+``pytorch``, ``llmapi`` and ``service`` (the serving pods' objects), ``inferencepool``, ``clibundle`` and
+``common``.
 """
