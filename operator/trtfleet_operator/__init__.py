@@ -4,7 +4,7 @@ converted artifacts with TRT-LLM task ids.
 Layers (each imports only those below it; ``a | b``: neither imports the other; enforced by ``operator-layers``
 in ``.importlinter``)::
 
-    cli | jobs/                   flags; the convert and prepare Jobs' entrypoints (not the operator process)
+    cli | jobs/                   flags; the convert, prepare and collect Jobs' entrypoints (not the operator)
     main                          kopf settings, peering, liveness, metrics endpoint
     handlers                      kopf registration (thin), the one place errors become kopf's
     holdwatch                     scale from zero: long-polls the routers for held requests
@@ -17,4 +17,12 @@ in ``.importlinter``)::
     conditions | artifacts |      the convert Job's report; the operator's settings; log lines with context
     config | logs
     errors                        the operator's error tree
+
+Inside ``reconcile/``: one reconciler per kind (``basemodel``, with its ``inferencepool`` step; ``adapter``, which
+hands ``mode: merged`` to ``merged`` and QLoRA base variants to ``variant``), the hash-keyed build Job lifecycle
+they share (``engine``), the timers' decisions (``autoscale``, ``merging``, ``deletioncost``, ``collect``), and
+their shared pieces (``common``, ``serving``, ``events``, ``types``). Inside ``builders/``: ``enginebuild`` (the
+engine build Job, its plan ConfigMap, the engine record), ``convert`` and ``collect`` (those Jobs), ``serving``,
+``pytorch``, ``llmapi`` and ``service`` (the serving pods' objects), ``inferencepool``, ``clibundle`` and
+``common``.
 """

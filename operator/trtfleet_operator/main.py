@@ -29,7 +29,7 @@ from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConfigError
 from trtfleet_operator.handlers import FINALIZER, register
 from trtfleet_operator.holdwatch import HoldWatch
-from trtfleet_operator.kube import KubeClient
+from trtfleet_operator.kube import KubeClient, KubeTaskIdStore
 from trtfleet_operator.mergeadvisor import MergeAdvisor, RouterDemand
 from trtfleet_operator.names import FIELD_MANAGER
 from trtfleet_operator.runtime import OperatorRuntime
@@ -121,7 +121,7 @@ async def run_operator(config: OperatorConfig, options: RunOptions) -> None:
     except TokenFileError as exc:
         await client.close()
         raise ConfigError(f"--router-token-file: {exc}") from exc
-    runtime = OperatorRuntime(config, client)
+    runtime = OperatorRuntime(config, client, KubeTaskIdStore(client))
     kopf.on.login(registry=registry)(login)
     autoscaler = Autoscaler(client, ScrapeSignals(client, config.autoscale), runtime.clock)
     demand = RouterDemand(client, config.autoscale, config.merge_advice, tokens=tokens)

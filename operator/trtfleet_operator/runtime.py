@@ -6,6 +6,10 @@ server-side applies, owner hand-overs (resourceVersion-guarded), the status patc
 changed; for a newly allocated task id, guarded by the Adapter's resourceVersion), events, deletions.
 Reconciles of one object never overlap in this process (one lock per object); child events (Jobs,
 Deployments) and requeues go through :meth:`OperatorRuntime.trigger`, which coalesces them.
+
+The runtime reaches the API server through :class:`KubeVerbs` (implemented by
+:class:`trtfleet_operator.kube.KubeClient`) and the task-id counter through
+:class:`trtfleet_operator.taskids.TaskIdStore`; the composition root (:mod:`.main`) wires both.
 """
 
 from __future__ import annotations
@@ -13,16 +17,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
 
 from trtfleet.api import API_VERSION, AdapterMode, chosen_mode, effective_mode
 from trtfleet_operator import metrics
 from trtfleet_operator.builders.inferencepool import INFERENCE_POOL_API_VERSION, INFERENCE_POOL_PLURAL
 from trtfleet_operator.config import OperatorConfig
 from trtfleet_operator.errors import ConflictError, KubeError
-from trtfleet_operator.kube import KubeClient, KubeTaskIdStore, collection_path, object_path
+from trtfleet_operator.kube import collection_path, object_path
 from trtfleet_operator.names import (
     ANNOTATION_UNUSED_SINCE,
     COMPONENT_ADAPTER_CONVERT,
@@ -66,7 +70,7 @@ from trtfleet_operator.reconcile.types import (
     job_snapshot,
     status_patch,
 )
-from trtfleet_operator.taskids import TaskIdAllocator
+from trtfleet_operator.taskids import TaskIdAllocator, TaskIdStore
 
 logger = logging.getLogger(__name__)
 
@@ -102,13 +106,56 @@ def _utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+class KubeVerbs(Protocol):
+    """The API verbs the runtime uses, on paths from :func:`.kube.object_path` / :func:`.kube.collection_path`;
+    failures are :class:`trtfleet_operator.errors.KubeError`."""
+
+    async def get(self, path: str) -> Obj | None:
+        """The object, or None when it does not exist."""
+        ...
+
+    async def serves(self, api_version: str, plural: str) -> bool:
+        """Whether the API server's discovery lists ``plural`` under ``api_version`` (a CRD may be missing)."""
+        ...
+
+    async def apply(self, obj: Mapping[str, Any]) -> Obj:
+        """Server-side apply under the operator's field manager, taking over conflicting fields."""
+        ...
+
+    async def patch_merge(self, path: str, patch: Mapping[str, Any], *, status: bool = False) -> Obj:
+        """JSON merge patch of the object (``status``: of its status subresource); a patch carrying
+        ``metadata.resourceVersion`` raises ConflictError when the object changed since."""
+        ...
+
+    async def delete(self, path: str, *, uid: str | None = None, propagation: str = "Background") -> bool:
+        """Delete (only the object with ``uid``, when given); False when it was already gone."""
+        ...
+
+    async def event(self, involved: Mapping[str, Any], *, type_: str, reason: str, message: str, now: str) -> None:
+        """Record a core/v1 Event about ``involved``."""
+        ...
+
+    async def list(self, path: str, *, label_selector: str | None = None) -> list[Obj]:
+        """The items of a collection, each with ``apiVersion`` and ``kind``."""
+        ...
+
+
 class OperatorRuntime:
-    def __init__(self, config: OperatorConfig, client: KubeClient, *, clock: Callable[[], datetime] = _utcnow) -> None:
+    """Observe, reconcile (pure), act, for BaseModels and Adapters; one lock per object."""
+
+    def __init__(
+        self,
+        config: OperatorConfig,
+        client: KubeVerbs,
+        task_ids: TaskIdStore,
+        *,
+        clock: Callable[[], datetime] = _utcnow,
+    ) -> None:
         self.config = config
         self.client = client
         self.clock = clock
         self.allocator = TaskIdAllocator(
-            KubeTaskIdStore(client),
+            task_ids,
             on_allocated=metrics.TASKIDS_ALLOCATED.inc,
             on_conflict=metrics.TASKID_CONFLICTS.inc,
         )
@@ -163,7 +210,7 @@ class OperatorRuntime:
                 return None
             observed = await self._observe_basemodel(namespace, name)
             result = reconcile_basemodel(obj, observed, self.config, self.clock())
-            await self._act(obj, result, BASEMODEL_STATUS_KEYS)
+            await self.act(obj, result, BASEMODEL_STATUS_KEYS)
             return result
         finally:
             metrics.RECONCILE_DURATION.labels("BaseModel").observe(time.monotonic() - started)
@@ -247,13 +294,13 @@ class OperatorRuntime:
                     self._max_task_id[(namespace, base)] = max(floor, task_id)
                     self._reserved[reservation] = task_id
                 result = reconcile_adapter(obj, observed, self.config, self.clock(), task_id=task_id)
-                await self._act(obj, result, ADAPTER_STATUS_KEYS, guard_status=True)
+                await self.act(obj, result, ADAPTER_STATUS_KEYS, guard_status=True)
                 self._reserved.pop(reservation, None)
                 logger.info(
                     "task id assigned", extra={"adapter": f"{namespace}/{name}", "uid": uid, "task_id": task_id}
                 )
             else:
-                await self._act(obj, result, ADAPTER_STATUS_KEYS)
+                await self.act(obj, result, ADAPTER_STATUS_KEYS)
             return result
         finally:
             metrics.RECONCILE_DURATION.labels("Adapter").observe(time.monotonic() - started)
@@ -342,7 +389,7 @@ class OperatorRuntime:
         if remaining:
             obj = await self.client.get(object_path(API_VERSION, "BaseModel", namespace, name))
             if obj is not None:
-                await self._act(obj, deletion_blocked(obj, remaining, self.clock()), BASEMODEL_STATUS_KEYS)
+                await self.act(obj, deletion_blocked(obj, remaining, self.clock()), BASEMODEL_STATUS_KEYS)
         return remaining
 
     # ------------------------------------------------------------------ collection
@@ -416,7 +463,15 @@ class OperatorRuntime:
                 logger.warning("engine retention sweep failed", extra={"error": str(exc)})
 
     # ------------------------------------------------------------------ acting
-    async def _act(self, obj: Obj, result: Reconciliation, keys: Sequence[str], *, guard_status: bool = False) -> None:
+    async def act(self, obj: Obj, result: Reconciliation, keys: Sequence[str], *, guard_status: bool = False) -> None:
+        """Carry out ``result`` for ``obj`` in this order: applies, owner hand-overs, the status patch (the
+        ``keys`` that changed; ``guard_status``: only if ``obj``'s resourceVersion is still current), events,
+        deletions, counters, the requeue.
+
+        A failed apply, hand-over or deletion does not stop the others: the first one is raised at the end. A
+        hand-over that lost to a concurrent write triggers another reconcile instead, one whose object is gone
+        is let go, and so is an event that could not be recorded. A failed status patch is raised at once: no
+        events or deletions follow a status that was not written."""
         client = self.client
         meta = obj["metadata"]
         errors: list[KubeError] = []

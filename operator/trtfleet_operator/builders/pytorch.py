@@ -7,7 +7,7 @@
   trtfleet's own image (``images.trtfleet``, as its user) when that is all, and in ``images.modelopt``
   (a TensorRT-LLM image with ModelOpt's ``examples/llm_ptq``; trtfleet comes from the :mod:`.clibundle`
   init container) with the spec's GPUs when ``quantization.mode`` asks for ModelOpt. The Job envelope, its
-  retries and its owners are the engine build's (:func:`.engine.hash_keyed_job`).
+  retries and its owners are the engine build's (:func:`.enginebuild.hash_keyed_job`).
 * **Options ConfigMap** ``<serving>-llm-api-options``: the rendered ``llm-api-options.yaml``, labelled
   with its digest.
 * **Deployment**: one container ``trtllm-serve`` running :func:`trtfleet_engines.pytorch.serving.serve_argv`
@@ -46,7 +46,7 @@ from trtfleet_operator.builders.common import (
     shm_volume,
 )
 from trtfleet_operator.builders.convert import ARTIFACTS_VOLUME
-from trtfleet_operator.builders.engine import PLAN_KEY, PLAN_MOUNT, TERMINATION_LOG, hash_keyed_job, source_claims
+from trtfleet_operator.builders.enginebuild import PLAN_KEY, PLAN_MOUNT, TERMINATION_LOG, hash_keyed_job, source_claims
 from trtfleet_operator.builders.llmapi import APP_NAME as LLMAPI_APP_NAME
 from trtfleet_operator.builders.llmapi import llmapi_containers, repository_volume
 from trtfleet_operator.builders.serving import PRESTOP_SLEEP_S, STARTUP_BUDGET_S, TERMINATION_GRACE_S, selector_labels

@@ -22,10 +22,15 @@
 until then. A QLoRA adapter (``training.baseQuantization``) is a dynamic one whose result also carries its
 base variant's objects, the ``BaseVariantReady`` condition and ``status.baseVariant``
 (:mod:`trtfleet_operator.reconcile.variant`).
+
+The dynamic path is a driver over one function per step (``_basemodel_step``, ``_convert_step``,
+``_ready_step``), as :mod:`.basemodel`'s is.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -140,164 +145,260 @@ def reconcile_adapter(
     return with_variant(obj, result, reconcile_variant(obj, spec, quantization, base, observed, config, now), now)
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every step of one Adapter reconcile reads."""
+
+    obj: Obj
+    name: str
+    namespace: str
+    generation: int
+    old: Obj
+    """The status as read."""
+    now: datetime
+
+    def condition(self, type_: str, status_: str, reason: str, message: str) -> cond.Condition:
+        return cond.make(type_, status_, reason, message, generation=self.generation)
+
+    def failed(
+        self, status: Obj, reason: str, message: str, *extra: cond.Condition, delete: Sequence[ObjectRef] = ()
+    ) -> Reconciliation:
+        """Phase Failed for ``reason``: Validated False (unless ``extra`` carries Validated), ``extra``, Ready
+        False."""
+        said = any(x["type"] == cond.VALIDATED for x in extra)
+        validated = [] if said else [self.condition(cond.VALIDATED, cond.FALSE, reason, message)]
+        conditions = [*validated, *extra, self.condition(cond.READY, cond.FALSE, reason, message)]
+        return finish(
+            self.obj, {**status, "phase": AdapterPhase.FAILED.value, "conditions": conditions}, self.now, delete=delete
+        )
+
+
+@dataclass(frozen=True)
+class _Conversion:
+    """One conversion of the source for the BaseModel: the key of its artifact and the name of its Job."""
+
+    key: str
+    dtype: str
+    uri: str
+    pod_path: str | None
+    """Where serving pods read a staged PEFT directory (``runtime: pytorch``); None otherwise."""
+    job_name: str
+
+    @classmethod
+    def of(cls, spec: AdapterSpec, base: BaseModelSpec, config: OperatorConfig, adapter: str) -> _Conversion:
+        key = source_key(spec.source)
+        dtype = base.dtype.value
+        mapping = module_mapping(base)
+        peft = stages_peft(base)
+        return cls(
+            key=key,
+            dtype=dtype,
+            uri=artifact_uri(config, key, dtype, mapping, peft=peft),
+            pod_path=artifact_path(config, key, dtype, mapping) if peft else None,
+            job_name=convert_job_name(adapter, conversion_id(key, dtype, mapping, peft=peft)),
+        )
+
+
+@dataclass(frozen=True)
+class _Converted:
+    summary: ArtifactSummary
+    deletes: tuple[ObjectRef, ...]
+    """Convert Jobs done with: other conversions' and this one's once finished."""
+    new: bool
+    """The summary comes from the Job's report (to be written to the status), not from the status."""
+
+
 def _reconcile_adapter(
     obj: Obj, observed: AdapterObserved, config: OperatorConfig, now: datetime, *, task_id: int | None = None
 ) -> Reconciliation:
+    """The steps of the module docstring, each gating the next: validated, converted, checked, ready."""
     meta = obj["metadata"]
-    name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
-    generation = int(meta.get("generation") or 0)
     old = obj.get("status") or {}
-    status: Obj = {"observedGeneration": generation, **{k: old[k] for k in CARRIED if k in old}}
-
-    def c(type_: str, status_: str, reason: str, message: str) -> cond.Condition:
-        return cond.make(type_, status_, reason, message, generation=generation)
-
-    def failed(reason: str, message: str, *extra: cond.Condition, delete: tuple[ObjectRef, ...] = ()) -> Reconciliation:
-        validated = (
-            [] if any(x["type"] == cond.VALIDATED for x in extra) else [c(cond.VALIDATED, cond.FALSE, reason, message)]
-        )
-        return finish(
-            obj,
-            {
-                **status,
-                "phase": AdapterPhase.FAILED.value,
-                "conditions": [*validated, *extra, c(cond.READY, cond.FALSE, reason, message)],
-            },
-            now,
-            delete=delete,
-        )
-
+    ctx = _Context(obj, meta["name"], meta["namespace"], int(meta.get("generation") or 0), old, now)
+    status: Obj = {"observedGeneration": ctx.generation, **{k: old[k] for k in CARRIED if k in old}}
     try:
         spec = AdapterSpec.model_validate(obj["spec"])
     except ValidationError as exc:
-        return failed(INVALID_SPEC, f"the spec is invalid for this operator version: {exc.errors()[0]['msg']}")
-    status["servedName"] = spec.served_name or name
-    base_obj = observed.basemodel
-    if base_obj is None or base_obj["metadata"].get("deletionTimestamp"):
-        gone = "is being deleted" if base_obj is not None else "does not exist"
-        return failed(
-            BASEMODEL_NOT_FOUND,
-            f"BaseModel {spec.base_model} {gone} in namespace {namespace}: create "
-            "it (this Adapter is re-checked every resync), or recreate the Adapter with another "
-            "spec.baseModel (it is immutable)",
-        )
-    try:
-        base = BaseModelSpec.model_validate(base_obj["spec"])
-    except ValidationError:
-        return failed(BASEMODEL_INVALID, f"BaseModel {spec.base_model} has a spec this operator cannot read")
+        message = f"the spec is invalid for this operator version: {exc.errors()[0]['msg']}"
+        return ctx.failed(status, INVALID_SPEC, message)
+    status["servedName"] = spec.served_name or ctx.name
+    base = _basemodel_step(ctx, status, spec, observed.basemodel)
+    if isinstance(base, Reconciliation):
+        return base
     if effective_mode(spec.mode, chosen_mode(old)) is AdapterMode.MERGED:
         return reconcile_merged(obj, spec, base, observed, config, now, status)
     if not base.lora.enabled:
-        return failed(
+        return ctx.failed(
+            status,
             LORA_NOT_ENABLED,
             f"BaseModel {spec.base_model} has lora.enabled false, so its engine has "
             "no LoRA plugin: enable LoRA on the BaseModel (a rebuild) or use mode: merged",
         )
+    conversion = _Conversion.of(spec, base, config, ctx.name)
+    converted = _convert_step(ctx, status, spec, base, conversion, observed, config)
+    if isinstance(converted, Reconciliation):
+        return converted
+    summary = converted.summary
+    if converted.new:
+        status["sourceKey"] = conversion.key
+        status["artifact"] = _artifact(summary, conversion.uri, conversion.pod_path)
+        if old.get("sourceKey") != conversion.key:
+            status.pop("taskId", None)  # a new source gets a new id
+    converted_condition = ctx.condition(
+        cond.CONVERTED,
+        cond.TRUE,
+        CONVERTED,
+        f"{conversion.uri}: rank {summary.rank}, modules {', '.join(summary.modules)}",
+    )
+    problem = check_artifact(summary, base, spec.base_model)
+    if problem is not None:
+        reason, message = problem
+        validated = ctx.condition(cond.VALIDATED, cond.FALSE, reason, message)
+        return ctx.failed(status, reason, message, validated, converted_condition, delete=converted.deletes)
+    return _ready_step(ctx, status, spec, base, converted, converted_condition, observed, task_id)
 
-    key = source_key(spec.source)
-    dtype = base.dtype.value
-    mapping = module_mapping(base)
-    peft = stages_peft(base)
-    uri = artifact_uri(config, key, dtype, mapping, peft=peft)
-    pod_path = artifact_path(config, key, dtype, mapping) if peft else None
-    job_name = convert_job_name(name, conversion_id(key, dtype, mapping, peft=peft))
-    jobs = [job_snapshot(j) for j in observed.convert_jobs]
-    live = [j for j in jobs if not j.deleting]
-    current: JobSnapshot | None = next((j for j in live if j.name == job_name), None)
-    deletes = [j.ref for j in live if j.name != job_name]
-    applies: list[Obj] = []
-    found = c(
+
+def _basemodel_step(
+    ctx: _Context, status: Obj, spec: AdapterSpec, base_obj: Obj | None
+) -> BaseModelSpec | Reconciliation:
+    """The BaseModel's spec, or Failed: the BaseModel is missing, being deleted or unreadable."""
+    if base_obj is None or base_obj["metadata"].get("deletionTimestamp"):
+        gone = "is being deleted" if base_obj is not None else "does not exist"
+        return ctx.failed(
+            status,
+            BASEMODEL_NOT_FOUND,
+            f"BaseModel {spec.base_model} {gone} in namespace {ctx.namespace}: create "
+            "it (this Adapter is re-checked every resync), or recreate the Adapter with another "
+            "spec.baseModel (it is immutable)",
+        )
+    try:
+        return BaseModelSpec.model_validate(base_obj["spec"])
+    except ValidationError:
+        message = f"BaseModel {spec.base_model} has a spec this operator cannot read"
+        return ctx.failed(status, BASEMODEL_INVALID, message)
+
+
+def _convert_step(
+    ctx: _Context,
+    status: Obj,
+    spec: AdapterSpec,
+    base: BaseModelSpec,
+    conversion: _Conversion,
+    observed: AdapterObserved,
+    config: OperatorConfig,
+) -> _Converted | Reconciliation:
+    """Converted: the artifact the status already describes for this conversion, or the convert Job's report
+    once it succeeded; until then the Reconciliation that starts the Job, waits for it, or says it failed."""
+    live = [j for j in (job_snapshot(j) for j in observed.convert_jobs) if not j.deleting]
+    current: JobSnapshot | None = next((j for j in live if j.name == conversion.job_name), None)
+    deletes = [j.ref for j in live if j.name != conversion.job_name]
+    found = ctx.condition(
         cond.VALIDATED,
         cond.TRUE,
         BASEMODEL_FOUND,
         f"BaseModel {spec.base_model} exists with LoRA enabled; rank and modules are checked after conversion",
     )
-    def conversion_failed(reason: str, message: str) -> Reconciliation:
-        """The convert step failed for ``reason``: Failed, with the Converted condition saying why."""
-        return failed(reason, message, found, c(cond.CONVERTED, cond.FALSE, reason, message), delete=tuple(deletes))
-
-    old_artifact = old.get("artifact") or {}
-    summary: ArtifactSummary | None = None
-    fresh = old.get("sourceKey") != key
-    if not fresh and old_artifact.get("uri") == uri:
-        summary = _summary_of({**old_artifact, "dtype": dtype})
-    if summary is not None:
-        if current is not None and current.finished:
-            deletes.append(current.ref)
-    elif current is None:
-        owner = owner_reference("Adapter", API_VERSION, name, uid, controller=True)
-        applies.append(
-            build_convert_job(
-                adapter=name,
-                namespace=namespace,
-                owner=owner,
-                source=spec.source,
-                source_key=key,
-                basemodel=spec.base_model,
-                base=base,
-                config=config,
-            )
+    kept = _kept_summary(ctx.old, conversion)
+    if kept is not None:
+        done = (current.ref,) if current is not None and current.finished else ()
+        return _Converted(kept, (*deletes, *done), new=False)
+    job_name, source = conversion.job_name, spec.source.uri
+    if current is None:
+        owner = owner_reference("Adapter", API_VERSION, ctx.name, str(ctx.obj["metadata"]["uid"]), controller=True)
+        job = build_convert_job(
+            adapter=ctx.name,
+            namespace=ctx.namespace,
+            owner=owner,
+            source=spec.source,
+            source_key=conversion.key,
+            basemodel=spec.base_model,
+            base=base,
+            config=config,
         )
-        message = f"started Job {job_name}: converting {spec.source.uri} to {dtype}"
-        return _converting(
-            obj, status, found, c(cond.CONVERTED, cond.FALSE, CONVERTING, message), now, applies, deletes
-        )
-    elif not current.finished:
+        message = f"started Job {job_name}: converting {source} to {conversion.dtype}"
+        return _converting(ctx, status, found, message, (job,), deletes)
+    if not current.finished:
         message = (
-            f"Job {job_name} is converting {spec.source.uri} to {dtype} ({current.active} active, "
+            f"Job {job_name} is converting {source} to {conversion.dtype} ({current.active} active, "
             f"{current.failed} failed pod(s))"
         )
-        return _converting(
-            obj, status, found, c(cond.CONVERTED, cond.FALSE, CONVERTING, message), now, applies, deletes
+        return _converting(ctx, status, found, message, (), deletes)
+    report = _report(ctx, spec, conversion, current, observed.convert_pods)
+    if isinstance(report, ArtifactSummary):
+        return _Converted(report, (*deletes, current.ref), new=True)
+    reason, message = report
+    failed = ctx.condition(cond.CONVERTED, cond.FALSE, reason, message)
+    return ctx.failed(status, reason, message, found, failed, delete=deletes)
+
+
+def _kept_summary(old: Obj, conversion: _Conversion) -> ArtifactSummary | None:
+    """The summary of the artifact the status already describes, if it is this conversion's."""
+    artifact = old.get("artifact") or {}
+    if old.get("sourceKey") != conversion.key or artifact.get("uri") != conversion.uri:
+        return None
+    return _summary_of({**artifact, "dtype": conversion.dtype})
+
+
+def _report(
+    ctx: _Context, spec: AdapterSpec, conversion: _Conversion, job: JobSnapshot, pods: Sequence[Obj]
+) -> ArtifactSummary | tuple[str, str]:
+    """What a finished convert Job says: the artifact's summary, or ``(reason, message)`` of its failure."""
+    name = job.name
+    if job.failed_final:
+        why = failure_message(job, pods, CONVERT_CONTAINER)
+        return CONVERSION_FAILED, (
+            f"Job {name} could not convert {spec.source.uri}: {why}. Fix the source (a new revision "
+            f"converts again) or delete Job {name} to retry"
         )
-    elif current.failed_final:
-        why = failure_message(current, observed.convert_pods, CONVERT_CONTAINER)
-        message = (
-            f"Job {job_name} could not convert {spec.source.uri}: {why}. Fix the source (a new revision "
-            f"converts again) or delete Job {job_name} to retry"
+    mine = [p for p in pods if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == name]
+    try:
+        summary = parse_summary(success_message(mine, CONVERT_CONTAINER) or "")
+    except SummaryError as exc:
+        return CONVERSION_FAILED, (
+            f"Job {name} succeeded without a readable summary in its termination message "
+            f"({exc}); delete Job {name} to convert again"
         )
-        return conversion_failed(CONVERSION_FAILED, message)
-    else:
-        report = success_message(
-            [
-                p
-                for p in observed.convert_pods
-                if p["metadata"].get("labels", {}).get("batch.kubernetes.io/job-name") == job_name
-            ],
-            CONVERT_CONTAINER,
+    if summary.dtype != conversion.dtype:
+        return DTYPE_MISMATCH, (
+            f"Job {name} converted to {summary.dtype}, but BaseModel {spec.base_model} is {conversion.dtype}: "
+            f"the convert image ignores --dtype; delete Job {name} after fixing it"
         )
-        try:
-            summary = parse_summary(report or "")
-        except SummaryError as exc:
-            message = (
-                f"Job {job_name} succeeded without a readable summary in its termination message "
-                f"({exc}); delete Job {job_name} to convert again"
-            )
-            return conversion_failed(CONVERSION_FAILED, message)
-        if summary.dtype != dtype:
-            message = (
-                f"Job {job_name} converted to {summary.dtype}, but BaseModel {spec.base_model} is {dtype}: "
-                f"the convert image ignores --dtype; delete Job {job_name} after fixing it"
-            )
-            return conversion_failed(DTYPE_MISMATCH, message)
-        deletes.append(current.ref)
-        status["sourceKey"] = key
-        status["artifact"] = _artifact(summary, uri, pod_path)
-        if fresh:
-            status.pop("taskId", None)
-    converted = c(
-        cond.CONVERTED,
-        cond.TRUE,
-        CONVERTED,
-        f"{uri}: rank {summary.rank}, modules {', '.join(summary.modules)}",
+    return summary
+
+
+def _converting(
+    ctx: _Context,
+    status: Obj,
+    found: cond.Condition,
+    message: str,
+    apply: tuple[Obj, ...],
+    deletes: Sequence[ObjectRef],
+) -> Reconciliation:
+    """Phase Converting while the convert Job runs: Converted and Ready False with ``message``."""
+    converted = ctx.condition(cond.CONVERTED, cond.FALSE, CONVERTING, message)
+    waiting = {**converted, "type": cond.READY}
+    return finish(
+        ctx.obj,
+        {**status, "phase": AdapterPhase.CONVERTING.value, "conditions": [found, converted, waiting]},
+        ctx.now,
+        apply=apply,
+        delete=deletes,
     )
-    problem = check_artifact(summary, base, spec.base_model)
-    if problem is not None:
-        if fresh and "taskId" in status:
-            status.pop("taskId")
-        reason, message = problem
-        return failed(reason, message, c(cond.VALIDATED, cond.FALSE, reason, message), converted, delete=tuple(deletes))
-    valid = c(
+
+
+def _ready_step(
+    ctx: _Context,
+    status: Obj,
+    spec: AdapterSpec,
+    base: BaseModelSpec,
+    converted: _Converted,
+    converted_condition: cond.Condition,
+    observed: AdapterObserved,
+    task_id: int | None,
+) -> Reconciliation:
+    """Ready once the adapter has a task id (kept, or ``task_id`` from the shell); else ask the shell for one."""
+    summary = converted.summary
+    valid = ctx.condition(
         cond.VALIDATED,
         cond.TRUE,
         VALID,
@@ -307,44 +408,24 @@ def _reconcile_adapter(
     if "taskId" not in status and task_id is not None:
         status["taskId"] = task_id
     if "taskId" not in status:
-        waiting = c(cond.READY, cond.FALSE, ALLOCATING, f"allocating a task id on BaseModel {spec.base_model}")
+        message = f"allocating a task id on BaseModel {spec.base_model}"
+        waiting = ctx.condition(cond.READY, cond.FALSE, ALLOCATING, message)
         return finish(
-            obj,
-            {**status, "phase": AdapterPhase.CONVERTING.value, "conditions": [valid, converted, waiting]},
-            now,
-            apply=applies,
-            delete=deletes,
+            ctx.obj,
+            {**status, "phase": AdapterPhase.CONVERTING.value, "conditions": [valid, converted_condition, waiting]},
+            ctx.now,
+            delete=converted.deletes,
             needs_task_id=True,
         )
-    ready = c(
+    ready = ctx.condition(
         cond.READY,
         cond.TRUE,
         READY,
         f"served as {status['servedName']} with task id {status['taskId']} on BaseModel {spec.base_model}",
     )
     return finish(
-        obj,
-        {**status, "phase": AdapterPhase.READY.value, "conditions": [valid, converted, ready]},
-        now,
-        apply=applies,
-        delete=(*deletes, *merged_leftovers(name, namespace, observed.deployment)),
-    )
-
-
-def _converting(
-    obj: Obj,
-    status: Obj,
-    found: cond.Condition,
-    converted: cond.Condition,
-    now: datetime,
-    applies: list[Obj],
-    deletes: list[ObjectRef],
-) -> Reconciliation:
-    waiting = {**converted, "type": cond.READY}
-    return finish(
-        obj,
-        {**status, "phase": AdapterPhase.CONVERTING.value, "conditions": [found, converted, waiting]},
-        now,
-        apply=applies,
-        delete=deletes,
+        ctx.obj,
+        {**status, "phase": AdapterPhase.READY.value, "conditions": [valid, converted_condition, ready]},
+        ctx.now,
+        delete=(*converted.deletes, *merged_leftovers(ctx.name, ctx.namespace, observed.deployment)),
     )

@@ -50,7 +50,14 @@ from trtfleet_operator.names import (
     serving_name,
 )
 from trtfleet_operator.planning import CapacityVerdict, EnginePlan, plan_capacity, plan_engine
-from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, engine_users, finish, shared_owner
+from trtfleet_operator.reconcile.common import (
+    NOT_NEEDED,
+    engine_inputs,
+    engine_users,
+    finish,
+    hash_owners,
+    shared_owner,
+)
 from trtfleet_operator.reconcile.common import by_hash as by_hash
 from trtfleet_operator.reconcile.common import planned_hash as planned_hash
 from trtfleet_operator.reconcile.engine import (
@@ -158,18 +165,11 @@ def _artifact_step(
             cond.make(cond.ENGINE_BUILT, cond.TRUE, NOT_NEEDED, message),
             {"hash": plan.engine_hash, "image": config.images.worker, "uri": spec.source.uri},
         )
-    me = shared_owner(ctx.obj)
-    owners = tuple(
-        sorted(
-            {o["uid"]: o for o in (*users.get(plan.engine_hash, ()), me)}.values(),
-            key=lambda o: str(o["name"]),
-        )
-    )
     inputs = engine_inputs(
         ctx.namespace,
         plan,
         spec,
-        owners,
+        hash_owners(users, plan.engine_hash, shared_owner(ctx.obj)),
         [job_snapshot(j) for j in observed.build_jobs],
         observed.plan_configmaps,
         observed.engine_records,

@@ -28,6 +28,12 @@ def shared_owner(obj: Mapping[str, object]) -> Obj:
     return owner_reference(str(obj["kind"]), API_VERSION, str(meta["name"]), str(meta["uid"]), controller=False)
 
 
+def hash_owners(users: Mapping[str, Sequence[Obj]], engine_hash: str, owner: Obj) -> tuple[Obj, ...]:
+    """Who owns ``engine_hash``'s build objects: its users and ``owner``, once each, sorted by name."""
+    everyone = {o["uid"]: o for o in (*users.get(engine_hash, ()), owner)}
+    return tuple(sorted(everyone.values(), key=lambda o: str(o["name"])))
+
+
 def planned_hash(obj: Mapping[str, object]) -> str | None:
     """The engine hash a BaseModel wants built, or None (reference runtime, unplannable, deleting)."""
     meta = obj.get("metadata")

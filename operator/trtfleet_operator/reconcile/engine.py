@@ -15,7 +15,8 @@ pods of the newest failed Job. Decided:
 
 Every user of the hash owns the Job and ConfigMap (non-controller owner references, kept in sync with
 a resourceVersion-guarded patch). A user whose hash changed stops owning its old build; an old build
-nobody wants any more is deleted, which is how a spec change supersedes a running build.
+nobody wants any more is deleted, which is how a spec change supersedes a running build. The objects
+themselves are built by :mod:`trtfleet_operator.builders.enginebuild` (and :mod:`.builders.pytorch`).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any, Literal
 
 from trtfleet.api.basemodel import BaseModelSpec, QuantizationMode
 from trtfleet_operator import conditions as cond
-from trtfleet_operator.builders.engine import (
+from trtfleet_operator.builders.enginebuild import (
     BUILD_CONTAINER,
     build_engine_job,
     build_engine_record,
@@ -124,141 +125,144 @@ def rfc3339(moment: datetime) -> str:
     return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every step of :func:`reconcile_engine` reads: the inputs, the kind's words, the owners to sync."""
+
+    inputs: EngineInputs
+    kind: BuildKind
+    config: OperatorConfig
+    now: datetime
+    engine_status: Obj
+    """``hash``, ``image`` and ``uri``; each outcome adds ``builtAt`` or ``buildJob``."""
+    set_owners: tuple[SetOwners, ...]
+
+    @property
+    def artifact(self) -> str:
+        """The artifact with its short hash, as messages name it (``engine 0123abcd...``)."""
+        return f"{self.kind.artifact_noun} {hash16(self.inputs.plan.engine_hash)}"
+
+    def outcome(
+        self,
+        state: Literal["built", "building", "failed"],
+        reason: str,
+        message: str,
+        *,
+        status: Obj | None = None,
+        apply: tuple[Obj, ...] = (),
+        delete: tuple[ObjectRef, ...] = (),
+        counters: tuple[Counter, ...] = (),
+        requeue_after_s: float | None = None,
+    ) -> EngineOutcome:
+        """``state`` with EngineBuilt True (built) or False, saying ``reason`` and ``message``."""
+        return EngineOutcome(
+            state,
+            cond.make(cond.ENGINE_BUILT, cond.TRUE if state == "built" else cond.FALSE, reason, message),
+            {**self.engine_status, **(status or {})},
+            apply=apply,
+            set_owners=self.set_owners,
+            delete=delete,
+            counters=counters,
+            requeue_after_s=requeue_after_s,
+        )
+
+
 def reconcile_engine(inputs: EngineInputs, config: OperatorConfig, now: datetime) -> EngineOutcome:
+    """The decision of the module docstring, one step per state of the hash's newest Job."""
     kind = inputs.kind or ENGINE_BUILD
-    job_noun, what = kind.job_noun, kind.artifact_noun
-    engine_hash = inputs.plan.engine_hash
-    short = hash16(engine_hash)
-    spec = inputs.spec
-    engine_status: Obj = {
-        "hash": engine_hash,
-        "image": spec.engine.image,
-        "uri": kind.uri(inputs, config),
-    }
     jobs = sorted((j for j in inputs.jobs if not j.deleting), key=lambda j: (j.attempt, j.name))
-    set_owners: list[SetOwners] = []
+    engine_hash = inputs.plan.engine_hash
+    engine_status: Obj = {"hash": engine_hash, "image": inputs.spec.engine.image, "uri": kind.uri(inputs, config)}
+    ctx = _Context(inputs, kind, config, now, engine_status, _owner_updates(inputs, jobs))
+    if inputs.record is not None:
+        data = inputs.record.get("data") or {}
+        message = f"{ctx.artifact} is in the {kind.artifact_noun} store (published {data.get('builtAt', 'earlier')})"
+        return ctx.outcome("built", kind.built, message, status={"builtAt": data.get("builtAt", "")})
+    complete = [j for j in jobs if j.complete]
+    if complete:
+        return _recorded(ctx, complete[-1])
+    latest = jobs[-1] if jobs else None
+    older = tuple(j.ref for j in jobs[:-1] if j.finished)
+    refusal = kind.refusal(inputs, config)
+    if refusal is not None and (latest is None or latest.finished):
+        return ctx.outcome("failed", *refusal, delete=older)
+    if latest is None:
+        first = kind.job_name(engine_hash, 1)
+        return _start(ctx, 1, older, f"started {kind.job_noun} Job {first} for {ctx.artifact}")
+    if not latest.finished:
+        return _running(ctx, latest, older)
+    return _failed(ctx, latest, older)
+
+
+def _owner_updates(inputs: EngineInputs, jobs: Sequence[JobSnapshot]) -> tuple[SetOwners, ...]:
+    """Owner hand-overs that make every user of the hash own its Jobs and plan ConfigMap."""
+    updates: list[SetOwners] = []
     for job in jobs:
-        set_owners += sync_owners(job.ref, job.owners, inputs.owners, job.resource_version)
+        updates += sync_owners(job.ref, job.owners, inputs.owners, job.resource_version)
     plan_cm = inputs.plan_configmap
     if plan_cm is not None and not plan_cm["metadata"].get("deletionTimestamp"):
         meta = plan_cm["metadata"]
         ref = ObjectRef("v1", "ConfigMap", inputs.namespace, meta["name"], meta.get("uid"))
-        set_owners += sync_owners(
-            ref, meta.get("ownerReferences") or [], inputs.owners, meta.get("resourceVersion", "")
-        )
+        updates += sync_owners(ref, meta.get("ownerReferences") or [], inputs.owners, meta.get("resourceVersion", ""))
+    return tuple(updates)
 
-    if inputs.record is not None:
-        data = inputs.record.get("data") or {}
-        engine_status["builtAt"] = data.get("builtAt", "")
-        message = f"{what} {short} is in the {what} store (published {data.get('builtAt', 'earlier')})"
-        return EngineOutcome(
-            "built",
-            cond.make(cond.ENGINE_BUILT, cond.TRUE, kind.built, message),
-            engine_status,
-            set_owners=tuple(set_owners),
-        )
 
-    complete = [j for j in jobs if j.complete]
-    if complete:
-        job = complete[-1]
-        built_at = job.finished_at or rfc3339(now)
-        engine_status["builtAt"] = built_at
-        record = build_engine_record(
-            engine_hash,
-            namespace=inputs.namespace,
-            uri=engine_status["uri"],
-            image=spec.engine.image,
-            built_at=built_at,
-            build_job=job.name,
-        )
-        message = f"{job_noun} Job {job.name} published {what} {short}"
-        return EngineOutcome(
-            "built",
-            cond.make(cond.ENGINE_BUILT, cond.TRUE, kind.built, message),
-            engine_status,
-            apply=(record,),
-            set_owners=tuple(set_owners),
-            counters=("build_succeeded",),
-        )
-
-    latest = jobs[-1] if jobs else None
-    older = tuple(j.ref for j in jobs[:-1] if j.finished)
-    policy = config.build
-    refusal = kind.refusal(inputs, config)
-    if refusal is not None and (latest is None or latest.finished):
-        return EngineOutcome(
-            "failed",
-            cond.make(cond.ENGINE_BUILT, cond.FALSE, *refusal),
-            engine_status,
-            set_owners=tuple(set_owners),
-            delete=older,
-        )
-    if latest is None:
-        return _start(
-            inputs,
-            config,
-            1,
-            engine_status,
-            set_owners,
-            older,
-            f"started {job_noun} Job {kind.job_name(engine_hash, 1)} for {what} {short}",
-        )
-    if not latest.finished:
-        engine_status["buildJob"] = latest.name
-        applies: tuple[Obj, ...] = () if plan_cm is not None else (_plan_cm(inputs),)
-        message = (
-            f"{job_noun} Job {latest.name} is running (attempt {latest.attempt} of {policy.max_attempts}): "
-            f"{latest.active} active pod(s), {latest.failed} failed pod(s)"
-        )
-        return EngineOutcome(
-            "building",
-            cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.building, message),
-            engine_status,
-            apply=applies,
-            set_owners=tuple(set_owners),
-            delete=older,
-        )
-
-    why = failure_message(latest, inputs.failure_pods, kind.container)
-    engine_status["buildJob"] = latest.name
-    if latest.attempt >= policy.max_attempts:
-        message = (
-            f"{job_noun} Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}, no "
-            f"retries left): {why}. Fix the cause (see `kubectl logs job/{latest.name}`), then delete "
-            f"Job {latest.name} to {job_noun} again"
-        )
-        return EngineOutcome(
-            "failed",
-            cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.failed, message),
-            engine_status,
-            set_owners=tuple(set_owners),
-            delete=older,
-        )
-    failed_at = _parse(latest.finished_at)
-    delay = policy.retry_delay_s(latest.attempt)
-    wait_s = 0.0 if failed_at is None else (failed_at - now).total_seconds() + delay
-    if wait_s <= 0:
-        return _start(
-            inputs,
-            config,
-            latest.attempt + 1,
-            engine_status,
-            set_owners,
-            (*older, latest.ref),
-            f"retrying the {job_noun} of {what} {short} (attempt {latest.attempt + 1} of "
-            f"{policy.max_attempts}) after Job {latest.name} failed: {why}",
-        )
-    message = (
-        f"{job_noun} Job {latest.name} failed (attempt {latest.attempt} of {policy.max_attempts}): {why}. "
-        f"Retrying in {int(wait_s + 0.999)}s; delete Job {latest.name} to retry now"
+def _recorded(ctx: _Context, job: JobSnapshot) -> EngineOutcome:
+    """A Job completed: built, and the record that says so written (``builtAt``: the Job's completion)."""
+    inputs = ctx.inputs
+    built_at = job.finished_at or rfc3339(ctx.now)
+    record = build_engine_record(
+        inputs.plan.engine_hash,
+        namespace=inputs.namespace,
+        uri=ctx.engine_status["uri"],
+        image=inputs.spec.engine.image,
+        built_at=built_at,
+        build_job=job.name,
     )
-    return EngineOutcome(
-        "failed",
-        cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.retrying, message),
-        engine_status,
-        set_owners=tuple(set_owners),
-        delete=older,
-        requeue_after_s=wait_s,
+    message = f"{ctx.kind.job_noun} Job {job.name} published {ctx.artifact}"
+    return ctx.outcome(
+        "built", ctx.kind.built, message, status={"builtAt": built_at}, apply=(record,), counters=("build_succeeded",)
+    )
+
+
+def _running(ctx: _Context, job: JobSnapshot, older: tuple[ObjectRef, ...]) -> EngineOutcome:
+    """The newest Job runs: building (its plan ConfigMap applied again if it went missing)."""
+    applies: tuple[Obj, ...] = () if ctx.inputs.plan_configmap is not None else (_plan_cm(ctx.inputs),)
+    message = (
+        f"{ctx.kind.job_noun} Job {job.name} is running (attempt {job.attempt} of {ctx.config.build.max_attempts}): "
+        f"{job.active} active pod(s), {job.failed} failed pod(s)"
+    )
+    return ctx.outcome(
+        "building", ctx.kind.building, message, status={"buildJob": job.name}, apply=applies, delete=older
+    )
+
+
+def _failed(ctx: _Context, job: JobSnapshot, older: tuple[ObjectRef, ...]) -> EngineOutcome:
+    """The newest Job failed: no retries left, the next attempt now, or a requeue when its delay has passed."""
+    kind, policy = ctx.kind, ctx.config.build
+    why = failure_message(job, ctx.inputs.failure_pods, kind.container)
+    attempts = f"attempt {job.attempt} of {policy.max_attempts}"
+    if job.attempt >= policy.max_attempts:
+        message = (
+            f"{kind.job_noun} Job {job.name} failed ({attempts}, no retries left): {why}. Fix the cause (see "
+            f"`kubectl logs job/{job.name}`), then delete Job {job.name} to {kind.job_noun} again"
+        )
+        return ctx.outcome("failed", kind.failed, message, status={"buildJob": job.name}, delete=older)
+    failed_at = _parse(job.finished_at)
+    delay = policy.retry_delay_s(job.attempt)
+    wait_s = 0.0 if failed_at is None else (failed_at - ctx.now).total_seconds() + delay
+    if wait_s <= 0:
+        message = (
+            f"retrying the {kind.job_noun} of {ctx.artifact} (attempt {job.attempt + 1} of "
+            f"{policy.max_attempts}) after Job {job.name} failed: {why}"
+        )
+        return _start(ctx, job.attempt + 1, (*older, job.ref), message)
+    message = (
+        f"{kind.job_noun} Job {job.name} failed ({attempts}): {why}. "
+        f"Retrying in {int(wait_s + 0.999)}s; delete Job {job.name} to retry now"
+    )
+    return ctx.outcome(
+        "failed", kind.retrying, message, status={"buildJob": job.name}, delete=older, requeue_after_s=wait_s
     )
 
 
@@ -272,25 +276,17 @@ def _plan_cm(inputs: EngineInputs) -> Obj:
     )
 
 
-def _start(
-    inputs: EngineInputs,
-    config: OperatorConfig,
-    attempt: int,
-    engine_status: Obj,
-    set_owners: list[SetOwners],
-    delete: tuple[ObjectRef, ...],
-    message: str,
-) -> EngineOutcome:
-    kind = inputs.kind or ENGINE_BUILD
-    job = kind.job(inputs, config, attempt)
-    engine_status["buildJob"] = job["metadata"]["name"]
+def _start(ctx: _Context, attempt: int, delete: tuple[ObjectRef, ...], message: str) -> EngineOutcome:
+    """Building: Job ``attempt`` created (with the plan ConfigMap, unless it exists)."""
+    inputs = ctx.inputs
+    job = ctx.kind.job(inputs, ctx.config, attempt)
     applies = (job,) if inputs.plan_configmap is not None else (_plan_cm(inputs), job)
-    return EngineOutcome(
+    return ctx.outcome(
         "building",
-        cond.make(cond.ENGINE_BUILT, cond.FALSE, kind.building, message),
-        engine_status,
+        ctx.kind.building,
+        message,
+        status={"buildJob": job["metadata"]["name"]},
         apply=applies,
-        set_owners=tuple(set_owners),
         delete=delete,
         counters=("build_started",),
     )

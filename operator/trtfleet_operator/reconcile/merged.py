@@ -17,7 +17,8 @@ failed, Pending while the pods roll out, Ready when the rollout is complete.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 
 from pydantic import ValidationError
@@ -53,11 +54,18 @@ from trtfleet_operator.names import (
     options_configmap_name,
     owner_reference,
 )
-from trtfleet_operator.planning import EnginePlan, plan_capacity, plan_merged
-from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, finish, shared_owner
+from trtfleet_operator.planning import CapacityVerdict, EnginePlan, plan_capacity, plan_merged
+from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, finish, hash_owners, shared_owner
 from trtfleet_operator.reconcile.engine import CHECKPOINT_PREPARE, EngineOutcome, reconcile_engine, release_stale
 from trtfleet_operator.reconcile.serving import serving_state
-from trtfleet_operator.reconcile.types import AdapterObserved, Obj, ObjectRef, Reconciliation, job_snapshot
+from trtfleet_operator.reconcile.types import (
+    AdapterObserved,
+    JobSnapshot,
+    Obj,
+    ObjectRef,
+    Reconciliation,
+    job_snapshot,
+)
 
 
 def merged_hash(adapter: Obj, basemodels: Sequence[Obj]) -> str | None:
@@ -143,6 +151,24 @@ def _serving(
     )
 
 
+@dataclass(frozen=True)
+class _Context:
+    """What every step of one merged Adapter reconcile reads."""
+
+    obj: Obj
+    spec: AdapterSpec
+    base: BaseModelSpec
+    name: str
+    namespace: str
+    generation: int
+    owner: Obj
+    """The Adapter as controller of its merged pods' objects."""
+    labels: dict[str, str]
+    """The Adapter's and its BaseModel's labels on the build objects and the model configuration."""
+    config: OperatorConfig
+    now: datetime
+
+
 def reconcile_merged(
     obj: Obj,
     spec: AdapterSpec,
@@ -152,102 +178,132 @@ def reconcile_merged(
     now: datetime,
     status: Obj,
 ) -> Reconciliation:
+    """Planned, the engine built (nothing to build for ``runtime: reference``), the merged pods rolled out."""
     meta = obj["metadata"]
     name, namespace, uid = meta["name"], meta["namespace"], meta["uid"]
     generation = int(meta.get("generation") or 0)
     jobs = [job_snapshot(j) for j in observed.build_jobs]
     users = merged_users(observed.merged_adapters, observed.basemodels)
-
-    def c(type_: str, status_: str, reason: str, message: str) -> cond.Condition:
-        return cond.make(type_, status_, reason, message, generation=generation)
-
     try:
-        plan = plan_merged(base, spec.source.uri, spec.source.revision)
-        capacity = plan_capacity(plan.render_spec)
-        if not capacity.fits:
-            raise PlanningError(capacity.reason, capacity.message)
+        plan, capacity = _planned(base, spec)
     except PlanningError as exc:
         deletes, handovers = release_stale(uid, None, jobs, observed.plan_configmaps, users)
-        failure = c(cond.VALIDATED, cond.FALSE, exc.reason, f"the merged engine cannot be planned: {exc}")
-        return finish(
-            obj,
-            {
-                **status,
-                "phase": AdapterPhase.FAILED.value,
-                "conditions": [failure, {**failure, "type": cond.READY}],
-            },
-            now,
-            delete=deletes,
-            set_owners=handovers,
-        )
+        message = f"the merged engine cannot be planned: {exc}"
+        failure = cond.make(cond.VALIDATED, cond.FALSE, exc.reason, message, generation=generation)
+        conditions = [failure, {**failure, "type": cond.READY}]
+        failed = {**status, "phase": AdapterPhase.FAILED.value, "conditions": conditions}
+        return finish(obj, failed, now, delete=deletes, set_owners=handovers)
     deletes, handovers = release_stale(
         uid, None if base.runtime is Runtime.REFERENCE else plan.engine_hash, jobs, observed.plan_configmaps, users
     )
-    me = shared_owner(obj)
-    owners = tuple(
-        sorted(
-            {o["uid"]: o for o in (*users.get(plan.engine_hash, ()), me)}.values(),
-            key=lambda o: str(o["name"]),
-        )
-    )
-    labels = {LABEL_ADAPTER: label_value(name), LABEL_BASEMODEL: label_value(spec.base_model)}
-    engine = _reference_engine(base, spec, config) if base.runtime is Runtime.REFERENCE else reconcile_engine(
-        engine_inputs(
-            namespace,
-            plan,
-            base,
-            owners,
-            jobs,
-            observed.plan_configmaps,
-            observed.engine_records,
-            observed.build_pods,
-            labels=labels,
-            merged_sources=(spec.source.uri,),
-            kind=CHECKPOINT_PREPARE if base.runtime is Runtime.PYTORCH else None,
-        ),
+    ctx = _Context(
+        obj,
+        spec,
+        base,
+        name,
+        namespace,
+        generation,
+        owner_reference("Adapter", API_VERSION, name, uid, controller=True),
+        {LABEL_ADAPTER: label_value(name), LABEL_BASEMODEL: label_value(spec.base_model)},
         config,
         now,
     )
-    serving = merged_serving_name(name)
-    owner = owner_reference("Adapter", API_VERSION, name, uid, controller=True)
-    applies: list[Obj] = [
-        build_service(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name,
-                      runtime=base.runtime, server=base.serving.server),
-        build_pdb(name=serving, namespace=namespace, owner=owner, basemodel=spec.base_model, adapter=name),
-        *engine.apply,
-    ]
-    validated = c(
+    engine = _engine_step(ctx, plan, jobs, observed, users)
+    serving = _serving_step(ctx, plan, engine, observed.deployment)
+    validated = cond.make(
         cond.VALIDATED,
         cond.TRUE,
         "MergedPlanned",
         f"merged engine of BaseModel {spec.base_model} with {spec.source.uri} planned ({capacity.message})",
+        generation=generation,
     )
-    if engine.state == "built":
-        config_map, desired = _serving(
-            plan, base, spec, name=name, namespace=namespace, owner=owner, labels=labels, config=config
-        )
-        applies += [config_map, desired]
-        state = serving_state(
-            desired,
-            observed.deployment,
-            was_serving=(obj.get("status") or {}).get("phase") == AdapterPhase.READY.value,
-        )
-        ready = {**state.condition, "observedGeneration": generation}
-        phase = AdapterPhase.READY if state.state == "ready" else AdapterPhase.PENDING
-    else:
-        ready = c(cond.READY, cond.FALSE, engine.condition["reason"], engine.condition["message"])
-        phase = AdapterPhase.FAILED if engine.state == "failed" else AdapterPhase.CONVERTING
+    engine_built = {**engine.condition, "observedGeneration": generation}
     return finish(
         obj,
-        {
-            **status,
-            "phase": phase.value,
-            "conditions": [validated, {**engine.condition, "observedGeneration": generation}, ready],
-        },
+        {**status, "phase": serving.phase.value, "conditions": [validated, engine_built, serving.ready]},
         now,
-        apply=applies,
+        apply=(*_fixed_objects(ctx), *engine.apply, *serving.apply),
         delete=(*engine.delete, *deletes),
         set_owners=(*engine.set_owners, *handovers),
         requeue_after_s=engine.requeue_after_s,
         counters=engine.counters,
+    )
+
+
+def _planned(base: BaseModelSpec, spec: AdapterSpec) -> tuple[EnginePlan, CapacityVerdict]:
+    """The merged engine's plan and its capacity verdict; PlanningError when it cannot be planned or does not
+    fit."""
+    plan = plan_merged(base, spec.source.uri, spec.source.revision)
+    capacity = plan_capacity(plan.render_spec)
+    if not capacity.fits:
+        raise PlanningError(capacity.reason, capacity.message)
+    return plan, capacity
+
+
+def _engine_step(
+    ctx: _Context,
+    plan: EnginePlan,
+    jobs: Sequence[JobSnapshot],
+    observed: AdapterObserved,
+    users: Mapping[str, tuple[Obj, ...]],
+) -> EngineOutcome:
+    """EngineBuilt: nothing to build (reference), else the shared build of the merged hash (the prepare Job on
+    ``runtime: pytorch``), owned by every merged Adapter that wants it."""
+    base = ctx.base
+    if base.runtime is Runtime.REFERENCE:
+        return _reference_engine(base, ctx.spec, ctx.config)
+    inputs = engine_inputs(
+        ctx.namespace,
+        plan,
+        base,
+        hash_owners(users, plan.engine_hash, shared_owner(ctx.obj)),
+        jobs,
+        observed.plan_configmaps,
+        observed.engine_records,
+        observed.build_pods,
+        labels=ctx.labels,
+        merged_sources=(ctx.spec.source.uri,),
+        kind=CHECKPOINT_PREPARE if base.runtime is Runtime.PYTORCH else None,
+    )
+    return reconcile_engine(inputs, ctx.config, ctx.now)
+
+
+@dataclass(frozen=True)
+class _ServingOutcome:
+    apply: tuple[Obj, ...]
+    ready: cond.Condition
+    phase: AdapterPhase
+
+
+def _serving_step(ctx: _Context, plan: EnginePlan, engine: EngineOutcome, deployment: Obj | None) -> _ServingOutcome:
+    """Ready: the merged pods rolled out once the engine is built; until then Ready says what the build says."""
+    if engine.state != "built":
+        reason, message = engine.condition["reason"], engine.condition["message"]
+        ready = cond.make(cond.READY, cond.FALSE, reason, message, generation=ctx.generation)
+        return _ServingOutcome((), ready, AdapterPhase.FAILED if engine.state == "failed" else AdapterPhase.CONVERTING)
+    config_map, desired = _serving(
+        plan,
+        ctx.base,
+        ctx.spec,
+        name=ctx.name,
+        namespace=ctx.namespace,
+        owner=ctx.owner,
+        labels=ctx.labels,
+        config=ctx.config,
+    )
+    was_serving = (ctx.obj.get("status") or {}).get("phase") == AdapterPhase.READY.value
+    state = serving_state(desired, deployment, was_serving=was_serving)
+    phase = AdapterPhase.READY if state.state == "ready" else AdapterPhase.PENDING
+    return _ServingOutcome((config_map, desired), {**state.condition, "observedGeneration": ctx.generation}, phase)
+
+
+def _fixed_objects(ctx: _Context) -> tuple[Obj, Obj]:
+    """The merged pods' Service and PodDisruptionBudget, there from the start."""
+    serving, adapter, basemodel = merged_serving_name(ctx.name), ctx.name, ctx.spec.base_model
+    return (
+        build_service(
+            name=serving, namespace=ctx.namespace, owner=ctx.owner, basemodel=basemodel, adapter=adapter,
+            runtime=ctx.base.runtime, server=ctx.base.serving.server,
+        ),
+        build_pdb(name=serving, namespace=ctx.namespace, owner=ctx.owner, basemodel=basemodel, adapter=adapter),
     )

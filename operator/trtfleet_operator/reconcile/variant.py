@@ -46,7 +46,7 @@ from trtfleet_operator.names import (
     variant_serving_name,
 )
 from trtfleet_operator.planning import EnginePlan, plan_variant
-from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, shared_owner
+from trtfleet_operator.reconcile.common import NOT_NEEDED, engine_inputs, hash_owners, shared_owner
 from trtfleet_operator.reconcile.engine import (
     CHECKPOINT_PREPARE,
     EngineOutcome,
@@ -151,8 +151,7 @@ def reconcile_variant(
     reference = base.runtime is Runtime.REFERENCE
     me = VariantWant(shared_owner(obj), spec.base_model, plan.engine_hash,
                      variant_serving_name(spec.base_model, plan.engine_hash))
-    owners = tuple(sorted({o["uid"]: o for o in (*users.get(plan.engine_hash, ()), me.owner)}.values(),
-                          key=lambda o: str(o["name"])))
+    owners = hash_owners(users, plan.engine_hash, me.owner)
     deletes, handovers = release_stale(uid, None if reference else plan.engine_hash, jobs, observed.plan_configmaps,
                                        users)
     labels = {LABEL_BASEMODEL: label_value(spec.base_model), LABEL_VARIANT: label_value(me.serving)}

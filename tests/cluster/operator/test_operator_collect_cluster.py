@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from trtfleet_operator.builders.engine import build_engine_record
+from trtfleet_operator.builders.enginebuild import build_engine_record
 from trtfleet_operator.names import engine_record_name
 
 from tests.cluster.operator.harness import (

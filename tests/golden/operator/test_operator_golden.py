@@ -17,7 +17,7 @@ import kubernetes_validate
 import pytest
 import yaml
 from trtfleet_operator.builders.convert import build_convert_job
-from trtfleet_operator.builders.engine import build_engine_job, build_engine_record, build_plan_configmap
+from trtfleet_operator.builders.enginebuild import build_engine_job, build_engine_record, build_plan_configmap
 from trtfleet_operator.builders.inferencepool import build_inference_pool, http_port, pool_selector
 from trtfleet_operator.builders.pytorch import build_options_configmap, build_prepare_job, build_pytorch_deployment
 from trtfleet_operator.builders.service import build_pdb, build_service

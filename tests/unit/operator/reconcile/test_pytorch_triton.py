@@ -11,7 +11,7 @@ from trtfleet_operator.reconcile.basemodel import BaseModelObserved
 from trtfleet_operator.reconcile.types import Reconciliation
 
 from tests.unit.operator.helpers import by_kind
-from tests.unit.operator.test_operator_pytorch import prepare_hash, prepared, run, torch_llama
+from tests.unit.operator.reconcile.test_pytorch_runtime import prepare_hash, prepared, run, torch_llama
 
 Obj = dict[str, Any]
 

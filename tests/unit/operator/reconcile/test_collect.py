@@ -1,14 +1,12 @@
-"""Collecting a deleted Adapter's artifact and unused engines (pure decisions) and the collect Job's entrypoint."""
+"""Collecting a deleted Adapter's artifact and unused engines (pure decisions)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from datetime import timedelta
-from pathlib import Path
 
 import pytest
 from trtfleet_operator.config import OperatorConfig
-from trtfleet_operator.jobs import collect as collect_job
 from trtfleet_operator.reconcile.collect import collect_adapter_artifact, collect_engine, used_hashes, volume_path
 
 from tests.unit.operator.helpers import NOW, Obj, adapter
@@ -89,15 +87,3 @@ def test_engine_retention_marks_unmarks_and_collects() -> None:
 def test_used_hashes_come_from_status_deployments_and_jobs() -> None:
     annotated = [{"metadata": {"annotations": {"trtfleet.io/engine-hash": "d"}}}]
     assert used_hashes([{"status": {"engine": {"hash": "b"}}}, {}], annotated, []) == {"b", "d"}
-
-
-def test_collect_entrypoint_removes_inside_the_root_only(tmp_path: Path) -> None:
-    (tmp_path / "abc" / "sub").mkdir(parents=True)
-    (tmp_path / "abc" / "sub" / "f").write_text("x")
-    (tmp_path / "checkpoints" / "h1").mkdir(parents=True)
-    assert collect_job.main(["--root", str(tmp_path), "--remove", "abc", "--remove", "checkpoints/h1",
-                             "--remove", "gone"]) == 0
-    assert not (tmp_path / "abc").exists() and not (tmp_path / "checkpoints" / "h1").exists()
-    assert (tmp_path / "checkpoints").is_dir()
-    for bad in ("../x", "/etc", "a/../../x", "."):
-        assert collect_job.main(["--root", str(tmp_path), "--remove", bad]) == collect_job.EXIT_BAD_PATH

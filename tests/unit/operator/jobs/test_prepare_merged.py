@@ -12,10 +12,10 @@ from trtfleet_engines.reference.numpy_llama import SAMPLE_ADAPTERS_DIR, TINY_LLA
 from trtfleet_engines.reference.tokenizer import prompt_ids
 
 from tests.unit.lora.test_merge import merged_model
-from tests.unit.operator.test_operator_pytorch_jobs import prepare
+from tests.unit.operator.jobs.test_prepare import prepare
 from trtfleet.api import BaseModelSpec
 
-FIXTURES = Path(__file__).resolve().parents[2] / "fixtures" / "lora"
+FIXTURES = Path(__file__).resolve().parents[3] / "fixtures" / "lora"
 SPEC = BaseModelSpec.model_validate(
     {"source": {"uri": f"file://{TINY_LLAMA_DIR}"}, "architecture": "llama", "runtime": "pytorch"}
 )

@@ -13,7 +13,7 @@ from trtfleet_engines.lora.qlora_base import VARIANT_RECORD
 from trtfleet_engines.pytorch.serving import plan_prepare
 from trtfleet_engines.reference.numpy_llama import TINY_LLAMA_DIR
 
-from tests.unit.operator.test_operator_pytorch_jobs import prepare
+from tests.unit.operator.jobs.test_prepare import prepare
 from trtfleet.api import BaseModelSpec
 
 SPEC = BaseModelSpec.model_validate(
