@@ -34,6 +34,7 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("prefix", "## Prefix and adapter", "prefix"),
     ("overhead", "## Router overhead", "overhead"),
     ("decision", "## Routing decision time", "overhead"),
+    ("trees", "## Two trees side by side (a restructuring's CPU)", "overhead"),
     ("batch", "## Batch", "batch"),
     ("replicas-real-shadow", "## Router replicas", "replicas"),
     ("replicas-real-peers", "## Router replicas", "replicas"),
