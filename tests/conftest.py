@@ -14,6 +14,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from tests.support import controlplane as cpmod
 from tests.support.controlplane import GO_MISSING, ControlPlane, GoMissingError, eventually
+from tests.support.tracebacks import serialise_caret_parsing
+
+serialise_caret_parsing()
 
 _SUITE_MARKERS = {"unit", "golden", "cluster", "integration", "e2e"}
 
