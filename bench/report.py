@@ -39,6 +39,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("replicas-real-peers", "## Router replicas", "replicas"),
     ("replicas-sim", "## Router replicas", "replicas"),
     ("autoscale", "## Autoscaling", "autoscaling"),
+    ("autoscale-azure", "## Autoscaling on real traces", "autoscaling"),
+    ("autoscale-mooncake", "## Autoscaling on real traces", "autoscaling"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 
