@@ -243,8 +243,10 @@ def run_trace(
     requests = generate_scale_trace(trace)
     print(f"{trace.name}: {len(requests):,} requests over {trace.duration_s:.0f} s, peak "
           f"{trace.peak_rate_per_s:.0f} req/s", flush=True)
-    rows = run_policies(setup, requests, trace.duration_s, drawn_sizing(trace, pod_rate_per_s), only)
-    return rows, goal_check(rows, setup.peak_pods * trace.duration_s)
+    sizing = drawn_sizing(trace, pod_rate_per_s)
+    rows = run_policies(setup, requests, trace.duration_s, sizing, only)
+    rows, bound = with_bound(setup, requests, trace.duration_s, sizing, BOUND_WINDOW_S, rows, only)
+    return rows, goal_check(rows, setup.peak_pods * trace.duration_s) + bound_goal_check(rows, bound.pod_seconds)
 
 
 def autoscale_section(setup: Setup, only: str | None = None, chosen: Sequence[str] = ()) -> str:
@@ -258,7 +260,7 @@ def autoscale_section(setup: Setup, only: str | None = None, chosen: Sequence[st
         rows, goals = run_trace(setup, trace, pod_rate, chosen)
         report.save_json(f"autoscale-{trace.name}", {"rows": rows})
         parts.append(f"**{trace.name}** (peak {trace.peak_rate_per_s:.0f} req/s, mean {mean_rate(trace):.0f} req/s)"
-                     f"\n\n{report.table(rows, COLUMNS)}\n\n" + "\n".join(f"- {line}" for line in goals))
+                     f"\n\n{report.table(rows, BOUND_COLUMNS)}\n\n" + "\n".join(f"- {line}" for line in goals))
     header = (
         f"{setup.peak_pods} pods at most, {setup.duration_s:.0f} s per trace, seed {setup.seed}; a pod serves "
         f"{pod_rate:.1f} req/s within the SLO; cold start {ColdStart().seconds:.0f} s; TTFT SLO {TTFT_SLO_S:g} s."
@@ -338,6 +340,27 @@ def replay_bound(
     return row
 
 
+def with_bound(
+    setup: Setup, requests: Sequence[TraceRequest], duration_s: float, sizing: Sizing, window_s: float,
+    rows: list[dict[str, Any]], only: Sequence[str] = (),
+) -> tuple[list[dict[str, Any]], ScaleBound]:
+    """``rows`` after the offline bound at ``window_s`` and at ``FINE_WINDOW_S`` (each with its replay, unless
+    ``only`` leaves out ``foresight``), every row read against the first; and that bound."""
+    fleet = setup.fleet()
+    work = trace_work(requests, fleet.model, fleet.pod.max_batch_size)
+    bounds = [offline_bound(work, duration_s, each, POD_LOAD, setup.peak_pods) for each in (window_s, FINE_WINDOW_S)]
+    static_peak_pod_s = setup.peak_pods * duration_s
+    ideal: list[dict[str, Any]] = []
+    for bound in bounds:
+        ideal.append(bound_row(bound, static_peak_pod_s))
+        if not only or "foresight" in only:
+            ideal.append(replay_bound(setup, requests, bound, sizing, static_peak_pod_s))
+    rows = ideal + rows
+    for row in rows:
+        row["vs_bound"] = f"{row['pod_seconds'] / bounds[0].pod_seconds - 1:+.0%}" if bounds[0].pod_seconds else "-"
+    return rows, bounds[0]
+
+
 def replay_rows(
     setup: Setup, replay: Replay, only: Sequence[str] = ()
 ) -> tuple[str, list[dict[str, Any]], list[str]]:
@@ -350,7 +373,6 @@ def replay_rows(
     fleet = setup.fleet()
     work = trace_work(requests, fleet.model, fleet.pod.max_batch_size)
     bound = offline_bound(work, duration_s, replay.window_s, POD_LOAD, setup.peak_pods)
-    fine = offline_bound(work, duration_s, FINE_WINDOW_S, POD_LOAD, setup.peak_pods)
     mean_work_s = sum(w for _t, w in work) / len(work)
     pod_rate = POD_LOAD / mean_work_s
     target = calibrated_target(requests, fleet, pod_rate, setup.seed)
@@ -377,16 +399,8 @@ def replay_rows(
         f"{setup.peak_pods} pods."
     )
     print(description, flush=True)
-    static_peak_pod_s = setup.peak_pods * duration_s
     rows = run_policies(setup, requests, duration_s, sizing, only)
-    ideal: list[dict[str, Any]] = []
-    for each in (bound, fine):
-        ideal.append(bound_row(each, static_peak_pod_s))
-        if not only or "foresight" in only:
-            ideal.append(replay_bound(setup, requests, each, sizing, static_peak_pod_s))
-    rows = ideal + rows
-    for row in rows:
-        row["vs_bound"] = f"{row['pod_seconds'] / bound.pod_seconds - 1:+.0%}"
+    rows, bound = with_bound(setup, requests, duration_s, sizing, replay.window_s, rows, only)
     report.save_json(f"autoscale-{replay.trace_format}", {"description": description, "rows": rows,
                                                           "bound_pods": list(bound.pods)})
     return description, rows, bound_goal_check(rows, bound.pod_seconds)
