@@ -380,8 +380,13 @@ def replay_rows(
                     average_pods=max(1, math.ceil(mean_work_s * len(work) / duration_s / POD_LOAD)),
                     target_requests_per_pod=round(target, 1))
     busiest = {span: busiest_pods(work, span, POD_LOAD) for span in (10.0, 60.0)}
-    reusable = sum(reused * replay.scale.tokens_per_block for reused in reusable_blocks(requests))
     prompts = sum(r.prompt_tokens for r in requests)
+    if replay.scale.prefix_blocks:
+        reusable = sum(reused * replay.scale.tokens_per_block for reused in reusable_blocks(requests))
+        blocks = (f"{reusable / prompts:.0%} of prompt tokens are a prefix an earlier request had, charged in full "
+                  "by the bound")
+    else:
+        blocks = "no prefix reuse: every prompt token is computed"
     scale = replay.scale
     description = (
         f"`{replay.path.name}` ({replay.trace_format}): {len(rows_in):,} requests in the file; load factor "
@@ -389,8 +394,7 @@ def replay_rows(
         f"({cut:,} prompts cut to {scale.max_input_tokens:,} tokens), {scale.num_adapters:,} adapters Zipf "
         f"{scale.zipf_alpha:g} by conversation, seed {setup.seed}: {len(requests):,} requests over {duration_s:,.0f} s "
         f"(mean {len(requests) / duration_s:.0f} req/s; prompts mean {prompts / len(requests):,.0f} tokens, outputs "
-        f"{sum(r.max_tokens for r in requests) / len(requests):,.0f}; {reusable / prompts:.0%} of prompt tokens are "
-        f"a prefix an earlier request had, charged in full by the bound). A pod serves {pod_rate:.1f} req/s of "
+        f"{sum(r.max_tokens for r in requests) / len(requests):,.0f}; {blocks}). A pod serves {pod_rate:.1f} req/s of "
         f"this mix within the SLO ({POD_LOAD:.0%} of its compute); targetRequestsPerPod "
         f"{sizing.target_requests_per_pod:g} (trtfleet, KubeAI), calibrated on 4 static pods at that load. At "
         f"that load the mean needs {mean_work_s * len(work) / duration_s / POD_LOAD:.1f} pods, the busiest 60 s "

@@ -106,8 +106,11 @@ def assign_adapters(rows: list[MooncakeRow], num_adapters: int, zipf_alpha: floa
     return out
 
 
-def mooncake_trace(rows: list[MooncakeRow], scale: MooncakeScale) -> tuple[list[TraceRequest], int]:
-    """(the scaled trace with blocks, requests whose prompt was cut to ``max_input_tokens``)."""
+def mooncake_trace(
+    rows: list[MooncakeRow], scale: MooncakeScale, *, blocks: bool = True
+) -> tuple[list[TraceRequest], int]:
+    """(the scaled trace, requests whose prompt was cut to ``max_input_tokens``); its requests carry their prefix
+    blocks unless ``blocks`` is False (adapters are drawn by conversation either way)."""
     adapters = assign_adapters(rows, scale.num_adapters, scale.zipf_alpha, scale.seed)
     task_ids = {name: index + 1 for index, name in enumerate(sorted(set(adapters)))}
     per_id = scale.router_blocks_per_id
@@ -122,7 +125,7 @@ def mooncake_trace(rows: list[MooncakeRow], scale: MooncakeScale) -> tuple[list[
         full = prompt // scale.tokens_per_block
         hashes: list[int] = []
         parent = root_hash(task_ids[adapter])
-        for block_id in row.hash_ids:
+        for block_id in row.hash_ids if blocks else ():
             for part in range(per_id):
                 if len(hashes) >= full:
                     break

@@ -18,10 +18,12 @@ Scaling (:class:`ReplayScale`), every factor stated by the caller:
   own resolution (its bursts and its lulls, its shot noise too). A fraction ``f`` of a copy is one more copy
   with probability ``f``. Each copy is a conversation of its own (its block ids moved past every id of the
   trace), so it draws its own adapter;
-* **time**, **lengths**, **adapters** and **prefix blocks**: :func:`bench.mooncake.mooncake_trace` with the
-  scale's :class:`bench.mooncake.MooncakeScale`: arrival times times ``time_factor``, token counts times
+* **time**, **lengths** and **adapters**: :func:`bench.mooncake.mooncake_trace` with the scale's
+  :class:`bench.mooncake.MooncakeScale`: arrival times times ``time_factor``, token counts times
   ``length_factor`` (cut to the pods' limits), adapters by that module's documented seeded rule (a Zipf draw
-  per conversation).
+  per conversation). The requests carry no prefix blocks unless ``prefix_blocks``: the autoscaling benchmark
+  sizes pods for the compute of every prompt token, the same work its bound and its pods' rate count (prefix
+  reuse is what ``bench.prefixbench`` measures).
 """
 
 from __future__ import annotations
@@ -138,6 +140,7 @@ class ReplayScale:
     num_adapters: int = 5000
     zipf_alpha: float = 1.0
     seed: int = 0
+    prefix_blocks: bool = False
 
     def mooncake(self) -> MooncakeScale:
         return MooncakeScale(
@@ -151,4 +154,5 @@ def replay_trace(rows: list[MooncakeRow], scale: ReplayScale) -> tuple[list[Trac
     """(the scaled trace, requests whose prompt was cut to ``max_input_tokens``)."""
     if not scale.time_factor > 0 or not scale.length_factor > 0:
         raise ValueError("time and length factors must be positive")
-    return mooncake_trace(scale_load(rows, scale.load_factor, scale.seed), scale.mooncake())
+    return mooncake_trace(scale_load(rows, scale.load_factor, scale.seed), scale.mooncake(),
+                          blocks=scale.prefix_blocks)

@@ -130,6 +130,11 @@ def test_the_replayed_trace_scales_time_and_lengths_and_draws_adapters_by_conver
         if row.hash_ids:
             by_conversation.setdefault(row.hash_ids[0], set()).add(adapter)
     assert all(len(adapters) == 1 for adapters in by_conversation.values())
+    assert all(not r.blocks for r in trace)  # every prompt token is computed unless blocks are asked for
+    with_blocks, _ = replay_trace(ROWS, ReplayScale(load_factor=2.0, length_factor=0.5, num_adapters=50, seed=4,
+                                                    prefix_blocks=True))
+    assert [r.adapter for r in with_blocks] == [r.adapter for r in trace]
+    assert max(len(r.blocks) for r in with_blocks) == 3  # the 100 tokens of B: three full 32-token blocks
 
 
 def test_the_cli_refuses_a_bad_trace_file_with_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
