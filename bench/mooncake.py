@@ -23,9 +23,11 @@ What this module makes of it, every rule stated and seeded:
 from __future__ import annotations
 
 import json
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from trtfleet_router.routing.prefix import chain_hash, root_hash
@@ -67,12 +69,25 @@ def read_mooncake(path: Path) -> list[MooncakeRow]:
             if not line.strip():
                 continue
             try:
-                item = json.loads(line)
-                rows.append(MooncakeRow(float(item["timestamp"]), int(item["input_length"]),
-                                        int(item["output_length"]), tuple(int(h) for h in item["hash_ids"])))
+                rows.append(_row(json.loads(line)))
             except (ValueError, KeyError, TypeError) as exc:
                 raise ValueError(f"{path}:{number}: not a Mooncake trace row ({exc})") from exc
     return rows
+
+
+def _row(item: Any) -> MooncakeRow:
+    """One parsed line as a row; a missing field, a negative length, a time that is not a finite number or block
+    ids that are not a list of integers raise."""
+    timestamp = float(item["timestamp"])
+    lengths = int(item["input_length"]), int(item["output_length"])
+    blocks = item["hash_ids"]
+    if not math.isfinite(timestamp):
+        raise ValueError(f"timestamp {timestamp} is not a finite number")
+    if min(lengths) < 0:
+        raise ValueError(f"negative length {min(lengths)}")
+    if not isinstance(blocks, list) or not all(isinstance(h, int) and not isinstance(h, bool) for h in blocks):
+        raise ValueError("hash_ids is not a list of integers")
+    return MooncakeRow(timestamp, lengths[0], lengths[1], tuple(blocks))
 
 
 def assign_adapters(rows: list[MooncakeRow], num_adapters: int, zipf_alpha: float, seed: int) -> list[str]:
@@ -91,8 +106,11 @@ def assign_adapters(rows: list[MooncakeRow], num_adapters: int, zipf_alpha: floa
     return out
 
 
-def mooncake_trace(rows: list[MooncakeRow], scale: MooncakeScale) -> tuple[list[TraceRequest], int]:
-    """(the scaled trace with blocks, requests whose prompt was cut to ``max_input_tokens``)."""
+def mooncake_trace(
+    rows: list[MooncakeRow], scale: MooncakeScale, *, blocks: bool = True
+) -> tuple[list[TraceRequest], int]:
+    """(the scaled trace, requests whose prompt was cut to ``max_input_tokens``); its requests carry their prefix
+    blocks unless ``blocks`` is False (adapters are drawn by conversation either way)."""
     adapters = assign_adapters(rows, scale.num_adapters, scale.zipf_alpha, scale.seed)
     task_ids = {name: index + 1 for index, name in enumerate(sorted(set(adapters)))}
     per_id = scale.router_blocks_per_id
@@ -107,7 +125,7 @@ def mooncake_trace(rows: list[MooncakeRow], scale: MooncakeScale) -> tuple[list[
         full = prompt // scale.tokens_per_block
         hashes: list[int] = []
         parent = root_hash(task_ids[adapter])
-        for block_id in row.hash_ids:
+        for block_id in row.hash_ids if blocks else ():
             for part in range(per_id):
                 if len(hashes) >= full:
                     break

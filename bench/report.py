@@ -40,6 +40,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("replicas-real-peers", "## Router replicas", "replicas"),
     ("replicas-sim", "## Router replicas", "replicas"),
     ("autoscale", "## Autoscaling", "autoscaling"),
+    ("autoscale-azure", "## Autoscaling on real traces", "autoscaling"),
+    ("autoscale-mooncake", "## Autoscaling on real traces", "autoscaling"),
     ("spec-reference", "## Speculative decoding: the reference engine", "speculative"),
     ("spec-sim", "## Speculative decoding: the simulator", "speculative"),
     ("gateway", "## Gateway mode", "gateway"),

@@ -15,6 +15,9 @@ state; none reads a clock.
   window starts at zeros); desired = ``ceil(average / targetRequests)`` within min/max; a scale-down
   happens only after ``ceil(scaleDownDelaySeconds / interval)`` consecutive lower answers. A request for a
   model at zero replicas scales it to one at once (``ScaleAtLeastOneReplica``, from the proxy).
+* :class:`ForesightScaler`: the offline bound (:mod:`bench.scalebound`) replayed: it knows the trace, so it
+  asks at each tick for the pods of the window it is in and of the next tick's (with no cold start, pods
+  asked for at one scrape serve from the next), whatever the signals say.
 * :class:`TrtfleetScaler`: :func:`trtfleet.autoscaling.decide` itself with an ``AutoscalingSpec``; with
   ``hold_watch`` (the operator's default) it also decides at once on held requests, by the operator's own
   :class:`HoldWatchRule` (``trtfleet_operator.holdwatch``), not only every ``interval_s``.
@@ -29,6 +32,7 @@ from typing import Protocol
 
 from trtfleet_operator.holdwatch import DECIDE_GAP_S, Cursor, HeldAnswer, advance, is_new
 
+from bench.scalebound import ScaleBound
 from trtfleet.api.autoscaling import AutoscalingSpec
 from trtfleet.autoscaling import DemandSignals, Recommended, decide
 
@@ -135,6 +139,16 @@ class KubeAiScaler:
         else:
             self._consecutive_downs = 0
         return wanted
+
+
+@dataclass
+class ForesightScaler:
+    bound: ScaleBound
+    interval_s: float = 1.0  # the simulation's scrape: a decision at every one
+    name: str = "foresight"
+
+    def decide(self, signals: FleetSignals, current: int, now_s: float) -> int:
+        return max(self.bound.pods_at(now_s), self.bound.pods_at(now_s + self.interval_s))
 
 
 @dataclass

@@ -8,7 +8,18 @@ from dataclasses import dataclass
 
 import pytest
 
-from bench.autoscale import POLICY_KEYS, Setup, goal_check, policies, queue_attainment_at, traces
+from bench.autoscale import (
+    POLICY_KEYS,
+    Setup,
+    Sizing,
+    bound_goal_check,
+    drawn_sizing,
+    goal_check,
+    policies,
+    queue_attainment_at,
+    traces,
+    trtfleet_fleet,
+)
 from bench.podsim import PodSpec, StepTimeModel
 from bench.scalers import FleetSignals, HoldWatchRule, KubeAiScaler, QueueScaler, TrtfleetScaler
 from bench.scaletraces import ScaleTraceSpec, generate_scale_trace, mean_rate, rate_at
@@ -241,12 +252,42 @@ def test_paced_release_sends_held_requests_as_pods_absorb_them() -> None:
 
 def test_policy_keys_select_their_rows_and_one_queue_target_alone() -> None:
     setup = Setup(peak_pods=4, duration_s=60.0, seed=1)
-    labels = [label for label, _, _ in policies(setup, traces(setup, 1.0)[0], 1.0)]
+    labels = [label for label, _, _ in policies(setup, drawn_sizing(traces(setup, 1.0)[0], 1.0))]
     picked = {key: [label for label in labels if label.startswith(prefix)] for key, prefix in POLICY_KEYS.items()}
     assert picked["queue-only"] == ["queue-only (waiting/pod 1)", "queue-only (waiting/pod 4)"]
     assert picked["queue-only-1"] == ["queue-only (waiting/pod 1)"]
     assert picked["queue-only-4"] == ["queue-only (waiting/pod 4)"]
-    assert all(len(rows) == 1 for key, rows in picked.items() if key != "queue-only")
+    assert picked["foresight"] == []  # the bound's replay: a real trace's row, not a policy of its own
+    assert all(len(rows) == 1 for key, rows in picked.items() if key not in {"queue-only", "foresight"})
+
+
+def test_a_traces_sizing_reaches_every_policy() -> None:
+    """A real trace's calibrated target goes to trtfleet (its spec and its held-request pacing) and KubeAI; the
+    start and average pods to the fleets they size."""
+    setup = Setup(peak_pods=8, duration_s=60.0, seed=1)
+    rows = {label: (scaler, initial) for label, scaler, initial in policies(setup, Sizing(2.3, 3, 12.5))}
+    assert rows["static peak"][1] == 8 and rows["static average"][1] == 3
+    assert all(initial == 3 for label, (_, initial) in rows.items() if not label.startswith("static"))
+    kubeai = rows["kubeai (in-flight avg 10 min)"][0]
+    assert isinstance(kubeai, KubeAiScaler) and kubeai.target_requests == 12.5
+    trtfleet = rows["trtfleet (requests, KV)"][0]
+    assert isinstance(trtfleet, TrtfleetScaler) and trtfleet.spec.target_requests_per_pod == 12.5
+    assert trtfleet.hold_watch is not None and trtfleet.hold_watch.per_pod == 12.5
+    assert trtfleet_fleet(12.5)["release_per_pod"] == 12
+    queue = rows["queue-only (waiting/pod 1)"]
+    assert policies(setup, Sizing(0.0, 1))[2][2] == 1 and queue[1] == 3  # queue-only never starts below 1 pod
+
+
+def test_bound_goal_is_within_ten_percent_at_99_percent() -> None:
+    rows = [
+        {"policy": "static peak", "pod_seconds": 200.0, "attainment": 1.0},
+        {"policy": "trtfleet (a)", "pod_seconds": 110.0, "attainment": 0.99},
+        {"policy": "trtfleet (b)", "pod_seconds": 111.0, "attainment": 1.0},
+        {"policy": "trtfleet (c)", "pod_seconds": 100.0, "attainment": 0.985},
+    ]
+    lines = bound_goal_check(rows, 100.0)
+    assert [line.split("attainment: ")[1].split(" ")[0] for line in lines] == ["met", "missed", "missed"]
+    assert lines[0].startswith("trtfleet (a): +10% pod-seconds against the bound at 99.00% attainment")
 
 
 @pytest.mark.parametrize("watch", [True, False], ids=["hold watch", "timer only"])
