@@ -41,6 +41,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("autoscale", "## Autoscaling", "autoscaling"),
     ("spec-reference", "## Speculative decoding: the reference engine", "speculative"),
     ("spec-sim", "## Speculative decoding: the simulator", "speculative"),
+    ("adapters-sim", "## Adapters are free: the simulator", "adapters"),
+    ("adapters-real", "## Adapters are free: the reference fleet", "adapters"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 
