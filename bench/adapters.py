@@ -4,8 +4,9 @@
 
 64 simulated H100 pods (Llama-3-8B, ``bench.profiles``), Zipf 1.0 over 5,000 (and 20,000) rank-8 adapters,
 1,000 requests/s. Every run has the same timeline: ``head_s`` seconds with no traffic (a fleet that has been up:
-only the placement uses them, to prefetch), then traffic; the first ``warm_s`` seconds of traffic warm every
-policy's caches and are left out; the figures cover the ``measure_s`` seconds after. One run more per scenario
+only the placement uses them, to prefetch; 30 s, 60 s for 20,000 adapters), then traffic; the first ``warm_s``
+seconds of traffic warm every policy's caches and are left out; the figures cover the ``measure_s`` seconds
+after. One run more per scenario
 starts the placement cold (no head start) to show how long it takes to catch up.
 
 Rows: the same fleet with one adapter (the reference the issue measures against); today's default
@@ -40,6 +41,7 @@ COMMAND = ".venv/bin/python -m bench.adapters{quick} --write"
 PODS = 64
 RATE_PER_S = 1000.0
 SHAPES = ("steady", "diurnal", "shift")
+HEAD_S_PER_ADAPTER = 0.003
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,8 +103,15 @@ def planned_host_pages(base: FleetSpec, adapters: int, config: PlacementConfig) 
     return host_pages_needed(wants, PODS, config)
 
 
+def head_start_s(adapters: int, timeline: Timeline) -> float:
+    """The idle head start: ``timeline.head_s``, longer for more adapters (3 ms of it per adapter: two copies of
+    each over 64 pods' links at one prefetch per pod at a time)."""
+    return max(timeline.head_s, HEAD_S_PER_ADAPTER * adapters)
+
+
 def run_variant(variant: Variant, shape: str, adapters: int, timeline: Timeline, host_pages: int) -> dict[str, Any]:
     base = h100_llama3_8b_fleet(PODS)
+    timeline = dataclasses.replace(timeline, head_s=head_start_s(adapters, timeline))
     pages = host_pages if variant.host_bytes is None else variant.host_bytes // base.pod.page_bytes
     spec = dataclasses.replace(base, pod=dataclasses.replace(base.pod, host_pages=pages))
     run = timeline if variant.head_start else dataclasses.replace(timeline, head_s=0.0)
@@ -180,7 +189,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     report.save_json("adapters", everything)
     body = "\n\n".join([
         report.provenance(COMMAND.format(quick=" --quick" if args.quick else "")),
-        f"64 simulated H100 pods, {RATE_PER_S:,.0f} requests/s, Zipf 1.0; {timeline.head_s:.0f} s without traffic, "
+        f"64 simulated H100 pods, {RATE_PER_S:,.0f} requests/s, Zipf 1.0; {timeline.head_s:.0f} s without traffic "
+        f"({HEAD_S_PER_ADAPTER * 1e3:.0f} ms per adapter when that is longer), "
         f"{timeline.warm_s:.0f} s of traffic left out, {timeline.measure_s:.0f} s measured.",
         *texts,
     ])
