@@ -6,8 +6,8 @@
 1,000 requests/s. Every run has the same timeline: ``head_s`` seconds with no traffic (a fleet that has been up:
 only the placement uses them, to prefetch; 30 s, 60 s for 20,000 adapters), then traffic; the first ``warm_s``
 seconds of traffic warm every policy's caches and are left out; the figures cover the ``measure_s`` seconds
-after. One run more per scenario
-starts the placement cold (no head start) to show how long it takes to catch up.
+after. One run more per scenario starts the placement cold (no head start) to show how long it takes to catch
+up.
 
 Rows: the same fleet with one adapter (the reference the issue measures against); today's default
 (``ttft-cost``, no placement); ``chwbl`` (KubeAI); ``dynamo-hrw`` (Dynamo's LoRA placement controller);
