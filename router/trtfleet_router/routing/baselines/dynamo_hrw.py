@@ -12,7 +12,9 @@ device pages over the adapter's pages.
   pod count; when the sum exceeds the slots, scaled down with largest remainders. A smaller count than the last
   applies only after ``scale_down_cooldown_ticks`` ticks (hysteresis). Each active adapter, in name order, keeps
   the prior workers of its set that are not full (stickiness) then fills from its HRW ranking, skipping workers
-  whose slots this tick's placements filled. Adapters known but without load get one HRW pin.
+  whose slots this tick's placements filled. Active adapters over the slot budget keep the workers of their set
+  where they are loaded, else get one HRW pin on a worker with a free slot; adapters known but without load get
+  one HRW pin.
 * **Routing** (the filter, then Dynamo's KV-router cost among what it leaves, :mod:`.dynamo_kv`): active: the
   replica set's pods where the adapter is loaded, else the whole replica set; inactive: the pin; not in the
   table: the pods where it is loaded, else every pod. Whatever the filter leaves is narrowed to candidates.
@@ -65,6 +67,7 @@ class DynamoHrwPolicy:
         self._kv = kv
         self._window_s = max(5.0, config.timestep_s * config.rate_window_multiplier)
         self._arrivals: deque[tuple[float, str]] = deque()
+        self._task_of: dict[str, int] = {}  # adapter name -> task id (residency is kept by task id)
         self._counts: dict[str, int] = {}
         self._ema: dict[str, float] = {}
         self._table: dict[str, _Entry] = {}
@@ -80,7 +83,8 @@ class DynamoHrwPolicy:
         self._next_tick_s = -math.inf  # recompute at the next decision
 
     # -- the load estimator --------------------------------------------------------------------------
-    def _arrive(self, adapter: str, now_s: float) -> None:
+    def _arrive(self, adapter: str, task_id: int, now_s: float) -> None:
+        self._task_of[adapter] = task_id
         self._arrivals.append((now_s, adapter))
         self._counts[adapter] = self._counts.get(adapter, 0) + 1
 
@@ -132,6 +136,21 @@ class DynamoHrwPolicy:
             for pod_id in chosen:
                 usage[pod_id] += 1
             table[name] = _Entry(tuple(chosen), True)
+        for name, _load in active:  # active over the slot budget: its warm prior workers, else one slot-aware pin
+            if name in table:
+                continue
+            prior = self._table.get(name)
+            task_id = self._task_of.get(name)
+            warm = [pod_id for pod_id in (prior.replicas if prior is not None else ())
+                    if pod_id in usage and task_id is not None and ctx.by_id[pod_id].residency.is_warm(task_id)]
+            if not warm:
+                ranking = [pod_id for pod_id in ctx.rankings.rank(name) if pod_id in usage]
+                free = [pod_id for pod_id in ranking if usage[pod_id] < capacity[pod_id]]
+                warm = (free or ranking)[:1]
+            for pod_id in warm:
+                usage[pod_id] += 1
+            if warm:
+                table[name] = _Entry(tuple(warm), True)
         for name, entry in self._table.items():  # known, no load: one HRW pin
             if name not in table:
                 self._scale_down_tick.pop(name, None)
@@ -159,7 +178,7 @@ class DynamoHrwPolicy:
         if adapter is None:
             return Choice(ctx.pods[lowest_kv_cost(ctx, range(len(ctx.pods)), self._kv)], "kv-cost")
         now_s = ctx.now_s
-        self._arrive(adapter.name, now_s)
+        self._arrive(adapter.name, adapter.task_id, now_s)
         if now_s >= self._next_tick_s:
             self._expire(now_s)
             self._recompute(ctx, max(1, adapter.pages))
