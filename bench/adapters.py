@@ -4,7 +4,7 @@
 
 64 simulated H100 pods (Llama-3-8B, ``bench.profiles``), Zipf 1.0 over 5,000 (and 20,000) rank-8 adapters,
 1,000 requests/s. Every run has the same timeline: ``head_s`` seconds with no traffic (a fleet that has been up:
-only the placement uses them, to prefetch; 30 s, 60 s for 20,000 adapters), then traffic; the first ``warm_s``
+only the placement uses them, to prefetch; 30 s, 120 s for 20,000 adapters), then traffic; the first ``warm_s``
 seconds of traffic warm every policy's caches and are left out; the figures cover the ``measure_s`` seconds
 after. One run more per scenario starts the placement cold (no head start) to show how long it takes to catch
 up.
@@ -41,7 +41,7 @@ COMMAND = ".venv/bin/python -m bench.adapters{quick} --write"
 PODS = 64
 RATE_PER_S = 1000.0
 SHAPES = ("steady", "diurnal", "shift")
-HEAD_S_PER_ADAPTER = 0.003
+HEAD_S_PER_ADAPTER = 0.006
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,8 +104,9 @@ def planned_host_pages(base: FleetSpec, adapters: int, config: PlacementConfig) 
 
 
 def head_start_s(adapters: int, timeline: Timeline) -> float:
-    """The idle head start: ``timeline.head_s``, longer for more adapters (3 ms of it per adapter: two copies of
-    each over 64 pods' links at one prefetch per pod at a time)."""
+    """The idle head start: ``timeline.head_s``, longer for more adapters (6 ms of it per adapter: two copies of
+    each over 64 pods at one prefetch per pod at a time, each an artifact fetch of 134 ms and a transfer of 34 ms
+    in the simulator's model)."""
     return max(timeline.head_s, HEAD_S_PER_ADAPTER * adapters)
 
 
