@@ -20,8 +20,8 @@ forecast, where every adapter should have host copies so that almost every reque
    (bounded loads): hot adapters spread over many pods, none of which ends up with more than its share of the
    hot ones. The same inputs give every router replica the same plan.
 3. **Bounded moves**: a copy that is neither in the previous plan nor already resident is a *move* (it will
-   cost a transfer); at most ``max_moves`` per plan, spent on the adapters with the most demand per copy.
-   The rest are ``deferred`` to the next plan, so demand shifts re-place the fleet smoothly.
+   cost a transfer); at most ``max_moves`` per plan, spent on the hottest adapters first. The rest are
+   ``deferred`` to the next plan, so demand shifts re-place the fleet smoothly.
 4. **Device tier**: on each pod, the planned adapters with the most demand per copy, as many as its device
    pages hold: what the pod should keep on its GPU. TRT-LLM has no API to pin them; routing keeps them there
    by sending their traffic where they are planned (the router prices the copy it saves).
