@@ -251,7 +251,8 @@ class Fleet:
             else:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
-        self._window.record(task_id, now_s)
+        if decision.reason != PREFETCH_REASON:  # the placement's own pushes are not demand for the autoscaler
+            self._window.record(task_id, now_s)
         ticket = Ticket(
             ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads, request.background
         )

@@ -49,6 +49,7 @@ def test_prefetches_are_not_demand_and_requests_are(make_harness: Callable[..., 
     push_all(h)
     forecast = h.fleet.placer.forecast
     assert all(forecast.rate(a.task_id, h.now_s) == 0.0 for a in adapters)
+    assert h.fleet.activity() == {}  # nor demand the autoscaler reads
     for _ in range(20):
         h.run(adapters[0])
     assert forecast.recent_rate(adapters[0].task_id, h.now_s) > 0
