@@ -196,6 +196,8 @@ class SimPod:
     reserved_tokens: int = 0
     loads_total: int = 0
     load_bytes_total: int = 0
+    device_copies_total: int = 0  # host-to-device copies of adapters (a request's adapter not on the device tier)
+    device_copy_bytes_total: int = 0
     busy_s: float = 0.0
     _seq: int = 0
     _new: list[SimRequest] = field(default_factory=list)
@@ -296,6 +298,7 @@ class SimPod:
                 continue
             if not on_device:
                 copy_bytes += head.pages * spec.page_bytes
+                self.device_copies_total += 1
             del self.waiting[index]
             self.reserved_tokens += need
             if head.blocks:
@@ -309,6 +312,7 @@ class SimPod:
         adapters = len({entry[2].task_id for entry in self.running} | {r.task_id for r in admitted})
         duration = self.model.step_s(decode, self.context_tokens, prefill, adapters)
         duration += copy_bytes / spec.host_to_device_bytes_per_s
+        self.device_copy_bytes_total += copy_bytes
         speculation = spec.speculation
         if speculation is not None and decode:
             duration += decode * speculation.draft_len * self.model.per_prefill_token_s + speculation.draft_overhead_s

@@ -175,6 +175,8 @@ class RealFleet:
     max_input_len: int | None = None  # the engine's maxInputLen (None: the reference spec's 128)
     prefill_us_per_token: float | None = None  # pretend prefill time per prompt position computed
     kv_max_tokens: int | None = None  # the workers' paged KV cache (None: max batch x max sequence length)
+    network_bytes_per_s: float | None = None  # pretend pod network for weights sent with requests (reference loop)
+    pcie_bytes_per_s: float | None = None  # pretend host-to-device bandwidth of adapter copies
     replicas: int = 1  # router processes on the same fleet file, as a Deployment's replicas behind a Service
     peer_view: bool = False  # replicas share cache events: each gets --peer-port and a --peer per other
     router_http_ports: list[int] = field(default_factory=list)
@@ -198,7 +200,8 @@ class RealFleet:
                     lora_cache_host_bytes=self.host_cache_bytes,
                     max_batch_size=self.max_batch_size, max_queue_size=self.max_queue_size,
                     min_step_ms=self.min_step_ms, prefill_us_per_token=self.prefill_us_per_token,
-                    kv_max_tokens=self.kv_max_tokens,
+                    kv_max_tokens=self.kv_max_tokens, network_bytes_per_s=self.network_bytes_per_s,
+                    pcie_bytes_per_s=self.pcie_bytes_per_s,
                 )
                 self._workers.append(self._start_worker(repo, index))
             for index in range(self.workers):

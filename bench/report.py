@@ -45,6 +45,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("spec-reference", "## Speculative decoding: the reference engine", "speculative"),
     ("spec-sim", "## Speculative decoding: the simulator", "speculative"),
     ("gateway", "## Gateway mode", "gateway"),
+    ("adapters-sim", "## Adapters are free: the simulator", "adapters"),
+    ("adapters-real", "## Adapters are free: the reference fleet", "adapters"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 

@@ -21,9 +21,12 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
 
-def summarize(result: SimResult) -> dict[str, float | int | str]:
-    """The per-policy row: hit rate, loads, weight bytes, TTFT/e2e p50/p99, tokens/s, errors."""
-    records = result.records
+def summarize(result: SimResult, since_s: float = 0.0) -> dict[str, float | int | str]:
+    """The per-policy row: hit rate, loads, weight bytes, TTFT/e2e p50/p99, tokens/s, errors, over the clients'
+    requests that arrived at ``since_s`` or later; the placement's prefetches (background records) arriving then
+    are counted apart (``background_*``)."""
+    background = [r for r in result.records if r.background and r.arrival_s >= since_s]
+    records = [r for r in result.records if not r.background and r.arrival_s >= since_s]
     served = [r for r in records if r.error is None and r.e2e_s is not None]
     errors = Counter(r.error for r in records if r.error is not None)
     ttft = [r.ttft_s for r in served if r.ttft_s is not None]
@@ -41,6 +44,9 @@ def summarize(result: SimResult) -> dict[str, float | int | str]:
         "loads": loads,
         "misses": sum(r.misses for r in records),
         "weights_bytes": sum(r.weights_bytes for r in records),
+        "background_requests": len(background),
+        "background_bytes": sum(r.weights_bytes for r in background),
+        "background_errors": sum(r.error is not None for r in background),
         "ttft_p50_s": percentile(ttft, 50),
         "ttft_p99_s": percentile(ttft, 99),
         "e2e_p50_s": percentile(e2e, 50),

@@ -73,6 +73,7 @@ class RequestRecord:
     excluded: set[str] = field(default_factory=set)
     waited_s: float = 0.0  # time spent waiting in the router for LoRA cache capacity
     reused_blocks: int = 0  # KV blocks the serving pod had cached at admission (bench/podkv.py)
+    background: bool = False  # a prefetch the placement sent (not a client's request)
 
 
 @dataclass

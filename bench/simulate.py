@@ -34,6 +34,12 @@ repeated weight sends. With ``shared`` one view takes every request: the single 
 ``router_view_delay_s`` too, each replica has its own view and the others' events reach it that much later
 (:class:`bench.simpeers.DelayedMirror`).
 
+Placement (``placement.enabled`` in the routing config): every ``placement.intervalS`` each replica's fleet
+re-plans the host copies of the ``registered`` adapters (default: the trace's) and every
+``placement.prefetch.tickS`` asks for due prefetches; each is a one-token request pinned to its pod with
+the weights (runtime ``tensorrtllm``; a pytorch pod reads them), on the same link as requests' weights, recorded
+as a *background* record (no demand, never retried, not in the latency figures).
+
 The result counts, per request: hit (adapter resident at admission, see ``bench.optimal``), the pod loads
 it caused, weight bytes sent, TTFT, end-to-end latency, output tokens, errors by kind.
 """
@@ -48,11 +54,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from trtfleet_router.routing.config import RoutingConfig
+from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.policies import parse_routing_config
 from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
 from trtfleet_router.routing.types import (
+    AdapterRef,
     AdapterTooLarge,
     CachesBusy,
+    Decision,
     NoCapacity,
     Outcome,
     PodInfo,
@@ -74,7 +83,9 @@ from bench.traces import TraceRequest
 
 __all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResult", "adapter_refs", "simulate"]
 
-_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR = range(9)
+(_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR, _REPLAN,
+ _PREFETCH) = range(11)
+PREFETCH_PROMPT_TOKENS = 3  # the router's prewarm prompt (trtfleet_router.upstream.prewarm)
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
@@ -83,11 +94,20 @@ SIM_LOAD_PRICES = {"loadOverheadS": 0.0, "podReadOverheadS": 0.0}
 so the trtfleet policies are told so: the router prices what its pods pay (the real runs measure theirs)."""
 
 
-def sim_routing_config(data: dict[str, Any]) -> RoutingConfig:
-    """:func:`parse_routing_config` of ``data`` with :data:`SIM_LOAD_PRICES` in both trtfleet policies' blocks."""
+def sim_routing_config(data: dict[str, Any], spec: FleetSpec | None = None) -> RoutingConfig:
+    """:func:`parse_routing_config` of ``data`` with :data:`SIM_LOAD_PRICES` in the trtfleet policies' blocks and,
+    given ``spec``, ``tiered-cost``'s copy bandwidth set to what the simulated pods pay: they copy whole cache pages
+    (``adapter_pages x page_bytes``) at ``host_to_device_bytes_per_s``, the policy prices ``weights_bytes``."""
     merged = dict(data)
-    for section in ("ttft_cost", "adapter_affinity"):
+    for section in ("ttft_cost", "adapter_affinity", "tiered_cost"):
         merged[section] = {**SIM_LOAD_PRICES, **dict(data.get(section) or {})}
+    if spec is not None:
+        copied = spec.adapter_pages * spec.pod.page_bytes
+        merged["tiered_cost"] = {
+            "hostToDeviceBytesPerS": spec.pod.host_to_device_bytes_per_s * spec.adapter_weights_bytes / copied,
+            "linkBandwidthBytesPerS": spec.link_bytes_per_s,
+            **merged["tiered_cost"],
+        }
     return parse_routing_config(merged)
 
 
@@ -102,12 +122,14 @@ class FleetSimulation:
         config: RoutingConfig | None = None,
         model_name: str = "llama3-8b",
         replica_of: Sequence[int] | None = None,
+        registered: Sequence[str] | None = None,
     ) -> None:
-        """``replica_of``: the replica each request goes to in the ``shadow`` view (default: seeded draws)."""
-        self.trace = trace
+        """``replica_of``: the replica each request goes to in the ``shadow`` view (default: seeded draws);
+        ``registered``: the adapters the placement plans (default: the trace's)."""
+        self.trace = list(trace)
         self.spec = spec
         self.now_s = 0.0
-        routing = config if config is not None else sim_routing_config({"policy": policy})
+        routing = config if config is not None else sim_routing_config({"policy": policy}, spec)
         if routing.policy != policy:
             routing = routing.model_copy(update={"policy": policy})
         views = build_router_views(spec, routing, seed=seed, model_name=model_name, now=lambda: self.now_s,
@@ -127,8 +149,11 @@ class FleetSimulation:
         }
         for replica in self.replicas:
             replica.fleet.set_pods(infos)
-        names = sorted({r.adapter for r in trace})
+        names = sorted({r.adapter for r in trace} | set(registered or ()))
         self.refs = adapter_refs(names, spec.adapter_pages, spec.adapter_weights_bytes, self.reads)
+        planned = sorted(set(registered)) if registered is not None else sorted({r.adapter for r in trace})
+        self.registered: list[AdapterRef] = [self.refs[name] for name in planned]
+        self.background: set[int] = set()  # keys of prefetch records
         self.link_free_s = dict.fromkeys(self.pods, 0.0)
         self.records = [RequestRecord(i, r.t_s, r.adapter) for i, r in enumerate(trace)]
         self.decision_times_s: list[float] = []
@@ -149,6 +174,10 @@ class FleetSimulation:
         for index, request in enumerate(self.trace):
             self._push(request.t_s, _ARRIVAL, index)
         self._push(0.0, _SCRAPE, None)
+        placement = self.routing.placement
+        if placement.enabled:
+            self._push(0.0, _REPLAN, None)
+            self._push(0.0, _PREFETCH, None)
         remaining_arrivals = len(self.trace)
         events = self._events
         while events:
@@ -177,7 +206,18 @@ class FleetSimulation:
                 self._scrape()
                 if remaining_arrivals or self._open or at_s < self.horizon_s:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
+            elif kind == _REPLAN:
+                for replica in self.replicas:
+                    replica.fleet.replan(self.registered)
+                if remaining_arrivals or at_s < self.horizon_s:
+                    self._push(at_s + placement.interval_s, _REPLAN, None)
+            elif kind == _PREFETCH:
+                self._prefetch_tick()
+                if remaining_arrivals or at_s < self.horizon_s:
+                    self._push(at_s + placement.prefetch.tick_s, _PREFETCH, None)
         counters = {**self.counters, "open_tickets": 0, "artifact_fetches": 0}  # each request counted once
+        counters["device_copies"] = sum(pod.device_copies_total for pod in self.pods.values())
+        counters["device_copy_bytes"] = sum(pod.device_copy_bytes_total for pod in self.pods.values())
         for replica in self.replicas:
             replica.fleet.check_invariants()
             counters["open_tickets"] += replica.fleet.snapshot().open_tickets
@@ -267,11 +307,18 @@ class FleetSimulation:
             return True
         elapsed = time.perf_counter() - began
         self.decision_times_s.append(elapsed)
-        ticket = replica.fleet.start(decision, route_request)
         self.counters["cold_loads" if decision.send_weights else "warm_routes"] += 1
+        self._send(key, replica.fleet, decision, route_request, elapsed if self.spec.add_decision_time else 0.0)
+        return True
+
+    def _send(self, key: int, fleet: Fleet, decision: Decision, route_request: RouteRequest, delay_s: float) -> None:
+        """Start ``decision`` in the fleet and send the request: weights over the pod's link when they travel."""
+        record = self.records[key]
+        replica = self._replica(key)
+        ticket = fleet.start(decision, route_request)
         self._share(key, START, ticket, (decision, route_request))
         record.attempts += 1
-        depart_s = self.now_s + (elapsed if self.spec.add_decision_time else 0.0)
+        depart_s = self.now_s + delay_s
         adapter = route_request.adapter
         assert adapter is not None
         with_weights = decision.send_weights or decision.loading
@@ -284,7 +331,24 @@ class FleetSimulation:
         else:
             arrive_s = depart_s + self.spec.one_way_latency_s
         self._push(arrive_s, _DELIVER, (decision.pod, key, ticket, with_weights))
-        return True
+
+    # -- placement ---------------------------------------------------------------------------------------
+    def _prefetch_tick(self) -> None:
+        """Each replica's due prefetches, sent as one-token background requests pinned to their pods."""
+        for index, replica in enumerate(self.replicas):
+            for pod_id, adapter in replica.fleet.prefetch_due():
+                key = len(self.trace)
+                self.trace.append(TraceRequest(self.now_s, f"prefetch-{key}", adapter.name, PREFETCH_PROMPT_TOKENS, 1))
+                self.records.append(RequestRecord(key, self.now_s, adapter.name, background=True))
+                self.replica_of.append(index)
+                self.background.add(key)
+                self._open += 1
+                self.counters["prefetches"] = self.counters.get("prefetches", 0) + 1
+                request = RouteRequest(self.model_name, adapter, PREFETCH_PROMPT_TOKENS, 1, f"prefetch-{key}")
+                self._send(key, replica.fleet, Fleet.prefetch_decision(pod_id), request, 0.0)
+
+    def _prefetch_over(self, key: int, pod_id: str) -> None:
+        self._replica(key).fleet.prefetch_ended(pod_id)
 
     def _reply_error(self, key: int, ticket: Ticket, kind: str) -> None:
         record = self.records[key]
@@ -294,6 +358,10 @@ class FleetSimulation:
         if kind in ("miss", "cache_full"):
             self.counters["misses" if kind == "miss" else "cache_full"] += 1
         self._wake(replica)
+        if key in self.background:
+            self._prefetch_over(key, ticket.pod)
+            self._fail(record, kind)
+            return
         if kind == "miss":
             record.misses += 1
         else:
@@ -317,6 +385,8 @@ class FleetSimulation:
         record.reused_blocks = request.reused_blocks
         record.loads += int(request.loaded)  # counted once served: a pytorch pod may load it after admission
         self._open -= 1
+        if key in self.background:
+            self._prefetch_over(key, ticket.pod)
 
     def _scrape(self) -> None:
         for pod_id, pod in self.pods.items():  # every replica scrapes every pod
@@ -343,7 +413,8 @@ class FleetSimulation:
             return
         self._replica(key).fleet.confirm(ticket)  # the pod admitted it: weights it carried are stored
         self._share(key, CONFIRM, ticket, None)
-        self.admitted.append(trace_request.adapter)
+        if key not in self.background:  # the per-run bound is over clients' admissions
+            self.admitted.append(trace_request.adapter)
         record.hit = request.hit and record.misses == 0
         request.ticket = ticket
         self._wake_at(pod_id, [ready_s])
@@ -379,6 +450,6 @@ class FleetSimulation:
 
 def simulate(
     trace: Sequence[TraceRequest], policy: str, spec: FleetSpec, *, seed: int = 0,
-    config: RoutingConfig | None = None,
+    config: RoutingConfig | None = None, registered: Sequence[str] | None = None,
 ) -> SimResult:
-    return FleetSimulation(trace, policy, spec, seed=seed, config=config).run()
+    return FleetSimulation(trace, policy, spec, seed=seed, config=config, registered=registered).run()

@@ -9,7 +9,8 @@ Layers (imports only go down; ``a | b``: neither imports the other; enforced by 
                                   trtfleet.batch); the Gateway API endpoint picker (Envoy ext_proc)
     server/                       OpenAI HTTP, Triton HTTP, Triton gRPC, batch HTTP, API keys, SSE framing
     upstream/ | peering/ |        dispatcher (admission, attempts over one Transport, miss recovery), health checks,
-    discovery/ | warmstart        prewarming; replicas sharing residency; static file / Kubernetes; warm scale-up
+    discovery/ | warmstart |      prewarming; replicas sharing residency; static file / Kubernetes; warm scale-up;
+    placementloop                 re-planning host copies of adapters and pushing the due prefetches
     liveview | weights            the registry plus one Fleet per base model; the weight store
     models_registry | metrics     served names -> base model / adapter; Prometheus metrics
     chat | activity |             chat templates; adapters active in a window; event-loop metrics; orjson

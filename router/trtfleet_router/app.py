@@ -3,9 +3,9 @@
 Ports: HTTP (OpenAI + Triton HTTP on one aiohttp server), gRPC (Triton), metrics (``/metrics``, and
 ``/debug/fleets`` when ``debug_endpoints`` is on), peers. The peer port and the debug endpoints are internal:
 :mod:`trtfleet_router.internalaccess` decides who may use them. Background loops: discovery, load-signal
-scraping, prewarming. ``stop`` drains: readiness turns false and new requests get 503 at once, in-flight
-requests get ``drain_timeout_s`` to finish, then the servers close (remaining streams are cancelled, which
-cancels their upstream calls).
+scraping, prewarming, the placement's prefetches. ``stop`` drains: readiness turns false and new requests get
+503 at once, in-flight requests get ``drain_timeout_s`` to finish, then the servers close (remaining streams are
+cancelled, which cancels their upstream calls).
 """
 
 from __future__ import annotations
@@ -34,6 +34,7 @@ from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering.journal import EventLog, new_replica_id
 from trtfleet_router.peering.peers import Peers, PeerSettings
 from trtfleet_router.peering.server import PeerServer
+from trtfleet_router.placementloop import PlacementLoop
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.server.auth import ApiKeys
 from trtfleet_router.server.common import LINGER_S, FrontendSettings, Lifecycle, Services
@@ -133,6 +134,7 @@ class Router:
         self.prewarmer = Prewarmer(self.fleets, self.text, self.dispatcher)
         self.health = PodHealth(self.fleets, self.pool, self.dispatcher, self.metrics)
         self.warm_starts = WarmStarts(self.fleets, self.metrics.activity, self.prewarmer.push)
+        self.placement = PlacementLoop(self.fleets, self.prewarmer.prefetch)
         self.metrics.pod_warm_demand = self.warm_starts.pod_warm_demand
         api_keys = ApiKeys.load(settings.api_keys_path) if settings.api_keys_path is not None else None
         self.lifecycle = Lifecycle()
@@ -248,6 +250,7 @@ class Router:
         self._background(KvEventPoller(self.fleets, s.scrape_interval_s).run(), "kv-events")
         self._background(self.prewarmer.run(s.prewarm_interval_s), "prewarm")
         self._background(self.warm_starts.run(), "warm-start")
+        self._background(self.placement.run(), "placement")
         self._background(self.health.run(), "health")
         self._background(LoopLagProbe(self.metrics.event_loop_lag).run(), "loop-lag")
         if self.batch is not None:

@@ -143,6 +143,7 @@ class AdapterStore:
         self._parse = parse
         self._shapes: dict[int, LoraModuleShape] = {s.module_id: s for s in self.plan.geometry.shapes}
         self._weights: dict[int, Any] = {}
+        self._copied_bytes = 0
         logger.info(
             "LoRA cache: page_width=%d slots_per_page=%d host_pages=%d device_pages=%d",
             self.plan.geometry.page_width,
@@ -229,7 +230,16 @@ class AdapterStore:
         logger.info("LoRA task %s stored (%d pages)", task_id, pages)
 
     def ensure_device(self, task_id: int) -> bool:
-        return self.cache.ensure_device(task_id)
+        copy = not self.cache.on_device(task_id)
+        placed = self.cache.ensure_device(task_id)
+        if copy and placed:
+            self._copied_bytes += self.cache.host.pages_of(task_id) * self.plan.geometry.page_bytes
+        return placed
+
+    @property
+    def copied_bytes_total(self) -> int:
+        """Bytes copied host -> device so far: the adapter's whole pages each time it was not on the device."""
+        return self._copied_bytes
 
     def release(self, task_id: int) -> None:
         self.cache.release(task_id)

@@ -6,6 +6,7 @@ holds only the executor's logic.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
@@ -44,6 +45,9 @@ class GenerationRequest:
     lora: LoraInputs | None = None
     user_id: str = ""
     """Triton's request id (what a ``stop`` request names)."""
+    arrives_at_s: float = -math.inf
+    """When the request has fully arrived on the engine's clock (its LoRA weights over the pod's link): the
+    executor does not fetch it before (``EngineLoop`` sets it when a pretend network bandwidth is given)."""
 
 
 @dataclass(frozen=True)

@@ -79,6 +79,12 @@ def configure(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="pretend prefill time (us per prompt position computed; reused KV blocks cost nothing)",
     )
+    parser.add_argument("--pcie-bytes-per-s", type=float, default=None,
+                        help="pretend host-to-device bandwidth of adapter copies (an H100's PCIe Gen5 x16: 5e10)")
+    parser.add_argument("--network-bytes-per-s", type=float, default=None,
+                        help="triton: pretend pod network for LoRA weights sent with requests (10 GbE: 1.25e9)")
+    parser.add_argument("--read-bytes-per-s", type=float, default=None,
+                        help="pytorch: pretend volume bandwidth for reading adapter directories (5e8)")
     parser.add_argument("--ready-timeout", type=float, default=READY_TIMEOUT_S, help="seconds to wait for ready")
     parser.add_argument("--log-verbose", type=int, default=0, help="tritonserver --log-verbose level")
     parser.add_argument("--runtime", choices=("triton", "pytorch"), default="triton",
@@ -161,6 +167,8 @@ def engine_flags(args: argparse.Namespace) -> list[str]:
         "--max-queue-size": args.max_queue_size,
         "--min-step-ms": args.min_step_ms,
         "--prefill-us-per-token": args.prefill_us_per_token,
+        "--pcie-bytes-per-s": args.pcie_bytes_per_s,
+        "--read-bytes-per-s": args.read_bytes_per_s,
         "--max-loras": args.max_loras,
         "--max-cpu-loras": args.max_cpu_loras,
         "--kv-tokens-per-block": args.kv_tokens_per_block,
@@ -216,6 +224,8 @@ def build_repository(args: argparse.Namespace, out_dir: Path) -> Path:
         max_queue_size=args.max_queue_size,
         min_step_ms=args.min_step_ms,
         prefill_us_per_token=args.prefill_us_per_token,
+        pcie_bytes_per_s=args.pcie_bytes_per_s,
+        network_bytes_per_s=args.network_bytes_per_s,
         kv_tokens_per_block=args.kv_tokens_per_block,
         kv_max_tokens=args.kv_max_tokens,
         enable_kv_cache_reuse=None if args.kv_block_reuse is None else args.kv_block_reuse == "true",

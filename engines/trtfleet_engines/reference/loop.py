@@ -14,12 +14,19 @@ changed, else at most every ``stats_period_s``, and once more when the engine be
 long-lived requests), and ``prefill_s_per_token`` more for each prompt position the step computed (a
 pretend prefill cost: positions served from reused KV blocks cost nothing, as on a GPU, so prefix reuse
 shows in the first-token time the way it does there). The prefill part passes before the step's responses
-go out (a first token exists only once its prompt is computed), the rest after them. Clock and
-sleep are injected.
+go out (a first token exists only once its prompt is computed), the rest after them.
+
+A pod's two copies of an adapter get a GPU pod's cost too: with ``host_to_device_bytes_per_s`` a step that
+copies adapters from the host tier to the device tier lasts their bytes over it longer (before its responses,
+as the copy precedes the step's compute); with ``network_bytes_per_s`` a request that carries LoRA weights
+arrives (is fetched by the executor) only once they crossed the pod's link, one request's weights after the
+other's, while requests without weights pass at once (an H100 pod's figures: docs/benchmarks/adapters.md).
+Clock and sleep are injected.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import threading
 import time
@@ -59,6 +66,8 @@ class EngineLoop(Generic[H]):
         min_step_s: float = 0.0,
         prefill_s_per_token: float = 0.0,
         sleep: Callable[[float], None] = time.sleep,
+        host_to_device_bytes_per_s: float = 0.0,
+        network_bytes_per_s: float = 0.0,
     ) -> None:
         self._batcher = batcher
         self._deliver = deliver
@@ -70,6 +79,9 @@ class EngineLoop(Generic[H]):
         self._min_step_s = min_step_s
         self._prefill_s_per_token = prefill_s_per_token
         self._sleep = sleep
+        self._copy_bytes_per_s = host_to_device_bytes_per_s
+        self._network_bytes_per_s = network_bytes_per_s
+        self._link_free_s = float("-inf")  # when the pod's pretend link has carried the weights sent so far
         self._cond = threading.Condition()
         self._running = False
         self._thread: threading.Thread | None = None
@@ -99,6 +111,12 @@ class EngineLoop(Generic[H]):
 
     def submit(self, request: GenerationRequest, handle: H) -> int:
         """Queue a request (raises EnqueueRejected / QueueFullError, as the executor's enqueue does)."""
+        weights = request.lora.weights if request.lora is not None else None
+        if self._network_bytes_per_s > 0 and weights is not None:
+            with self._cond:  # the weights cross the link after the ones already on it
+                start = max(self._clock(), self._link_free_s)
+                self._link_free_s = start + int(weights.nbytes) / self._network_bytes_per_s
+                request = dataclasses.replace(request, arrives_at_s=self._link_free_s)
         with self._cond:
             request_id = self._batcher.submit(request, handle)
             self._cond.notify_all()
@@ -134,16 +152,23 @@ class EngineLoop(Generic[H]):
                 for request_id in cancelled:
                     self._batcher.cancel(request_id)
                 computed_before = self._batcher.computed_prompt_tokens
+                copied_before = self._batcher.copied_adapter_bytes
                 try:
-                    responses = self._batcher.step()
+                    responses = self._batcher.step(self._clock())
                 except Exception as exc:  # a model bug must fail the requests, not the thread
                     logger.exception("reference engine step failed")
                     responses = self._batcher.abort_all(f"reference engine step failed: {exc}")
                 computed = self._batcher.computed_prompt_tokens - computed_before
+                copied = self._batcher.copied_adapter_bytes - copied_before
                 stats = self._due_stats(idle=not self._batcher.has_work())
                 if not responses and self._batcher.stats().scheduled_requests == 0:
-                    self._cond.wait(NOTHING_SCHEDULED_WAIT_S)  # nothing could run: do not spin
+                    # nothing could run: do not spin; wait for the next weights to arrive (or a new request)
+                    arrival = self._batcher.next_arrival_s()
+                    wait_s = NOTHING_SCHEDULED_WAIT_S if arrival is None else arrival - self._clock()
+                    self._cond.wait(max(wait_s, NOTHING_SCHEDULED_WAIT_S))
             prefill_s = computed * self._prefill_s_per_token
+            if self._copy_bytes_per_s > 0:
+                prefill_s += copied / self._copy_bytes_per_s  # the adapters' copies precede the step's compute
             if prefill_s > 0:
                 self._sleep_until(started + prefill_s)  # pretend prefill: the step's tokens come out after it
             if stats is not None and self._on_stats is not None:

@@ -146,6 +146,8 @@ def reference_parameters(
     kv_tokens_per_block: int | None = None,
     kv_max_tokens: int | None = None,
     prefill_us_per_token: float | None = None,
+    pcie_bytes_per_s: float | None = None,
+    network_bytes_per_s: float | None = None,
 ) -> list[tuple[str, str]]:
     """The ``reference_*`` parameters of the ``tensorrt_llm`` model for ``spec`` (and the KV-cache size,
     TRT-LLM's own ``max_tokens_in_paged_kv_cache``, which the engines renderer does not write)."""
@@ -159,6 +161,10 @@ def reference_parameters(
         params.append(("reference_min_step_ms", repr(float(min_step_ms))))
     if prefill_us_per_token is not None:
         params.append(("reference_prefill_us_per_token", repr(float(prefill_us_per_token))))
+    if pcie_bytes_per_s is not None:
+        params.append(("reference_pcie_bytes_per_s", repr(float(pcie_bytes_per_s))))
+    if network_bytes_per_s is not None:
+        params.append(("reference_network_bytes_per_s", repr(float(network_bytes_per_s))))
     if kv_tokens_per_block is not None:
         params.append(("reference_tokens_per_block", str(int(kv_tokens_per_block))))
     if kv_max_tokens is not None:
@@ -209,12 +215,16 @@ def build_reference_repository(
     enable_kv_cache_reuse: bool | None = None,
     prefill_us_per_token: float | None = None,
     renderer: ConfigRenderer | None = None,
+    pcie_bytes_per_s: float | None = None,
+    network_bytes_per_s: float | None = None,
 ) -> Path:
     """Write a reference model repository to ``out_dir`` (created; existing models replaced); returns it.
 
     ``spec`` defaults to the reference tiny model; ``model_dir`` to the packaged tiny Llama.
     ``min_step_ms`` makes every engine step last at least that long (a pretend GPU step time), and
-    ``prefill_us_per_token`` that much longer per prompt position it computes (a pretend prefill time).
+    ``prefill_us_per_token`` that much longer per prompt position it computes (a pretend prefill time);
+    ``pcie_bytes_per_s`` and ``network_bytes_per_s`` give adapters' host-to-device copies and weight transfers a
+    GPU pod's cost (:mod:`trtfleet_engines.reference.loop`).
     """
     model_path = Path(model_dir) if model_dir is not None else default_model_dir()
     if not (model_path / "config.json").is_file():
@@ -236,6 +246,8 @@ def build_reference_repository(
         kv_tokens_per_block=kv_tokens_per_block,
         kv_max_tokens=kv_max_tokens,
         prefill_us_per_token=prefill_us_per_token,
+        pcie_bytes_per_s=pcie_bytes_per_s,
+        network_bytes_per_s=network_bytes_per_s,
     )
     configs["tensorrt_llm"] = append_parameters(configs["tensorrt_llm"], extra)
     out = Path(out_dir)

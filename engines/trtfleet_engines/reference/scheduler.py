@@ -118,6 +118,11 @@ class AdapterCache(Protocol):
 
     def release(self, task_id: int) -> None: ...
 
+    @property
+    def copied_bytes_total(self) -> int:
+        """Bytes copied from the host tier to the device tier so far (whole cache pages)."""
+        ...
+
 
 @dataclass(eq=False)
 class _Active(Generic[H]):
@@ -282,11 +287,23 @@ class InflightBatcher(Generic[H]):
         )
 
     # -- the scheduler loop ----------------------------------------------------------------
-    def step(self) -> list[EngineResponse[H]]:
-        """One iteration: cancel, fetch, schedule, run, sample, retire. Returns the responses to send."""
+    def next_arrival_s(self) -> float | None:
+        """The earliest ``arrives_at_s`` of the waiting requests, when it is later than every fetched one's (their
+        weights still on the link); None when none waits with one."""
+        pending = [seq.request.arrives_at_s for seq in self._waiting if seq.request.arrives_at_s > -math.inf]
+        return min(pending) if pending else None
+
+    @property
+    def copied_adapter_bytes(self) -> int:
+        """Bytes of adapters copied to the device tier so far (0 without LoRA)."""
+        return self.adapters.copied_bytes_total if self.adapters is not None else 0
+
+    def step(self, now_s: float = math.inf) -> list[EngineResponse[H]]:
+        """One iteration: cancel, fetch, schedule, run, sample, retire. Returns the responses to send. Requests
+        that arrive after ``now_s`` (``arrives_at_s``: weights still on the link) are not fetched yet."""
         out: list[EngineResponse[H]] = []
         self._retire_cancelled(out)
-        self._fetch(out)
+        self._fetch(out, now_s)
         rows, scheduled = self._schedule()
         if not rows:
             return out
@@ -358,9 +375,13 @@ class InflightBatcher(Generic[H]):
             out.append(self._final(seq, new_tokens=()))
         self._cancelled.clear()
 
-    def _fetch(self, out: list[EngineResponse[H]]) -> None:
+    def _fetch(self, out: list[EngineResponse[H]], now_s: float = math.inf) -> None:
+        arriving: list[_Active[H]] = []  # still on the link: they keep their place in the queue
         while self._waiting and len(self._active) < self.limits.max_batch_size:
             seq = self._waiting.popleft()
+            if seq.request.arrives_at_s > now_s:
+                arriving.append(seq)
+                continue
             lora = seq.request.lora
             if lora is not None and self.adapters is not None and _uses_lora(lora):
                 try:
@@ -371,6 +392,7 @@ class InflightBatcher(Generic[H]):
                     continue
                 seq.task_id = lora.task_id
             self._active.append(seq)
+        self._waiting.extendleft(reversed(arriving))
 
     def _schedule(self) -> tuple[list[StepRow], list[_Active[H]]]:
         budget = self.limits.max_num_tokens

@@ -28,6 +28,10 @@ parameter                              meaning
 ``reference_max_queue_size``           the executor's queue limit (0 = none)
 ``reference_speculative_config``       speculative decoding: the LLM-API ``speculative_config`` as JSON
                                        (NGram; :mod:`trtfleet_engines.reference.speculation`)
+``reference_pcie_bytes_per_s``        pretend PCIe: a step copying adapters host -> device lasts their
+                                       bytes over it longer (0: free; an H100: 50e9)
+``reference_network_bytes_per_s``      pretend pod network: a request carrying LoRA weights is fetched once they
+                                       crossed it, one after another (0: at once; 10 GbE: 1.25e9)
 =====================================  ==========================================================
 
 ``max_batch_size`` is the config's own. TRT-LLM reads the executor's queue limit from
@@ -77,6 +81,8 @@ class EngineSettings:
     kv_cache: KvCacheSettings | None = None
     """None: a pool of ``max_batch_size x max_seq_len`` tokens with reuse on."""
     speculation: SpeculationSettings | None = None
+    host_to_device_bytes_per_s: float = 0.0
+    network_bytes_per_s: float = 0.0
 
 
 def speculation_from_parameter(text: str) -> SpeculationSettings | None:
@@ -182,4 +188,6 @@ def settings_from_model_config(model_config: Mapping[str, Any]) -> EngineSetting
         prefill_s_per_token=max(0.0, _float(params, "reference_prefill_us_per_token", 0.0)) / 1e6,
         kv_cache=kv_cache,
         speculation=speculation_from_parameter(params.get("reference_speculative_config", "")),
+        host_to_device_bytes_per_s=max(0.0, _float(params, "reference_pcie_bytes_per_s", 0.0)),
+        network_bytes_per_s=max(0.0, _float(params, "reference_network_bytes_per_s", 0.0)),
     )

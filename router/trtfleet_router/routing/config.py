@@ -2,12 +2,13 @@
 
 Example (camelCase or snake_case keys; every key optional)::
 
-    policy: ttft-cost           # trtfleet's: ttft-cost (default), adapter-affinity; for comparison
+    policy: ttft-cost           # trtfleet's: ttft-cost (default), tiered-cost, adapter-affinity; for comparison
                                 # (routing/baselines): round-robin, least-load, gie-lora-affinity, chwbl,
-                                # llmd-default, kubeai-prefix-hash, dynamo-kv
+                                # llmd-default, kubeai-prefix-hash, dynamo-kv, dynamo-hrw
     metricsStaleAfterS: 5
     capacityWaitS: 10           # wait for LoRA cache capacity before answering 503
     demandHalfLifeS: 60         # recent-request counts per adapter (every policy's fleet keeps them)
+    placement: {enabled: true, minHostCopies: 2, prefetch: {linkShare: 0.25}}  # routing/placement.py
     prefix: {podKvBlocks: 13000}  # KV-cache blocks per pod when the capacity plan does not say
     outlierDetection: {consecutiveFailures: 3, baseEjectionTimeS: 5, maxEjectionPercent: 50}
     batchReserve: {busyShare: 0.01, holdS: 30}  # with --batch-reserve-pods (routing/reserve.py)
@@ -38,6 +39,7 @@ from pydantic.alias_generators import to_snake
 
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
+from trtfleet_router.routing.placement import PlacementConfig
 from trtfleet_router.routing.types import RoutingConfigError
 
 DEFAULT_POLICY = "ttft-cost"
@@ -165,6 +167,11 @@ class RoutingConfig(ApiModel):
     )
     prefix: PrefixConfig = Field(
         default_factory=PrefixConfig, description="The per-pod KV-cache prefix index (every policy's fleet)."
+    )
+    placement: PlacementConfig = Field(
+        default_factory=PlacementConfig,
+        description="Fleet-level placement of adapters in the pods' host tiers from their demand forecast, and "
+        "the prefetches that carry it out (routing/placement.py; off by default).",
     )
     hrw_cache_entries: int = Field(
         default=16384,

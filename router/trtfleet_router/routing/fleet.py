@@ -40,7 +40,10 @@ from trtfleet_router.routing.framework import Policy, RoutingContext
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.kvevents import KvEvent, apply_events
 from trtfleet_router.routing.load import ActivityWindow, AdapterDemand
+from trtfleet_router.routing.placement import PlacementPlan, PodTiers
+from trtfleet_router.routing.placer import Placer
 from trtfleet_router.routing.podstate import PodState
+from trtfleet_router.routing.prefetch import PodIdleness
 from trtfleet_router.routing.prefix import BLOCK_TOKENS_DEFAULT
 from trtfleet_router.routing.prefixindex import PrefixIndex
 from trtfleet_router.routing.remote import RemoteBook
@@ -65,6 +68,9 @@ from trtfleet_router.routing.types import (
 log = logging.getLogger(__name__)
 
 PREWARM_POLICY = "prewarm"
+PREFETCH_REASON = "prefetch"
+"""A prewarm the placement asked for (``Fleet.prefetch_decision``); other prewarms keep ``minPods`` or warm new
+pods."""
 ACTIVITY_WINDOW_S = 60
 RESET_DEDUPE_S = 5.0
 """A pod reset (another replica's event, or our scrape seeing Triton's counters go back) within this long
@@ -109,6 +115,7 @@ class Fleet:
         self._remote = RemoteBook()
         self._window: ActivityWindow[int | None] = ActivityWindow(ACTIVITY_WINDOW_S)
         self._reserve = InteractiveReserve(config.batch_reserve)  # routing/reserve.py
+        self._placer = Placer(config.placement)  # routing/placer.py: forecast, plan, prefetch pacing
 
     @property
     def policy_name(self) -> str:
@@ -197,6 +204,7 @@ class Fleet:
             rankings=self._rankings,
             rng=self._rng,
             prefix=self._prefix,
+            placement=self._placer.plan,
         )
         choice = place_batch_line(ctx) or self._policy.choose(ctx)
         chosen = choice.pod
@@ -233,6 +241,8 @@ class Fleet:
         if adapter is not None:
             task_id = adapter.task_id
             self._demand.started(task_id, now_s)
+            if decision.policy != PREWARM_POLICY:
+                self._placer.record(task_id, now_s)
             if decision.send_weights:
                 pod.cold_loads_total += 1
                 loads = self._residency.put(pod.pod_id, task_id, adapter.pages)
@@ -241,7 +251,8 @@ class Fleet:
             else:
                 pod.warm_routes_total += 1
             pinned = self._residency.acquire(pod.pod_id, task_id)
-        self._window.record(task_id, now_s)
+        if decision.reason != PREFETCH_REASON:  # the placement's own pushes are not demand for the autoscaler
+            self._window.record(task_id, now_s)
         ticket = Ticket(
             ticket_id, pod.pod_id, pod.uid, task_id, decision.send_weights, pinned, now_s, loads, request.background
         )
@@ -450,6 +461,49 @@ class Fleet:
     @staticmethod
     def prewarm_decision(pod: str) -> Decision:
         return Decision(pod, True, False, PREWARM_POLICY, "min-pods")
+
+    # -- placement -------------------------------------------------------------------------------
+    @property
+    def placer(self) -> Placer:
+        """The fleet's forecast, placement plan and prefetch pacer (routing/placer.py)."""
+        return self._placer
+
+    @property
+    def placement(self) -> PlacementPlan:
+        return self._placer.plan
+
+    def _holds(self, pod_id: str, task_id: int) -> bool:
+        pod = self._pods.get(pod_id)
+        return pod is not None and pod.residency.holds(task_id)
+
+    def replan(self, adapters: Sequence[AdapterRef]) -> PlacementPlan:
+        """A new placement of the registered ``adapters`` over the ready pods (``routing/placement.py``), from the
+        demand forecast as of now. Off the request path: O(adapters x pods) at worst."""
+        tiers = [PodTiers(pod.pod_id, pod.host_pages, pod.device_pages) for pod in self._ready]
+        plan = self._placer.replan(adapters, tiers, self._rankings.rank, self._holds, self._now())
+        log.debug("placement", extra={"model": self._model, "copies": plan.copies(), "moves": plan.moves,
+                                      "deferred": plan.deferred})
+        return plan
+
+    def prefetch_due(self) -> list[tuple[str, AdapterRef]]:
+        """(pod, adapter) planned host copies to push now, paced so they do not compete with traffic
+        (``routing/prefetch.py``). Push each with :meth:`prefetch_decision`, and call :meth:`prefetch_ended`
+        when its push is over, whatever its outcome."""
+        now_s = self._now()
+        idle = {
+            pod.pod_id: PodIdleness(pod.pod_id, pod.load.foreground(now_s), pod.load.waiting(now_s))
+            for pod in self._ready
+            if pod.cache_full_until_s <= now_s
+        }
+        return self._placer.due(self._holds, idle, now_s)
+
+    def prefetch_ended(self, pod: str) -> None:
+        """A push :meth:`prefetch_due` returned is over (stored, refused, failed or never sent)."""
+        self._placer.pacer.finished(pod)
+
+    @staticmethod
+    def prefetch_decision(pod: str) -> Decision:
+        return Decision(pod, True, False, PREWARM_POLICY, PREFETCH_REASON)
 
     # -- introspection ---------------------------------------------------------------------------
     def is_warm(self, pod: str, task_id: int) -> bool:

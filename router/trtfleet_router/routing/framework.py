@@ -23,6 +23,7 @@ from typing import Protocol
 
 from trtfleet_router.routing.hashing import RendezvousRankings
 from trtfleet_router.routing.load import AdapterDemand, PodLoad
+from trtfleet_router.routing.placement import EMPTY_PLAN, PlacementPlan
 from trtfleet_router.routing.prefixindex import PrefixIndex
 from trtfleet_router.routing.residency import PodResidency, Residency
 from trtfleet_router.routing.types import NoCapacity, RouteRequest
@@ -47,7 +48,18 @@ class RoutingContext:
     """Everything one decision may look at. Built per request by the fleet; read-only."""
 
     __slots__ = (
-        "_matches", "by_id", "demand", "loads", "now_s", "pods", "prefix", "rankings", "request", "residency", "rng"
+        "_matches",
+        "by_id",
+        "demand",
+        "loads",
+        "now_s",
+        "placement",
+        "pods",
+        "prefix",
+        "rankings",
+        "request",
+        "residency",
+        "rng",
     )
 
     def __init__(
@@ -63,6 +75,7 @@ class RoutingContext:
         rankings: RendezvousRankings,
         rng: random.Random,
         prefix: PrefixIndex | None = None,
+        placement: PlacementPlan = EMPTY_PLAN,
     ) -> None:
         self.request = request
         self.now_s = now_s
@@ -74,6 +87,7 @@ class RoutingContext:
         self.rankings = rankings
         self.rng = rng
         self.prefix = prefix if prefix is not None else PrefixIndex(0)
+        self.placement = placement  # where the fleet plans host copies of each adapter (routing/placement.py)
         self._matches: dict[str, int] | None = None
 
     def prefix_matches(self) -> dict[str, int]:

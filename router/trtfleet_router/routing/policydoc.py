@@ -16,9 +16,10 @@ import pydantic
 from pydantic.alias_generators import to_camel
 
 from trtfleet_router.routing import config as shared_config
-from trtfleet_router.routing import framework
+from trtfleet_router.routing import forecast, framework, placement, prefetch
 from trtfleet_router.routing.baselines import (
     chwbl,
+    dynamo_hrw,
     dynamo_kv,
     gie_lora_affinity,
     kubeai_prefix_hash,
@@ -26,10 +27,19 @@ from trtfleet_router.routing.baselines import (
     llmd_default,
     round_robin,
 )
-from trtfleet_router.routing.policies import REGISTRY, RENAMED, adapter_affinity, cold_placement, ttft_cost
+from trtfleet_router.routing.policies import (
+    REGISTRY,
+    RENAMED,
+    adapter_affinity,
+    cold_placement,
+    tiered_cost,
+    ttft_cost,
+)
 
-PRODUCT = (ttft_cost, adapter_affinity)
-BASELINES = (round_robin, least_load, gie_lora_affinity, chwbl, llmd_default, kubeai_prefix_hash, dynamo_kv)
+PRODUCT = (ttft_cost, tiered_cost, adapter_affinity)
+BASELINES = (
+    round_robin, least_load, gie_lora_affinity, chwbl, llmd_default, kubeai_prefix_hash, dynamo_kv, dynamo_hrw
+)
 SOURCE_ROOT = "../router/trtfleet_router/routing"
 
 _ROLE = re.compile(r":(?:class|func|meth|mod|data|attr):`~?([^`]+)`")
@@ -46,9 +56,9 @@ pods' scraped queues while fresh). Whether weights travel is the fleet's call, n
 chosen pod's shadow does not hold the adapter.
 
 Select one with `trtfleet router --policy NAME` or `policy:` in the routing file (`--policy-config`, the chart's
-`router.policy` and `router.policyConfig`). trtfleet's own are `ttft-cost` (the default) and `adapter-affinity`;
-the others are other projects' policies re-implemented for comparison (`routing/baselines/`). Old names still
-accepted with a warning: {renamed}.
+`router.policy` and `router.policyConfig`). trtfleet's own are `ttft-cost` (the default), `tiered-cost` and
+`adapter-affinity`; the others are other projects' policies re-implemented for comparison (`routing/baselines/`).
+Old names still accepted with a warning: {renamed}.
 
 Also in the routing core, each described where it lives: batch lines' placement (`routing/batchplace.py`), the
 pods kept for interactive requests (`routing/reserve.py`), prompt block hashes (`routing/prefix.py`), the pods'
@@ -91,16 +101,32 @@ def _policy(module: ModuleType) -> str:
     return "\n\n".join(parts)
 
 
+def _placement() -> str:
+    """The fleet's placement of adapters over both tiers, its forecast and its prefetch pacing."""
+    return "\n\n".join([
+        "## Placement over both tiers, for every policy",
+        f"Source: [routing/placement.py]({SOURCE_ROOT}/placement.py).",
+        _docstring(placement),
+        "Parameters (the `placement:` block of the routing file):\n\n"
+        + _parameters(placement.PlacementConfig, skip=("forecast", "prefetch")),
+        f"### The demand forecast\n\n{_docstring(forecast)}\n\nParameters (`placement.forecast`):\n\n"
+        + _parameters(forecast.ForecastConfig),
+        f"### Prefetch pacing\n\n{_docstring(prefetch)}\n\nParameters (`placement.prefetch`):\n\n"
+        + _parameters(prefetch.PrefetchConfig),
+    ])
+
+
 def policies_markdown() -> str:
     renamed = ", ".join(f"`{old}` (now `{new}`)" for old, new in RENAMED.items())
     parts = [HEADER.format(renamed=renamed).strip()]
     parts.append("# trtfleet's policies")
     parts += [_policy(module) for module in PRODUCT]
-    parts.append(f"## Cold placement, shared by both\n\n{_docstring(cold_placement)}")
+    parts.append(f"## Cold placement, shared by all three\n\n{_docstring(cold_placement)}")
+    parts.append(_placement())
     parts.append("# Baselines, for comparison")
     parts += [_policy(module) for module in BASELINES]
     parts.append(f"# The framework\n\n{_docstring(framework)}")
-    shared = _parameters(shared_config.RoutingConfig, skip=("sections",))
+    shared = _parameters(shared_config.RoutingConfig, skip=("sections", "placement"))
     parts.append(f"# Settings every policy shares\n\n{_docstring(shared_config)}\n\n{shared}")
     return "\n\n".join(parts).rstrip() + "\n"
 

@@ -12,6 +12,10 @@ it (:meth:`Residency.mark_cold`), and it is shared with the other replicas the s
 
 A reverse index ``task id -> pods holding it`` makes "where is this adapter warm?" O(1).
 
+The shadow's device tier is fed the same way: an adapter a request acquires is copied there (LRU among idle
+device entries), as the pod does when it schedules that request, so :meth:`PodResidency.on_device` tells
+whether a request would pay a host-to-device copy.
+
 *Loading*: from the moment a request carrying weights is started until the pod has admitted it
 (``Fleet.confirm``, or the request's end), the weights are on the wire. The shadow already holds
 the adapter (the pod will store it on arrival), but an id-only request sent meanwhile can overtake
@@ -57,6 +61,10 @@ class PodResidency:
     def is_loading(self, task_id: int) -> bool:
         """Its weights are still on their way to the pod with another request."""
         return task_id in self.loading
+
+    def on_device(self, task_id: int) -> bool:
+        """The shadow's device tier holds it: a request needs no host-to-device copy (see ``Residency.acquire``)."""
+        return self.cache.on_device(task_id)
 
     def is_active(self, task_id: int) -> bool:
         """The adapter has requests of ours in flight here (what GIE calls an active adapter)."""
@@ -141,11 +149,20 @@ class Residency:
         return True
 
     def acquire(self, pod_id: str, task_id: int) -> bool:
-        """Pin ``task_id`` for a request; False if the shadow does not hold it."""
+        """Pin ``task_id`` for a request; False if the shadow does not hold it.
+
+        The request will need the adapter on the device tier when it is scheduled, so the shadow copies it there
+        now (evicting idle device entries, LRU): its device tier follows the adapters the pod's recent requests
+        used. Where every device page is busy the copy waits on the pod; the shadow then leaves it host-only.
+        """
         cache = self._pods[pod_id].cache
         if task_id not in cache.host:
             return False
         cache.acquire(task_id)
+        try:
+            cache.ensure_device(task_id)
+        except LoraAdapterTooLarge:
+            pass  # a device tier smaller than the adapter: the pod will refuse it, the host shadow stands
         return True
 
     def begin_load(self, pod_id: str, task_id: int) -> None:

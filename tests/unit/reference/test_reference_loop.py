@@ -168,3 +168,37 @@ def test_an_idle_engine_makes_no_calls_to_triton() -> None:
         time.sleep(0.01)
     loop.stop()
     assert "stats" in calls and "is_cancelled" in calls
+
+
+def test_an_adapter_copy_and_its_weights_cost_what_a_gpu_pod_pays() -> None:
+    """With a pretend PCIe bandwidth a step that copies an adapter to the device tier lasts its pages' bytes over it
+    longer, before the token comes out; with a pretend network a request carrying weights is fetched only once
+    they crossed the link, while a request without weights passes at once. Lower bounds only: they hold however
+    slow the machine is."""
+    from tests.unit.reference.fakes import PAGE_BYTES, adapter_store, lora
+
+    inbox = Inbox()
+    delivered: dict[str, float] = {}
+    started = time.monotonic()
+
+    def deliver(responses: list[EngineResponse[Client]]) -> None:
+        for response in responses:
+            delivered.setdefault(response.handle.name, time.monotonic() - started)
+        inbox.deliver(responses)
+
+    store, _ = adapter_store(host_pages=3, device_pages=3)
+    batcher: InflightBatcher[Client] = InflightBatcher(FakeModel(), limits(), store)
+    with_weights = lora(7, 1)
+    assert with_weights.weights is not None
+    transfer_s, copy_s_per_page = 0.3, 0.1
+    loop = EngineLoop(batcher, deliver, host_to_device_bytes_per_s=PAGE_BYTES / copy_s_per_page,
+                      network_bytes_per_s=with_weights.weights.nbytes / transfer_s)
+    loop.start()
+    loop.submit(request([1], 1, lora=with_weights), Client("weights"))
+    loop.submit(request([2], 1), Client("base"))  # no weights: not held behind the transfer
+    inbox.wait_for(lambda rs: sum(r.final for r in rs) == 2)
+    loop.stop()
+    pages = store.cache.host.pages_of(7)
+    assert delivered["weights"] >= transfer_s + copy_s_per_page * pages
+    assert delivered["base"] < delivered["weights"]
+    assert store.copied_bytes_total == pages * PAGE_BYTES

@@ -226,3 +226,19 @@ def test_every_rendered_options_file_starts_the_reference_server(options: Path) 
 
 def test_golden_options_files_exist() -> None:
     assert len(GOLDEN_OPTIONS) >= 5
+
+
+def test_a_pretend_volume_makes_reading_an_adapter_last_its_bytes_over_the_bandwidth(config: LlamaConfig) -> None:
+    """Lower bound only (it holds however slow the machine is); the copies to the device tier are counted."""
+    import time
+
+    path = str(SAMPLE_ADAPTERS_DIR / "upper")
+    store = PeftAdapterStore(config, TierSizes(1, 1, 8, DEFAULT_TARGET_MODULES, 8, 8), read_bytes_per_s=1e6)
+    started = time.monotonic()
+    loaded = store.load(path)
+    elapsed = time.monotonic() - started
+    store.admit(1, PeftLoraInputs(task_id=5, name="upper", path=path, loaded=loaded))
+    assert store.ensure_device(5)
+    assert store.copied_bytes_total == loaded.pages * store.geometry.page_bytes
+    assert loaded.nbytes > 0
+    assert elapsed >= loaded.nbytes / 1e6

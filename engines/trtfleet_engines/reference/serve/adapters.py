@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -47,6 +48,7 @@ class AdapterLoadError(Exception):
 class LoadedAdapter:
     weights: AdapterWeights
     pages: int
+    nbytes: int = 0  # the converted (TRT-LLM layout) weights' bytes: what the host tier stores
 
 
 @dataclass(frozen=True, eq=False)
@@ -82,7 +84,8 @@ class CacheEvents:
 class PeftAdapterStore:
     """Adapter weights by ``lora_int_id`` in a two-tier page cache. Engine-thread methods are thread-safe."""
 
-    def __init__(self, config: LlamaConfig, sizes: TierSizes) -> None:
+    def __init__(self, config: LlamaConfig, sizes: TierSizes, read_bytes_per_s: float = 0.0) -> None:
+        """``read_bytes_per_s`` > 0: reading an adapter lasts its converted bytes over it (a pretend volume)."""
         dims = model_dimensions(config)
         self.config = config
         self.sizes = sizes
@@ -101,11 +104,20 @@ class PeftAdapterStore:
         self.events = CacheEvents()
         self._weights: dict[int, AdapterWeights] = {}
         self._lock = threading.Lock()
+        self._copied_bytes = 0
+        self._read_bytes_per_s = read_bytes_per_s
+        self._reading = threading.Lock()  # one read of an adapter directory at a time, as one volume serves it
 
     @property
     def host_adapters(self) -> int:
         """Max-rank adapters the host tier holds: the bound on distinct adapters in flight."""
         return self.host.pages // self.max_adapter_pages
+
+    @property
+    def copied_bytes_total(self) -> int:
+        """Bytes copied host -> device so far: the adapter's whole pages each time it was not on the device."""
+        with self._lock:
+            return self._copied_bytes
 
     def is_cached(self, task_id: int) -> bool:
         with self._lock:
@@ -121,9 +133,13 @@ class PeftAdapterStore:
             converted = convert_adapter(parse_peft_adapter(*read_peft_dir(Path(path))), options)
             weights = AdapterWeights.from_trtllm(converted.weights, converted.config, self.config)
             rows = [(self._shapes[module_id], rank) for module_id, _layer, rank in converted.config[0].tolist()]
-            return LoadedAdapter(weights, pages_for_rows(self.geometry, rows))
+            loaded = LoadedAdapter(weights, pages_for_rows(self.geometry, rows), int(converted.weights.nbytes))
         except (EnginesError, OSError, ValueError, KeyError) as exc:
             raise AdapterLoadError(str(exc)) from exc
+        if self._read_bytes_per_s > 0:
+            with self._reading:  # the pretend volume: the converted bytes at its bandwidth, one read at a time
+                time.sleep(loaded.nbytes / self._read_bytes_per_s)
+        return loaded
 
     # -- the batcher's AdapterCache protocol (engine thread) ---------------------------------
     def admit(self, request_id: int, lora: LoraInputs) -> Any:
@@ -153,7 +169,10 @@ class PeftAdapterStore:
     def ensure_device(self, task_id: int) -> bool:
         with self._lock:
             before = list(self.cache.device.idle)  # least recently used first: eviction order
+            copy = not self.cache.on_device(task_id)
             placed = self.cache.ensure_device(task_id)
+            if copy and placed:
+                self._copied_bytes += self.cache.host.pages_of(task_id) * self.geometry.page_bytes
             if not placed:
                 self.events.device_waits += 1
             self.events.device_evictions.extend(v for v in before if v not in self.cache.device)

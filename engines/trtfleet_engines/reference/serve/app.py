@@ -81,13 +81,14 @@ class ServeApp:
             lora = settings.lora
             sizes = TierSizes(lora.max_loras, lora.max_cpu_loras, lora.max_lora_rank, lora.target_modules,
                               lora.optimal_adapter_size, lora.max_adapter_size)
-            self.store = PeftAdapterStore(weights.config, sizes)
+            self.store = PeftAdapterStore(weights.config, sizes, settings.read_bytes_per_s)
             self.gate = AdapterGate(max(self.store.host_adapters, 1))
         pool = build_block_pool(settings.kv_cache, limits)
         batcher: InflightBatcher[TokenStream] = InflightBatcher(
             TinyLlama(weights), limits, self.store, pool, build_speculator(settings.speculation))
         self.bridge = EngineBridge(
-            batcher, min_step_s=settings.min_step_s, prefill_s_per_token=settings.prefill_s_per_token
+            batcher, min_step_s=settings.min_step_s, prefill_s_per_token=settings.prefill_s_per_token,
+            pcie_bytes_per_s=settings.pcie_bytes_per_s,
         )
         store = self.store
         self.metrics = ServeMetrics(self.bridge.stats, store.snapshot if store is not None else lambda: None)

@@ -52,7 +52,12 @@ class EngineBridge:
     """Owns the engine thread; every method is called on the event loop."""
 
     def __init__(
-        self, batcher: InflightBatcher[TokenStream], *, min_step_s: float = 0.0, prefill_s_per_token: float = 0.0
+        self,
+        batcher: InflightBatcher[TokenStream],
+        *,
+        min_step_s: float = 0.0,
+        prefill_s_per_token: float = 0.0,
+        pcie_bytes_per_s: float = 0.0,
     ) -> None:
         self._batcher = batcher
         self._engine = EngineLoop(
@@ -61,6 +66,7 @@ class EngineBridge:
             on_stats=self._record_stats,
             min_step_s=min_step_s,
             prefill_s_per_token=prefill_s_per_token,
+            host_to_device_bytes_per_s=pcie_bytes_per_s,
         )
         self._stats: deque[dict[str, Any]] = deque(maxlen=STATS_QUEUE_LENGTH)
         self._user_ids = itertools.count(1)

@@ -68,6 +68,8 @@ class ServeSettings:
     kv_cache: KvCacheSettings | None = None
     """None: ``max_batch_size x max_seq_len`` tokens in blocks of 32, reuse on, no events."""
     speculation: SpeculationSettings | None = None
+    pcie_bytes_per_s: float = 0.0
+    read_bytes_per_s: float = 0.0
 
 
 DEFAULTS: Mapping[str, Any] = {
@@ -105,6 +107,10 @@ def parser() -> argparse.ArgumentParser:
         default=0.0,
         help="pretend prefill time (us per prompt position computed; reused KV blocks cost nothing)",
     )
+    p.add_argument("--pcie-bytes-per-s", type=float, default=0.0,
+                   help="pretend host-to-device bandwidth of adapter copies (0: free; an H100: 5e10)")
+    p.add_argument("--read-bytes-per-s", type=float, default=0.0,
+                   help="pretend volume bandwidth for reading adapter directories (0: as fast as the disk)")
     p.add_argument("--kv-tokens-per-block", type=int, default=None, help="kv_cache_config.tokens_per_block")
     p.add_argument("--kv-max-tokens", type=int, default=None, help="kv_cache_config.max_tokens (pool size)")
     p.add_argument("--kv-block-reuse", choices=("true", "false"), default=None,
@@ -225,4 +231,6 @@ def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
         prefill_s_per_token=max(args.prefill_us_per_token, 0.0) / 1e6,
         kv_cache=_kv_cache(args, options, max_batch_size, max_seq_len),
         speculation=_speculation(options),
+        pcie_bytes_per_s=max(args.pcie_bytes_per_s, 0.0),
+        read_bytes_per_s=max(args.read_bytes_per_s, 0.0),
     )

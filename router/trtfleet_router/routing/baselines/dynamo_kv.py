@@ -15,11 +15,14 @@ hashes (a request without blocks counts one).
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pydantic import Field
 
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.config import RoutingConfig
 from trtfleet_router.routing.framework import Choice, RoutingContext
+from trtfleet_router.routing.types import NoCapacity
 
 SECTION = "dynamo_kv"
 NAME = "dynamo-kv"
@@ -45,17 +48,24 @@ class DynamoKvPolicy:
         return None
 
     def choose(self, ctx: RoutingContext) -> Choice:
-        config = self._config
-        blocks = max(1, len(ctx.request.blocks.hashes))
-        matches = ctx.prefix_matches()
-        logits = [
-            config.overlap_score_weight * (blocks - matches.get(pod.pod_id, 0)) + load * config.mean_active_blocks
-            for pod, load in zip(ctx.pods, ctx.loads, strict=True)
-        ]
-        low = min(logits)
-        tied = [i for i, logit in enumerate(logits) if logit <= low + 1e-9]
-        chosen = tied[0] if len(tied) == 1 else tied[ctx.rng.randrange(len(tied))]
-        return Choice(ctx.pods[chosen], "kv-cost")
+        return Choice(ctx.pods[lowest_kv_cost(ctx, range(len(ctx.pods)), self._config)], "kv-cost")
+
+
+def lowest_kv_cost(ctx: RoutingContext, candidates: Iterable[int], config: DynamoKvConfig) -> int:
+    """The candidate (index into ``ctx.pods``) with the lowest KV-router logit; ties at random."""
+    blocks = max(1, len(ctx.request.blocks.hashes))
+    matches = ctx.prefix_matches()
+    indices = list(candidates)
+    if not indices:
+        raise NoCapacity("no candidate pod", 1.0)
+    logits = [
+        config.overlap_score_weight * (blocks - matches.get(ctx.pods[i].pod_id, 0))
+        + ctx.loads[i] * config.mean_active_blocks
+        for i in indices
+    ]
+    low = min(logits)
+    tied = [i for i, logit in zip(indices, logits, strict=True) if logit <= low + 1e-9]
+    return tied[0] if len(tied) == 1 else tied[ctx.rng.randrange(len(tied))]
 
 
 def build(config: RoutingConfig) -> DynamoKvPolicy:

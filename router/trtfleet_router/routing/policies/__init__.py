@@ -1,6 +1,7 @@
 """trtfleet's routing policies and the registry of every policy: the one place a policy is named.
 
-``ttft-cost`` (the default) and ``adapter-affinity`` are trtfleet's own; the others are re-implementations of
+``ttft-cost`` (the default), ``tiered-cost`` (``ttft-cost`` over both LoRA tiers, following the placement plan)
+and ``adapter-affinity`` are trtfleet's own; the others are re-implementations of
 other projects' policies for comparison (``routing/baselines``). Each policy module has ``NAME``,
 ``build(config) -> Policy`` and, when it has parameters, ``SECTION`` (its block in the routing YAML) with its own
 pydantic model. A new policy is one module plus one line in :data:`REGISTRY`. The CLI validates the file once at
@@ -21,6 +22,7 @@ import pydantic
 
 from trtfleet_router.routing.baselines import (
     chwbl,
+    dynamo_hrw,
     dynamo_kv,
     gie_lora_affinity,
     kubeai_prefix_hash,
@@ -30,7 +32,7 @@ from trtfleet_router.routing.baselines import (
 )
 from trtfleet_router.routing.config import RoutingConfig, read_routing_file
 from trtfleet_router.routing.framework import Policy
-from trtfleet_router.routing.policies import adapter_affinity, ttft_cost
+from trtfleet_router.routing.policies import adapter_affinity, tiered_cost, ttft_cost
 from trtfleet_router.routing.types import RoutingConfigError
 
 log = logging.getLogger(__name__)
@@ -55,10 +57,12 @@ REGISTRY: dict[str, PolicyEntry] = {
         kubeai_prefix_hash.build, (kubeai_prefix_hash.SECTION, chwbl.ChwblConfig)
     ),
     dynamo_kv.NAME: PolicyEntry(dynamo_kv.build, (dynamo_kv.SECTION, dynamo_kv.DynamoKvConfig)),
+    dynamo_hrw.NAME: PolicyEntry(dynamo_hrw.build, (dynamo_hrw.SECTION, dynamo_hrw.DynamoHrwConfig)),
     adapter_affinity.NAME: PolicyEntry(
         adapter_affinity.build, (adapter_affinity.SECTION, adapter_affinity.AdapterAffinityConfig)
     ),
     ttft_cost.NAME: PolicyEntry(ttft_cost.build, (ttft_cost.SECTION, ttft_cost.TtftCostConfig)),
+    tiered_cost.NAME: PolicyEntry(tiered_cost.build, (tiered_cost.SECTION, tiered_cost.TieredCostConfig)),
 }
 RENAMED: dict[str, str] = {"trtfleet": ttft_cost.NAME, "trtfleet-adapter": adapter_affinity.NAME}
 """Old policy name -> its name now."""

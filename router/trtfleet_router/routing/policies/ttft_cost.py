@@ -30,17 +30,25 @@ elsewhere. The queue is priced as the prefill waiting ahead, not as a count (as 
 blocks; a count makes three short requests look dearer than one 8,000-token prompt); docs/benchmarks/ compares
 it with the other policies.
 
-Ties (within 1 us) go to warm before cold, then to the adapter's rendezvous order (replicas agree). No candidate
+Ties (within 1 us) go to warm before cold, then (``planned_homes``) to a pod where the placement plans the adapter,
+then to the adapter's rendezvous order (replicas agree). No candidate
 within the bound: the least loaded pod that can store the adapter (``cold-over-bound``); none:
 :class:`~trtfleet_router.routing.types.CachesBusy`. Base-model requests: the cheapest by queue + prefill.
 
+Both tiers (``tiered-cost``, ``policies/tiered_cost.py``, sets these; off here): with ``host_to_device_bytes_per_s``
+a warm pod whose device tier does not hold the adapter costs its copy more, and a cold load its transfer plus the
+copy; with ``overlap_transfer_with_queue`` a cold load of an adapter no pod holds costs ``max(link, queue)``,
+not their sum (the weights travel while the pod works through the queue ahead of the request; where some pod
+holds it, the sum still prices what a transfer adds over going there); with ``planned_homes`` the pods where the
+fleet's placement wants a host copy are priced as cold candidates too (``cold-planned``).
+
 Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen over a less loaded one), ``cold-prefix``, ``hot-spread``,
-``spill``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-over-bound``, ``base-priced``.
+``spill``, ``cold-home`` / ``cold-churn`` / ``cold-evict``, ``cold-planned``, ``cold-over-bound``, ``base-priced``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from pydantic import Field
 
@@ -88,12 +96,32 @@ class TtftCostConfig(AdapterPlacementConfig):
     )
 
 
+    host_to_device_bytes_per_s: float | None = Field(
+        default=None,
+        gt=0,
+        description="Bandwidth of a pod's host-to-device copy (PCIe). Set: a request whose adapter is in the pod's "
+        "host tier but not on its device tier is priced with the copy (weights / this), and a cold load with the "
+        "copy after its transfer. None: copies are free (the network is the narrow link). tiered-cost sets it.",
+    )
+    overlap_transfer_with_queue: bool = Field(
+        default=False,
+        description="A cold load's transfer runs while the request would wait in the pod's queue anyway: price "
+        "max(transfer, queue) instead of their sum. tiered-cost sets it.",
+    )
+    planned_homes: bool = Field(
+        default=False,
+        description="Price the pods where the fleet's placement plans a host copy of the adapter as cold "
+        "candidates too (a request there leaves its weights where the plan wants them). tiered-cost sets it.",
+    )
+
+
 class TtftCostPolicy:
     uses_prefix = True  # the fleet hashes prompts and books their blocks only for such policies
 
-    def __init__(self, config: TtftCostConfig, retry_after_s: float) -> None:
+    def __init__(self, config: TtftCostConfig, retry_after_s: float, name: str = NAME) -> None:
         self._config = config
         self._retry_after_s = retry_after_s
+        self._name = name
         self._churn: frozenset[str] = frozenset()
 
     @property
@@ -105,7 +133,7 @@ class TtftCostPolicy:
 
     @property
     def name(self) -> str:
-        return NAME
+        return self._name
 
     def choose(self, ctx: RoutingContext) -> Choice:
         adapter = ctx.request.adapter
@@ -115,7 +143,7 @@ class TtftCostPolicy:
         task_id = adapter.task_id
         matches = ctx.prefix_matches()
         bound = min(ctx.loads) + config.load_bound_inflight
-        best = _Best(adapter.name)
+        best = _Best(adapter.name, ctx.placement.pods_of(task_id) if config.planned_homes else ())
         full_prefill_s = ctx.request.prompt_tokens * config.prefill_s_per_token
         transfer_s = self._config.load_s(adapter)
         least_warm_load: int | None = None
@@ -131,26 +159,39 @@ class TtftCostPolicy:
             prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
             # weights still in transit there: this request carries them too (one more transfer on its link)
             loading_s = self._link_s(pod, transfer_s) if pod.residency.is_loading(task_id) else 0.0
-            best.offer(pod, self._queue_s(ctx, pod_id, load) + prefill_s + loading_s, False, "warm")
+            copy_s = 0.0 if pod.residency.on_device(task_id) else self._copy_s(adapter)
+            best.offer(pod, self._queue_s(ctx, pod_id, load) + prefill_s + loading_s + copy_s, False, "warm")
         if best.pod is not None and least_warm_load is not None and ctx.load(best.pod) > least_warm_load:
             best.reason = "warm-prefix"
+        # held nowhere: its transfer is on the request's path wherever it goes, so it runs during the queue wait
+        overlap = config.overlap_transfer_with_queue and warm_count == 0
         for pod_id in matches:
             pod = ctx.by_id[pod_id]
             if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or not self._can_store(pod, adapter):
                 continue
             load = ctx.load(pod)
-            cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod_id, matches)
+            cost = self._cold_s(ctx, pod, load, adapter, overlap) + self._prefill_s(ctx, pod_id, matches)
             best.offer(pod, cost, True, "cold-prefix")
         hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
         queued = (
             best.pod is not None
             and ctx.prefix.pending_prefill_s(best.pod.pod_id, ctx.now_s, config.prefill_s_per_token) > transfer_s
         )
+        if config.planned_homes:
+            for pod_id in ctx.placement.pods_of(task_id):
+                home = ctx.by_id.get(pod_id)
+                if home is None or not ctx.is_candidate(home) or home.residency.is_warm(task_id):
+                    continue
+                load = ctx.load(home)
+                if load > bound or home.cache_full_until_s > ctx.now_s or not self._can_store(home, adapter):
+                    continue
+                cost = self._cold_s(ctx, home, load, adapter, overlap) + self._prefill_s(ctx, pod_id, matches)
+                best.offer(home, cost, True, "cold-planned")
         if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = cold_home(ctx, adapter, bound, config, self._churn)
             if found is not None:
                 pod, load, reason = found
-                cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
+                cost = self._cold_s(ctx, pod, load, adapter, overlap) + self._prefill_s(ctx, pod.pod_id, matches)
                 best.offer(pod, cost, True, reason if warm_count == 0 else "hot-spread")
         # a spill pod holds none of the prefix (those were priced above): it costs at least a transfer and a full
         # prefill, so the O(pods) scan is skipped while the best candidate is cheaper than that
@@ -158,7 +199,7 @@ class TtftCostPolicy:
             spill = self._least_queue(ctx, adapter)
             if spill is not None:
                 pod, load = spill
-                cost = self._cold_s(ctx, pod, load, adapter) + self._prefill_s(ctx, pod.pod_id, matches)
+                cost = self._cold_s(ctx, pod, load, adapter, overlap) + self._prefill_s(ctx, pod.pod_id, matches)
                 best.offer(pod, cost, True, "spill")
         if best.pod is not None:
             return Choice(best.pod, best.reason)
@@ -192,12 +233,22 @@ class TtftCostPolicy:
         pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, config.prefill_s_per_token)
         return load * config.inflight_delay_s / tokens_per_step(ctx, pod_id) + pending_s
 
-    def _cold_s(self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef) -> float:
-        """The adapter's cold load (and a reload of what it evicts) plus the queue there."""
+    def _cold_s(
+        self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef, overlap: bool = False
+    ) -> float:
+        """The adapter's cold load (and a reload of what it evicts) plus the queue there: one after the other, or
+        with ``overlap`` (no pod holds the adapter) overlapped; then its host-to-device copy."""
         transfer_s = self._config.load_s(adapter)
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
-        return self._link_s(pod, transfer_s) + (transfer_s if evicts else 0.0) + self._queue_s(ctx, pod.pod_id, load)
+        link_s, queue_s = self._link_s(pod, transfer_s), self._queue_s(ctx, pod.pod_id, load)
+        waited_s = max(link_s, queue_s) if overlap else link_s + queue_s
+        return waited_s + (transfer_s if evicts else 0.0) + self._copy_s(adapter)
+
+    def _copy_s(self, adapter: AdapterRef) -> float:
+        """The adapter's host-to-device copy (0 while copies are not priced)."""
+        bandwidth = self._config.host_to_device_bytes_per_s
+        return 0.0 if bandwidth is None else adapter.weights_bytes / bandwidth
 
     @staticmethod
     def _link_s(pod: PodView, transfer_s: float) -> float:
@@ -231,13 +282,15 @@ class TtftCostPolicy:
 
 
 class _Best:
-    """The cheapest candidate so far. Ties (within ``COST_TIE_S``): warm before cold, then the pod ranked first
-    for the adapter; rendezvous scores are computed only for ties."""
+    """The cheapest candidate so far. Ties (within ``COST_TIE_S``): warm before cold, then a pod in ``planned`` (where
+    the placement wants the adapter) before one that is not, then the pod ranked first for the adapter; rendezvous
+    scores are computed only for ties."""
 
-    __slots__ = ("adapter", "cold", "cost_s", "pod", "reason", "score")
+    __slots__ = ("adapter", "cold", "cost_s", "planned", "pod", "reason", "score")
 
-    def __init__(self, adapter: str) -> None:
+    def __init__(self, adapter: str, planned: Collection[str] = ()) -> None:
         self.adapter = adapter
+        self.planned = planned
         self.pod: PodView | None = None
         self.cost_s = 0.0
         self.cold = False
@@ -249,7 +302,12 @@ class _Best:
         if current is not None and cost_s >= self.cost_s - COST_TIE_S:
             if cost_s > self.cost_s + COST_TIE_S or (cold and not self.cold):
                 return
-            if cold == self.cold:  # a tie on cost and kind: the adapter's rendezvous order decides
+            if cold == self.cold:  # a tie on cost and kind: the plan, then the adapter's rendezvous order decides
+                planned, current_planned = pod.pod_id in self.planned, current.pod_id in self.planned
+                if planned != current_planned:
+                    if planned:
+                        self.pod, self.cost_s, self.cold, self.reason, self.score = pod, cost_s, cold, reason, None
+                    return
                 if self.score is None:
                     self.score = rendezvous_score(self.adapter, current.pod_id)
                 score = rendezvous_score(self.adapter, pod.pod_id)

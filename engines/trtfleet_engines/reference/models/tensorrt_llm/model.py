@@ -63,6 +63,8 @@ class TritonPythonModel:
             on_stats=self._report,
             min_step_s=self.settings.min_step_s,
             prefill_s_per_token=self.settings.prefill_s_per_token,
+            host_to_device_bytes_per_s=self.settings.host_to_device_bytes_per_s,
+            network_bytes_per_s=self.settings.network_bytes_per_s,
         )
         self.loop.start()
         logger.info(
