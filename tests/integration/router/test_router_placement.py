@@ -48,6 +48,11 @@ def _snapshot(router: RouterThread) -> dict[str, Any]:
     return dict(json.loads(urllib.request.urlopen(url, timeout=10).read())["tiny"])
 
 
+def _routes_and_loads(router: RouterThread) -> dict[str, tuple[int, int]]:
+    """Each pod's (warm routes, cold loads) as the router counts them."""
+    return {pod["pod_id"]: (pod["warm_routes_total"], pod["cold_loads_total"]) for pod in _snapshot(router)["pods"]}
+
+
 def _fleet(router: RouterThread) -> Any:
     return router.router.fleets.fleets["tiny"]
 
@@ -83,11 +88,11 @@ def test_a_predicted_adapter_is_host_resident_on_its_pod_before_its_first_reques
         for adapter in converted_adapters:
             worker = workers[int(planned[adapter.task_id].removeprefix("w"))]
             direct_generate(worker, "probe", 1, adapter, send_weights=False)
-        before = {pod["pod_id"]: (pod["warm_routes_total"], pod["cold_loads_total"]) for pod in _snapshot(router)["pods"]}
+        before = _routes_and_loads(router)
         client = openai.OpenAI(base_url=router.http_url + "/v1", api_key="unused", max_retries=0, timeout=60)
         first = converted_adapters[1]
         client.completions.create(model=first.name, prompt="hello", max_tokens=4)
-        after = {pod["pod_id"]: (pod["warm_routes_total"], pod["cold_loads_total"]) for pod in _snapshot(router)["pods"]}
+        after = _routes_and_loads(router)
         home = planned[first.task_id]
         assert after[home][0] == before[home][0] + 1  # its first request went warm to the pod the plan chose
         assert sum(cold for _warm, cold in after.values()) == sum(cold for _warm, cold in before.values())
