@@ -18,6 +18,8 @@ H = TypeVar("H")
 
 KV_TOKENS_PER_BLOCK = DEFAULT_TOKENS_PER_BLOCK
 """TRT-LLM's default ``tokens_per_block``."""
+DEFAULT_REQUEST_PRIORITY = 0.5
+"""TRT-LLM's ``DEFAULT_REQUEST_PRIORITY`` (``executor/request.py``): a request that names none."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +46,8 @@ class GenerationRequest:
     lora: LoraInputs | None = None
     user_id: str = ""
     """Triton's request id (what a ``stop`` request names)."""
+    priority: float = DEFAULT_REQUEST_PRIORITY
+    """trtllm-serve's request priority in [0, 1]: orders the waiting queue under ``waiting_queue_policy: priority``."""
 
 
 @dataclass(frozen=True)
