@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Final
 
 from trtfleet_router.errors import AdapterUnservable, RouterError, Shed
@@ -145,8 +145,6 @@ class Admission:
         self.batch_reserve_pods = 0
         """Pods kept free of batch lines while interactive requests come (``routing/reserve.py``)."""
         self.interactive = InteractiveSignal()
-        self.objective_priorities: Mapping[str, int] = {}
-        """InferenceObjective name -> ``spec.priority``, as read from Kubernetes (``discovery/objectives.py``)."""
         fleets.pod_listeners.append(self.holds.pods_changed)
         fleets.pod_listeners.append(self._pods_changed)
 
@@ -177,7 +175,7 @@ class Admission:
             tenant,
             adapter=adapter,
             objective=objective,
-            objective_priorities=self.objective_priorities,
+            objective_priorities=self.fleets.objective_priorities,
             requested=requested,
             batch=batch,
         )
