@@ -41,6 +41,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("autoscale", "## Autoscaling", "autoscaling"),
     ("spec-reference", "## Speculative decoding: the reference engine", "speculative"),
     ("spec-sim", "## Speculative decoding: the simulator", "speculative"),
+    ("tenants-sim", "## Tenants: the simulator", "tenants"),
+    ("tenants-real", "## Tenants: the reference fleet", "tenants"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 

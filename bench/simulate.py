@@ -75,6 +75,8 @@ from bench.traces import TraceRequest
 __all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResult", "adapter_refs", "simulate"]
 
 _ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR = range(9)
+FIRST_OWN_EVENT = 100
+"""Event kinds from here on are a subclass's (:meth:`FleetSimulation._event`)."""
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
@@ -177,6 +179,8 @@ class FleetSimulation:
                 self._scrape()
                 if remaining_arrivals or self._open or at_s < self.horizon_s:
                     self._push(at_s + self.spec.scrape_interval_s, _SCRAPE, None)
+            else:
+                self._event(kind, payload)
         counters = {**self.counters, "open_tickets": 0, "artifact_fetches": 0}  # each request counted once
         for replica in self.replicas:
             replica.fleet.check_invariants()
@@ -193,6 +197,10 @@ class FleetSimulation:
             wall_s=time.perf_counter() - started,
             admitted_adapters=self.admitted,
         )
+
+    def _event(self, kind: int, payload: object) -> None:
+        """An event of a kind a subclass added (numbered from :data:`FIRST_OWN_EVENT`)."""
+        raise ValueError(f"unknown simulation event {kind}")
 
     # -- router side -------------------------------------------------------------------------------------
     def _route_request(self, record: RequestRecord) -> RouteRequest:

@@ -87,9 +87,9 @@ class TenantOrder(Protocol):
         """The fraction of a band's turns ``tenant`` gets while ``backlogged`` (itself included) all wait there; None:
         turns go by arrival, not by tenant."""
 
-    def displaces(self, tenant: str, band: Priority, other: str, backlogged: Collection[str]) -> bool:
-        """Whether a request of ``tenant`` joining ``band`` (where ``backlogged`` wait) would go before the newest
-        request of ``other``: then it may take that request's place in a full line."""
+    def displaces(self, tenant: str, waiting: int, other: str, other_waiting: int) -> bool:
+        """Whether a request of ``tenant`` (``waiting`` of its own in the band already) joining a full line may take
+        the place of the newest of ``other`` (``other_waiting`` there): the newcomer would go first."""
 
 
 class ArrivalOrder:
@@ -113,7 +113,7 @@ class ArrivalOrder:
     def share(self, tenant: str, backlogged: Collection[str]) -> float | None:
         return None
 
-    def displaces(self, tenant: str, band: Priority, other: str, backlogged: Collection[str]) -> bool:
+    def displaces(self, tenant: str, waiting: int, other: str, other_waiting: int) -> bool:
         return False
 
 
@@ -235,8 +235,8 @@ class FairQueue(Generic[T]):
 
     def displaceable(self, band: Priority, tenant: str) -> Entry[T] | None:
         """In a full line: the entry a newcomer of ``tenant`` takes the place of (a less important band's shed first,
-        else, in its own band, the newest of the most-over-share other tenant when the order puts the newcomer
-        first)."""
+        else in its own band the newest of the most-over-share other tenant, when the order would start the newcomer
+        before it)."""
         lower = self.victim(band)
         if lower is not None:
             return lower
@@ -247,7 +247,7 @@ class FairQueue(Generic[T]):
         if not others:
             return None
         other = self.order.victim(band, others)
-        if self.order.displaces(tenant, band, other, tenants.keys()):
+        if self.order.displaces(tenant, self.waiting_of(tenant, band), other, len(tenants[other])):
             return tenants[other][-1]
         return None
 

@@ -96,11 +96,10 @@ class VirtualTokenCounters:
         total = sum(weights.get(other, default) for other in backlogged)
         return weights.get(tenant, default) / total if total > 0 else None
 
-    def displaces(self, tenant: str, band: Priority, other: str, backlogged: Collection[str]) -> bool:
-        counters = self.counters
-        floor = min((counters.get(name, 0.0) for name in backlogged), default=self._last.get(band, 0.0))
-        lifted = max(counters.get(tenant, 0.0), floor)
-        return lifted <= counters.get(other, 0.0)
+    def displaces(self, tenant: str, waiting: int, other: str, other_waiting: int) -> bool:
+        """Fair sharing starts the ``waiting + 1``-th request of ``tenant`` before the ``other_waiting``-th of
+        ``other`` when it has fewer waiting per weight (their counters meet once both are backlogged)."""
+        return (waiting + 1) / self.weight(tenant) < other_waiting / self.weight(other)
 
     def _forget(self, keep: Collection[str]) -> None:
         """Make room for a new tenant: drop the least served one not waiting (it is lifted when it returns)."""

@@ -48,7 +48,7 @@ from typing import Final
 from trtfleet_router.errors import AdapterUnservable, RouterError, Shed
 from trtfleet_router.liveview import FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
-from trtfleet_router.routing.baselines.llmd_flow_control import pool_saturation
+from trtfleet_router.routing.baselines.llmd_flow_control import pool_saturation, scraped_load
 from trtfleet_router.routing.fairqueue import TenantOrder
 from trtfleet_router.routing.fleet import Fleet
 from trtfleet_router.routing.tenancy import DEFAULT_TENANT, RequestClass, ServedShares, TenancyConfig, classify
@@ -287,8 +287,8 @@ class Admission:
         hold for a ready pod handles that)."""
         saturation = self.tenancy.saturation
         if saturation.detector == "llmd-utilization":
-            pods = fleet.snapshot().pods
-            if not any(pod.ready for pod in pods):
+            pods = scraped_load(fleet.snapshot().pods)
+            if not pods:
                 return False
             return pool_saturation(
                 pods,

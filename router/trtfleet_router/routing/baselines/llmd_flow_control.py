@@ -61,26 +61,30 @@ class RoundRobinOrder:
     def share(self, tenant: str, backlogged: Collection[str]) -> float | None:
         return 1 / len(backlogged) if backlogged else None
 
-    def displaces(self, tenant: str, band: Priority, other: str, backlogged: Collection[str]) -> bool:
+    def displaces(self, tenant: str, waiting: int, other: str, other_waiting: int) -> bool:
         return False
 
 
 def pool_saturation(
-    pods: Iterable[PodSnapshot],
+    pods: Iterable[tuple[int | None, float | None]],
     *,
     queue_depth_threshold: int = QUEUE_DEPTH_THRESHOLD_DEFAULT,
     kv_cache_util_threshold: float = KV_CACHE_UTIL_THRESHOLD_DEFAULT,
 ) -> float:
-    """The utilization detector's pool saturation over the ready pods (1.0 with none: nothing to dispatch to)."""
+    """The utilization detector's pool saturation over the ready pods' ``(waiting requests, KV-cache fraction)``
+    as scraped (None: stale or unknown); 1.0 with no pod (nothing to dispatch to)."""
     scores = []
-    for pod in pods:
-        if not pod.ready:
-            continue
-        if pod.waiting_requests is None:  # stale or never scraped: fail closed
+    for waiting, kv_used in pods:
+        if waiting is None:  # stale or never scraped: fail closed
             scores.append(1.0)
             continue
-        score = pod.waiting_requests / queue_depth_threshold
-        if pod.kv_cache_used_fraction is not None:
-            score = max(score, pod.kv_cache_used_fraction / kv_cache_util_threshold)
+        score = waiting / queue_depth_threshold
+        if kv_used is not None:
+            score = max(score, kv_used / kv_cache_util_threshold)
         scores.append(score)
     return sum(scores) / len(scores) if scores else 1.0
+
+
+def scraped_load(pods: Iterable[PodSnapshot]) -> list[tuple[int | None, float | None]]:
+    """What the detector reads of each ready pod."""
+    return [(pod.waiting_requests, pod.kv_cache_used_fraction) for pod in pods if pod.ready]
