@@ -238,12 +238,13 @@ class RouterMetrics:
         self.pods_ready = gauge("pods_ready", "Ready pods per base model.", "base_model")
         self.capacity_waiting = gauge(
             "capacity_waiting_requests",
-            "Requests waiting for LoRA cache capacity (every pod's cache full of busy adapters).",
+            "Requests waiting for capacity: a saturated fleet (tenancy.saturation) or every pod's LoRA cache full of "
+            "busy adapters.",
             "base_model",
         )
         self.capacity_waits = counter(
             "capacity_waits",
-            "Ends of a wait for LoRA cache capacity: routed, timed_out, queue_full (turned away at once); "
+            "Ends of a wait for capacity: routed, timed_out, queue_full (turned away at once); "
             "batch_bound (a batch line that waited for headroom its whole capacityWaitS and went anyway).",
             "base_model",
             "result",

@@ -49,7 +49,7 @@ from trtfleet_router.routing.types import Decision, Outcome, RouteRequest, Routi
 from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import RequestRecord, Services
 from trtfleet_router.server.openai_http import model_cards
-from trtfleet_router.upstream.admission import Lease
+from trtfleet_router.upstream.admission import Lease, OutputMeter
 from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.http_transport import answer_failure
 from trtfleet_router.upstream.openai_upstream import classify_answer
@@ -94,6 +94,7 @@ class Exchange:
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
         self.meter = ChunkMeter()
+        self.output: OutputMeter | None = None
 
     async def run(self) -> None:
         message = await self.context.read()
@@ -177,6 +178,8 @@ class Exchange:
         self.request = request
         call = request.call
         admission = self.dispatcher.admission
+        if call.output_metered:
+            self.output = admission.meter(call)
         route = admission.route_request(call)
         if subset is not None:
             route = self._within(route, subset)
@@ -324,9 +327,8 @@ class Exchange:
             if len(self.error_body) < ERROR_TEXT_BYTES:
                 self.error_body += chunk[: ERROR_TEXT_BYTES - len(self.error_body)]
             return
-        request = self.request
-        if request is not None and request.call.output_metered:  # its tenant pays for the output as it streams
-            self.dispatcher.admission.served(request.call, self.meter.feed(chunk))
+        if self.output is not None:  # its tenant pays for the output as it streams
+            self.output.add(self.meter.feed(chunk))
         if self.answered or not chunk:
             return
         self.answered = True

@@ -176,9 +176,12 @@ SHARE_HALF_LIFE_S: Final = 30.0
 
 
 class ServedShares:
-    """Tokens served per tenant of one base model, exponentially decayed: the recent shares a 429 reports."""
+    """Tokens served per tenant of one base model, decayed with a half-life: the recent shares a 429 reports.
 
-    __slots__ = ("_now", "_tokens", "half_life_s", "max_tenants")
+    Kept in buckets of a sixth of the half-life (an add is a dict update; the decay is applied when the shares are
+    read, which only a refusal does), and forgotten after four half-lives."""
+
+    __slots__ = ("_buckets", "_current", "_current_index", "_now", "_width_s", "half_life_s", "max_tenants")
 
     def __init__(
         self, now: Callable[[], float], half_life_s: float = SHARE_HALF_LIFE_S, max_tenants: int = MAX_TENANTS_DEFAULT
@@ -186,25 +189,39 @@ class ServedShares:
         self._now = now
         self.half_life_s = half_life_s
         self.max_tenants = max_tenants
-        self._tokens: dict[str, tuple[float, float]] = {}  # tenant -> (decayed tokens, as of)
+        self._width_s = half_life_s / 6
+        self._buckets: dict[int, dict[str, float]] = {}  # bucket index -> tenant -> tokens
+        self._current: dict[str, float] = {}
+        self._current_index = -1
 
     def add(self, tenant: str, tokens: float) -> None:
-        now = self._now()
-        known = self._tokens.get(tenant)
-        if known is None:
-            if len(self._tokens) >= self.max_tenants:  # forget the one served least lately
-                recent = self.recent()
-                del self._tokens[min(recent, key=recent.__getitem__)]
-            known = (0.0, now)
-        value, at_s = known
-        self._tokens[tenant] = (value * 0.5 ** ((now - at_s) / self.half_life_s) + tokens, now)
+        index = int(self._now() // self._width_s)
+        if index != self._current_index:
+            self._rotate(index)
+        current = self._current
+        value = current.get(tenant)
+        if value is not None:
+            current[tenant] = value + tokens
+        elif len(current) < self.max_tenants:
+            current[tenant] = tokens
+
+    def _rotate(self, index: int) -> None:
+        self._current_index = index
+        self._current = self._buckets.setdefault(index, {})
+        horizon = index - 24  # four half-lives
+        for old in [i for i in self._buckets if i <= horizon]:
+            del self._buckets[old]
 
     def recent(self) -> dict[str, float]:
         """Decayed tokens per tenant as of now."""
         now = self._now()
-        return {
-            tenant: value * 0.5 ** ((now - at_s) / self.half_life_s) for tenant, (value, at_s) in self._tokens.items()
-        }
+        found: dict[str, float] = {}
+        for index, bucket in self._buckets.items():
+            age_s = max(0.0, now - (index + 0.5) * self._width_s)
+            factor = 0.5 ** (age_s / self.half_life_s)
+            for tenant, tokens in bucket.items():
+                found[tenant] = found.get(tenant, 0.0) + tokens * factor
+        return found
 
     def over_share(self, tenant: str, weights: Callable[[str], float]) -> tuple[float, float] | None:
         """``(served share, weight share)`` of ``tenant`` among the tenants served lately when it received more than

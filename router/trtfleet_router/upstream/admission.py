@@ -43,7 +43,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Final
+from typing import Final, Protocol
 
 from trtfleet_router.errors import AdapterUnservable, RouterError, Shed
 from trtfleet_router.liveview import FleetSet, PodEndpoint
@@ -128,6 +128,41 @@ class Lease:
         self._inflight.dec()
         self.fleet.finish(self.ticket, outcome)
         self._admission.request_ended(self.base_model)
+
+
+class Tally(Protocol):
+    """A counter's child: what an output meter increments."""
+
+    def inc(self, amount: float = 1.0) -> None: ...
+
+
+class OutputMeter:
+    """Charges one call's tenant for its output as it streams: everything looked up once, per call."""
+
+    __slots__ = ("_cost", "_counter", "_order", "_shares", "tenant")
+
+    def __init__(
+        self, order: TenantOrder | None, shares: ServedShares | None, counter: Tally | None, cost: float,
+        tenant: str,
+    ) -> None:
+        self._order = order
+        self._shares = shares
+        self._counter = counter
+        self._cost = cost
+        self.tenant = tenant
+
+    def add(self, output_tokens: int) -> None:
+        """``output_tokens`` more of the answer reached its client."""
+        if output_tokens <= 0 or self._order is None:
+            return
+        self._order.charge(self.tenant, 0, output_tokens)
+        if self._shares is not None:
+            self._shares.add(self.tenant, self._cost * output_tokens)
+        if self._counter is not None:
+            self._counter.inc(output_tokens)
+
+
+NO_METER: Final = OutputMeter(None, None, None, 0.0, DEFAULT_TENANT)
 
 
 class Admission:
@@ -233,21 +268,30 @@ class Admission:
         if not (input_tokens or output_tokens):
             return
         self.order(base_model).charge(tenant, input_tokens, output_tokens)
-        shares = self._shares.get(base_model)
-        if shares is None:
-            shares = self._shares[base_model] = ServedShares(self._now)
         tenancy = self.tenancy
-        shares.add(tenant, tenancy.input_token_cost * input_tokens + tenancy.output_token_cost * output_tokens)
+        self.shares(base_model).add(
+            tenant, tenancy.input_token_cost * input_tokens + tenancy.output_token_cost * output_tokens
+        )
         label = self.metrics.tenant_label(tenant)
         if input_tokens:
             self.metrics.tenant_tokens.labels(base_model, label, "input").inc(input_tokens)
         if output_tokens:
             self.metrics.tenant_tokens.labels(base_model, label, "output").inc(output_tokens)
 
-    def served(self, call: UpstreamCall, output_tokens: int) -> None:
-        """``output_tokens`` more of ``call``'s answer reached its client."""
-        if output_tokens > 0 and call.pinned_decision is None:
-            self.charge(call.target.base.name, call.tenant, output_tokens=output_tokens)
+    def shares(self, base_model: str) -> ServedShares:
+        shares = self._shares.get(base_model)
+        if shares is None:
+            shares = self._shares[base_model] = ServedShares(self._now)
+        return shares
+
+    def meter(self, call: UpstreamCall) -> OutputMeter:
+        """What charges ``call``'s tenant for its output as it streams (a prewarming call is nobody's)."""
+        if call.pinned_decision is not None:
+            return NO_METER
+        base = call.target.base.name
+        tenant = call.tenant
+        counter = self.metrics.tenant_tokens.labels(base, self.metrics.tenant_label(tenant), "output")
+        return OutputMeter(self.order(base), self.shares(base), counter, self.tenancy.output_token_cost, tenant)
 
     def lease(self, fleet: Fleet, decision: Decision, route: RouteRequest) -> Lease:
         """Start ``route`` on the decided pod; raises ``UnknownPod`` when the pod left the fleet meanwhile."""

@@ -67,7 +67,7 @@ class TextGenerator:
         call = await self.call(request)
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0
-        admission = self.dispatcher.admission
+        meter = self.dispatcher.admission.meter(call)
         charged = 0
         async with aclosing(self.dispatcher.stream(call)) as responses:
             async for response in responses:
@@ -82,7 +82,7 @@ class TextGenerator:
                     estimated_bytes += len(piece.text.encode("utf-8"))
                     usage.completion_tokens = math.ceil(estimated_bytes / bytes_per_token)
                 if usage.completion_tokens > charged:  # the tenant pays for its output as it streams
-                    admission.served(call, usage.completion_tokens - charged)
+                    meter.add(usage.completion_tokens - charged)
                     charged = usage.completion_tokens
                 yield piece
 

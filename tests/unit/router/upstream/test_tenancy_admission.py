@@ -64,7 +64,6 @@ async def turns(admission: Admission, tasks: dict[str, asyncio.Task[Lease]], run
     """End ``running`` and each request it let start, in turn: the order the waiting requests started in."""
     started = []
     while True:
-        admission.served(call(admission, "", "a"), 0)
         running.end(Outcome.OK)
         await settle()
         done = [name for name, task in tasks.items() if task.done() and name not in started]
@@ -88,7 +87,7 @@ def test_a_saturated_fleet_starts_waiting_requests_by_band_then_least_served_ten
     async def scenario() -> list[str]:
         admission = admission_for()
         first = await start(admission, call(admission, "a0", "a"))
-        admission.served(call(admission, "a0", "a"), 200)  # a's first request streams: a is charged
+        admission.meter(call(admission, "a0", "a")).add(200)  # a's first request streams: a is charged
         tasks = {}
         for name, tenant, band in [
             ("a1", "a", Priority.INTERACTIVE),
@@ -113,7 +112,7 @@ def test_tenants_are_charged_prompt_at_start_and_output_as_served() -> None:
         admission = admission_for(tenants={"gold": {"weight": 2}})
         request = call(admission, "g", "gold")
         lease = await start(admission, request)
-        admission.served(request, 5)
+        admission.meter(request).add(5)
         lease.end(Outcome.OK)
         retry = await start(admission, request)  # a retry of the same call pays no prompt again
         retry.end(Outcome.OK)
@@ -134,10 +133,10 @@ def test_the_over_share_tenant_is_turned_away_with_a_429_that_says_so() -> None:
         admission.capacity.max_waiting = 2
         b_earlier = call(admission, "b0", "b")
         lease = await start(admission, b_earlier)  # b was served a little before a floods
-        admission.served(b_earlier, 2)
+        admission.meter(b_earlier).add(2)
         lease.end(Outcome.OK)
         running = await start(admission, call(admission, "a0", "a"))
-        admission.served(call(admission, "a0", "a"), 300)
+        admission.meter(call(admission, "a0", "a")).add(300)
         tasks = {name: asyncio.create_task(start(admission, call(admission, name, "a"))) for name in ("a1", "a2")}
         await settle()
         with pytest.raises(Shed) as refused:
