@@ -322,6 +322,12 @@ class Admission:
         self.capacity.notify(base_model)
         self.holds.capacity_freed(base_model)
 
+    def remote_ended(self, base_model: str) -> None:
+        """Another router replica's request of ``base_model`` ended: with a saturation limit, its room may go to a
+        request waiting here (the limit counts every replica's requests)."""
+        if self.tenancy.saturation.enabled and self.capacity.line(base_model) is not None:
+            self._wake_free(self.fleets.fleet(base_model), base_model)
+
     def retry_after_s(self, base_model: str) -> int:
         return self.capacity.retry_after_s(base_model)
 

@@ -19,6 +19,7 @@ from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import Target
 from trtfleet_router.routing import RoutingConfig
+from trtfleet_router.routing.events import EventKind, ResidencyEvent
 from trtfleet_router.routing.fairqueue import Priority
 from trtfleet_router.routing.types import Outcome
 from trtfleet_router.upstream.admission import Admission, Lease
@@ -178,6 +179,27 @@ def test_a_full_line_sheds_the_lowest_band_first_and_never_a_batch_line() -> Non
     shed, order = run(scenario())
     assert shed.code == "priority_shed" and "'sheddable' are shed first" in shed.message
     assert order == ["c1", "line"]
+
+
+def test_another_replicas_request_ending_starts_a_request_waiting_here() -> None:
+    """The limit counts every replica's requests; when another replica's ends (its release event arrives), a request
+    waiting here starts without waiting for a request of this replica to end."""
+
+    async def scenario() -> bool:
+        admission = admission_for()
+        fleet = admission.fleets.fleet("tiny")
+        uid = admission.fleets.pods["tiny"]["pod0"].uid
+        assert fleet.apply_remote(ResidencyEvent("other", 1, "tiny", "pod0", uid, EventKind.ACQUIRE, 7))
+        waiting = asyncio.create_task(start(admission, call(admission, "r1", "a")))
+        await settle()
+        assert not waiting.done() and admission.capacity.waiting("tiny") == 1  # the other replica's fills the pod
+        assert fleet.apply_remote(ResidencyEvent("other", 2, "tiny", "pod0", uid, EventKind.RELEASE, 7))
+        admission.remote_ended("tiny")  # what the peer stream calls after applying the release
+        lease = await asyncio.wait_for(waiting, 5)
+        lease.end(Outcome.OK)
+        return True
+
+    assert run(scenario())
 
 
 def test_without_a_saturation_limit_nothing_waits() -> None:
