@@ -49,11 +49,12 @@ from trtfleet_router.routing.types import Decision, Outcome, RouteRequest, Routi
 from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import RequestRecord, Services
 from trtfleet_router.server.openai_http import model_cards
-from trtfleet_router.upstream.admission import Lease, OutputMeter
+from trtfleet_router.upstream.admission import Lease
 from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.http_transport import answer_failure
 from trtfleet_router.upstream.openai_upstream import classify_answer
 from trtfleet_router.upstream.protocol import FailureKind, UpstreamFailure, error_text
+from trtfleet_router.upstream.tenantbooks import OutputMeter
 from trtfleet_router.upstream.waiting import Priority
 
 log = logging.getLogger(__name__)
@@ -179,7 +180,7 @@ class Exchange:
         call = request.call
         admission = self.dispatcher.admission
         if call.output_metered:
-            self.output = admission.meter(call)
+            self.output = admission.tenants.meter(call)
         route = admission.route_request(call)
         if subset is not None:
             route = self._within(route, subset)

@@ -178,7 +178,7 @@ class Services:
     ) -> RequestClass:
         """The tenant and priority band of a request to ``target`` (routing/tenancy.py)."""
         adapter = target.adapter
-        return self.dispatcher.admission.classify(
+        return self.dispatcher.admission.tenants.classify(
             self.tenant(presented_key, fairness_id),
             adapter=adapter.served_name if adapter is not None else None,
             objective=objective,

@@ -21,7 +21,7 @@ token counter, ``routing/vtc.py``: the fewest weighted tokens served). While oth
 important one wait, a new request queues behind them rather than taking the room a request end freed. A full
 line makes room by pushing out the request shed first (the least important band's, the most-over-share
 tenant's newest), never a batch line. Tenants are charged their prompt when a request starts and its output
-as it streams (:meth:`Admission.served`).
+as it streams (:mod:`.tenantbooks`).
 
 **Batch lines** are the lowest band: woken only when no client request waits, and a batch line starts only
 while :func:`batch_may_start` holds: no client request waits for capacity and the chosen pod's load is below
@@ -43,16 +43,14 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Final, Protocol
+from typing import Final
 
 from trtfleet_router.errors import AdapterUnservable, RouterError, Shed
 from trtfleet_router.liveview import FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.baselines.llmd_flow_control import pool_saturation, scraped_load
-from trtfleet_router.routing.fairqueue import TenantOrder
 from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.tenancy import DEFAULT_TENANT, RequestClass, ServedShares, TenancyConfig, classify
-from trtfleet_router.routing.tenantorders import build_tenant_order
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT, TenancyConfig
 from trtfleet_router.routing.types import (
     AdapterTooLarge,
     CachesBusy,
@@ -69,6 +67,7 @@ from trtfleet_router.upstream.capacity import RETRY_AFTER_S_MAX, CapacityWaits
 from trtfleet_router.upstream.hold import RECHECK_S, PodHolds, fleet_budget, hold_for_pods
 from trtfleet_router.upstream.protocol import UpstreamFailure
 from trtfleet_router.upstream.recovery import no_pod_error
+from trtfleet_router.upstream.tenantbooks import TenantBooks
 from trtfleet_router.upstream.waiting import Priority, Wake
 
 SATURATED: Final = "saturated"
@@ -130,51 +129,15 @@ class Lease:
         self._admission.request_ended(self.base_model)
 
 
-class Tally(Protocol):
-    """A counter's child: what an output meter increments."""
-
-    def inc(self, amount: float = 1.0) -> None: ...
-
-
-class OutputMeter:
-    """Charges one call's tenant for its output as it streams: everything looked up once, per call."""
-
-    __slots__ = ("_cost", "_counter", "_order", "_shares", "tenant")
-
-    def __init__(
-        self, order: TenantOrder | None, shares: ServedShares | None, counter: Tally | None, cost: float,
-        tenant: str,
-    ) -> None:
-        self._order = order
-        self._shares = shares
-        self._counter = counter
-        self._cost = cost
-        self.tenant = tenant
-
-    def add(self, output_tokens: int) -> None:
-        """``output_tokens`` more of the answer reached its client."""
-        if output_tokens <= 0 or self._order is None:
-            return
-        self._order.charge(self.tenant, 0, output_tokens)
-        if self._shares is not None:
-            self._shares.add(self.tenant, self._cost * output_tokens)
-        if self._counter is not None:
-            self._counter.inc(output_tokens)
-
-
-NO_METER: Final = OutputMeter(None, None, None, 0.0, DEFAULT_TENANT)
-
-
 class Admission:
     def __init__(self, fleets: FleetSet, metrics: RouterMetrics, *, now: Callable[[], float] = time.monotonic) -> None:
         self.fleets = fleets
         self.metrics = metrics
         config = fleets.routing_config
         self._now = now
-        self._orders: dict[str, TenantOrder] = {}
-        self._shares: dict[str, ServedShares] = {}
-        self.capacity = CapacityWaits(config.capacity_queue_max, orders=self.order, now=now)
-        self.holds = PodHolds(config.hold_queue_max, fleet_budget(fleets), orders=self.order)
+        self.tenants = TenantBooks(fleets, metrics, now)
+        self.capacity = CapacityWaits(config.capacity_queue_max, orders=self.tenants.order, now=now)
+        self.holds = PodHolds(config.hold_queue_max, fleet_budget(fleets), orders=self.tenants.order)
         self.batch_pod_slots: int | None = None
         """Batch lines start on a pod only while its load is below this (None: no batch headroom rule)."""
         self.batch_reserve_pods = 0
@@ -186,34 +149,6 @@ class Admission:
     @property
     def tenancy(self) -> TenancyConfig:
         return self.fleets.routing_config.tenancy
-
-    def order(self, base_model: str) -> TenantOrder:
-        """The base model's tenant order (one per base model: its fleet is what the tenants share)."""
-        order = self._orders.get(base_model)
-        if order is None:
-            order = self._orders[base_model] = build_tenant_order(self.tenancy)
-        return order
-
-    def classify(
-        self,
-        tenant: str,
-        *,
-        adapter: str | None = None,
-        objective: str | None = None,
-        requested: float | None = None,
-        batch: bool = False,
-    ) -> RequestClass:
-        """The tenant and band of a request (:func:`~trtfleet_router.routing.tenancy.classify` over the routing
-        file's ``tenancy`` and the InferenceObjectives read from Kubernetes)."""
-        return classify(
-            self.tenancy,
-            tenant,
-            adapter=adapter,
-            objective=objective,
-            objective_priorities=self.fleets.objective_priorities,
-            requested=requested,
-            batch=batch,
-        )
 
     def route_request(self, call: UpstreamCall) -> RouteRequest:
         """What the routing core is asked for ``call`` (with the batch rule's fields when it applies)."""
@@ -259,39 +194,8 @@ class Admission:
             label = self.metrics.tenant_label(tenant)
             self.metrics.queue_wait.labels(base, priority.value, label).observe(self._now() - started_s)
             upfront = route.max_tokens if not call.output_metered else 0
-            self.charge(base, tenant, input_tokens=route.prompt_tokens, output_tokens=upfront)
+            self.tenants.charge(base, tenant, input_tokens=route.prompt_tokens, output_tokens=upfront)
         return decision
-
-    def charge(self, base_model: str, tenant: str, *, input_tokens: int = 0, output_tokens: int = 0) -> None:
-        """Tokens served to ``tenant`` on ``base_model``: its counter in the tenant order, its recent share, the
-        served-tokens metric."""
-        if not (input_tokens or output_tokens):
-            return
-        self.order(base_model).charge(tenant, input_tokens, output_tokens)
-        tenancy = self.tenancy
-        self.shares(base_model).add(
-            tenant, tenancy.input_token_cost * input_tokens + tenancy.output_token_cost * output_tokens
-        )
-        label = self.metrics.tenant_label(tenant)
-        if input_tokens:
-            self.metrics.tenant_tokens.labels(base_model, label, "input").inc(input_tokens)
-        if output_tokens:
-            self.metrics.tenant_tokens.labels(base_model, label, "output").inc(output_tokens)
-
-    def shares(self, base_model: str) -> ServedShares:
-        shares = self._shares.get(base_model)
-        if shares is None:
-            shares = self._shares[base_model] = ServedShares(self._now)
-        return shares
-
-    def meter(self, call: UpstreamCall) -> OutputMeter:
-        """What charges ``call``'s tenant for its output as it streams (a prewarming call is nobody's)."""
-        if call.pinned_decision is not None:
-            return NO_METER
-        base = call.target.base.name
-        tenant = call.tenant
-        counter = self.metrics.tenant_tokens.labels(base, self.metrics.tenant_label(tenant), "output")
-        return OutputMeter(self.order(base), self.shares(base), counter, self.tenancy.output_token_cost, tenant)
 
     def lease(self, fleet: Fleet, decision: Decision, route: RouteRequest) -> Lease:
         """Start ``route`` on the decided pod; raises ``UnknownPod`` when the pod left the fleet meanwhile."""
@@ -432,8 +336,9 @@ class Admission:
                 if line is not None:
                     line.queue.passed(tenant, priority)
                 else:
-                    self.order(base).joined(tenant, priority, ())
-                    self.order(base).admitted(tenant, priority)
+                    order = self.tenants.order(base)
+                    order.joined(tenant, priority, ())
+                    order.admitted(tenant, priority)
             return decision
 
     async def _wait(
@@ -507,8 +412,7 @@ class Admission:
             ahead = line.queue.ahead(band, tenant) if line is not None else 0
         expected_s = waits.drain.wait_s(base, ahead)
         retry_after_s = 1 if expected_s is None else min(RETRY_AFTER_S_MAX, max(1, math.ceil(expected_s)))
-        shares = self._shares.get(base)
-        over = shares.over_share(tenant, self._weight) if shares is not None else None
+        over = self.tenants.over_share(base, tenant)
         more_important = line is not None and line.waiting_from(band) > line.waiting(band)
         when = "was pushed out of the line" if pushed_out else "cannot start in time"
         if over is not None:
@@ -532,11 +436,6 @@ class Admission:
             )
         self.metrics.shed_requests.labels(base, band.value, self.metrics.tenant_label(tenant), reason).inc()
         return Shed(message, retry_after_s=retry_after_s, code=reason)
-
-    def _weight(self, tenant: str) -> float:
-        tenancy = self.tenancy
-        spec = tenancy.tenants.get(tenant)
-        return spec.weight if spec is not None else tenancy.default_weight
 
     async def _decide_batch(
         self,

@@ -67,7 +67,7 @@ class TextGenerator:
         call = await self.call(request)
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0
-        meter = self.dispatcher.admission.meter(call)
+        meter = self.dispatcher.admission.tenants.meter(call)
         charged = 0
         async with aclosing(self.dispatcher.stream(call)) as responses:
             async for response in responses:

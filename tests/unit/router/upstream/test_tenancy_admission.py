@@ -88,7 +88,7 @@ def test_a_saturated_fleet_starts_waiting_requests_by_band_then_least_served_ten
     async def scenario() -> list[str]:
         admission = admission_for()
         first = await start(admission, call(admission, "a0", "a"))
-        admission.meter(call(admission, "a0", "a")).add(200)  # a's first request streams: a is charged
+        admission.tenants.meter(call(admission, "a0", "a")).add(200)  # a's first request streams: a is charged
         tasks = {}
         for name, tenant, band in [
             ("a1", "a", Priority.INTERACTIVE),
@@ -113,11 +113,11 @@ def test_tenants_are_charged_prompt_at_start_and_output_as_served() -> None:
         admission = admission_for(tenants={"gold": {"weight": 2}})
         request = call(admission, "g", "gold")
         lease = await start(admission, request)
-        admission.meter(request).add(5)
+        admission.tenants.meter(request).add(5)
         lease.end(Outcome.OK)
         retry = await start(admission, request)  # a retry of the same call pays no prompt again
         retry.end(Outcome.OK)
-        order = admission.order("tiny")
+        order = admission.tenants.order("tiny")
         tokens = admission.metrics.tenant_tokens
         assert (tokens.labels("tiny", "gold", "input").value, tokens.labels("tiny", "gold", "output").value) == (10, 5)
         waits = admission.metrics.queue_wait.labels("tiny", "interactive", "gold")
@@ -134,10 +134,10 @@ def test_the_over_share_tenant_is_turned_away_with_a_429_that_says_so() -> None:
         admission.capacity.max_waiting = 2
         b_earlier = call(admission, "b0", "b")
         lease = await start(admission, b_earlier)  # b was served a little before a floods
-        admission.meter(b_earlier).add(2)
+        admission.tenants.meter(b_earlier).add(2)
         lease.end(Outcome.OK)
         running = await start(admission, call(admission, "a0", "a"))
-        admission.meter(call(admission, "a0", "a")).add(300)
+        admission.tenants.meter(call(admission, "a0", "a")).add(300)
         tasks = {name: asyncio.create_task(start(admission, call(admission, name, "a"))) for name in ("a1", "a2")}
         await settle()
         with pytest.raises(Shed) as refused:
