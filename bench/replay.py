@@ -7,7 +7,7 @@ import asyncio
 import json
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,9 +29,10 @@ class Sample:
 
 
 async def stream_one(session: Any, url: str, key: int, request: TraceRequest, timeout_s: float,
-                     prompt: str | None = None) -> Sample:
+                     prompt: str | None = None, headers: Mapping[str, str] | None = None) -> Sample:
     """``request`` as one streamed ``/v1/completions`` call to ``url`` (``prompt``: its text, else
-    :func:`bench.traces.prompt_text`); a failure is recorded in the sample, never raised."""
+    :func:`bench.traces.prompt_text`; ``headers``: more request headers); a failure is recorded in the sample, never
+    raised."""
     import aiohttp
 
     sample = Sample(key)
@@ -43,7 +44,8 @@ async def stream_one(session: Any, url: str, key: int, request: TraceRequest, ti
     }
     began = time.perf_counter()
     try:
-        async with session.post(url, json=body, timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
+        async with session.post(url, json=body, headers=headers,
+                                timeout=aiohttp.ClientTimeout(total=timeout_s)) as response:
             sample.status = response.status
             if response.status != 200:
                 sample.error = f"http {response.status}"
@@ -84,8 +86,10 @@ async def replay(base_url: str, trace: Sequence[TraceRequest], timeout_s: float 
 
 
 async def replay_spread(base_urls: Sequence[str], replica_of: Sequence[int], trace: Sequence[TraceRequest],
-                        timeout_s: float = 120.0, prompts: Sequence[str] | None = None) -> list[Sample]:
-    """:func:`replay`, request ``i`` sent to router ``base_urls[replica_of[i]]`` (router replicas)."""
+                        timeout_s: float = 120.0, prompts: Sequence[str] | None = None,
+                        headers: Sequence[Mapping[str, str]] | None = None) -> list[Sample]:
+    """:func:`replay`, request ``i`` sent to router ``base_urls[replica_of[i]]`` (router replicas), with
+    ``headers[i]`` when given."""
     import aiohttp
 
     if len(replica_of) != len(trace):
@@ -102,7 +106,8 @@ async def replay_spread(base_urls: Sequence[str], replica_of: Sequence[int], tra
                 await asyncio.sleep(delay)
             prompt = prompts[key] if prompts is not None else None
             url = urls[replica_of[key]]
-            tasks.append(asyncio.create_task(stream_one(session, url, key, request, timeout_s, prompt)))
+            extra = headers[key] if headers is not None else None
+            tasks.append(asyncio.create_task(stream_one(session, url, key, request, timeout_s, prompt, extra)))
         return list(await asyncio.gather(*tasks))
 
 

@@ -47,6 +47,8 @@ SECTIONS: tuple[tuple[str, str, str], ...] = (  # (key, heading, page under docs
     ("gateway", "## Gateway mode", "gateway"),
     ("adapters-sim", "## Adapters are free: the simulator", "adapters"),
     ("adapters-real", "## Adapters are free: the reference fleet", "adapters"),
+    ("tenants-sim", "## Tenants: the simulator", "tenants"),
+    ("tenants-real", "## Tenants: the reference fleet", "tenants"),
 )
 _PREAMBLE = """# Benchmarks: {page}
 

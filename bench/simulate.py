@@ -86,6 +86,8 @@ __all__ = ["RUNTIMES", "FleetSimulation", "FleetSpec", "RequestRecord", "SimResu
 (_ARRIVAL, _DELIVER, _STEP_END, _REPLY_ERROR, _FINISH, _SCRAPE, _WAIT_TIMEOUT, _READ_DONE, _MIRROR, _REPLAN,
  _PREFETCH) = range(11)
 PREFETCH_PROMPT_TOKENS = 3  # the router's prewarm prompt (trtfleet_router.upstream.prewarm)
+FIRST_OWN_EVENT = 100
+"""Event kinds from here on are a subclass's (:meth:`FleetSimulation._event`)."""
 _OUTCOMES = {"miss": Outcome.MISS, "cache_full": Outcome.CACHE_FULL, "queue_full": Outcome.FAILED}
 
 
@@ -215,6 +217,8 @@ class FleetSimulation:
                 self._prefetch_tick()
                 if remaining_arrivals or at_s < self.horizon_s:
                     self._push(at_s + placement.prefetch.tick_s, _PREFETCH, None)
+            else:
+                self._event(kind, payload)
         counters = {**self.counters, "open_tickets": 0, "artifact_fetches": 0}  # each request counted once
         counters["device_copies"] = sum(pod.device_copies_total for pod in self.pods.values())
         counters["device_copy_bytes"] = sum(pod.device_copy_bytes_total for pod in self.pods.values())
@@ -233,6 +237,10 @@ class FleetSimulation:
             wall_s=time.perf_counter() - started,
             admitted_adapters=self.admitted,
         )
+
+    def _event(self, kind: int, payload: object) -> None:
+        """An event of a kind a subclass added (numbered from :data:`FIRST_OWN_EVENT`)."""
+        raise ValueError(f"unknown simulation event {kind}")
 
     # -- router side -------------------------------------------------------------------------------------
     def _route_request(self, record: RequestRecord) -> RouteRequest:

@@ -130,6 +130,8 @@ class Router:
             streams_per_pod=settings.streams_per_pod,
             warm_over_http=settings.warm_over_http,
         )
+        if self.peers is not None:  # another replica's request end frees room for requests waiting here
+            self.peers.release_listeners.append(self.dispatcher.admission.remote_ended)
         self.text = TextGenerator(self.dispatcher)
         self.prewarmer = Prewarmer(self.fleets, self.text, self.dispatcher)
         self.health = PodHealth(self.fleets, self.pool, self.dispatcher, self.metrics)

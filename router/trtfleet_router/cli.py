@@ -261,7 +261,10 @@ def build_discovery(args: argparse.Namespace) -> Discovery:
             connection = asyncio.run(load_connection(source))
         except KubeConfigError as exc:
             raise SystemExit(f"trtfleet router: {exc}") from exc
-        return KubernetesDiscovery(KubeClient(source, connection), args.namespace)
+        tenancy = _routing_config(args).tenancy
+        return KubernetesDiscovery(
+            KubeClient(source, connection), args.namespace, inference_objectives=tenancy.inference_objectives
+        )
     from trtfleet_router.discovery.static import StaticDiscovery, config_from_flags
 
     if args.fleet_config:

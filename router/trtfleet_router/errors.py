@@ -16,6 +16,8 @@ Every failure the router reports to a client is a :class:`RouterError`; third-pa
     ├── ModelNotFound                404 NOT_FOUND           not_found_error
     ├── ObjectNotFound               404 NOT_FOUND           invalid_request_error (no such file / batch)
     ├── Overloaded                   429 RESOURCE_EXHAUSTED  rate_limit_error   (+ Retry-After)
+    │   └── Shed                     429 RESOURCE_EXHAUSTED  (a saturated fleet turned it away: code
+    │                                                         tenant_over_share, priority_shed or saturated)
     ├── Unavailable                  503 UNAVAILABLE         service_unavailable (+ Retry-After)
     │   ├── NoCapacityAvailable      503 UNAVAILABLE         (no ready pod for the model)
     │   └── ShuttingDown             503 UNAVAILABLE
@@ -107,6 +109,12 @@ class Overloaded(RetryableError):
     """Every candidate pod pushed back (queue full or LoRA cache full)."""
 
 
+class Shed(Overloaded):
+    """The base model's fleet is saturated and this request was turned away (or pushed out of the line): its tenant
+    is over its share (``code`` ``tenant_over_share``), its band is shed first (``priority_shed``), or the wait it
+    would face exceeds what it may wait (``saturated``)."""
+
+
 class Unavailable(RetryableError):
     """The router cannot serve the model right now."""
 
@@ -163,6 +171,7 @@ ERROR_MAPPINGS: Final[dict[type[RouterError], ErrorMapping]] = {
     ModelNotFound: ErrorMapping(404, grpc.StatusCode.NOT_FOUND, "not_found_error", "not_found"),
     ObjectNotFound: ErrorMapping(404, grpc.StatusCode.NOT_FOUND, "invalid_request_error", "no_object"),
     Overloaded: ErrorMapping(429, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limit_error", "overloaded"),
+    Shed: ErrorMapping(429, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limit_error", "shed"),
     Unavailable: ErrorMapping(503, grpc.StatusCode.UNAVAILABLE, "service_unavailable", "unavailable"),
     UpstreamRejected: ErrorMapping(400, grpc.StatusCode.INVALID_ARGUMENT, "invalid_request_error", "rejected"),
     UpstreamFailed: ErrorMapping(502, grpc.StatusCode.INTERNAL, "upstream_error", "upstream"),

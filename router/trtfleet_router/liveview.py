@@ -46,6 +46,8 @@ class PodEndpoint:
 class DiscoverySnapshot:
     registry: ModelRegistry
     pods: Mapping[str, Mapping[str, PodEndpoint]] = field(default_factory=dict)  # base -> pod id -> pod
+    objective_priorities: Mapping[str, int] = field(default_factory=dict)
+    """InferenceObjective name -> ``spec.priority`` (Kubernetes discovery with ``tenancy.inferenceObjectives``)."""
 
 
 class FleetSet:
@@ -64,6 +66,7 @@ class FleetSet:
         self._now = now
         self._rng = random.Random(seed)
         self.registry = ModelRegistry()
+        self.objective_priorities: Mapping[str, int] = {}
         self.fleets: dict[str, Fleet] = {}
         self.pods: dict[str, dict[str, PodEndpoint]] = {}
         self.outliers: dict[str, OutlierDetector] = {}  # base -> failure counts and ejections of its pods
@@ -93,6 +96,7 @@ class FleetSet:
             self.outliers.pop(name, None)
             log.info("base model removed", extra={"ctx": {"base_model": name}})
         self.registry = registry
+        self.objective_priorities = snapshot.objective_priorities
         for name in self.fleets:
             self.fleets[name].kv_tokens_per_block = registry.bases[name].kv_tokens_per_block
             self.pods[name] = dict(snapshot.pods.get(name, {}))

@@ -2,10 +2,10 @@
 
 Labels are bounded: ``frontend`` (openai, triton_http, triton_grpc), ``model_kind`` (base, adapter),
 ``code`` (``ok`` or an :class:`~trtfleet_router.errors.ErrorMapping` ``code_label``), ``pod`` (the
-fleet's pods), ``reason`` (a fixed set). ``adapter`` appears only through :class:`AdapterLabels`, which
-gives the first ``adapter_label_cap`` adapters their own label value and folds the rest into
-``other``. ``base_model`` is bounded by the registry. A :class:`RouterMetrics` owns its own registry,
-so tests can build as many as they like.
+fleet's pods), ``reason`` (a fixed set), ``band`` (the four priority bands). ``adapter`` and ``tenant`` appear only
+through :class:`CappedLabels`, which gives the first ``adapter_label_cap`` names of each its own label value and
+folds the rest into ``other``. ``base_model`` is bounded by the registry. A :class:`RouterMetrics` owns its own
+registry, so tests can build as many as they like.
 
 The metrics updated on every request are :class:`LoopCounter`, :class:`LoopGauge` and
 :class:`LoopHistogram`: plain numbers without ``prometheus_client``'s per-update lock and checks
@@ -97,8 +97,8 @@ class Labelled(Generic[M]):
         return child
 
 
-class AdapterLabels:
-    """Caps the cardinality of the ``adapter`` label: the first ``cap`` names seen, then ``other``."""
+class CappedLabels:
+    """Caps the cardinality of a label (``adapter``, ``tenant``): the first ``cap`` names seen, then ``other``."""
 
     def __init__(self, cap: int = ADAPTER_LABEL_CAP_DEFAULT) -> None:
         self.cap = cap
@@ -125,7 +125,8 @@ class RouterMetrics:
     ) -> None:
         disable_created_metrics()  # type: ignore[no-untyped-call]  # no *_created series (process-wide)
         self.registry = r = CollectorRegistry(auto_describe=True)
-        self.adapter_label = AdapterLabels(adapter_label_cap)
+        self.adapter_label = CappedLabels(adapter_label_cap)
+        self.tenant_label = CappedLabels(adapter_label_cap)
 
         loop_metrics = LoopCollector()
 
@@ -202,15 +203,48 @@ class RouterMetrics:
         self.pod_scrape_failures = Counter(
             PREFIX + "pod_scrape_failures", "Failed scrapes of a pod's Triton metrics endpoint.", registry=r
         )
+        # tenancy: where requests wait, by band and tenant (capped label), what they were served, what was shed
+        self.queue_waiting = gauge(
+            "queue_waiting_requests",
+            "Requests waiting in the router now (for capacity or a ready pod), per base model and priority band.",
+            "base_model",
+            "band",
+        )
+        self.queue_wait = histogram(
+            "queue_wait_seconds",
+            "Time a request waited in the router before it started (0 for one that never waited), by base model, "
+            "band and tenant.",
+            "base_model",
+            "band",
+            "tenant",
+            buckets=LATENCY_BUCKETS_S,
+        )
+        self.tenant_tokens = counter(
+            "tenant_served_tokens",
+            "Tokens served per tenant: kind input (prompt, when the request starts) or output (as it streams).",
+            "base_model",
+            "tenant",
+            "kind",
+        )
+        self.shed_requests = counter(
+            "shed_requests",
+            "Requests turned away or pushed out of the line while the fleet was saturated, by band, tenant and "
+            "reason (tenant_over_share, priority_shed, saturated).",
+            "base_model",
+            "band",
+            "tenant",
+            "reason",
+        )
         self.pods_ready = gauge("pods_ready", "Ready pods per base model.", "base_model")
         self.capacity_waiting = gauge(
             "capacity_waiting_requests",
-            "Requests waiting for LoRA cache capacity (every pod's cache full of busy adapters).",
+            "Requests waiting for capacity: a saturated fleet (tenancy.saturation) or every pod's LoRA cache full of "
+            "busy adapters.",
             "base_model",
         )
         self.capacity_waits = counter(
             "capacity_waits",
-            "Ends of a wait for LoRA cache capacity: routed, timed_out, queue_full (turned away at once); "
+            "Ends of a wait for capacity: routed, timed_out, queue_full (turned away at once); "
             "batch_bound (a batch line that waited for headroom its whole capacityWaitS and went anyway).",
             "base_model",
             "result",

@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Final
 
-from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime, ServingServer
+from trtfleet.api.basemodel import BaseModelSpec, BaseModelStatus, Dtype, Runtime, ServingServer, WaitingQueuePolicy
 from trtfleet.loracache import (
     declared_geometry,
     tier_pages,
@@ -94,6 +94,8 @@ class BaseModelEntry:
     only the adapters trained on that quantization are routed here (see :func:`variant_entry`)."""
     hold_release_per_pod: float | None = None
     """``spec.autoscaling.targetRequestsPerPod``: held requests released per ready pod (else the routing config's)."""
+    engine_priority: bool = False
+    """``spec.serving.waitingQueuePolicy: priority`` (trtllm-serve pods): requests carry their band as ``priority``."""
 
     @property
     def upstream_name(self) -> str:
@@ -376,4 +378,5 @@ def base_entry_from_spec(
         kv_bytes_per_token=(capacity.kv_bytes_per_token or 0) if capacity is not None else 0,
         memory_bandwidth_bytes_per_s=(capacity.memory_bandwidth_bytes_per_second or 0.0) if capacity else 0.0,
         hold_release_per_pod=spec.autoscaling.target_requests_per_pod if spec.autoscaling is not None else None,
+        engine_priority=spec.serving.waiting_queue_policy is WaitingQueuePolicy.PRIORITY,
     )

@@ -61,6 +61,20 @@ def test_the_triton_llmapi_server_is_refused_outside_pytorch(runtime: str) -> No
         BaseModelSpec.model_validate({**BASE, "runtime": runtime, "serving": {"server": "triton"}})
 
 
+@pytest.mark.parametrize("runtime", ["tensorrtllm", "reference"])
+def test_priority_ordering_in_the_engine_is_refused_outside_pytorch(runtime: str) -> None:
+    with pytest.raises(ValidationError, match=f"waitingQueuePolicy priority is for runtime pytorch only.*{runtime}"):
+        BaseModelSpec.model_validate({**BASE, "runtime": runtime, "serving": {"waitingQueuePolicy": "priority"}})
+    fcfs = BaseModelSpec.model_validate({**BASE, "runtime": runtime, "serving": {"waitingQueuePolicy": "fcfs"}})
+    assert fcfs.serving.waiting_queue_policy is not None
+
+
+def test_a_pytorch_base_model_may_order_its_engine_queue_by_priority() -> None:
+    spec = BaseModelSpec.model_validate({**BASE, "runtime": "pytorch", "serving": {"waitingQueuePolicy": "priority"}})
+    assert spec.serving.waiting_queue_policy is not None and spec.serving.waiting_queue_policy.value == "priority"
+    assert BaseModelSpec.model_validate({**BASE, "runtime": "pytorch"}).serving.waiting_queue_policy is None
+
+
 @pytest.mark.parametrize(("server", "expected"), [(None, "trtllm-serve"), ("trtllm-serve", "trtllm-serve"),
                                                   ("triton", "triton")])
 def test_a_pytorch_base_model_picks_its_server(server: str | None, expected: str) -> None:

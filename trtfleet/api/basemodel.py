@@ -40,6 +40,7 @@ from trtfleet.api.serving import RolloutStrategy as RolloutStrategy
 from trtfleet.api.serving import ServingServer as ServingServer
 from trtfleet.api.serving import ServingSpec as ServingSpec
 from trtfleet.api.serving import Toleration as Toleration
+from trtfleet.api.serving import WaitingQueuePolicy as WaitingQueuePolicy
 from trtfleet.api.speculative import SPEC_RULES as SPECULATIVE_SPEC_RULES
 from trtfleet.api.speculative import SpeculativeMode as SpeculativeMode
 from trtfleet.api.speculative import SpeculativeSpec as SpeculativeSpec
@@ -254,6 +255,19 @@ RUNTIME_RULES: tuple[RuntimeFieldRule, ...] = (
             ServingServer.TRITON.value,
             f"serving.server triton is for runtime pytorch only (TRT-LLM's llmapi model in Triton): runtime "
             f"{runtime.value} pods always run Triton with their own model repository (leave serving.server unset)",
+            optional=True,
+        )
+        for runtime in (Runtime.TENSORRTLLM, Runtime.REFERENCE)
+    ),
+    *(
+        RuntimeFieldRule(
+            runtime,
+            "serving",
+            "waitingQueuePolicy",
+            WaitingQueuePolicy.PRIORITY.value,
+            f"serving.waitingQueuePolicy priority is for runtime pytorch only (trtllm-serve's request priority): "
+            f"runtime {runtime.value} pods run Triton's tensorrt_llm model, which takes no request priority (the "
+            f"router orders its own queues by band either way; leave serving.waitingQueuePolicy unset)",
             optional=True,
         )
         for runtime in (Runtime.TENSORRTLLM, Runtime.REFERENCE)

@@ -16,6 +16,15 @@ class BatchSchedulerPolicy(StrEnum):
     MAX_UTILIZATION = "maxUtilization"
 
 
+class WaitingQueuePolicy(StrEnum):
+    """How a trtllm-serve pod orders the requests it queues (``scheduler_config.waiting_queue_policy``)."""
+
+    FCFS = "fcfs"
+    """First come, first served (TRT-LLM's default)."""
+    PRIORITY = "priority"
+    """By each request's ``priority`` (higher first, then arrival): the router sends each request's band."""
+
+
 class ServingServer(StrEnum):
     """The server a ``pytorch`` BaseModel's pods run (other runtimes always run Triton)."""
 
@@ -127,6 +136,13 @@ class ServingSpec(ApiModel):
         le=1_000_000,
         description="Requests queued per pod before back-pressure (0 = no limit); Triton's queue policy "
         "(tensorrtllm), the engine's own queue (reference), not passed to trtllm-serve (pytorch).",
+    )
+    waiting_queue_policy: WaitingQueuePolicy | None = Field(
+        default=None,
+        description="runtime pytorch only: scheduler_config.waiting_queue_policy of trtllm-serve. priority: the "
+        "pod orders its waiting queue by each request's priority, which the router sets from the request's band "
+        "(critical 1.0, interactive 0.5, sheddable 0.25, batch 0.0), so a request the pod queues keeps its band "
+        "there too. Unset: fcfs (TRT-LLM's default). The router orders its own queues by band either way.",
     )
     max_queue_delay_microseconds: int = Field(
         default=100,

@@ -79,6 +79,10 @@ app.kubernetes.io/component: {{ .component }}
 - apiGroups: [trtfleet.io]
   resources: [basemodels, adapters, batches]
   verbs: [get, list, watch]
+# policyConfig.tenancy.inferenceObjectives: a gateway's objectives name priority bands (read only where installed)
+- apiGroups: [llm-d.ai]
+  resources: [inferenceobjectives]
+  verbs: [get, list, watch]
 - apiGroups: [trtfleet.io]
   resources: [batches/status]
   verbs: [patch]

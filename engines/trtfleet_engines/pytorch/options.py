@@ -24,6 +24,7 @@ TorchLlmArgs key (llm_args.py)                 from the spec
 ``peft_cache_config``                          ``lora.cache.optimalAdapterSize`` / ``maxAdapterSize``
 ``return_perf_metrics``                        always true: mounts ``/prometheus/metrics``
 ``enable_iter_perf_stats``                     always true: fills ``/metrics`` and the iteration gauges
+``scheduler_config.waiting_queue_policy``      ``serving.waitingQueuePolicy`` (absent when unset: fcfs)
 =============================================  ==============================================================
 
 Errors: :class:`~trtfleet_engines.errors.UnsupportedError` for a spec the PyTorch backend cannot run
@@ -116,6 +117,8 @@ def build_llm_api_options(
             "optimal_adapter_size": spec.lora.cache.optimal_adapter_size,
             "max_adapter_size": spec.lora.cache.max_adapter_size,
         }
+    if spec.serving.waiting_queue_policy is not None:
+        options["scheduler_config"] = {"waiting_queue_policy": spec.serving.waiting_queue_policy.value}
     speculative = speculative_config(spec, draft_dir)
     if speculative is not None:
         options["speculative_config"] = speculative

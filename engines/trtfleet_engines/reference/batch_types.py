@@ -19,6 +19,8 @@ H = TypeVar("H")
 
 KV_TOKENS_PER_BLOCK = DEFAULT_TOKENS_PER_BLOCK
 """TRT-LLM's default ``tokens_per_block``."""
+DEFAULT_REQUEST_PRIORITY = 0.5
+"""TRT-LLM's ``DEFAULT_REQUEST_PRIORITY`` (``executor/request.py``): a request that names none."""
 
 
 @dataclass(frozen=True, eq=False)
@@ -48,6 +50,8 @@ class GenerationRequest:
     arrives_at_s: float = -math.inf
     """When the request has fully arrived on the engine's clock (its LoRA weights over the pod's link): the
     executor does not fetch it before (``EngineLoop`` sets it when a pretend network bandwidth is given)."""
+    priority: float = DEFAULT_REQUEST_PRIORITY
+    """trtllm-serve's request priority in [0, 1]: orders the waiting queue under ``waiting_queue_policy: priority``."""
 
 
 @dataclass(frozen=True)

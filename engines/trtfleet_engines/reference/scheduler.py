@@ -7,7 +7,8 @@ from its scheduler thread, and sends the :class:`EngineResponse` objects a step 
 
 One :meth:`~InflightBatcher.step`:
 
-1. **fetch**: move waiting requests to the active set while fewer than ``max_batch_size`` are active;
+1. **fetch**: move waiting requests to the active set while fewer than ``max_batch_size`` are active, in arrival
+   order or, under ``waiting_queue_policy: priority``, highest ``priority`` first (:mod:`.waiting_queue`);
    each fetched LoRA request loads (weights + id) and pins (acquire) its adapter in the host tier, or
    fails with the executor's error (cache miss, cache full, validation);
 2. **schedule**: decode rows first (one token each), then context rows while the step has
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import logging
 import math
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Generic, Protocol, TypeVar, cast
@@ -64,6 +64,7 @@ from trtfleet_engines.reference.kv_blocks import Allocation, BlockPool, KvCacheS
 from trtfleet_engines.reference.numpy_llama import StepRow
 from trtfleet_engines.reference.sampling import sample_token
 from trtfleet_engines.reference.speculation import Speculator
+from trtfleet_engines.reference.waiting_queue import WaitingQueue, WaitingQueuePolicy, waiting_queue
 
 logger = logging.getLogger(__name__)
 
@@ -124,6 +125,10 @@ class AdapterCache(Protocol):
         ...
 
 
+def _priority_of(seq: _Active[Any]) -> float:
+    return seq.request.priority
+
+
 @dataclass(eq=False)
 class _Active(Generic[H]):
     request_id: int
@@ -158,9 +163,11 @@ class InflightBatcher(Generic[H]):
         adapters: AdapterCache | None = None,
         kv_cache: BlockPool | None = None,
         speculator: Speculator | None = None,
+        waiting_policy: WaitingQueuePolicy = WaitingQueuePolicy.FCFS,
     ) -> None:
         """``kv_cache`` None: a pool of ``max_batch_size x max_seq_len`` tokens without reuse (accounting
-        only). A pool with reuse needs a :class:`PrefixModel`, a ``speculator`` a :class:`VerifyingModel`."""
+        only). A pool with reuse needs a :class:`PrefixModel`, a ``speculator`` a :class:`VerifyingModel`.
+        ``waiting_policy``: the waiting queue's order (``priority``: by each request's ``priority``)."""
         self.model = model
         self.speculator = speculator
         self.limits = limits
@@ -174,7 +181,7 @@ class InflightBatcher(Generic[H]):
         self._prompt_tokens = 0
         self._computed_tokens = 0
         self._next_request_id = 1
-        self._waiting: deque[_Active[H]] = deque()
+        self._waiting: WaitingQueue[_Active[H]] = waiting_queue(waiting_policy, _priority_of)
         self._active: list[_Active[H]] = []
         self._cancelled: set[int] = set()
         self._iterations = 0

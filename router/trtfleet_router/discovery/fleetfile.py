@@ -10,7 +10,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 from pydantic.alias_generators import to_camel
 
-from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer
+from trtfleet.api.basemodel import BaseModelSpec, Runtime, ServingServer, WaitingQueuePolicy
 from trtfleet_router.models_registry import DEFAULT_MAX_TOKENS, DEFAULT_UPSTREAM_MODEL
 
 
@@ -80,6 +80,11 @@ class BaseModelConfig(_Model):
     default_max_tokens: int = Field(default=DEFAULT_MAX_TOKENS, ge=1)
     runtime: Runtime | None = Field(default=None, description="Default: the spec's runtime, else tensorrtllm.")
     server: ServingServer | None = Field(default=None, description="Default: the spec's serving.server.")
+    waiting_queue_policy: WaitingQueuePolicy | None = Field(
+        default=None,
+        description="Default: the spec's serving.waitingQueuePolicy (priority: requests carry their band as the "
+        "pods' trtllm-serve priority).",
+    )
     replaces: str | None = Field(default=None, description="Default: the spec's serving.replaces (a migration).")
     backends: list[BackendConfig] = Field(default_factory=list)
     adapters: list[AdapterConfig] = Field(default_factory=list)

@@ -29,6 +29,10 @@ context's):
   made of the EndpointSlices labelled ``trtfleet.io/role=variant`` and ``trtfleet.io/variant=<that name>``;
   never on the base model's pool (other activations), not at all before the operator names the variant.
 
+* ``InferenceObjective`` (``llm-d.ai/v1alpha2``, llm-d-router's ``apix/v1alpha2`` at ebab6879), with the routing
+  file's ``tenancy.inferenceObjectives``, where its CRD is installed (asked once at start; without it, nothing is
+  watched): ``metadata.name`` -> ``spec.priority`` (unset: 0), the band a gateway's objective header names.
+
 The translation functions are pure; :class:`KubernetesDiscovery` only keeps the latest objects and
 rebuilds the snapshot after every event.
 """
@@ -36,6 +40,7 @@ rebuilds the snapshot after every event.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
@@ -56,7 +61,7 @@ from trtfleet.api.labels import (
     label_value,
 )
 from trtfleet.loracache import declared_geometry, pages_for_adapter
-from trtfleet_router.discovery.kubeclient import SYNC, KubeClient
+from trtfleet_router.discovery.kubeclient import SYNC, KubeClient, KubeError
 from trtfleet_router.liveview import DiscoverySnapshot, PodEndpoint
 from trtfleet_router.models_registry import (
     DEFAULT_UPSTREAM_MODEL,
@@ -76,6 +81,8 @@ GRPC_PORT_NAME: Final = "grpc"
 METRICS_PORT_NAME: Final = "metrics"
 HTTP_PORT_NAME: Final = "http"
 GROUP_PATH: Final = "/apis/trtfleet.io/v1alpha1/namespaces/{ns}"
+OBJECTIVES_API: Final = "llm-d.ai/v1alpha2"
+"""InferenceObjective's group and version (llm-d-router ``apix/v1alpha2/doc.go``: ``+groupName=llm-d.ai``)."""
 
 
 def _host_port(ip: str, port: int) -> str:
@@ -221,6 +228,17 @@ def build_snapshot(
     return DiscoverySnapshot(ModelRegistry(entries, adapter_entries), fleet_pods)
 
 
+def objective_priorities(objectives: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """InferenceObjective name -> ``spec.priority`` (unset or not an integer: 0, as llm-d's picker reads it)."""
+    found = {}
+    for obj in objectives:
+        name = str(obj.get("metadata", {}).get("name", ""))
+        priority = (obj.get("spec") or {}).get("priority")
+        if name:
+            found[name] = priority if isinstance(priority, int) and not isinstance(priority, bool) else 0
+    return found
+
+
 def _variants(adapters: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """Base variant name -> its BaseModel, for every QLoRA Adapter whose status names a variant."""
     variants: dict[str, str] = {}
@@ -255,21 +273,46 @@ def merged_fleet_from_object(
 
 
 class KubernetesDiscovery:
-    """Watches the three kinds and applies a fresh snapshot after every change."""
+    """Watches the three kinds (and InferenceObjectives when asked and installed) and applies a fresh snapshot after
+    every change."""
 
-    def __init__(self, client: KubeClient, namespace: str | None = None) -> None:
+    def __init__(
+        self,
+        client: KubeClient,
+        namespace: str | None = None,
+        *,
+        inference_objectives: bool = False,
+        objectives_api: str = OBJECTIVES_API,
+    ) -> None:
         self.client = client
         self.namespace = namespace or client.namespace
+        self.inference_objectives = inference_objectives
+        self.objectives_api = objectives_api
         self._objects: dict[str, dict[str, Mapping[str, Any]]] = {"bm": {}, "ad": {}, "es": {}}
         self._synced: set[str] = set()
 
     def _paths(self) -> dict[str, tuple[str, str | None]]:
         group = GROUP_PATH.format(ns=self.namespace)
-        return {
+        paths: dict[str, tuple[str, str | None]] = {
             "bm": (f"{group}/basemodels", None),
             "ad": (f"{group}/adapters", None),
             "es": (f"/apis/discovery.k8s.io/v1/namespaces/{self.namespace}/endpointslices", LABEL_BASEMODEL),
         }
+        if "io" in self._objects:
+            paths["io"] = (f"/apis/{self.objectives_api}/namespaces/{self.namespace}/inferenceobjectives", None)
+        return paths
+
+    async def _objectives_installed(self) -> bool:
+        """Whether the API server serves InferenceObjectives (their CRD is installed)."""
+        try:
+            resources = await self.client.list(f"/apis/{self.objectives_api}")
+        except KubeError as exc:
+            log.info(
+                "InferenceObjectives not read: their API is not served here",
+                extra={"ctx": {"group_version": self.objectives_api, "error": str(exc)}},
+            )
+            return False
+        return any(r.get("name") == "inferenceobjectives" for r in resources.get("resources") or [])
 
     def initial(self) -> DiscoverySnapshot:
         """Empty: the router serves nothing until every watch has listed once."""
@@ -277,9 +320,14 @@ class KubernetesDiscovery:
 
     def snapshot(self) -> DiscoverySnapshot:
         o = self._objects
-        return build_snapshot(o["bm"].values(), o["ad"].values(), o["es"].values())
+        snapshot = build_snapshot(o["bm"].values(), o["ad"].values(), o["es"].values())
+        if "io" in o:
+            snapshot = dataclasses.replace(snapshot, objective_priorities=objective_priorities(o["io"].values()))
+        return snapshot
 
     async def run(self, apply: Callable[[DiscoverySnapshot], None]) -> None:
+        if self.inference_objectives and await self._objectives_installed():
+            self._objects["io"] = {}
         await asyncio.gather(
             *(self._follow(kind, path, selector, apply) for kind, (path, selector) in self._paths().items())
         )

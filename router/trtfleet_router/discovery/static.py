@@ -56,7 +56,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import ValidationError
 
-from trtfleet.api.basemodel import Runtime
+from trtfleet.api.basemodel import Runtime, WaitingQueuePolicy
 from trtfleet.loracache import declared_geometry, pages_for_adapter
 from trtfleet_router.chat import chat_renderer
 from trtfleet_router.discovery.fleetfile import (
@@ -156,6 +156,8 @@ def runtime_of(config: BaseModelConfig) -> Runtime:
 def base_entry(config: BaseModelConfig) -> BaseModelEntry:
     server = config.server or (config.spec.serving.server if config.spec is not None else None)
     entry = replace(_base_entry(config), runtime=runtime_of(config), server=server)
+    if config.waiting_queue_policy is not None:
+        entry = replace(entry, engine_priority=config.waiting_queue_policy is WaitingQueuePolicy.PRIORITY)
     if entry.serves_llmapi:
         upstream = LLMAPI_UPSTREAM_MODEL if entry.upstream_model == DEFAULT_UPSTREAM_MODEL else entry.upstream_model
         entry = replace(entry, upstream_model=upstream, batched=False)

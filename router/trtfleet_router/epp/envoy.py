@@ -30,23 +30,12 @@ SUBSET_NAMESPACE: Final = "envoy.lb.subset_hint"
 SUBSET: Final = "x-gateway-destination-endpoint-subset"
 BODY_CHUNK_BYTES: Final = 62_000
 """Largest streamed body response: Envoy's gRPC messages stay well below their 4 MiB default limit."""
-FAIRNESS_HEADERS: Final = ("x-llm-d-inference-fairness-id", "x-gateway-inference-fairness-id")
-OBJECTIVE_HEADERS: Final = ("x-llm-d-inference-objective", "x-gateway-inference-objective")
-"""Current names first, then the older aliases gateways still send."""
 
 
 def header_map(headers: base_pb2.HeaderMap) -> dict[str, str]:
     """The HTTP headers of a headers phase, names lower-case (Envoy sends them so); a repeated name keeps its last."""
     return {header.key: (header.raw_value.decode("latin-1") if header.raw_value else header.value)
             for header in headers.headers}
-
-
-def first_header(headers: Mapping[str, str], names: Iterable[str]) -> str | None:
-    for name in names:
-        value = headers.get(name)
-        if value:
-            return value
-    return None
 
 
 def _metadata_field(metadata: base_pb2.Metadata, namespace: str, key: str) -> struct_pb2.Value | None:

@@ -11,7 +11,8 @@ The phases of one ``ext_proc`` stream (:mod:`.envoy`):
    error body and status (400, 401/403, 404, 429, 503 with ``Retry-After``).
 2. **response**: the status and the served endpoint (a gateway that used a fallback says which), then the body
    streamed back chunk by chunk, the model names rewritten to the client's. The first chunk of a 200 is the
-   request's first answer (the pod admitted it and stored its weights: the lease is confirmed); the end of the body
+   request's first answer (the pod admitted it and stored its weights: the lease is confirmed); the output tokens the
+   body carries are charged to the request's tenant as they pass (:mod:`.metering`); the end of the body
    ends the lease with its outcome (an error answer classified as the router classifies its own: a LoRA miss marks
    the adapter cold, a broken pod counts toward its ejection).
 
@@ -33,6 +34,7 @@ from envoy.service.ext_proc.v3 import external_processor_pb2 as ext_proc
 
 from trtfleet_router.epp import envoy
 from trtfleet_router.epp.coldloads import ColdLoads
+from trtfleet_router.epp.metering import ChunkMeter
 from trtfleet_router.epp.request import GatewayRequest, interpret, is_models_list, request_path
 from trtfleet_router.errors import (
     BodyTooLarge,
@@ -53,6 +55,7 @@ from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.http_transport import answer_failure
 from trtfleet_router.upstream.openai_upstream import classify_answer
 from trtfleet_router.upstream.protocol import FailureKind, UpstreamFailure, error_text
+from trtfleet_router.upstream.tenantbooks import OutputMeter
 from trtfleet_router.upstream.waiting import Priority
 
 log = logging.getLogger(__name__)
@@ -96,6 +99,8 @@ class Exchange:
         self.complete = False  # the client has the whole answer (its end, or an OpenAI stream's [DONE])
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
+        self.meter = ChunkMeter()
+        self.output: OutputMeter | None = None
 
     async def run(self) -> None:
         message = await self.context.read()
@@ -190,6 +195,8 @@ class Exchange:
         self.request = request
         call = request.call
         admission = self.dispatcher.admission
+        if call.output_metered:
+            self.output = admission.tenants.meter(call)
         route = admission.route_request(call)
         if subset is not None:
             route = self._within(route, subset)
@@ -212,7 +219,7 @@ class Exchange:
         label = metrics.adapter_label(adapter.served_name if adapter is not None else None)
         for _ in range(MAX_PICKS):
             self.cold = False
-            decision = await admission.decide(fleet, route, call.priority, None, call.deadline_s)
+            decision = await admission.decide(fleet, route, call.priority, None, call.deadline_s, call=call)
             endpoint = self.services.fleets.endpoint(route.model, decision.pod)
             if endpoint is None or _destination(endpoint, request) is None:
                 route = dataclasses.replace(route, exclude_pods=route.exclude_pods | {decision.pod})
@@ -349,6 +356,8 @@ class Exchange:
             if len(self.error_body) < ERROR_TEXT_BYTES:
                 self.error_body += chunk[: ERROR_TEXT_BYTES - len(self.error_body)]
             return
+        if self.output is not None:  # its tenant pays for the output as it streams
+            self.output.add(self.meter.feed(chunk))
         if self.answered or not chunk:
             return
         self.answered = True
@@ -357,7 +366,7 @@ class Exchange:
         if lease is not None:
             lease.answered()
             request = self.request
-            if request is not None and request.call.priority is Priority.INTERACTIVE:
+            if request is not None and request.call.priority is not Priority.BATCH:
                 waited_s = time.perf_counter() - record.started_s
                 self.dispatcher.admission.interactive.first_answer(lease.base_model, waited_s)
 

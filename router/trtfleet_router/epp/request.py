@@ -12,7 +12,8 @@ The same parsing and rewriting as the router's own front ends, so a client sends
 * anything else passes unchanged to a ready pod of the pool.
 
 Answers from the pod name the model the pod served; :meth:`GatewayRequest.client_names` rewrites them back to the
-name the client sent. The fairness and objective headers a gateway sends are kept for admission.
+name the client sent. The fairness and objective headers a gateway sends name the request's tenant and band
+(``routing/tenancy.py``).
 """
 
 from __future__ import annotations
@@ -22,8 +23,8 @@ from dataclasses import dataclass
 from typing import Final
 
 from trtfleet_router import jsoncodec
-from trtfleet_router.epp.envoy import FAIRNESS_HEADERS, OBJECTIVE_HEADERS, first_header
 from trtfleet_router.errors import MalformedRequest, UnsupportedParameter
+from trtfleet_router.routing.tenancy import FAIRNESS_HEADERS, OBJECTIVE_HEADERS, first_header
 from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import RequestRecord, Services
 from trtfleet_router.server.openai_http import prepare_text_request
@@ -76,7 +77,10 @@ async def interpret(
     fairness, objective = first_header(headers, FAIRNESS_HEADERS), first_header(headers, OBJECTIVE_HEADERS)
     chat = OPENAI_PATHS.get(path)
     if chat is not None:
-        parsed, text_request = prepare_text_request(services, _json(body), record, chat=chat, key=key, internal=False)
+        parsed, text_request = prepare_text_request(
+            services, _json(body), record, chat=chat, key=key, internal=False, fairness_id=fairness,
+            objective=objective,
+        )
         call = await services.text.call(text_request)
         wire = call.payload.openai_json()
         if wire is None:
@@ -97,7 +101,9 @@ async def interpret(
         streaming = GENERATE_ENDINGS.get("/" + ending)
         if streaming is None or not name:
             return None
-        call = await prepare_generate_call(services, _json(body), name, key, record, streaming=streaming)
+        call = await prepare_generate_call(
+            services, _json(body), name, key, record, streaming=streaming, fairness_id=fairness, objective=objective
+        )
         generate = call.payload.generate_json()
         if generate is None:
             raise UnsupportedParameter(

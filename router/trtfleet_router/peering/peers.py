@@ -42,7 +42,7 @@ from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.peering import PeerProtocolError
 from trtfleet_router.peering.journal import EventLog
 from trtfleet_router.peering.view import import_view
-from trtfleet_router.routing.events import STREAM_VERSION, EventDecodeError, decode_event
+from trtfleet_router.routing.events import STREAM_VERSION, EventDecodeError, EventKind, decode_event
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +108,8 @@ class Peers:
         now: Callable[[], float] = time.monotonic,
     ) -> None:
         self.journal = journal
+        self.release_listeners: list[Callable[[str], None]] = []
+        """Called with the base model when another replica's request ended there (its room is free again)."""
         self.tokens = tokens  # sent with every request (None: no credential configured)
         self.fleets = fleets
         self.metrics = metrics
@@ -319,6 +321,9 @@ class Peers:
             fleet = fleets.get(event.base_model)
             if fleet is not None and fleet.apply_remote(event):
                 applied.inc()
+                if event.kind is EventKind.RELEASE:
+                    for listener in self.release_listeners:
+                        listener(event.base_model)
             else:
                 ignored.inc()
 

@@ -20,6 +20,7 @@ Example (camelCase or snake_case keys; every key optional)::
       loadOverheadS: 0.005      # a cold load's fixed cost (podReadOverheadS on pytorch): python -m bench.coldload
     chwbl: {loadFactor: 1.25, virtualNodes: 256}
     gieLoraAffinity: {queueWeight: 2, kvCacheWeight: 2, loraAffinityWeight: 1}
+    tenancy: {saturation: {inflightPerPod: 8}, tenants: {chat: {weight: 3, priority: critical}}}  # routing/tenancy.py
 
 This module holds the settings every policy shares; each policy's block is its own model, in its module
 under ``policies/``, and the registry (``policies/__init__.py``) validates the blocks and the policy name.
@@ -40,6 +41,7 @@ from pydantic.alias_generators import to_snake
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.outlier import OutlierDetectionConfig
 from trtfleet_router.routing.placement import PlacementConfig
+from trtfleet_router.routing.tenancy import TenancyConfig
 from trtfleet_router.routing.types import RoutingConfigError
 
 DEFAULT_POLICY = "ttft-cost"
@@ -172,6 +174,10 @@ class RoutingConfig(ApiModel):
         default_factory=PlacementConfig,
         description="Fleet-level placement of adapters in the pods' host tiers from their demand forecast, and "
         "the prefetches that carry it out (routing/placement.py; off by default).",
+    )
+    tenancy: TenancyConfig = Field(
+        default_factory=TenancyConfig,
+        description="Tenants, their weights and bands, and when requests wait in the router (routing/tenancy.py).",
     )
     hrw_cache_entries: int = Field(
         default=16384,

@@ -31,6 +31,7 @@ from trtfleet_router.errors import (
 from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.models_registry import Target
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT, RequestClass
 from trtfleet_router.server.auth import ApiKeys
 from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.modelinfo import ModelInfoCache
@@ -149,6 +150,41 @@ class Services:
         if self.api_keys is not None:
             self.api_keys.authorize(presented_key, model)
         return self.fleets.serving(target)
+
+    @property
+    def trusts_fairness_header(self) -> bool:
+        """The router's own front ends take the tenant from a gateway's fairness header (``tenancy.fairnessHeader``)."""
+        return self.fleets.routing_config.tenancy.fairness_header
+
+    def tenant(self, presented_key: str | None, fairness_id: str | None = None) -> str:
+        """Whose share a request uses: ``fairness_id`` (a gateway's fairness header, passed only where it is
+        trusted), else the API key's name (its digest's first 12 hex digits when it has none), else ``default``."""
+        if fairness_id:
+            return fairness_id
+        if self.api_keys is not None and presented_key:
+            principal = self.api_keys.authenticate(presented_key)
+            return principal.name or f"key-{(principal.owner or '')[:12]}"
+        return DEFAULT_TENANT
+
+    def request_class(
+        self,
+        target: Target,
+        presented_key: str | None,
+        *,
+        fairness_id: str | None = None,
+        objective: str | None = None,
+        requested: float | None = None,
+        batch: bool = False,
+    ) -> RequestClass:
+        """The tenant and priority band of a request to ``target`` (routing/tenancy.py)."""
+        adapter = target.adapter
+        return self.dispatcher.admission.tenants.classify(
+            self.tenant(presented_key, fairness_id),
+            adapter=adapter.served_name if adapter is not None else None,
+            objective=objective,
+            requested=requested,
+            batch=batch,
+        )
 
     def body_limit(self, presented_key: str | None) -> int:
         """The most bytes this request's body may have: ``--max-body-bytes``, or the key's ``maxBodyBytes`` when

@@ -18,6 +18,7 @@ from aiohttp import web
 
 from trtfleet_router import jsoncodec
 from trtfleet_router.errors import RouterError, http_headers_for, mapping_for, openai_error_body
+from trtfleet_router.routing.tenancy import FAIRNESS_HEADERS, first_header
 from trtfleet_router.server.auth import presented_key
 from trtfleet_router.server.common import REQUEST_ID_HEADER, RequestRecord, Services, read_json_body
 from trtfleet_router.server.openai_protocol import (
@@ -31,7 +32,6 @@ from trtfleet_router.server.openai_protocol import (
 )
 from trtfleet_router.server.sse import DONE_EVENT, LazySse, json_event
 from trtfleet_router.upstream.text import TextRequest, Usage, finish_reason
-from trtfleet_router.upstream.waiting import Priority
 
 FRONTEND = "openai"
 
@@ -103,7 +103,10 @@ class OpenAIFrontend:
         services = self.services
         key = presented_key(request.headers)
         body = await read_json_body(request, services.body_limit(key), services.settings.body_timeout_s)
-        parsed, text_request = prepare_text_request(self.services, body, record, chat=chat, key=key, internal=False)
+        fairness_id = first_header(request.headers, FAIRNESS_HEADERS) if services.trusts_fairness_header else None
+        parsed, text_request = prepare_text_request(
+            services, body, record, chat=chat, key=key, internal=False, fairness_id=fairness_id
+        )
         usage, response_id = Usage(text_request.prompt_tokens), _response_id(chat, record)
         if parsed.stream:
             return await self._stream(request, text_request, parsed, usage, record, chat, response_id)
@@ -180,10 +183,19 @@ class OpenAIFrontend:
 
 
 def prepare_text_request(
-    services: Services, body: Any, record: RequestRecord, *, chat: bool, key: str | None, internal: bool
+    services: Services,
+    body: Any,
+    record: RequestRecord,
+    *,
+    chat: bool,
+    key: str | None,
+    internal: bool,
+    fairness_id: str | None = None,
+    objective: str | None = None,
 ) -> tuple[OpenAIRequest, TextRequest]:
     """Parse and resolve an OpenAI completion or chat body (``internal``: the batch runner's lines, unary, with no
-    API-key check); fills the record's model. Shared by this front end and the endpoint picker."""
+    API-key check); fills the record's model. ``fairness_id`` and ``objective``: a gateway's headers (the tenant
+    and the InferenceObjective). Shared by this front end and the endpoint picker."""
     parsed = parse_chat(body) if chat else parse_completion(body)
     if internal:
         parsed = dataclasses.replace(parsed, stream=False, include_usage=False)
@@ -194,6 +206,9 @@ def prepare_text_request(
     prompt = target.base.chat(parsed.messages) if parsed.messages is not None else parsed.prompt or ""
     prompt_tokens = target.base.estimate_tokens(prompt)
     max_tokens = target.base.resolve_max_tokens(prompt_tokens, parsed.max_tokens)
+    who = services.request_class(
+        target, key, fairness_id=fairness_id, objective=objective, requested=parsed.priority, batch=internal
+    )
     text_request = TextRequest(
         request_id=record.request_id,
         target=target,
@@ -204,7 +219,8 @@ def prepare_text_request(
         timeout_s=services.settings.request_timeout_s,
         messages=tuple(parsed.messages) if parsed.messages is not None else None,
         blocks=target.base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0),
-        priority=Priority.BATCH if internal else Priority.INTERACTIVE,
+        priority=who.band,
+        tenant=who.tenant,
     )
     return parsed, text_request
 

@@ -3,7 +3,8 @@
 Supported: ``/v1/completions`` (``prompt`` a string or a list of one string) and
 ``/v1/chat/completions`` with ``max_tokens`` (or ``max_completion_tokens``), ``temperature``, ``top_p``,
 ``seed``, ``stop`` (string or list of up to 4), ``presence_penalty``, ``frequency_penalty``,
-``stream`` and ``stream_options.include_usage``. ``temperature: 0`` means greedy (sent as ``top_k=1``).
+``stream`` and ``stream_options.include_usage``, and trtllm-serve's ``priority`` (a number in [0, 1]: the request's
+own band, see ``routing/tenancy.py``). ``temperature: 0`` means greedy (sent as ``top_k=1``).
 Refused with 400: ``n``/``best_of`` above 1, ``logprobs``/``top_logprobs``, ``echo``, ``suffix``, token-id
 prompts, tools/functions, ``response_format`` other than text. Unknown fields are ignored, as the
 OpenAI API does for fields it does not know.
@@ -40,6 +41,7 @@ class OpenAIRequest:
     frequency_penalty: float | None
     stream: bool
     include_usage: bool
+    priority: float | None = None
 
     def sampling(self, max_tokens: int) -> SamplingParams:
         greedy = self.temperature == 0
@@ -146,6 +148,7 @@ def _common(body: Mapping[str, Any], prompt: str | None, messages: list[ChatMess
         frequency_penalty=_number(body, "frequency_penalty", -2.0, 2.0),
         stream=stream,
         include_usage=stream and include_usage,
+        priority=_number(body, "priority", 0.0, 1.0),
     )
 
 

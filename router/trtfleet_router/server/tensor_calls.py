@@ -71,8 +71,11 @@ async def prepare_tensor_call(
     request_id: str,
     *,
     client_streaming: bool = False,
+    fairness_id: str | None = None,
+    objective: str | None = None,
 ) -> tuple[Target, UpstreamCall]:
-    """Resolve, check and rewrite ``request`` (in place) for the upstream model."""
+    """Resolve, check and rewrite ``request`` (in place) for the upstream model; ``fairness_id`` and ``objective``: a
+    gateway's headers (the tenant and the InferenceObjective)."""
     target = services.resolve(served_name, api_key)
     normalize_to_raw(request)
     inputs = _inputs_of(request)  # the LoRA rewrite below touches only lora_* inputs
@@ -104,6 +107,7 @@ async def prepare_tensor_call(
     prompt = prompt_text(inputs)
     prompt_tokens = base.estimate_tokens(prompt) if prompt is not None else 0
     max_tokens = base.resolve_max_tokens(prompt_tokens, _int_of(inputs, "max_tokens"))
+    who = services.request_class(target, api_key, fairness_id=fairness_id, objective=objective)
     call = UpstreamCall(
         request_id=request_id,
         target=target,
@@ -116,6 +120,9 @@ async def prepare_tensor_call(
         blocks=base.prompt_blocks(prompt, target.adapter.task_id if target.adapter is not None else 0)
         if prompt is not None
         else NO_BLOCKS,
+        priority=who.band,
+        tenant=who.tenant,
+        output_metered=False,  # its output tensors are not decoded here: its tenant pays max_tokens at admission
     )
     return target, call
 

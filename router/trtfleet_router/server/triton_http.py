@@ -241,15 +241,27 @@ class TritonHttpFrontend:
 
 
 async def prepare_generate_call(
-    services: Services, doc: Any, name: str, key: str | None, record: RequestRecord, *, streaming: bool
+    services: Services,
+    doc: Any,
+    name: str,
+    key: str | None,
+    record: RequestRecord,
+    *,
+    streaming: bool,
+    fairness_id: str | None = None,
+    objective: str | None = None,
 ) -> UpstreamCall:
     """The call for Triton's generate extension (``generate_stream`` when ``streaming``) to model ``name``: the
     client's JSON checked against the upstream model's config, rewritten for it (``lora_task_id``); fills the
-    record's model. Shared by this front end and the endpoint picker."""
+    record's model. ``fairness_id`` and ``objective``: a gateway's headers. Shared by this front end and the
+    endpoint picker."""
     target = services.resolve(name, key)
     config = await services.model_info.config(target.base)
     proto = parse_generate_request(doc, config)
-    target, call = await prepare_tensor_call(services, proto, name, key, record.request_id, client_streaming=streaming)
+    target, call = await prepare_tensor_call(
+        services, proto, name, key, record.request_id, client_streaming=streaming, fairness_id=fairness_id,
+        objective=objective,
+    )
     record.model_kind, record.model = target.model_kind, name
     reader = config_view(config).reader
     # generate (not _stream) with stream: true collects a decoupled model's responses: gRPC only.

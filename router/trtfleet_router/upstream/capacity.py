@@ -1,22 +1,23 @@
-"""Requests waiting for LoRA cache capacity: one bounded FIFO per base model.
+"""Requests waiting for capacity: one bounded :class:`~.waiting.WaitLine` per base model.
 
-When every candidate pod's LoRA cache is full of adapters that requests still use, the routing core
-raises :class:`~trtfleet_router.routing.types.CachesBusy`; TRT-LLM itself would answer "Cache is full".
-A slot frees only when a request ends, so the dispatcher holds such a request here instead of answering
-503: :meth:`CapacityWaits.wait` parks it (at most ``max_waiting`` per base model, at most ``timeout_s``),
-:meth:`CapacityWaits.notify` (called after every ``Fleet.finish``) wakes the first waiter, which routes
-again; if it fails again it goes back to the head of the queue, if it succeeds it wakes the next one
-(the freed capacity may hold more than one request). Pure asyncio on the event loop thread.
+Two reasons to wait here, both freed only when a request ends: the base model's fleet is saturated (the
+``tenancy.saturation`` test of :mod:`.admission`), or every candidate pod's LoRA cache is full of adapters that
+requests still use (the routing core raises :class:`~trtfleet_router.routing.types.CachesBusy`; TRT-LLM itself
+would answer "Cache is full"). The dispatcher parks such a request (:meth:`CapacityWaits.wait`, at most
+``max_waiting`` per base model, at most ``timeout_s``) instead of answering at once; :meth:`CapacityWaits.notify`
+(called after every ``Fleet.finish``) wakes the next waiter in band and tenant order, which routes again; if it
+fails again it goes back to the head of its tenant's queue, if it succeeds it wakes the next one (the freed
+capacity may hold more than one request). Pure asyncio on the event loop thread.
 
-**Interactive first.** Batch lines (:class:`~.waiting.Priority` ``batch``) wait in a band of their own,
-woken only when no interactive request waits; they neither count toward ``max_waiting`` nor toward the
-drain estimate's queue.
+**Bands.** Waiters of a more important band go first; batch lines (:class:`~.waiting.Priority` ``batch``) are woken
+only when no client request waits, and neither count toward ``max_waiting`` nor are ever shed.
 
 **Fast rejection.** Every request end of a base model also feeds a drain-rate estimate (an exponentially
 weighted mean of the time between ends, stretched to the time since the last end when that is longer).
-A request that would wait behind ``n`` others is expected to wait ``(n + 1) x`` that time; when that
-exceeds what it may wait, it is turned away at once instead of after the whole wait, and every
-overload answer carries that estimate as ``Retry-After`` (1 s while no end has been seen yet).
+A request that would wait behind ``n`` others (the more important bands' and, in its own, those its tenant's
+share lets go first) is expected to wait ``(n + 1) x`` that time; when that exceeds what it may wait, it is
+turned away at once instead of after the whole wait, and every overload answer carries that estimate as
+``Retry-After`` (1 s while no end has been seen yet).
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from trtfleet_router.upstream.waiting import Priority, WaitLine
+from trtfleet_router.routing.fairqueue import TenantOrder
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT
+from trtfleet_router.upstream.waiting import Priority, WaitLine, Wake
 
 DRAIN_SMOOTHING: Final = 0.2
 RETRY_AFTER_S_UNKNOWN: Final = 1
@@ -67,44 +70,81 @@ class DrainRate:
 class CapacityWaits:
     """A wait line per base model, woken one waiter at a time as its requests end."""
 
-    def __init__(self, max_waiting: int, *, now: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        max_waiting: int,
+        *,
+        orders: Callable[[str], TenantOrder] | None = None,
+        now: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.max_waiting = max_waiting
+        self._orders = orders
         self._lines: dict[str, WaitLine] = {}
+        self._woken: dict[str, int] = {}
         self.drain = DrainRate(now)
 
-    def expected_wait_s(self, base_model: str) -> float | None:
-        """How long a new waiter is expected to wait (None: no estimate yet)."""
-        return self.drain.wait_s(base_model, self.waiting(base_model))
+    def line(self, base_model: str) -> WaitLine | None:
+        return self._lines.get(base_model)
 
-    def retry_after_s(self, base_model: str) -> int:
-        """``Retry-After`` for an overload answer: the expected wait, in whole seconds."""
-        wait_s = self.expected_wait_s(base_model)
+    def expected_wait_s(self, base_model: str, band: Priority = Priority.INTERACTIVE) -> float | None:
+        """How long a new waiter of ``band`` is expected to wait (None: no estimate yet)."""
+        line = self._lines.get(base_model)
+        ahead = line.waiting_from(band) if line is not None else 0
+        return self.drain.wait_s(base_model, ahead)
+
+    def retry_after_s(self, base_model: str, band: Priority = Priority.INTERACTIVE) -> int:
+        """``Retry-After`` for an overload answer: the expected wait of ``band``, in whole seconds."""
+        wait_s = self.expected_wait_s(base_model, band)
         if wait_s is None:
             return RETRY_AFTER_S_UNKNOWN
         return min(RETRY_AFTER_S_MAX, max(1, math.ceil(wait_s)))
 
-    def waiting(self, base_model: str, band: Priority = Priority.INTERACTIVE) -> int:
-        """Requests of ``band`` waiting for ``base_model``."""
+    def waiting(self, base_model: str, band: Priority | None = None) -> int:
+        """Requests of ``band`` waiting for ``base_model`` (None: the clients', every band but batch)."""
         line = self._lines.get(base_model)
-        return line.waiting(band) if line is not None else 0
+        if line is None:
+            return 0
+        return line.waiting(band) if band is not None else line.waiting() - line.waiting(Priority.BATCH)
+
+    def woken(self, base_model: str) -> int:
+        """Waiters woken and not yet resumed: about to start, so the saturation test counts them as started."""
+        return self._woken.get(base_model, 0)
 
     def can_wait(self, base_model: str) -> bool:
         return self.waiting(base_model) < self.max_waiting
 
     async def wait(
-        self, base_model: str, timeout_s: float, *, first: bool = False, priority: Priority = Priority.INTERACTIVE
-    ) -> bool:
-        """Wait until :meth:`notify` wakes this waiter (True) or ``timeout_s`` passes (False).
+        self,
+        base_model: str,
+        timeout_s: float,
+        *,
+        first: bool = False,
+        priority: Priority = Priority.INTERACTIVE,
+        tenant: str = DEFAULT_TENANT,
+        tick_s: float | None = None,
+        on_tick: Callable[[], None] | None = None,
+    ) -> Wake:
+        """Wait until :meth:`notify` wakes this waiter, a more important request sheds it, or ``timeout_s`` passes.
 
         ``first``: rejoin at the head (a woken waiter whose new attempt found no room either).
         """
         line = self._lines.get(base_model)
         if line is None:
-            line = self._lines[base_model] = WaitLine()
+            order = self._orders(base_model) if self._orders is not None else None
+            line = self._lines[base_model] = WaitLine(order)
+
+        def lost_wake() -> None:
+            self._resumed(base_model)
+            self.wake(base_model)
+
         try:
-            return await line.wait(
-                timeout_s, band=priority, first=first, on_lost_wake=lambda: self.wake(base_model)
+            outcome = await line.wait(
+                timeout_s, band=priority, tenant=tenant, first=first, tick_s=tick_s, on_tick=on_tick,
+                on_lost_wake=lost_wake,
             )
+            if outcome is Wake.WOKEN:
+                self._resumed(base_model)
+            return outcome
         finally:
             if not line and self._lines.get(base_model) is line:
                 del self._lines[base_model]
@@ -114,8 +154,23 @@ class CapacityWaits:
         self.drain.record_end(base_model)
         self.wake(base_model)
 
-    def wake(self, base_model: str) -> None:
-        """Wake the first waiter, interactive before batch (without counting a request end)."""
+    def wake(self, base_model: str, count: int = 1) -> None:
+        """Wake the next ``count`` waiters in the line's order (without counting a request end)."""
         line = self._lines.get(base_model)
         if line is not None:
-            line.wake()
+            woken = line.wake(count)
+            if woken:
+                self._woken[base_model] = self._woken.get(base_model, 0) + woken
+
+    def make_room(self, base_model: str, band: Priority, tenant: str) -> tuple[str, Priority] | None:
+        """In a full line, push out the waiter a newcomer of ``band`` and ``tenant`` goes before (see
+        :meth:`.waiting.WaitLine.make_room`); its ``(tenant, band)``, or None when there is none."""
+        line = self._lines.get(base_model)
+        return line.make_room(band, tenant) if line is not None else None
+
+    def _resumed(self, base_model: str) -> None:
+        left = self._woken.get(base_model, 0) - 1
+        if left > 0:
+            self._woken[base_model] = left
+        else:
+            self._woken.pop(base_model, None)

@@ -130,7 +130,7 @@ class Dispatcher:
                     decision, tries.forced = tries.forced, None
                 else:
                     decision = await self.admission.decide(
-                        fleet, tries.route, call.priority, tries.last, call.deadline_s
+                        fleet, tries.route, call.priority, tries.last, call.deadline_s, call=call
                     )
                 try:
                     lease = self.admission.lease(fleet, decision, tries.route)
@@ -155,7 +155,7 @@ class Dispatcher:
                             if traced:
                                 first_answer_s = time.monotonic() - decided_s
                             lease.answered()
-                            if call.priority is Priority.INTERACTIVE:
+                            if call.priority is not Priority.BATCH:
                                 self.admission.interactive.first_answer(base_name, time.monotonic() - started_s)
                         yield response
                     outcome = Outcome.OK

@@ -1,13 +1,14 @@
 """Requests held while their base model has no ready pod (scaled to zero, or its first pods starting).
 
 Instead of answering 503 at once, the dispatcher parks such a request here: at most ``max_held`` per
-base model (beyond: 503 at once), each until it is released to route again or until its own limit passes
-(``holdWaitS``, capped by the request's deadline): then 503 with ``Retry-After``. The held requests are the
+base model (beyond: the newest held request of a less important band is pushed out, else 503 at once), each
+until it is released to route again or until its own limit passes (``holdWaitS``, capped by the request's
+deadline): then 503 with ``Retry-After``. The held requests are the
 demand that scales the base model from zero (``trtfleet_router_held_requests``).
 
 **Paced release.** When pods of the base model turn ready (discovery calls :meth:`PodHolds.pods_changed`),
-the held requests are released oldest first, but only as many as the base model's *release budget* allows:
-``holdReleasePerPod`` requests per ready pod (by default the BaseModel's
+the held requests are released in band and tenant order (:mod:`.waiting`), but only as many as the base
+model's *release budget* allows: ``holdReleasePerPod`` requests per ready pod (by default the BaseModel's
 ``spec.autoscaling.targetRequestsPerPod``) less the requests already in flight there, every replica's, and
 less those released and not yet started. The rest follow as requests end (:meth:`capacity_freed`) or, at the
 latest, at the next re-check (:data:`RECHECK_S`: other replicas' requests end without telling this one). A
@@ -36,8 +37,10 @@ from typing import Final
 from trtfleet_router.errors import NoCapacityAvailable
 from trtfleet_router.liveview import FleetSet
 from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.routing.fairqueue import Priority, TenantOrder
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT
 from trtfleet_router.routing.types import NoReadyPod
-from trtfleet_router.upstream.waiting import WaitLine
+from trtfleet_router.upstream.waiting import WaitLine, Wake
 
 RETRY_AFTER_S_HELD: Final = 5
 """``Retry-After`` of a request turned away after or instead of a hold: a cold start takes this long at least."""
@@ -70,7 +73,11 @@ def fleet_budget(fleets: FleetSet) -> ReleaseBudget:
 
 
 class HoldsFull(Exception):
-    """``max_held`` requests of the base model are already held."""
+    """``max_held`` requests of the base model are already held, none in a less important band."""
+
+
+class HoldShed(Exception):
+    """A held request was pushed out by a more important one while the holds were full."""
 
 
 @dataclass
@@ -81,11 +88,14 @@ class _Holders:
 
 
 class PodHolds:
-    """Bounded holds per base model, released oldest first within the base model's budget."""
+    """Bounded holds per base model, released in band and tenant order within the base model's budget."""
 
-    def __init__(self, max_held: int, budget: ReleaseBudget | None = None) -> None:
+    def __init__(
+        self, max_held: int, budget: ReleaseBudget | None = None, orders: Callable[[str], TenantOrder] | None = None
+    ) -> None:
         self.max_held = max_held
         self.budget = budget
+        self._orders = orders
         self._bases: dict[str, _Holders] = {}
         self._episodes = 0
         self._episode_of: dict[str, int] = {}
@@ -128,19 +138,28 @@ class PodHolds:
         holders = self._bases.get(base_model)
         return holders.line.waiting() if holders is not None else 0
 
-    async def wait(self, base_model: str, timeout_s: float) -> bool:
+    async def wait(
+        self,
+        base_model: str,
+        timeout_s: float,
+        *,
+        band: Priority = Priority.INTERACTIVE,
+        tenant: str = DEFAULT_TENANT,
+    ) -> bool:
         """Hold until released to route again (True) or until ``timeout_s`` passes (False).
 
-        Raises :class:`HoldsFull` at once when ``max_held`` requests are held already.
+        With ``max_held`` requests held already, pushes out the newest of a less important band (the one shed
+        first, which raises :class:`HoldShed`), else raises :class:`HoldsFull` at once.
         """
         held = self.held(base_model)
-        if held >= self.max_held:
+        holders = self._bases.get(base_model)
+        if held >= self.max_held and (holders is None or holders.line.shed(band) is None):
             raise HoldsFull(f"{held} requests already wait for a pod of base model {base_model!r}")
         if timeout_s <= 0:
             return False
-        holders = self._bases.get(base_model)
         if holders is None:
-            holders = self._bases[base_model] = _Holders()
+            order = self._orders(base_model) if self._orders is not None else None
+            holders = self._bases[base_model] = _Holders(WaitLine(order))
         if not holders.line:
             self._start_episode(base_model)
         if self._episode_watchers:
@@ -155,10 +174,14 @@ class PodHolds:
             # one re-check of the budget per base model, by the oldest held request (requests of other
             # replicas end unseen)
             recheck = (lambda: self._release(base_model)) if self.budget is not None else None
-            released = await holders.line.wait(timeout_s, tick_s=RECHECK_S, on_tick=recheck, on_lost_wake=lost_turn)
-            if released:
+            outcome = await holders.line.wait(
+                timeout_s, band=band, tenant=tenant, tick_s=RECHECK_S, on_tick=recheck, on_lost_wake=lost_turn
+            )
+            if outcome is Wake.SHED:
+                raise HoldShed(f"a more important request took this request's place among the held of {base_model!r}")
+            if outcome is Wake.WOKEN:
                 holders.released -= 1
-            return released
+            return outcome is Wake.WOKEN
         finally:
             if not holders.line and holders.released == 0 and self._bases.get(base_model) is holders:
                 del self._bases[base_model]
@@ -184,18 +207,33 @@ class PodHolds:
             holders.released += holders.line.wake(count)
 
 
-async def hold_for_pods(holds: PodHolds, metrics: RouterMetrics, base: str, exc: NoReadyPod, until_s: float) -> bool:
+async def hold_for_pods(
+    holds: PodHolds,
+    metrics: RouterMetrics,
+    base: str,
+    exc: NoReadyPod,
+    until_s: float,
+    *,
+    band: Priority = Priority.INTERACTIVE,
+    tenant: str = DEFAULT_TENANT,
+) -> bool:
     """Hold a request of ``base`` (the dispatcher's, for ``exc``) until discovery hands its fleet new pods
-    (True: route again); 503 with ``Retry-After`` when the holds are full or the hold's time runs out."""
+    (True: route again); 503 with ``Retry-After`` when the holds are full, it was pushed out by a more important
+    request, or the hold's time runs out."""
     gauge = metrics.held_requests.labels(base)
     gauge.inc()
     try:
-        if await holds.wait(base, until_s - time.monotonic()):
+        if await holds.wait(base, until_s - time.monotonic(), band=band, tenant=tenant):
             return True
     except HoldsFull as full:
         metrics.holds.labels(base, "queue_full").inc()
         raise NoCapacityAvailable(
             f"base model {base!r} has no ready pod and {full}; retry later", retry_after_s=RETRY_AFTER_S_HELD
+        ) from exc
+    except HoldShed as shed:
+        metrics.holds.labels(base, "shed").inc()
+        raise NoCapacityAvailable(
+            f"base model {base!r} has no ready pod and {shed}; retry later", retry_after_s=RETRY_AFTER_S_HELD
         ) from exc
     finally:
         gauge.dec()

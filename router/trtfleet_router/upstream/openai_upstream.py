@@ -63,9 +63,12 @@ def build_openai_body(
     params: SamplingParams,
     *,
     stream: bool,
+    priority: float | None = None,
 ) -> tuple[str, dict[str, Any]]:
     """The path and body for the pod: chat when ``messages`` are given, else a completion of ``prompt``.
-    Greedy requests arrive as ``top_k`` 1 without a temperature (see ``OpenAIRequest.sampling``)."""
+    Greedy requests arrive as ``top_k`` 1 without a temperature (see ``OpenAIRequest.sampling``). ``priority``:
+    trtllm-serve's request priority in [0, 1] (its waiting queue orders by it under ``waiting_queue_policy:
+    priority``; None leaves the engine's default, 0.5)."""
     body: dict[str, Any] = {"model": target.base.upstream_name, "max_tokens": params.max_tokens, "stream": stream}
     if messages is not None:
         body["messages"] = [{"role": m.role, "content": m.content} for m in messages]
@@ -82,6 +85,7 @@ def build_openai_body(
         "frequency_penalty": params.frequency_penalty,
         "stop": list(params.stop) if params.stop else None,
         "lora_request": lora_request(target),
+        "priority": priority,
     }
     body.update({name: value for name, value in optional.items() if value is not None})
     return (CHAT_PATH if messages is not None else COMPLETIONS_PATH), body

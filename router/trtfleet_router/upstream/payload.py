@@ -179,8 +179,9 @@ class OpenAIPayload:
         params: SamplingParams,
         *,
         stream: bool,
+        priority: float | None = None,
     ) -> None:
-        path, body = build_openai_body(target, prompt, messages, params, stream=stream)
+        path, body = build_openai_body(target, prompt, messages, params, stream=stream, priority=priority)
         self.model = str(body["model"])
         self._json = OpenAIJson(path, body, stream)
 

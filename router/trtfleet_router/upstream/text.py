@@ -19,7 +19,9 @@ from dataclasses import dataclass
 
 from trtfleet_router.chat import ChatMessage
 from trtfleet_router.models_registry import Target
+from trtfleet_router.routing.fairqueue import ENGINE_PRIORITY
 from trtfleet_router.routing.prefix import NO_BLOCKS, PromptBlocks
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT
 from trtfleet_router.upstream.call import UpstreamCall
 from trtfleet_router.upstream.dispatch import Dispatcher
 from trtfleet_router.upstream.llmapi_upstream import CumulativeText
@@ -39,7 +41,8 @@ class TextRequest:
     timeout_s: float
     messages: tuple[ChatMessage, ...] | None = None  # a chat request's messages (``prompt`` is them rendered)
     blocks: PromptBlocks = NO_BLOCKS  # the prompt's KV block hashes for routing (routing/prefix.py)
-    priority: Priority = Priority.INTERACTIVE  # batch: a line of the batch runner
+    priority: Priority = Priority.INTERACTIVE  # its band (routing/tenancy.py); batch: a line of the batch runner
+    tenant: str = DEFAULT_TENANT
 
 
 @dataclass(slots=True)
@@ -64,6 +67,8 @@ class TextGenerator:
         call = await self.call(request)
         bytes_per_token = target.base.bytes_per_token
         estimated_bytes = 0
+        meter = self.dispatcher.admission.tenants.meter(call)
+        charged = 0
         async with aclosing(self.dispatcher.stream(call)) as responses:
             async for response in responses:
                 piece = read(response)
@@ -76,6 +81,9 @@ class TextGenerator:
                 elif not usage.engine_counted:
                     estimated_bytes += len(piece.text.encode("utf-8"))
                     usage.completion_tokens = math.ceil(estimated_bytes / bytes_per_token)
+                if usage.completion_tokens > charged:  # the tenant pays for its output as it streams
+                    meter.add(usage.completion_tokens - charged)
+                    charged = usage.completion_tokens
                 yield piece
 
     async def call(self, request: TextRequest) -> UpstreamCall:
@@ -83,7 +91,10 @@ class TextGenerator:
         target = request.target
         payload: Payload
         if target.base.serves_openai:
-            payload = OpenAIPayload(target, request.prompt, request.messages, request.params, stream=request.stream)
+            priority = ENGINE_PRIORITY[request.priority] if target.base.engine_priority else None
+            payload = OpenAIPayload(
+                target, request.prompt, request.messages, request.params, stream=request.stream, priority=priority
+            )
         elif target.base.serves_llmapi:
             # the rendered prompt: the llmapi model applies no chat template
             payload = LlmapiPayload.for_prompt(
@@ -111,6 +122,7 @@ class TextGenerator:
             client_id=request.request_id,
             blocks=request.blocks,
             priority=request.priority,
+            tenant=request.tenant,
         )
 
 

@@ -1,7 +1,9 @@
-"""The one way a request waits in the router: parked in a :class:`WaitLine` until woken, or until its time is up.
+"""The one way a request waits in the router: parked in a :class:`WaitLine` until woken, shed, or its time is up.
 
-A line has a queue per :class:`Priority` band: a wake-up goes to the first waiter of the most important band
-that has one. Both places where requests wait use it: for LoRA cache capacity (:mod:`.capacity`, woken as
+A line is a :class:`~trtfleet_router.routing.fairqueue.FairQueue` of parked waiters: a wake-up goes to the most
+important :class:`Priority` band that has a waiter and, inside it, to the oldest waiter of the tenant the line's
+tenant order picks (trtfleet's: the fewest weighted tokens served, ``routing/vtc.py``). Both places where requests
+wait use it: for capacity (:mod:`.capacity`: a saturated fleet, or LoRA caches full of busy adapters; woken as
 requests end) and for a ready pod (:mod:`.hold`, woken as pods turn ready). Pure asyncio on the event loop.
 
 A waiter woken but cancelled before it resumed has taken a wake-up nobody used: ``on_lost_wake`` passes it on.
@@ -10,68 +12,76 @@ A waiter woken but cancelled before it resumed has taken a wake-up nobody used: 
 from __future__ import annotations
 
 import asyncio
-from collections import deque
-from collections.abc import Callable
-from enum import StrEnum
+from collections.abc import Callable, Collection
+from enum import Enum
+
+from trtfleet_router.routing.fairqueue import BANDS, ArrivalOrder, Entry, FairQueue, Priority, TenantOrder
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT
+
+__all__ = ["BANDS", "Priority", "Wake", "WaitLine"]
 
 
-class Priority(StrEnum):
-    """Bands, most important first: a client's request, then a line of the batch runner."""
+class Wake(Enum):
+    """How a wait ended; true only for :attr:`WOKEN`."""
 
-    INTERACTIVE = "interactive"
-    BATCH = "batch"
+    WOKEN = "woken"
+    TIMED_OUT = "timed_out"
+    SHED = "shed"
+    """Pushed out of the line by a more important request (see :meth:`WaitLine.shed`)."""
 
-
-BANDS = tuple(Priority)
+    def __bool__(self) -> bool:
+        return self is Wake.WOKEN
 
 
 class WaitLine:
-    __slots__ = ("_queues",)
+    __slots__ = ("_queue",)
 
-    def __init__(self) -> None:
-        self._queues: dict[Priority, deque[asyncio.Future[None]]] = {}
+    def __init__(self, order: TenantOrder | None = None) -> None:
+        self._queue: FairQueue[asyncio.Future[bool]] = FairQueue(order if order is not None else ArrivalOrder())
+
+    @property
+    def queue(self) -> FairQueue[asyncio.Future[bool]]:
+        return self._queue
 
     def waiting(self, band: Priority | None = None) -> int:
         """Waiters in ``band`` (None: in every band)."""
-        if band is not None:
-            queue = self._queues.get(band)
-            return len(queue) if queue is not None else 0
-        return sum(len(queue) for queue in self._queues.values())
+        return self._queue.waiting(band)
+
+    def waiting_from(self, band: Priority) -> int:
+        """Waiters a newcomer of ``band`` would wait behind: its band's and those of more important bands."""
+        return self._queue.waiting_from(band)
+
+    def tenants(self, band: Priority) -> Collection[str]:
+        return self._queue.tenants(band)
 
     def __bool__(self) -> bool:
-        return any(self._queues.values())
+        return bool(self._queue)
 
-    def is_first(self, future: asyncio.Future[None]) -> bool:
-        for band in BANDS:
-            queue = self._queues.get(band)
-            if queue:
-                return queue[0] is future
-        return False
+    def is_first(self, entry: Entry[asyncio.Future[bool]]) -> bool:
+        return self._queue.peek() is entry
 
     async def wait(
         self,
         timeout_s: float,
         *,
         band: Priority = Priority.INTERACTIVE,
+        tenant: str = DEFAULT_TENANT,
         first: bool = False,
         tick_s: float | None = None,
         on_tick: Callable[[], None] | None = None,
         on_lost_wake: Callable[[], None] | None = None,
-    ) -> bool:
-        """Wait until :meth:`wake` picks this waiter (True) or ``timeout_s`` passes (False).
+    ) -> Wake:
+        """Wait until :meth:`wake` picks this waiter, :meth:`shed` pushes it out, or ``timeout_s`` passes.
 
-        ``first``: join at the head of the band (a woken waiter whose new attempt found no room either).
+        ``first``: join at the head of the tenant's queue (a woken waiter whose new attempt found no room either).
         ``on_tick``: called every ``tick_s`` while this waiter heads the line (a re-check of what may wake it).
         """
         if timeout_s <= 0:
-            return False
+            return Wake.TIMED_OUT
         loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        queue = self._queues.setdefault(band, deque())
-        if first:
-            queue.appendleft(future)
-        else:
-            queue.append(future)
+        future: asyncio.Future[bool] = loop.create_future()
+        queue = self._queue
+        entry = queue.push(future, band, tenant, first=first)
         until_s = loop.time() + timeout_s
         try:
             while not future.done():
@@ -80,36 +90,47 @@ class WaitLine:
                     break
                 step_s = left_s if tick_s is None else min(left_s, tick_s)
                 await asyncio.wait((future,), timeout=step_s)
-                if not future.done() and on_tick is not None and self.is_first(future):
+                if not future.done() and on_tick is not None and self.is_first(entry):
                     on_tick()
         except asyncio.CancelledError:
-            if future.done() and not future.cancelled() and on_lost_wake is not None:
+            if future.done() and not future.cancelled() and future.result() and on_lost_wake is not None:
                 on_lost_wake()
             raise
         finally:
             if not future.done():
                 future.cancel()
-            if future.cancelled():
-                try:
-                    queue.remove(future)
-                except ValueError:
-                    pass
-                if not queue and self._queues.get(band) is queue:
-                    del self._queues[band]
-        return not future.cancelled()
+                queue.remove(entry)
+        if future.cancelled():
+            return Wake.TIMED_OUT
+        return Wake.WOKEN if future.result() else Wake.SHED
 
     def wake(self, count: int = 1) -> int:
-        """Wake up to ``count`` waiters, the most important band first, oldest first; returns how many."""
+        """Wake up to ``count`` waiters, in the line's order; returns how many."""
         woken = 0
-        for band in BANDS:
-            queue = self._queues.get(band)
-            while queue and woken < count:
-                future = queue.popleft()
-                if not future.done():
-                    future.set_result(None)
-                    woken += 1
-            if queue is not None and not queue:
-                del self._queues[band]
-            if woken >= count:
+        queue = self._queue
+        while woken < count:
+            entry = queue.pop()
+            if entry is None:
                 break
+            if not entry.item.done():
+                entry.item.set_result(True)
+                woken += 1
         return woken
+
+    def shed(self, below: Priority | None = None) -> tuple[str, Priority] | None:
+        """Push out the waiter shed first (the newest of the most-over-share tenant in the least important band, only
+        below ``below`` when given; never a batch line); its ``(tenant, band)``, or None when there is none."""
+        return self._push_out(self._queue.victim(below))
+
+    def make_room(self, band: Priority, tenant: str) -> tuple[str, Priority] | None:
+        """For a newcomer of ``band`` and ``tenant`` in a full line: push out a less important band's waiter shed
+        first, else, in its band, the newest of a tenant the order puts after the newcomer; None: no such waiter."""
+        return self._push_out(self._queue.displaceable(band, tenant))
+
+    def _push_out(self, entry: Entry[asyncio.Future[bool]] | None) -> tuple[str, Priority] | None:
+        if entry is None:
+            return None
+        self._queue.remove(entry)
+        if not entry.item.done():
+            entry.item.set_result(False)
+        return entry.tenant, entry.band

@@ -106,6 +106,28 @@ def test_refusals_reach_the_client_as_openai_errors(pytorch_gateway: PytorchGate
     assert {"tiny", *(served_name(name) for name in ADAPTERS)} <= listed
 
 
+def test_the_gateways_fairness_header_names_the_tenant_charged_as_the_answer_streams(
+    pytorch_gateway: PytorchGateway,
+) -> None:
+    """The picker takes the tenant from ``x-llm-d-inference-fairness-id`` and charges it the prompt when it decides and
+    the output as the answer's chunks pass (streamed or unary), as the router charges its own requests."""
+    client = pytorch_gateway.client()
+    tenant = {"x-llm-d-inference-fairness-id": "team-gateway"}
+    stream = client.completions.create(model="tiny-upper", prompt=PROMPTS[0], max_tokens=MAX_TOKENS, temperature=0,
+                                       stream=True, extra_headers=tenant)
+    streamed = "".join(chunk.choices[0].text for chunk in stream if chunk.choices)
+    unary = client.completions.create(model="tiny-upper", prompt=PROMPTS[1], max_tokens=MAX_TOKENS, temperature=0,
+                                      extra_headers=tenant)
+    assert unary.usage is not None
+    served = 'trtfleet_router_tenant_served_tokens_total{base_model="tiny",kind="output",tenant="team-gateway"}'
+    unary_tokens = unary.usage.completion_tokens
+    wait_until(lambda: pytorch_gateway.metric(served) >= unary_tokens + 1, timeout_s=20)
+    # one event per step, and the last one (finish_reason) may carry no text: the reference model's tokens are bytes
+    assert pytorch_gateway.metric(served) <= len(streamed.encode()) + 1 + unary_tokens
+    prompt = 'trtfleet_router_tenant_served_tokens_total{base_model="tiny",kind="input",tenant="team-gateway"}'
+    assert pytorch_gateway.metric(prompt) > 0
+
+
 def test_a_conversations_second_turn_goes_where_its_prefix_is(pytorch_gateway: PytorchGateway) -> None:
     """Each first turn lands somewhere; its second turn (the first turn's messages plus more) lands on that pod."""
     history = "You are terse. " * 40

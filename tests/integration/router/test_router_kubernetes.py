@@ -147,6 +147,55 @@ def test_discovery_follows_the_api_server(crds: ControlPlane, kube_namespace: st
     asyncio.run(scenario())
 
 
+def _objective(name: str, priority: int | None) -> str:
+    spec: dict[str, Any] = {"poolRef": {"name": "tiny-pool"}}
+    if priority is not None:
+        spec["priority"] = priority
+    return json.dumps(
+        {"apiVersion": "llm-d.ai/v1alpha2", "kind": "InferenceObjective", "metadata": {"name": name}, "spec": spec}
+    )
+
+
+def test_inference_objectives_name_bands_where_their_crd_is_installed(crds: ControlPlane, kube_namespace: str) -> None:
+    cp, ns = crds, kube_namespace
+    crd = ROOT / "tests" / "fixtures" / "crds" / "inferenceobjectives.llm-d.ai.yaml"
+    cp.kubectl("apply", "--server-side", "-f", str(crd))
+    cp.kubectl("wait", "--for", "condition=established", "--timeout=60s", "crd/inferenceobjectives.llm-d.ai")
+    eventually(
+        lambda: cp.kubectl("get", "inferenceobjectives", "-A", check=False).returncode == 0,
+        timeout=30,
+        what="inferenceobjectives to be served",
+    )
+    _fleet(cp, ns)
+    for name, priority in (("premium", 10), ("bulk", -1), ("plain", None)):
+        cp.kubectl("apply", "-n", ns, "-f", "-", input=_objective(name, priority))
+    snapshots: list[DiscoverySnapshot] = []
+    absent: list[DiscoverySnapshot] = []
+
+    async def scenario() -> None:
+        source = KubeSource(kubeconfig=str(cp.kubeconfig))
+        client = KubeClient(source, await load_connection(source))
+        discovery = KubernetesDiscovery(client, ns, inference_objectives=True)
+        # a group and version the API server does not serve: nothing is watched, the rest of discovery runs
+        without = KubernetesDiscovery(client, ns, inference_objectives=True, objectives_api="llm-d.ai/v9")
+        tasks = [asyncio.create_task(discovery.run(snapshots.append)), asyncio.create_task(without.run(absent.append))]
+        try:
+            seen = await _until(snapshots, lambda s: len(s.objective_priorities) == 3, "the objectives")
+            assert seen.objective_priorities == {"premium": 10, "bulk": -1, "plain": 0}
+            await asyncio.to_thread(cp.kubectl, "apply", "-n", ns, "-f", "-", input=_objective("bulk", 5))
+            await _until(snapshots, lambda s: s.objective_priorities.get("bulk") == 5, "the changed priority")
+            await asyncio.to_thread(cp.kubectl, "delete", "inferenceobjective", "premium", "-n", ns)
+            await _until(snapshots, lambda s: "premium" not in s.objective_priorities, "the objective removed")
+            other = await _until(absent, lambda s: "tiny" in s.registry.bases, "the fleet without objectives")
+            assert other.objective_priorities == {}
+        finally:
+            for task in tasks:
+                task.cancel()
+            await client.close()
+
+    asyncio.run(scenario())
+
+
 async def _until(snapshots: list[DiscoverySnapshot], check: Any, what: str) -> DiscoverySnapshot:
     for _ in range(300):
         if snapshots and check(snapshots[-1]):

@@ -116,7 +116,8 @@ def test_dashboard_queries_router_metrics() -> None:
     exprs = " ".join(t["expr"] for p in dashboard["panels"] for t in p["targets"])
     for metric in ("time_to_first_token_seconds", "inter_token_latency_seconds", "output_tokens_total",
                    "adapter_cache_hits_total", "weight_bytes_sent_total", "inflight_requests",
-                   "capacity_waiting_requests"):
+                   "capacity_waiting_requests", "queue_wait_seconds_bucket", "queue_waiting_requests",
+                   "tenant_served_tokens_total", "shed_requests_total"):
         assert f"trtfleet_router_{metric}" in exprs
     # Every series the dashboard queries is one the router exports (no typo shows an empty panel).
     exported = RouterMetrics().exposition().decode()

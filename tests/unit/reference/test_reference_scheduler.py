@@ -7,6 +7,7 @@ from trtfleet_engines.reference.errors import EnqueueRejected, QueueFullError
 from trtfleet_engines.reference.kv_blocks import BlockPool, KvCacheSettings
 from trtfleet_engines.reference.sampling import SamplingParams
 from trtfleet_engines.reference.scheduler import InflightBatcher
+from trtfleet_engines.reference.waiting_queue import WaitingQueuePolicy
 
 from tests.unit.reference.fakes import FakeModel, adapter_store, limits, lora, request, run_until_idle
 
@@ -193,3 +194,33 @@ def test_a_request_the_kv_cache_can_never_hold_is_refused() -> None:
     batcher: InflightBatcher[str] = InflightBatcher(FakeModel(), limits(), kv_cache=small_pool(3))
     with pytest.raises(EnqueueRejected, match=r"needs 4 KV-cache blocks of 4 tokens .* the cache has 3"):
         batcher.submit(request(range(10), max_new_tokens=6), "a")
+
+
+@pytest.mark.parametrize(
+    ("policy", "finished"),
+    [
+        pytest.param(WaitingQueuePolicy.FCFS, ["busy", "low", "default", "high", "high-later"], id="fcfs"),
+        pytest.param(WaitingQueuePolicy.PRIORITY, ["busy", "high", "high-later", "default", "low"], id="priority"),
+    ],
+)
+def test_the_waiting_queue_orders_by_priority_when_configured(policy: WaitingQueuePolicy, finished: list[str]) -> None:
+    batcher: InflightBatcher[str] = InflightBatcher(FakeModel(), limits(max_batch_size=1), waiting_policy=policy)
+    batcher.submit(request([1], max_new_tokens=3), "busy")
+    batcher.step()  # the one slot is taken: the rest wait
+    for handle, priority in [("low", 0.1), ("default", 0.5), ("high", 0.9), ("high-later", 0.9)]:
+        batcher.submit(request([2], max_new_tokens=1, priority=priority), handle)
+    assert [r.handle for r in run_until_idle(batcher) if r.final] == finished
+
+
+def test_a_cancelled_request_leaves_the_priority_queue() -> None:
+    batcher: InflightBatcher[str] = InflightBatcher(
+        FakeModel(), limits(max_batch_size=1), waiting_policy=WaitingQueuePolicy.PRIORITY
+    )
+    batcher.submit(request([1], max_new_tokens=2), "busy")
+    batcher.step()
+    gone = batcher.submit(request([2], max_new_tokens=1, priority=1.0), "gone")
+    batcher.submit(request([3], max_new_tokens=1, priority=0.0), "kept")
+    batcher.cancel(gone)
+    assert batcher.stats().waiting_requests == 2
+    finals = [(r.handle, r.output_ids) for r in run_until_idle(batcher) if r.final]
+    assert finals[0][0] == "gone" and [h for h, _ in finals] == ["gone", "busy", "kept"]

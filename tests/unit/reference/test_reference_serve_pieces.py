@@ -19,6 +19,7 @@ from trtfleet_engines.reference.serve.adapters import (
 )
 from trtfleet_engines.reference.serve.protocol import ChatCompletionRequest, CompletionRequest
 from trtfleet_engines.reference.serve.settings import SettingsError, settings_from_args
+from trtfleet_engines.reference.waiting_queue import WaitingQueuePolicy
 
 from trtfleet.api.basemodel import DEFAULT_TARGET_MODULES
 
@@ -110,6 +111,27 @@ def test_bad_kv_cache_config_is_refused(tmp_path: Path, text: str, needle: str) 
     options = tmp_path / "options.yaml"
     options.write_text(text)
     with pytest.raises(SettingsError, match=needle):
+        settings_from_args(["--config", str(options)])
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        pytest.param("{}", WaitingQueuePolicy.FCFS, id="default"),
+        pytest.param("scheduler_config: {waiting_queue_policy: priority}", WaitingQueuePolicy.PRIORITY, id="priority"),
+        pytest.param("scheduler_config: {waiting_queue_policy: fcfs}", WaitingQueuePolicy.FCFS, id="fcfs"),
+    ],
+)
+def test_scheduler_config_waiting_queue_policy(tmp_path: Path, text: str, expected: WaitingQueuePolicy) -> None:
+    options = tmp_path / "options.yaml"
+    options.write_text(text)
+    assert settings_from_args(["--config", str(options)]).waiting_policy is expected
+
+
+def test_an_unknown_waiting_queue_policy_is_refused(tmp_path: Path) -> None:
+    options = tmp_path / "options.yaml"
+    options.write_text("scheduler_config: {waiting_queue_policy: lottery}")
+    with pytest.raises(SettingsError, match="waiting_queue_policy must be fcfs or priority"):
         settings_from_args(["--config", str(options)])
 
 

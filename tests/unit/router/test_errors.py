@@ -25,6 +25,7 @@ CASES = [
     (e.ModelNotFound("x"), 404, grpc.StatusCode.NOT_FOUND, "not_found_error"),
     (e.ObjectNotFound("x"), 404, grpc.StatusCode.NOT_FOUND, "invalid_request_error"),
     (e.Overloaded("x"), 429, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limit_error"),
+    (e.Shed("x"), 429, grpc.StatusCode.RESOURCE_EXHAUSTED, "rate_limit_error"),
     (e.Unavailable("x"), 503, grpc.StatusCode.UNAVAILABLE, "service_unavailable"),
     (e.NoCapacityAvailable("x"), 503, grpc.StatusCode.UNAVAILABLE, "service_unavailable"),
     (e.ShuttingDown("x"), 503, grpc.StatusCode.UNAVAILABLE, "service_unavailable"),

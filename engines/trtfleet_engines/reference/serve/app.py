@@ -85,7 +85,8 @@ class ServeApp:
             self.gate = AdapterGate(max(self.store.host_adapters, 1))
         pool = build_block_pool(settings.kv_cache, limits)
         batcher: InflightBatcher[TokenStream] = InflightBatcher(
-            TinyLlama(weights), limits, self.store, pool, build_speculator(settings.speculation))
+            TinyLlama(weights), limits, self.store, pool, build_speculator(settings.speculation),
+            waiting_policy=settings.waiting_policy)
         self.bridge = EngineBridge(
             batcher, min_step_s=settings.min_step_s, prefill_s_per_token=settings.prefill_s_per_token,
             pcie_bytes_per_s=settings.pcie_bytes_per_s,

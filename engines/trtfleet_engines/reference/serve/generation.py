@@ -17,6 +17,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
+from trtfleet_engines.reference.batch_types import DEFAULT_REQUEST_PRIORITY
 from trtfleet_engines.reference.errors import RequestRejected
 from trtfleet_engines.reference.sampling import SamplingParams
 from trtfleet_engines.reference.scheduler import GenerationRequest
@@ -102,6 +103,7 @@ class Generation:
             ),
             stop_words=tuple(tuple(encode(stop)) for stop in body.stop_strings() if stop),
             lora=await self._lora(),
+            priority=DEFAULT_REQUEST_PRIORITY if body.priority is None else body.priority,
         )
 
     async def _lora(self) -> PeftLoraInputs | None:

@@ -5,9 +5,10 @@ the reference server through ``--config``; keys that only matter on a GPU (paral
 are accepted and ignored. Flags given explicitly override the file, as upstream's do. Without a
 ``lora_config`` block the server ignores ``lora_request`` and answers from the base model, as upstream does.
 
-``speculative_config`` (NGram) turns on the reference engine's prompt-lookup speculation
-(:mod:`trtfleet_engines.reference.speculation`); ``disable_overlap_scheduler`` is accepted and ignored (the
-reference engine has no overlap scheduler).
+``scheduler_config.waiting_queue_policy`` (``fcfs`` or ``priority``) orders the waiting queue as upstream's does
+(:mod:`trtfleet_engines.reference.waiting_queue`). ``speculative_config`` (NGram) turns on the reference engine's
+prompt-lookup speculation (:mod:`trtfleet_engines.reference.speculation`); ``disable_overlap_scheduler`` is
+accepted and ignored (the reference engine has no overlap scheduler).
 
 ``kv_cache_config`` keys read (``KvCacheConfig`` in ``tensorrt_llm/llmapi/llm_args.py`` @ fcd3f316, same
 defaults): ``enable_block_reuse`` (true), ``tokens_per_block`` (32), ``max_tokens`` (the pool's size; upstream
@@ -32,6 +33,7 @@ from trtfleet.api.basemodel import LoraModule
 from trtfleet_engines.reference.kv_blocks import DEFAULT_TOKENS_PER_BLOCK, KvCacheSettings
 from trtfleet_engines.reference.repository import default_model_dir
 from trtfleet_engines.reference.speculation import SpeculationSettings, UnsupportedModeError
+from trtfleet_engines.reference.waiting_queue import WaitingQueuePolicy
 
 logger = logging.getLogger(__name__)
 
@@ -70,6 +72,8 @@ class ServeSettings:
     speculation: SpeculationSettings | None = None
     pcie_bytes_per_s: float = 0.0
     read_bytes_per_s: float = 0.0
+    waiting_policy: WaitingQueuePolicy = WaitingQueuePolicy.FCFS
+    """``scheduler_config.waiting_queue_policy``: ``priority`` orders the waiting queue by each request's priority."""
 
 
 DEFAULTS: Mapping[str, Any] = {
@@ -204,6 +208,17 @@ def _speculation(options: Mapping[str, Any]) -> SpeculationSettings | None:
         raise SettingsError(str(exc)) from exc
 
 
+def _waiting_policy(options: Mapping[str, Any]) -> WaitingQueuePolicy:
+    block = options.get("scheduler_config") or {}
+    if not isinstance(block, dict):
+        raise SettingsError("scheduler_config must be a mapping")
+    value = block.get("waiting_queue_policy", WaitingQueuePolicy.FCFS.value)
+    try:
+        return WaitingQueuePolicy(value)
+    except ValueError as exc:
+        raise SettingsError(f"scheduler_config.waiting_queue_policy must be fcfs or priority, got {value!r}") from exc
+
+
 def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
     args = parser().parse_args(argv)
     options = read_options_file(args.config)
@@ -233,4 +248,5 @@ def settings_from_args(argv: Sequence[str] | None = None) -> ServeSettings:
         speculation=_speculation(options),
         pcie_bytes_per_s=max(args.pcie_bytes_per_s, 0.0),
         read_bytes_per_s=max(args.read_bytes_per_s, 0.0),
+        waiting_policy=_waiting_policy(options),
     )

@@ -7,6 +7,7 @@ import json
 import pytest
 from trtfleet_router.epp import envoy
 from trtfleet_router.epp.request import GatewayRequest
+from trtfleet_router.routing.tenancy import FAIRNESS_HEADERS, OBJECTIVE_HEADERS, first_header
 
 from tests.support.extproc import metadata
 
@@ -61,8 +62,8 @@ def test_immediate_answers_carry_status_headers_and_json() -> None:
 def test_fairness_and_objective_headers_prefer_the_current_names() -> None:
     headers = {"x-gateway-inference-fairness-id": "old", "x-llm-d-inference-fairness-id": "team-a",
                "x-gateway-inference-objective": "chat"}
-    assert envoy.first_header(headers, envoy.FAIRNESS_HEADERS) == "team-a"
-    assert envoy.first_header(headers, envoy.OBJECTIVE_HEADERS) == "chat"  # the alias, when alone
+    assert first_header(headers, FAIRNESS_HEADERS) == "team-a"
+    assert first_header(headers, OBJECTIVE_HEADERS) == "chat"  # the alias, when alone
 
 
 def test_answers_name_the_model_the_client_asked_for() -> None:

@@ -1,10 +1,12 @@
-"""CapacityWaits: the bounded FIFO that holds requests while every LoRA cache is full of busy adapters."""
+"""CapacityWaits: the bounded line that holds requests while the fleet is saturated or every LoRA cache is full of
+busy adapters (one tenant here: first in, first out)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from trtfleet_router.upstream.capacity import CapacityWaits
+from trtfleet_router.upstream.waiting import Wake
 
 
 async def settle() -> None:
@@ -42,14 +44,14 @@ def test_waiters_wake_in_fifo_order_one_per_notify() -> None:
 
 
 def test_wait_times_out_and_leaves_the_queue() -> None:
-    async def scenario() -> tuple[bool, bool, int]:
+    async def scenario() -> tuple[Wake, Wake, int]:
         waits = CapacityWaits(max_waiting=4)
         timed_out = await waits.wait("m", 0.01)
         immediate = await waits.wait("m", 0.0)
         waits.notify("m")  # nobody waits: nothing to wake, no error
         return timed_out, immediate, waits.waiting("m")
 
-    assert asyncio.run(scenario()) == (False, False, 0)
+    assert asyncio.run(scenario()) == (Wake.TIMED_OUT, Wake.TIMED_OUT, 0)
 
 
 def test_rejoining_waiter_goes_first() -> None:

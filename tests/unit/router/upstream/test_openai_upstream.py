@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -18,6 +19,8 @@ from trtfleet_router.upstream.openai_upstream import (
     piece_message,
 )
 from trtfleet_router.upstream.protocol import FailureKind, SamplingParams, error_text, read_text
+from trtfleet_router.upstream.text import TextGenerator, TextRequest
+from trtfleet_router.upstream.waiting import Priority
 
 from trtfleet.api.basemodel import Runtime
 
@@ -55,6 +58,28 @@ def test_chat_body_keeps_the_messages_and_the_base_model_has_no_lora_request() -
         "stream": False,
         "temperature": 0.5,
     }
+
+
+@pytest.mark.parametrize(
+    ("engine_priority", "band", "expected"),
+    [
+        pytest.param(False, Priority.CRITICAL, None, id="fcfs pod: no priority field"),
+        pytest.param(True, Priority.CRITICAL, 1.0, id="critical"),
+        pytest.param(True, Priority.INTERACTIVE, 0.5, id="interactive: trtllm-serve's default"),
+        pytest.param(True, Priority.SHEDDABLE, 0.25, id="sheddable"),
+        pytest.param(True, Priority.BATCH, 0.0, id="batch"),
+    ],
+)
+def test_a_priority_pod_gets_the_request_band_as_priority(
+    engine_priority: bool, band: Priority, expected: float | None
+) -> None:
+    base = dataclasses.replace(BASE, engine_priority=engine_priority)
+    request = TextRequest("r", Target(base, None), "hi", SamplingParams(max_tokens=2), False, 1, 5.0, priority=band)
+    generator = TextGenerator.__new__(TextGenerator)  # call() needs no dispatcher for an OpenAI payload
+    call = asyncio.run(generator.call(request))
+    wire = call.payload.openai_json()
+    assert wire is not None and wire.body.get("priority") == expected
+    assert call.priority is band
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,216 @@
+"""Admission with tenants and bands, on the event loop alone: a saturated fleet queues requests in band and tenant
+order, charges tenants as they are served, turns the over-share tenant away with a 429 that says so, and makes room
+in a full line by pushing out the request shed first.
+
+A real :class:`~trtfleet_router.liveview.FleetSet` of one pod (no server: nothing is sent) and the real
+:class:`~trtfleet_router.upstream.admission.Admission`; requests are decided, leased and ended by hand.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from typing import Any
+
+import pytest
+from trtfleet_router.discovery.static import FleetConfig, snapshot_from_config
+from trtfleet_router.errors import Shed, http_headers_for, mapping_for, openai_error_body
+from trtfleet_router.liveview import FleetSet
+from trtfleet_router.metrics import RouterMetrics
+from trtfleet_router.models_registry import Target
+from trtfleet_router.routing import RoutingConfig
+from trtfleet_router.routing.events import EventKind, ResidencyEvent
+from trtfleet_router.routing.fairqueue import Priority
+from trtfleet_router.routing.types import Outcome
+from trtfleet_router.upstream.admission import Admission, Lease
+from trtfleet_router.upstream.call import UpstreamCall
+from trtfleet_router.upstream.payload import OpenAIPayload
+from trtfleet_router.upstream.protocol import SamplingParams
+
+FLEET = {
+    "baseModels": [
+        {
+            "name": "tiny",
+            "architecture": "reference",
+            "maxInputLen": 256,
+            "maxSeqLen": 512,
+            "backends": [{"address": "127.0.0.1:1", "podId": "pod0"}],
+        }
+    ]
+}
+
+
+def admission_for(**tenancy: Any) -> Admission:
+    config = RoutingConfig.model_validate({"capacityWaitS": 30, "tenancy": {"saturation": {"inflightPerPod": 1},
+                                                                             **tenancy}})
+    fleets = FleetSet(config, seed=0)
+    fleets.apply(snapshot_from_config(FleetConfig.model_validate(FLEET)))
+    return Admission(fleets, RouterMetrics())
+
+
+def call(admission: Admission, name: str, tenant: str, band: Priority = Priority.INTERACTIVE) -> UpstreamCall:
+    target = Target(admission.fleets.registry.bases["tiny"], None)
+    payload = OpenAIPayload(target, "p", None, SamplingParams(max_tokens=8), stream=False)
+    return UpstreamCall(name, target, payload, 10, 8, deadline_s=1e12, priority=band, tenant=tenant)
+
+
+async def start(admission: Admission, request: UpstreamCall) -> Lease:
+    fleet = admission.fleets.fleet("tiny")
+    route = admission.route_request(request)
+    decision = await admission.decide(fleet, route, request.priority, None, request.deadline_s, call=request)
+    return admission.lease(fleet, decision, route)
+
+
+async def turns(admission: Admission, tasks: dict[str, asyncio.Task[Lease]], running: Lease) -> list[str]:
+    """End ``running`` and each request it let start, in turn: the order the waiting requests started in."""
+    started = []
+    while True:
+        running.end(Outcome.OK)
+        await settle()
+        done = [name for name, task in tasks.items() if task.done() and name not in started]
+        if not done:
+            return started
+        assert len(done) == 1, done  # one ended, one started: the fleet holds one request
+        started += done
+        running = tasks[done[0]].result()
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+def run(scenario: Awaitable[Any]) -> Any:
+    return asyncio.run(asyncio.wait_for(scenario, 30))  # type: ignore[arg-type]
+
+
+def test_a_saturated_fleet_starts_waiting_requests_by_band_then_least_served_tenant() -> None:
+    async def scenario() -> list[str]:
+        admission = admission_for()
+        first = await start(admission, call(admission, "a0", "a"))
+        admission.tenants.meter(call(admission, "a0", "a")).add(200)  # a's first request streams: a is charged
+        tasks = {}
+        for name, tenant, band in [
+            ("a1", "a", Priority.INTERACTIVE),
+            ("a2", "a", Priority.INTERACTIVE),
+            ("s1", "c", Priority.SHEDDABLE),
+            ("b1", "b", Priority.INTERACTIVE),
+            ("x1", "x", Priority.CRITICAL),
+        ]:
+            tasks[name] = asyncio.create_task(start(admission, call(admission, name, tenant, band)))
+            await settle()
+        assert not any(task.done() for task in tasks.values())  # all wait: the pod holds one
+        assert admission.capacity.waiting("tiny") == 5
+        return await turns(admission, tasks, first)
+
+    # critical first; b joined while a waited, so it was lifted to a's counter (no credit for having been idle): it
+    # goes after a's head (a tie goes to the older) and before a's next, which a1's prompt made dearer; sheddable last
+    assert run(scenario()) == ["x1", "a1", "b1", "a2", "s1"]
+
+
+def test_tenants_are_charged_prompt_at_start_and_output_as_served() -> None:
+    async def scenario() -> tuple[float, float]:
+        admission = admission_for(tenants={"gold": {"weight": 2}})
+        request = call(admission, "g", "gold")
+        lease = await start(admission, request)
+        admission.tenants.meter(request).add(5)
+        lease.end(Outcome.OK)
+        retry = await start(admission, request)  # a retry of the same call pays no prompt again
+        retry.end(Outcome.OK)
+        order = admission.tenants.order("tiny")
+        tokens = admission.metrics.tenant_tokens
+        assert (tokens.labels("tiny", "gold", "input").value, tokens.labels("tiny", "gold", "output").value) == (10, 5)
+        waits = admission.metrics.queue_wait.labels("tiny", "interactive", "gold")
+        return order.counters["gold"], sum(waits.counts)  # type: ignore[attr-defined]
+
+    counter, observed = run(scenario())
+    assert counter == pytest.approx((10 * 1.0 + 5 * 2.0) / 2)  # (prompt + 2 x output) / weight
+    assert observed == 1
+
+
+def test_the_over_share_tenant_is_turned_away_with_a_429_that_says_so() -> None:
+    async def scenario() -> tuple[Shed, Shed, list[str]]:
+        admission = admission_for()
+        admission.capacity.max_waiting = 2
+        b_earlier = call(admission, "b0", "b")
+        lease = await start(admission, b_earlier)  # b was served a little before a floods
+        admission.tenants.meter(b_earlier).add(2)
+        lease.end(Outcome.OK)
+        running = await start(admission, call(admission, "a0", "a"))
+        admission.tenants.meter(call(admission, "a0", "a")).add(300)
+        tasks = {name: asyncio.create_task(start(admission, call(admission, name, "a"))) for name in ("a1", "a2")}
+        await settle()
+        with pytest.raises(Shed) as refused:
+            await start(admission, call(admission, "a3", "a"))
+        tasks["b1"] = asyncio.create_task(start(admission, call(admission, "b1", "b")))  # takes a2's place
+        await settle()
+        with pytest.raises(Shed) as pushed:
+            await tasks.pop("a2")
+        return refused.value, pushed.value, await turns(admission, tasks, running)
+
+    refused, pushed, order = run(scenario())
+    assert order == ["a1", "b1"]  # b took a2's place, after a's head (b was lifted to a's counter)
+    assert mapping_for(refused).http_status == 429
+    body = openai_error_body(refused)["error"]
+    assert body["code"] == "tenant_over_share" and body["type"] == "rate_limit_error"
+    assert "tenant 'a' is over its share of base model 'tiny'" in body["message"]
+    assert int(http_headers_for(refused)["Retry-After"]) >= 1
+    assert pushed.code == "tenant_over_share" and "pushed out of the line" in pushed.message
+
+
+def test_a_full_line_sheds_the_lowest_band_first_and_never_a_batch_line() -> None:
+    async def scenario() -> tuple[Shed, list[str]]:
+        admission = admission_for()
+        admission.capacity.max_waiting = 1
+        running = await start(admission, call(admission, "i0", "a"))
+        tasks = {
+            "line": asyncio.create_task(start(admission, call(admission, "line", "batch", Priority.BATCH))),
+            "s1": asyncio.create_task(start(admission, call(admission, "s1", "c", Priority.SHEDDABLE))),
+        }
+        await settle()
+        tasks["c1"] = asyncio.create_task(start(admission, call(admission, "c1", "d", Priority.CRITICAL)))
+        await settle()
+        with pytest.raises(Shed) as shed:
+            await tasks.pop("s1")
+        metrics = admission.metrics
+        assert metrics.shed_requests.labels("tiny", "sheddable", "c", "priority_shed").value == 1
+        return shed.value, await turns(admission, tasks, running)
+
+    shed, order = run(scenario())
+    assert shed.code == "priority_shed" and "'sheddable' are shed first" in shed.message
+    assert order == ["c1", "line"]
+
+
+def test_another_replicas_request_ending_starts_a_request_waiting_here() -> None:
+    """The limit counts every replica's requests; when another replica's ends (its release event arrives), a request
+    waiting here starts without waiting for a request of this replica to end."""
+
+    async def scenario() -> bool:
+        admission = admission_for()
+        fleet = admission.fleets.fleet("tiny")
+        uid = admission.fleets.pods["tiny"]["pod0"].uid
+        assert fleet.apply_remote(ResidencyEvent("other", 1, "tiny", "pod0", uid, EventKind.ACQUIRE, 7))
+        waiting = asyncio.create_task(start(admission, call(admission, "r1", "a")))
+        await settle()
+        assert not waiting.done() and admission.capacity.waiting("tiny") == 1  # the other replica's fills the pod
+        assert fleet.apply_remote(ResidencyEvent("other", 2, "tiny", "pod0", uid, EventKind.RELEASE, 7))
+        admission.remote_ended("tiny")  # what the peer stream calls after applying the release
+        lease = await asyncio.wait_for(waiting, 5)
+        lease.end(Outcome.OK)
+        return True
+
+    assert run(scenario())
+
+
+def test_without_a_saturation_limit_nothing_waits() -> None:
+    async def scenario() -> int:
+        config = RoutingConfig()
+        fleets = FleetSet(config, seed=0)
+        fleets.apply(snapshot_from_config(FleetConfig.model_validate(FLEET)))
+        admission = Admission(fleets, RouterMetrics())
+        leases = [await start(admission, call(admission, f"r{i}", "a")) for i in range(5)]
+        for lease in leases:
+            lease.end(Outcome.OK)
+        return len(leases)
+
+    assert run(scenario()) == 5
