@@ -383,12 +383,13 @@ class InflightBatcher(Generic[H]):
         self._cancelled.clear()
 
     def _fetch(self, out: list[EngineResponse[H]], now_s: float = math.inf) -> None:
-        arriving: list[_Active[H]] = []  # still on the link: they keep their place in the queue
-        while self._waiting and len(self._active) < self.limits.max_batch_size:
-            seq = self._waiting.popleft()
-            if seq.request.arrives_at_s > now_s:
-                arriving.append(seq)
-                continue
+        def arrived(seq: _Active[H]) -> bool:  # one still on the link keeps its place in the queue
+            return seq.request.arrives_at_s <= now_s
+
+        while len(self._active) < self.limits.max_batch_size:
+            seq = self._waiting.pop_first(arrived)
+            if seq is None:
+                break
             lora = seq.request.lora
             if lora is not None and self.adapters is not None and _uses_lora(lora):
                 try:
@@ -399,7 +400,6 @@ class InflightBatcher(Generic[H]):
                     continue
                 seq.task_id = lora.task_id
             self._active.append(seq)
-        self._waiting.extendleft(reversed(arriving))
 
     def _schedule(self) -> tuple[list[StepRow], list[_Active[H]]]:
         budget = self.limits.max_num_tokens

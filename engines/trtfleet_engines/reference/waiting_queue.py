@@ -28,6 +28,11 @@ class WaitingQueue(Protocol[T]):
 
     def popleft(self) -> T: ...
 
+    def pop_first(self, ready: Callable[[T], bool]) -> T | None:
+        """The first item in the queue's order for which ``ready`` holds, taken out; the others keep their places
+        (a request whose LoRA weights are still on the pod's link waits without losing its turn)."""
+        ...
+
     def remove(self, item: T) -> None: ...
 
     def clear(self) -> None: ...
@@ -35,6 +40,17 @@ class WaitingQueue(Protocol[T]):
     def __iter__(self) -> Iterator[T]: ...
 
     def __len__(self) -> int: ...
+
+
+class FcfsWaiting(deque[T]):
+    """Arrival order."""
+
+    def pop_first(self, ready: Callable[[T], bool]) -> T | None:
+        for index, item in enumerate(self):
+            if ready(item):
+                del self[index]
+                return item
+        return None
 
 
 class PriorityWaiting(Generic[T]):
@@ -50,6 +66,16 @@ class PriorityWaiting(Generic[T]):
 
     def popleft(self) -> T:
         return heapq.heappop(self._heap)[2]
+
+    def pop_first(self, ready: Callable[[T], bool]) -> T | None:
+        if self._heap and ready(self._heap[0][2]):
+            return heapq.heappop(self._heap)[2]
+        for entry in sorted(self._heap, key=lambda entry: entry[:2]):
+            if ready(entry[2]):
+                self._heap.remove(entry)
+                heapq.heapify(self._heap)
+                return entry[2]
+        return None
 
     def remove(self, item: T) -> None:
         kept = [entry for entry in self._heap if entry[2] is not item]
@@ -71,4 +97,4 @@ class PriorityWaiting(Generic[T]):
 def waiting_queue(policy: WaitingQueuePolicy, priority_of: Callable[[T], float]) -> WaitingQueue[T]:
     if policy is WaitingQueuePolicy.PRIORITY:
         return PriorityWaiting(priority_of)
-    return deque()
+    return FcfsWaiting()
