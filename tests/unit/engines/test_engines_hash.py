@@ -119,6 +119,7 @@ KEEPS_HASH: list[tuple[str, tuple[str, ...], dict[str, Any]]] = [
     ("node selector", ("serving.nodeSelector",), {"serving": {"nodeSelector": {"pool": "gpu"}}}),
     ("tolerations", ("serving.tolerations",), {"serving": {"tolerations": [{"operator": "Exists"}]}}),
     ("gateway failure mode", ("serving.gateway",), {"serving": {"gateway": {"failureMode": "FailOpen"}}}),
+    ("waiting queue", ("serving.waitingQueuePolicy",), {"serving": {"waitingQueuePolicy": "fcfs"}}),
 ]
 
 
