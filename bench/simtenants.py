@@ -11,7 +11,8 @@ Three admissions, the same pods, routing policy and trace:
   most ``5000`` requests, each at most 60 s (its defaults);
 * ``vtc``: trtfleet's (``upstream/admission.py`` with the real :class:`~trtfleet_router.routing.fairqueue.FairQueue`
   and :class:`~trtfleet_router.routing.vtc.VirtualTokenCounters`): requests wait in the router while the requests in
-  flight reach ``inflight_per_pod`` per pod, strict bands, the least-served tenant by weighted tokens first; a
+  flight reach ``inflight_per_pod`` on every pod (and a request goes only to a pod with room), strict bands, the
+  least-served tenant by weighted tokens first; a
   request turned away when the line's drain estimate says it cannot start within ``capacity_wait_s``, or when the
   line is full and it displaces nobody (the router's rules, with its :class:`~trtfleet_router.upstream.capacity.
   DrainRate`); tenants charged the prompt when a request starts and the output when it ends (the router charges
@@ -31,12 +32,12 @@ from typing import Final
 
 from trtfleet_router.routing.baselines.llmd_flow_control import RoundRobinOrder, pool_saturation
 from trtfleet_router.routing.fairqueue import ArrivalOrder, Entry, FairQueue, Priority, TenantOrder
-from trtfleet_router.routing.types import Ticket
+from trtfleet_router.routing.types import RouteRequest, Ticket
 from trtfleet_router.routing.vtc import VirtualTokenCounters
 from trtfleet_router.upstream.capacity import DrainRate
 
 from bench.podsim import SimRequest
-from bench.simulate import FIRST_OWN_EVENT, FleetSimulation, FleetSpec, sim_routing_config
+from bench.simulate import FIRST_OWN_EVENT, FleetSimulation, FleetSpec, RequestRecord, sim_routing_config
 from bench.traces import LengthSpec, TraceRequest
 
 ADMISSIONS: Final = ("fcfs", "llmd", "vtc")
@@ -151,7 +152,17 @@ class TenantSimulation(FleetSimulation):
     def _saturated(self) -> bool:
         if self.admission.mode == "llmd":
             return self.saturation >= 1.0
-        return bool(self.fleet.inflight_total() >= self.admission.inflight_per_pod * self.spec.pods)
+        return self.fleet.room(self.admission.inflight_per_pod)[0] <= 0
+
+    def _route_request(self, record: RequestRecord) -> RouteRequest:
+        """vtc: kept off the pods that hold ``inflight_per_pod`` already, as the router keeps it."""
+        route = super()._route_request(record)
+        if self.admission.mode != "vtc":
+            return route
+        free, full = self.fleet.room(self.admission.inflight_per_pod)
+        if not full or free <= 0:
+            return route
+        return dataclasses.replace(route, exclude_pods=route.exclude_pods | full)
 
     def _enqueue(self, key: int) -> None:
         flow = self.flows[key]

@@ -59,20 +59,23 @@ class Outcome:
     refused: int
     tokens_per_s: float
     """Prompt + output tokens of its requests that finished in the window, per second."""
+    router_wait_p99_s: float | None = None
+    """Simulator: how long its requests waited in the router before they started (p99)."""
 
 
-Row = tuple[float, float | None, float | None, int, bool]
+Row = tuple[float, float | None, float | None, int, bool, float]
 
 
 def outcome(tenant: str, rows: Sequence[Row], window: tuple[float, float]) -> Outcome:
-    """``rows``: (arrival, TTFT, finish time, tokens, ok) of the tenant's requests."""
+    """``rows``: (arrival, TTFT, finish time, tokens, ok, router wait) of the tenant's requests."""
     start, end = window
     arrived = [row for row in rows if start <= row[0] < end]
     ok = sorted(row[1] for row in arrived if row[4] and row[1] is not None)
+    waits = sorted(row[5] for row in arrived if row[4])
     finished = sum(row[3] for row in rows if row[4] and row[2] is not None and start <= row[2] < end)
     return Outcome(
         tenant, len(arrived), len(ok), percentile(ok, 50) if ok else None, percentile(ok, 99) if ok else None,
-        sum(1 for row in arrived if not row[4]), finished / (end - start),
+        sum(1 for row in arrived if not row[4]), finished / (end - start), percentile(waits, 99) if waits else None,
     )
 
 
@@ -91,7 +94,7 @@ def run_sim(spec: FleetSpec, flows: Sequence[Traffic], admission: Admission, dur
         finish = record.arrival_s + record.e2e_s if record.e2e_s is not None else None
         tokens = request.prompt_tokens + request.max_tokens
         rows.setdefault(flow.tenant, []).append((record.arrival_s, record.ttft_s, finish, tokens,
-                                                 record.error is None and record.ttft_s is not None))
+                                                 record.error is None and record.ttft_s is not None, record.waited_s))
     found = {tenant: outcome(tenant, tenant_rows, (warmup_s, duration_s)) for tenant, tenant_rows in rows.items()}
     print(f"  {admission.mode:<5} {len(trace)} requests, {time.perf_counter() - started:.0f} s: "
           + "; ".join(f"{o.tenant} p99 {_ms(o.ttft_p99_s)} refused {o.refused}" for o in found.values()), flush=True)
@@ -200,7 +203,7 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
         finish = request.t_s + sample.e2e_s if sample.e2e_s is not None else None
         ok = sample.error is None and sample.ttft_s is not None
         rows.setdefault(flow.tenant, []).append((request.t_s, sample.ttft_s, finish, request.prompt_tokens
-                                                 + sample.output_tokens, ok))
+                                                 + sample.output_tokens, ok, 0.0))
     found = {tenant: outcome(tenant, tenant_rows, (warmup_s, duration_s)) for tenant, tenant_rows in rows.items()}
     print(f"  {mode:<5} {len(trace)} requests, {elapsed:.0f} s: "
           + "; ".join(f"{o.tenant} p99 {_ms(o.ttft_p99_s)} refused {o.refused}" for o in found.values()), flush=True)
@@ -256,6 +259,9 @@ def _share(runs: Mapping[str, Outcome], tenant: str) -> float | None:
 
 
 def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> str:
+    def wait_column(key: str, title: str) -> list[tuple[str, str]]:
+        return [(key, title)] if where == "sim" else []
+
     command = f"python -m bench.tenants {'--sim-only' if where == 'sim' else '--real-only'} --write"
     lines = [report.provenance(command), "",
              f"{fleet}; capacity about {capacity:.0f} requests/s of mean-sized requests; measured over arrivals from "
@@ -267,15 +273,17 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
     for mode, runs in flood.items():
         a, b = runs["A"], runs["B"]
         rows.append({"admission": ADMISSION_LABELS[mode], "b_p50": _ms(b.ttft_p50_s), "b_p99": _ms(b.ttft_p99_s),
-                     "b_vs_alone": _ratio(b.ttft_p99_s, alone.ttft_p99_s),
+                     "b_vs_alone": _ratio(b.ttft_p99_s, alone.ttft_p99_s), "b_wait": _ms(b.router_wait_p99_s),
                      "b_refused": f"{b.refused}/{b.requests}", "a_tps": f"{a.tokens_per_s:.0f}",
                      "b_tps": f"{b.tokens_per_s:.0f}", "a_refused": f"{a.refused}/{a.requests}"})
     rows.append({"admission": "B alone", "b_p50": _ms(alone.ttft_p50_s), "b_p99": _ms(alone.ttft_p99_s),
-                 "b_vs_alone": "1.00x", "b_refused": f"{alone.refused}/{alone.requests}", "a_tps": "-",
+                 "b_vs_alone": "1.00x", "b_wait": _ms(alone.router_wait_p99_s),
+                 "b_refused": f"{alone.refused}/{alone.requests}", "a_tps": "-",
                  "b_tps": f"{alone.tokens_per_s:.0f}", "a_refused": "-"})
     lines += ["**Flood**: A at 5x its fair share, B steady at 0.6x of its share (equal weights).", "",
               report.table(rows, [("admission", "admission"), ("b_p50", "B TTFT p50"), ("b_p99", "B TTFT p99"),
-                                  ("b_vs_alone", "B p99 / B alone"), ("b_refused", "B refused"),
+                                  ("b_vs_alone", "B p99 / B alone"), *wait_column("b_wait", "B router wait p99"),
+                                  ("b_refused", "B refused"),
                                   ("b_tps", "B tokens/s"), ("a_tps", "A tokens/s"), ("a_refused", "A refused")]), ""]
     weights = data["weights"]
     rows = []
@@ -293,13 +301,15 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
     for mode, runs in bands.items():
         high, low = runs["high"], runs["low"]
         rows.append({"admission": ADMISSION_LABELS[mode], "p50": _ms(high.ttft_p50_s), "p99": _ms(high.ttft_p99_s),
-                     "vs": _ratio(high.ttft_p99_s, high_alone.ttft_p99_s),
+                     "vs": _ratio(high.ttft_p99_s, high_alone.ttft_p99_s), "wait": _ms(high.router_wait_p99_s),
                      "refused": f"{high.refused}/{high.requests}", "low_tps": f"{low.tokens_per_s:.0f}"})
     rows.append({"admission": "high band alone", "p50": _ms(high_alone.ttft_p50_s), "p99": _ms(high_alone.ttft_p99_s),
-                 "vs": "1.00x", "refused": f"{high_alone.refused}/{high_alone.requests}", "low_tps": "-"})
+                 "vs": "1.00x", "wait": _ms(high_alone.router_wait_p99_s),
+                 "refused": f"{high_alone.refused}/{high_alone.requests}", "low_tps": "-"})
     lines += ["**Bands**: a sheddable tenant at 2x the fleet's capacity, a critical one at 0.2x.", "",
               report.table(rows, [("admission", "admission"), ("p50", "high TTFT p50"), ("p99", "high TTFT p99"),
-                                  ("vs", "p99 / alone"), ("refused", "high refused"),
+                                  ("vs", "p99 / alone"), *wait_column("wait", "high router wait p99"),
+                                  ("refused", "high refused"),
                                   ("low_tps", "low tokens/s")])]
     return "\n".join(lines)
 

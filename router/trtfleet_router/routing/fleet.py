@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import math
 import random
 from collections.abc import Callable, Mapping, Sequence
 
@@ -354,6 +355,21 @@ class Fleet:
     def ready_count(self) -> int:
         """Pods of the fleet that are ready now (ejected ones included: they come back)."""
         return len(self._ready)
+
+    def room(self, per_pod: float) -> tuple[int, frozenset[str]]:
+        """Requests the ready pods may still start before each holds ``per_pod`` in flight (every replica's; a
+        fraction rounds up), and the ready pods that hold that many already."""
+        free = 0
+        full = []
+        limit = math.ceil(per_pod)
+        for pod in self._ready:
+            load = pod.load
+            held = load.inflight + load.remote_inflight
+            if held >= per_pod:
+                full.append(pod.pod_id)
+            else:
+                free += limit - held
+        return free, frozenset(full)
 
     def inflight_total(self) -> int:
         """Requests in flight on the fleet's pods, this replica's and the others'."""

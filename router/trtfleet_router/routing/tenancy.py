@@ -59,9 +59,10 @@ class SaturationConfig(ApiModel):
 
     detector: Literal["inflight", "llmd-utilization"] = Field(
         default="inflight",
-        description="inflight: requests in flight (every replica's, and those let go to start) reach inflightPerPod "
-        "per ready pod. llmd-utilization: llm-d's utilization detector (mean over pods of max(waiting / "
-        "queueDepthThreshold, KV use / kvCacheUtilThreshold) reaches 1), for comparison.",
+        description="inflight: every ready pod holds inflightPerPod requests in flight (every replica's, and those "
+        "let go to start; until then requests go to the pods below it). llmd-utilization: llm-d's utilization "
+        "detector (mean over pods of max(waiting / queueDepthThreshold, KV use / kvCacheUtilThreshold) reaches 1), "
+        "for comparison.",
     )
     inflight_per_pod: float = Field(
         default=0.0,

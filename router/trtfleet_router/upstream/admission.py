@@ -3,13 +3,13 @@
 :meth:`Admission.decide` asks the base model's fleet for a pod (the routing core, pure). When the request may not
 start yet it waits, in one place per reason, both :class:`~.waiting.WaitLine` s:
 
-* **for capacity** (:mod:`.capacity`): the fleet is saturated (``tenancy.saturation``: requests in flight reach
-  ``inflightPerPod`` per ready pod), or every candidate pod's LoRA cache is full of adapters that requests still
-  use (``CachesBusy``; TRT-LLM would answer "Cache is full"); woken as requests end, at most ``capacityWaitS``
-  and never past the deadline, turned away at once when the drain estimate says the wait is hopeless. A
-  saturated fleet turns requests away with 429 (:class:`~trtfleet_router.errors.Shed`: the tenant is over its
-  share, its band is shed first, or the wait is too long), busy caches with 503; both with ``Retry-After``, the
-  expected wait;
+* **for capacity** (:mod:`.capacity`): the fleet is saturated (``tenancy.saturation``: every ready pod holds
+  ``inflightPerPod`` requests in flight, every replica's; until then a request goes to a pod below it), or every
+  candidate pod's LoRA cache is full of adapters that requests still use (``CachesBusy``; TRT-LLM would answer
+  "Cache is full"); woken as requests end, at most ``capacityWaitS`` and never past the deadline, turned away at
+  once when the drain estimate says the wait is hopeless. A saturated fleet turns requests away with 429
+  (:class:`~trtfleet_router.errors.Shed`: the tenant is over its share, its band is shed first, or the wait is too
+  long), busy caches with 503; both with ``Retry-After``, the expected wait;
 * **for a ready pod** (:mod:`.hold`): the base model has none (``NoReadyPod``: scaled to zero, or its first
   pods starting); woken, paced, as pods turn ready; at most ``holdWaitS``; held requests are the demand that
   scales the base model from zero.
@@ -40,6 +40,8 @@ the first answer and, at the end, the outcome, and wakes what the end may free (
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import math
 import time
 from collections.abc import Callable
@@ -252,12 +254,24 @@ class Admission:
         return self._free_slots(fleet, base_model) <= 0
 
     def _free_slots(self, fleet: Fleet, base_model: str) -> int:
-        """Requests that may start before the fleet counts as saturated (inflight detector; 1 without a limit)."""
+        """Requests that may start before every ready pod holds ``inflightPerPod`` (inflight detector; 1 without a
+        limit or a ready pod), less those woken and about to start."""
         per_pod = self.tenancy.saturation.inflight_per_pod
-        ready = fleet.ready_count()
-        if per_pod <= 0 or ready == 0:
+        if per_pod <= 0 or fleet.ready_count() == 0:
             return 1
-        return math.floor(per_pod * ready) - fleet.inflight_total() - self.capacity.woken(base_model)
+        return fleet.room(per_pod)[0] - self.capacity.woken(base_model)
+
+    def _route_with_room(self, fleet: Fleet, route: RouteRequest) -> Decision:
+        """``route`` decided among the pods below ``inflightPerPod`` while some pod is (a full pod would queue it
+        behind its batch, where the router cannot order it); among all pods when none of those can take it (tried
+        already, or their LoRA caches busy) or no limit is set."""
+        saturation = self.tenancy.saturation
+        if saturation.detector == "inflight" and saturation.inflight_per_pod > 0:
+            free, full = fleet.room(saturation.inflight_per_pod)
+            if full and free > 0 and not full <= route.exclude_pods:
+                with contextlib.suppress(NoCapacity):  # else the routing core's answer for the whole fleet
+                    return self._route_once(fleet, dataclasses.replace(route, exclude_pods=route.exclude_pods | full))
+        return self._route_once(fleet, route)
 
     def _must_wait(self, fleet: Fleet, base: str, band: Priority, woken: bool) -> bool:
         """A request that may not start now: the fleet is saturated, or (a newcomer) others of its band or a more
@@ -310,7 +324,7 @@ class Admission:
                     gated = False
                 continue
             try:
-                decision = self._route_once(fleet, route)
+                decision = self._route_with_room(fleet, route) if gated else self._route_once(fleet, route)
             except CachesBusy as exc:
                 woken = await self._wait(fleet, base, priority, tenant, woken, wait_until_s, exc, last)
                 if not woken:

@@ -23,6 +23,7 @@ from trtfleet_router.routing import (
     parse_routing_config,
     policy_names,
 )
+from trtfleet_router.routing.events import EventKind, ResidencyEvent
 from trtfleet_router.routing.fleetreport import PodLoadSummary
 from trtfleet_router.routing.framework import Choice, RoutingContext
 from trtfleet_router.routing.hashing import rendezvous_rank
@@ -379,3 +380,25 @@ def test_a_batch_line_books_no_queued_prefill(make_harness: Callable[..., Harnes
     assert h.fleet.prefix_index.pending_prefill_tokens("p0") == 0
     h.load("p0", 1)
     assert h.fleet.prefix_index.pending_prefill_tokens("p0") == 16  # the harness's prompt
+
+
+@pytest.mark.parametrize(
+    ("per_pod", "free", "full"),
+    [
+        (2, 2, {"p0", "p1"}),  # p0 its own 2, p1 1 + another replica's 1: full; p2 has room for 2
+        (1, 1, {"p0", "p1"}),
+        (2.5, 5, set()),  # a fraction rounds up: 3 each, so 1 + 1 + 3
+        (3, 5, set()),
+    ],
+)
+def test_room_counts_every_replicas_requests_on_the_ready_pods(
+    make_harness: Callable[..., Harness], per_pod: float, free: int, full: set[str]
+) -> None:
+    h = make_harness("ttft-cost", pods=4)
+    h.load("p0", 2)
+    h.load("p1", 1)
+    assert h.fleet.apply_remote(ResidencyEvent("r1", 1, "m", "p1", "uid-p1", EventKind.ACQUIRE, 7))
+    h.load("p3", 4)
+    h.ready["p3"] = False  # its requests and its room count for nothing: no request goes there
+    h.sync_pods()
+    assert h.fleet.room(per_pod) == (free, frozenset(full))

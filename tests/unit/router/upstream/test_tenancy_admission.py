@@ -9,6 +9,7 @@ A real :class:`~trtfleet_router.liveview.FleetSet` of one pod (no server: nothin
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Awaitable
 from typing import Any
 
@@ -21,7 +22,7 @@ from trtfleet_router.models_registry import Target
 from trtfleet_router.routing import RoutingConfig
 from trtfleet_router.routing.events import EventKind, ResidencyEvent
 from trtfleet_router.routing.fairqueue import Priority
-from trtfleet_router.routing.types import Outcome
+from trtfleet_router.routing.types import Decision, Outcome
 from trtfleet_router.upstream.admission import Admission, Lease
 from trtfleet_router.upstream.call import UpstreamCall
 from trtfleet_router.upstream.payload import OpenAIPayload
@@ -40,12 +41,30 @@ FLEET = {
 }
 
 
-def admission_for(**tenancy: Any) -> Admission:
+TWO_PODS = {
+    "baseModels": [
+        {**FLEET["baseModels"][0], "backends": [{"address": f"127.0.0.1:{port}", "podId": f"pod{port - 1}"}
+                                                for port in (1, 2)]}
+    ]
+}
+
+
+def admission_for(fleet: dict[str, Any] = FLEET, **tenancy: Any) -> Admission:
     config = RoutingConfig.model_validate({"capacityWaitS": 30, "tenancy": {"saturation": {"inflightPerPod": 1},
                                                                              **tenancy}})
     fleets = FleetSet(config, seed=0)
-    fleets.apply(snapshot_from_config(FleetConfig.model_validate(FLEET)))
+    fleets.apply(snapshot_from_config(FleetConfig.model_validate(fleet)))
     return Admission(fleets, RouterMetrics())
+
+
+def batch_lines_elsewhere(admission: Admission, pod: str, count: int) -> None:
+    """Another replica's ``count`` batch lines in flight on ``pod``: they fill it, and an interactive request's load
+    comparison leaves them out, so the policy prefers that pod."""
+    fleet = admission.fleets.fleet("tiny")
+    uid = admission.fleets.pods["tiny"][pod].uid
+    for seq in range(1, count + 1):
+        assert fleet.apply_remote(ResidencyEvent("other", seq, "tiny", pod, uid, EventKind.ACQUIRE, seq,
+                                                 background=True))
 
 
 def call(admission: Admission, name: str, tenant: str, band: Priority = Priority.INTERACTIVE) -> UpstreamCall:
@@ -59,6 +78,12 @@ async def start(admission: Admission, request: UpstreamCall) -> Lease:
     route = admission.route_request(request)
     decision = await admission.decide(fleet, route, request.priority, None, request.deadline_s, call=request)
     return admission.lease(fleet, decision, route)
+
+
+def start_on(admission: Admission, pod: str, request: UpstreamCall) -> Lease:
+    """``request`` started on ``pod`` as if routed there (the test's setup, not a decision)."""
+    route = admission.route_request(request)
+    return admission.lease(admission.fleets.fleet("tiny"), Decision(pod, False, True, "test", "setup"), route)
 
 
 async def turns(admission: Admission, tasks: dict[str, asyncio.Task[Lease]], running: Lease) -> list[str]:
@@ -214,3 +239,62 @@ def test_without_a_saturation_limit_nothing_waits() -> None:
         return len(leases)
 
     assert run(scenario()) == 5
+
+
+def test_a_request_goes_to_a_pod_below_the_limit_never_to_a_full_one_the_policy_prefers() -> None:
+    """While some ready pod holds fewer than ``inflightPerPod``, a request starts there, not on a full pod (which
+    would queue it behind its batch, out of the router's order); a request waiting on a saturated fleet starts on
+    the pod whose request ended."""
+
+    async def scenario() -> tuple[str, str, str]:
+        admission = admission_for(TWO_PODS, saturation={"inflightPerPod": 2})
+        fleet = admission.fleets.fleet("tiny")
+        batch_lines_elsewhere(admission, "pod0", 2)  # pod0 full
+        held = start_on(admission, "pod1", call(admission, "r0", "a"))
+        preferred = fleet.route(admission.route_request(call(admission, "probe", "a"))).pod
+        second = await start(admission, call(admission, "r1", "a"))
+        waiting = asyncio.create_task(start(admission, call(admission, "r2", "b")))
+        await settle()
+        assert not waiting.done() and admission.capacity.waiting("tiny") == 1  # both pods full
+        held.end(Outcome.OK)
+        third = await asyncio.wait_for(waiting, 5)
+        for lease in (second, third):
+            lease.end(Outcome.OK)
+        return preferred, second.pod, third.pod
+
+    preferred, second, third = run(scenario())
+    assert preferred == "pod0"  # what the policy alone picks (pod1 holds an interactive request, pod0 batch lines)
+    assert (second, third) == ("pod1", "pod1")
+
+
+def test_a_full_pod_takes_the_request_when_none_below_the_limit_can() -> None:
+    """The pod below the limit was tried already (a retry): the request goes to the full pod rather than fail."""
+
+    async def scenario() -> str:
+        admission = admission_for(TWO_PODS, saturation={"inflightPerPod": 2})
+        fleet = admission.fleets.fleet("tiny")
+        batch_lines_elsewhere(admission, "pod0", 2)
+        request = call(admission, "retry", "a")
+        route = dataclasses.replace(admission.route_request(request), exclude_pods=frozenset({"pod1"}))
+        decision = await admission.decide(fleet, route, request.priority, None, request.deadline_s, call=request)
+        lease = admission.lease(fleet, decision, route)
+        lease.end(Outcome.OK)
+        return lease.pod
+
+    assert run(scenario()) == "pod0"
+
+
+def test_without_a_limit_the_policy_alone_picks_the_pod() -> None:
+    async def scenario() -> tuple[str, str]:
+        admission = admission_for(TWO_PODS, saturation={"inflightPerPod": 0})
+        fleet = admission.fleets.fleet("tiny")
+        batch_lines_elsewhere(admission, "pod0", 2)
+        held = start_on(admission, "pod1", call(admission, "r0", "a"))
+        request = call(admission, "r1", "a")
+        preferred = fleet.route(admission.route_request(request)).pod
+        lease = await start(admission, request)
+        for done in (held, lease):
+            done.end(Outcome.OK)
+        return preferred, lease.pod
+
+    assert run(scenario()) == ("pod0", "pod0")
