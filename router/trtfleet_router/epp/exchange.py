@@ -97,6 +97,7 @@ class Exchange:
         self.answered = False
         self.cold = False  # the pod was cold for the adapter: a load (pushed first, or read from lora_path)
         self.complete = False  # the client has the whole answer (its end, or an OpenAI stream's [DONE])
+        self.cut = False  # the stream ended in the middle of the answer
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
         self.meter = ChunkMeter()
@@ -115,7 +116,7 @@ class Exchange:
             with services.track(FRONTEND, request_id) as record:
                 try:
                     await self._serve(message, headers, record)
-                    if not self.complete and self.context.cancelled():  # the read saw the end of a cancelled call
+                    if not self.complete and (self.cut or self.context.cancelled()):  # the read saw the end
                         record.code = "client_gone"
                 except asyncio.CancelledError as exc:
                     if not self.complete:
@@ -292,6 +293,8 @@ class Exchange:
             if message is grpc.aio.EOF:
                 if not followed and not context.cancelled():  # a gateway that sends no response phases
                     self.answered = self.complete = True
+                elif not self.complete:  # the answer stopped part-way: its client left (or was cut off)
+                    self.cut = True
                 return
             kind = message.WhichOneof("request")
             followed = followed or kind != "request_trailers"

@@ -305,7 +305,7 @@ def test_a_gateway_that_closes_after_the_whole_answer_counts_it_served(pytorch_p
         pytorch_picker.router.check_books()
     # the request is counted as its handler ends, a moment after its lease closed
     eventually(lambda: (_epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone"))
-               == (ok + 1, gone + 1), timeout=30, what="both streams counted")
+               == (ok + 1, gone + 1), timeout=30, what=f"both streams counted (before: ok {ok}, gone {gone})")
 
 
 def test_a_gateway_that_follows_no_response_hands_the_request_over(pytorch_picker: Picker) -> None:
