@@ -37,7 +37,8 @@ from bench.simstats import summarize
 from bench.simulate import FleetSpec, sim_routing_config, simulate
 from bench.traces import TraceRequest, TraceSpec, generate, zipf_weights
 
-COMMAND = ".venv/bin/python -m bench.adapters{quick} --write"
+DEFAULT_ADAPTERS = "5000,20000"
+COMMAND = ".venv/bin/python -m bench.adapters{options} --write"
 PODS = 64
 RATE_PER_S = 1000.0
 SHAPES = ("steady", "diurnal", "shift")
@@ -172,11 +173,21 @@ def scenario(shape: str, adapters: int, timeline: Timeline, quick: bool) -> tupl
     return text, rows
 
 
+def _options(args: argparse.Namespace) -> str:
+    """The run's options as typed, those left at their defaults omitted."""
+    options = " --quick" if args.quick else ""
+    if args.only != ",".join(SHAPES):
+        options += f" --only {args.only}"
+    if args.adapters != DEFAULT_ADAPTERS:
+        options += f" --adapters {args.adapters}"
+    return options
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.adapters", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="shorter windows (10 s warm-up, 20 s measured)")
     parser.add_argument("--only", default=",".join(SHAPES), help="trace shapes to run")
-    parser.add_argument("--adapters", default="5000,20000", help="adapter counts")
+    parser.add_argument("--adapters", default=DEFAULT_ADAPTERS, help="adapter counts")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks/adapters.md")
     args = parser.parse_args(argv)
     timeline = Timeline(30.0, 10.0, 20.0) if args.quick else Timeline(30.0, 20.0, 60.0)
@@ -189,7 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             everything += rows
     report.save_json("adapters", everything)
     body = "\n\n".join([
-        report.provenance(COMMAND.format(quick=" --quick" if args.quick else "")),
+        report.provenance(COMMAND.format(options=_options(args))),
         f"64 simulated H100 pods, {RATE_PER_S:,.0f} requests/s, Zipf 1.0; {timeline.head_s:.0f} s without traffic "
         f"({HEAD_S_PER_ADAPTER * 1e3:.0f} ms per adapter when that is longer), "
         f"{timeline.warm_s:.0f} s of traffic left out, {timeline.measure_s:.0f} s measured.",
