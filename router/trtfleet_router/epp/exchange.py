@@ -323,12 +323,11 @@ class Exchange:
             self.status = 0
         served = envoy.served_endpoint(message.metadata_context, headers)
         lease = self.lease
-        if lease is None or served is None or served == _destination(lease.endpoint, self.request):
-            return
-        # the gateway went down the fallback list: the first pod failed, another one answers
-        self._end(Outcome.FAILED, blame=True)
-        self._lease_served(served)
-        if message.response_headers.end_of_stream:
+        if lease is not None and served is not None and served != _destination(lease.endpoint, self.request):
+            # the gateway went down the fallback list: the first pod failed, another one answers
+            self._end(Outcome.FAILED, blame=True)
+            self._lease_served(served)
+        if message.response_headers.end_of_stream:  # an answer without a body ends here
             self._response_end()
 
     def _lease_served(self, address: str) -> None:

@@ -110,8 +110,13 @@ def test_header_only_requests(pytorch_picker: Picker) -> None:
     health = stream.request("/health", None)
     assert health.immediate is None and health.destinations[0] in PYTORCH_PODS.values()
     assert not health.bodies  # nothing to stream for a request without a body
+    counts = [_epp_requests(pytorch_picker, code, kind="unknown") for code in ("ok", "client_gone")]
     stream.send(response_headers(200, end_of_stream=True))
     assert [answer.WhichOneof("response") for answer in stream.finish()] == ["response_headers"]
+    pytorch_picker.router.check_books()  # an answer without a body ends its lease with the headers
+    eventually(lambda: sum(_epp_requests(pytorch_picker, code, kind="unknown") for code in ("ok", "client_gone"))
+               > sum(counts), timeout=30, what="the request counted")
+    assert _epp_requests(pytorch_picker, "client_gone", kind="unknown") == counts[1]  # the client had all of it
 
 
 def test_refusals_carry_status_and_an_openai_error_body(tmp_path: Path) -> None:
@@ -284,8 +289,8 @@ def test_a_body_over_the_limit_is_refused_with_413(tmp_path: Path) -> None:
         loop.close()
 
 
-def _epp_requests(picker: Picker, code: str) -> float:
-    counter = picker.router.router.metrics.requests.labels("epp", "adapter", code)
+def _epp_requests(picker: Picker, code: str, kind: str = "adapter") -> float:
+    counter = picker.router.router.metrics.requests.labels("epp", kind, code)
     return float(counter.value)
 
 
