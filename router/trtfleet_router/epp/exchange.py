@@ -98,6 +98,7 @@ class Exchange:
         self.cold = False  # the pod was cold for the adapter: a load (pushed first, or read from lora_path)
         self.complete = False  # the client has the whole answer (its end, or an OpenAI stream's [DONE])
         self.cut = False  # the stream ended in the middle of the answer
+        self.body_left: int | None = None  # bytes of the answer still to come, where its content-length says
         self.error_body = b""
         self.openai = True  # error bodies in OpenAI's shape (else Triton's)
         self.meter = ChunkMeter()
@@ -304,11 +305,11 @@ class Exchange:
             elif kind == "response_body":
                 chunk, end = message.response_body.body, message.response_body.end_of_stream
                 self._response_chunk(chunk, record)
+                if end or self.complete:  # booked before the last bytes go back: the client cannot be ahead
+                    self._response_end()
                 if self.request is not None:
                     chunk = self.request.client_names(chunk)
                 await context.write(envoy.response_body(chunk, end))
-                if end:
-                    self._response_end()
             elif kind == "response_trailers":
                 self._response_end()
                 await context.write(envoy.RESPONSE_TRAILERS_UNCHANGED)
@@ -321,6 +322,8 @@ class Exchange:
             self.status = int(headers.get(":status", "0"))
         except ValueError:
             self.status = 0
+        length = headers.get("content-length", "")
+        self.body_left = int(length) if length.isdigit() else None
         served = envoy.served_endpoint(message.metadata_context, headers)
         lease = self.lease
         if lease is not None and served is not None and served != _destination(lease.endpoint, self.request):
@@ -352,6 +355,12 @@ class Exchange:
         self.decision = decision
 
     def _response_chunk(self, chunk: bytes, record: RequestRecord) -> None:
+        """Book one chunk of the answer; ``complete`` once it is whole: its content-length reached (a gateway may
+        close the stream before the empty end-of-stream chunk) or an OpenAI stream's ``[DONE]``."""
+        if self.body_left is not None:
+            self.body_left -= len(chunk)
+            if self.body_left <= 0:
+                self.complete = True
         if self.status == 200 and chunk.rstrip().endswith(SSE_DONE):
             self.complete = True
         if self.status != 200:

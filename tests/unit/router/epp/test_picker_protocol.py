@@ -313,6 +313,26 @@ def test_a_gateway_that_closes_after_the_whole_answer_counts_it_served(pytorch_p
                == (ok + 1, gone + 1), timeout=30, what=f"both streams counted (before: ok {ok}, gone {gone})")
 
 
+def test_a_whole_answer_by_its_content_length_is_served_when_the_gateway_closes_before_its_end(
+    pytorch_picker: Picker,
+) -> None:
+    """A JSON answer is whole once its content-length has passed: a gateway that closes the stream before the empty
+    end-of-stream chunk has served it, and its books are kept before the last bytes go back to the gateway."""
+    ok, gone = _epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone")
+    answer = b'{"model": "tiny", "choices": [{"text": "A"}]}'
+    for whole in (True, False):
+        stream = pytorch_picker.stream()
+        stream.request("/v1/completions", b'{"model": "tiny-upper", "prompt": "x"}')
+        stream.send(response_headers(200, {"content-type": "application/json", "content-length": str(len(answer))}))
+        stream.receive()
+        stream.send(response_body(answer if whole else answer[:10], end_of_stream=False))
+        stream.receive()
+        stream.cancel()
+        pytorch_picker.router.check_books()
+    eventually(lambda: (_epp_requests(pytorch_picker, "ok"), _epp_requests(pytorch_picker, "client_gone"))
+               == (ok + 1, gone + 1), timeout=30, what="both streams counted")
+
+
 def test_a_gateway_that_follows_no_response_hands_the_request_over(pytorch_picker: Picker) -> None:
     """A gateway that closes its side once it has the destination (NGINX Gateway Fabric's client sends the headers,
     the body, then closes): the lease ends as answered, the adapter is booked on the pod it went to."""
