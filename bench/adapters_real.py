@@ -30,6 +30,7 @@ from typing import Any
 from trtfleet_router.routing.placement import AdapterWant, PlacementConfig, host_pages_needed
 
 from bench import report
+from bench.adapters import Variant
 from bench.realfleet import RealFleet, synthetic_adapters
 from bench.realscenario import WORK, RealScenario, host_cache_bytes_for
 from bench.replay import Sample, replay
@@ -42,14 +43,6 @@ H100_ADAPTER_TRANSFER_S = 40 * 2**20 / 1.25e9
 """A rank-8 Llama-3-8B adapter (7 modules, 32 layers, fp16: 40 MiB) over a 10 GbE pod network."""
 H100_PAGE_COPY_S = 90 * 2**20 / 50e9
 """That adapter's cache page (90 MiB: ``bench.profiles``' geometry) over an H100's PCIe Gen5 x16 at 50 GB/s."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Variant:
-    label: str
-    policy: str
-    placement: bool = False
-    one_adapter: bool = False
 
 
 VARIANTS = (
