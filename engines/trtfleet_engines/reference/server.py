@@ -211,6 +211,11 @@ class WorkerProcess:
         if self.running():
             self.process.send_signal(signal.SIGTERM)
 
+    def kill(self) -> None:
+        """SIGKILL the server (one that did not stop after SIGTERM); :meth:`stop` reaps its stubs."""
+        if self.running():
+            self.process.kill()
+
     def stop(self, timeout_s: float = STOP_TIMEOUT_S) -> int:
         """SIGTERM, then SIGKILL after ``timeout_s``; removes temporary dirs. Returns the exit code."""
         if self.watchdog is not None:

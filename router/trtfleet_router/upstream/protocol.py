@@ -50,7 +50,11 @@ QUEUE_FULL_RE: Final = re.compile(r"Maximum queue size of \d+ has been reached|E
 POD_BROKEN_RE: Final = re.compile(
     r"Stub process .* is not healthy|stub process .*(?:unhealthy|exited|crashed|died)"
     r"|Failed to (?:initialize|load|connect to) .*stub|Socket closed|failed to connect to all addresses"
-    r"|Connection reset by peer|Broken pipe",
+    r"|Connection reset by peer|Broken pipe"
+    # Triton core's GetModel (core ``src/model_repository_manager/model_lifecycle.cc``): the model is being
+    # unloaded or loaded (a server stopping after a stub died, a restart). Inside a stream these come
+    # without a gRPC code; the router asks every pod for the same upstream model, so another pod may serve it.
+    r"|Request for unknown model|has no available versions|is not at ready state",
     re.IGNORECASE,
 )
 """Texts that say the pod (its tritonserver or a Python stub of its models), not the request, is broken."""

@@ -127,6 +127,10 @@ def test_read_text() -> None:
         ("failed to connect to all addresses", grpc.StatusCode.UNAVAILABLE, FailureKind.POD_FAILED, None),
         ("Socket closed", grpc.StatusCode.UNAVAILABLE, FailureKind.POD_FAILED, None),
         ("Request for unknown model: 'x' is not found", grpc.StatusCode.NOT_FOUND, FailureKind.POD_FAILED, None),
+        # in a stream (no gRPC code): a server unloading its models after a stub died
+        ("Request for unknown model: 'tensorrt_llm_bls' has no available versions", None, FailureKind.POD_FAILED, None),
+        ("Request for unknown model: 'tensorrt_llm_bls' version 1 is not at ready state", None,
+         FailureKind.POD_FAILED, None),
         ("Deadline Exceeded", grpc.StatusCode.DEADLINE_EXCEEDED, FailureKind.TIMEOUT, None),
         ("unexpected inference input 'foo'", grpc.StatusCode.INVALID_ARGUMENT, FailureKind.INVALID, None),
         (
