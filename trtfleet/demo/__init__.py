@@ -76,7 +76,15 @@ from trtfleet.demo.fleet import (
     build_basemodel,
     plan_spec,
 )
-from trtfleet.demo.processes import Child, Supervisor, check_ports_free, free_port, http_ok, trtfleet_command
+from trtfleet.demo.processes import (
+    Child,
+    Supervisor,
+    check_ports_free,
+    free_port,
+    http_ok,
+    log_tails,
+    trtfleet_command,
+)
 from trtfleet.demo.summary import fetch_summary, format_summary
 
 EXIT_OK: Final = 0
@@ -426,7 +434,7 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="trtfleet-demo-")) if own_workdir else args.workdir.resolve()
     (workdir / "logs").mkdir(parents=True, exist_ok=True)
     stop = threading.Event()
-    sup = Supervisor(workdir / "logs", stop)
+    sup = Supervisor(workdir / "logs", stop, notice=say, stop_timeout_s=STOP_TIMEOUT_S)
     started = time.monotonic()
     with stop_on_signals(stop):  # also while stopping: a second Ctrl-C must not cut the cleanup short
         try:
@@ -463,6 +471,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"trtfleet demo: {exc}", file=sys.stderr)
             if isinstance(exc, StartupError) and exc.log_tail:
                 print(exc.log_tail, file=sys.stderr)
+            elif isinstance(exc, RequestError):  # what the router and the workers said about it
+                print(log_tails(sup.children), file=sys.stderr)
             return EXIT_FAILED
         finally:
             say("stopping the router and the workers ...")

@@ -4,6 +4,12 @@ Each child runs in its own session (process group), so a Ctrl-C in the terminal 
 which then stops the children in order (router first, so it drains, then the workers) with SIGTERM,
 and SIGKILLs a process group that outlives ``stop_timeout_s`` (tritonserver, the workers' own child,
 included). Children also get SIGTERM from the kernel if the demo itself dies (``PR_SET_PDEATHSIG``).
+
+Workers are restarted when they exit on their own, as a kubelet restarts a crashed container
+(``restartPolicy: Always``): a ``trtfleet worker`` stops when one of its Python backend stubs dies (see
+``trtfleet_engines.reference.supervisor``), and the router must hide that from clients by retrying
+another pod while the worker comes back on the same ports. A worker that keeps dying
+(:data:`MAX_RESTARTS`) ends the demo with its log.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ POLL_INTERVAL_S: Final = 0.2
 PROGRESS_EVERY_S: Final = 5.0
 HTTP_PROBE_TIMEOUT_S: Final = 2.0
 LOG_TAIL_LINES: Final = 25
+MAX_RESTARTS: Final = 3  # per child; more means the worker cannot run here, not a passing crash
 
 
 def trtfleet_command() -> list[str]:
@@ -73,10 +80,13 @@ def http_ok(url: str) -> bool:
 class Child:
     """One subprocess with its output in a log file."""
 
-    def __init__(self, name: str, argv: Sequence[str], log_path: Path) -> None:
+    def __init__(self, name: str, argv: Sequence[str], log_path: Path, *, restart: bool = False) -> None:
         self.name = name
         self.argv = list(argv)
         self.log_path = log_path
+        self.restart = restart  # restarted when it exits on its own (a worker), else its exit ends the demo
+        self.restarts = 0
+        self.stopping = False  # stopped on purpose (the end, a scale-down): never restarted
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, env: dict[str, str] | None = None) -> Child:
@@ -112,8 +122,13 @@ class Child:
             return True
         return True
 
+    def restartable(self) -> bool:
+        """Exited on its own with restarts left (see the module docstring)."""
+        return self.restart and not self.stopping and self.restarts < MAX_RESTARTS
+
     def stop(self, timeout_s: float) -> None:
         """SIGTERM, wait, then SIGKILL whatever is left of the child's process group."""
+        self.stopping = True
         if self.proc is None:
             return
         if self.proc.poll() is None:
@@ -130,29 +145,81 @@ class Child:
             time.sleep(0.05)
 
 
-class Supervisor:
-    """Starts children and stops them all, newest first."""
+def log_tails(children: Sequence[Child]) -> str:
+    """The last lines of each child's log, under its name and path (for an error report)."""
+    return "\n".join(f"--- {c.name} ({c.log_path})\n{c.tail()}" for c in children)
 
-    def __init__(self, log_dir: Path, stop: threading.Event, env: dict[str, str] | None = None) -> None:
+
+class Supervisor:
+    """Starts children, restarts workers that exit on their own, and stops them all, newest first."""
+
+    def __init__(
+        self,
+        log_dir: Path,
+        stop: threading.Event,
+        env: dict[str, str] | None = None,
+        notice: Callable[[str], None] | None = None,
+        stop_timeout_s: float = 10.0,
+    ) -> None:
         self.log_dir = log_dir
         self.stop_requested = stop
         self.env = env
+        self.notice = notice
+        self.stop_timeout_s = stop_timeout_s
         self.children: list[Child] = []
+        self._lock = threading.Lock()  # restarts (the watcher thread) against stop_all and check_alive
+        self._watcher: threading.Thread | None = None
+        self._unwatch = threading.Event()
 
-    def spawn(self, name: str, argv: Sequence[str]) -> Child:
-        child = Child(name, argv, self.log_dir / f"{name}.log").start(self.env)
-        self.children.append(child)
+    def spawn(self, name: str, argv: Sequence[str], *, restart: bool = False) -> Child:
+        child = Child(name, argv, self.log_dir / f"{name}.log", restart=restart).start(self.env)
+        with self._lock:
+            self.children.append(child)
+        if restart and self._watcher is None:
+            self._unwatch.clear()
+            self._watcher = threading.Thread(target=self._watch, name="demo-restarts", daemon=True)
+            self._watcher.start()
         return child
 
     def stop_all(self, timeout_s: float) -> None:
+        self._unwatch.set()
+        if self._watcher is not None:
+            self._watcher.join()
+            self._watcher = None
         for child in reversed(self.children):
             child.stop(timeout_s)
         self.children.clear()
 
     def check_alive(self, children: Sequence[Child]) -> None:
-        for child in children:
-            if not child.running():
-                raise StartupError(f"{child.name} exited with code {child.returncode}", child.tail())
+        """Raise StartupError for a child that exited and will not be restarted."""
+        with self._lock:
+            for child in children:
+                if not child.running() and not child.restartable():
+                    raise StartupError(f"{child.name} exited with code {child.returncode}", child.tail())
+
+    def restart_exited(self) -> list[Child]:
+        """Start again every restartable child that exited (same argv, so the same ports); returns them."""
+        restarted = []
+        with self._lock:
+            for child in self.children:
+                if child.proc is None or child.running() or not child.restartable():
+                    continue
+                code = child.returncode
+                last = next((line for line in reversed(child.tail().splitlines()) if line.strip()), "")
+                child.stop(self.stop_timeout_s)  # what is left of its process group (tritonserver, stubs)
+                child.stopping = False
+                count = child.restarts + 1
+                if self.notice is not None:
+                    self.notice(f"  {child.name} exited with code {code} ({last.strip()[:200]}); restarting it "
+                                f"as a kubelet would (restart {count} of {MAX_RESTARTS})")
+                child.start(self.env)
+                child.restarts = count  # counted once its new process runs: a waiter reads a settled state
+                restarted.append(child)
+        return restarted
+
+    def _watch(self) -> None:
+        while not self._unwatch.wait(POLL_INTERVAL_S):
+            self.restart_exited()
 
     def wait_until(
         self,
@@ -174,8 +241,7 @@ class Supervisor:
                 return time.monotonic() - started
             now = time.monotonic()
             if now - started > timeout_s:
-                tails = "\n".join(f"--- {c.name} ({c.log_path})\n{c.tail()}" for c in watch)
-                raise StartupError(f"{what}: not done after {timeout_s:.0f} s", tails)
+                raise StartupError(f"{what}: not done after {timeout_s:.0f} s", log_tails(watch))
             if progress is not None and now >= next_note:
                 progress(f"  ... still {what} ({now - started:.0f} s)")
                 next_note = now + PROGRESS_EVERY_S

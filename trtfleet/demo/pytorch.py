@@ -49,7 +49,7 @@ def spawn_worker(sup: Supervisor, args: argparse.Namespace, assets: Path, index:
             "--http-port", str(w.http_port), "--served-model-name", BASE_MODEL,
             "--model", str(assets / "tiny-llama"), "--max-loras", str(args.max_loras),
             "--max-cpu-loras", str(args.adapters_per_worker)]
-    return w, sup.spawn(w.name, argv)
+    return w, sup.spawn(w.name, argv, restart=True)
 
 
 def start_workers(sup: Supervisor, args: argparse.Namespace, assets: Path) -> list[tuple[WorkerEndpoint, Child]]:

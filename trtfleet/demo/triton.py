@@ -23,7 +23,7 @@ def spawn_worker(
             "--model", str(assets / "tiny-llama")]
     say(f"starting {w.name}: tritonserver with the tiny reference Llama (http {w.http_port}, "
         f"grpc {w.grpc_port}, metrics {w.metrics_port})")
-    return w, sup.spawn(w.name, argv)
+    return w, sup.spawn(w.name, argv, restart=True)
 
 
 def write_fleet(
