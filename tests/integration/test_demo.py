@@ -146,6 +146,46 @@ def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
     assert_nothing_left(mark, output)
 
 
+def test_a_worker_whose_stub_dies_restarts_and_no_client_sees_it(mark: str) -> None:
+    """A Python backend stub killed by SIGBUS (Triton's python_backend crash, triton-inference-server/server#7938):
+    its worker stops, the router answers from the other one, the demo restarts the worker on its ports."""
+    from openai import OpenAI
+
+    argv = demo_argv("--workers", "2", "--runtime", "tensorrtllm", "--refresh-s", "0.5")
+    http_port = argv[argv.index("--http-port") + 1]
+    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        eventually(lambda: proc.poll() is not None or any("live summary" in line for line in lines),
+                   timeout=DEMO_TIMEOUT_S, what="the demo to be ready")
+        assert proc.poll() is None, "".join(lines)
+        stubs = [line for line in processes_marked(mark) if "triton_python_backend_stub.real" in line]
+        assert stubs, processes_marked(mark)
+        os.kill(int(stubs[0].split()[0]), signal.SIGBUS)
+        client = OpenAI(base_url=f"http://127.0.0.1:{http_port}/v1", api_key="unused", max_retries=0)
+        for model in ["tiny-upper", "tiny-reverse", "tiny-json"] * 3:
+            answer = client.completions.create(model=model, prompt=PROMPT, max_tokens=48, temperature=0)
+            check_answer(model, answer.choices[0].text)
+        eventually(lambda: any("restarting it as a kubelet would (restart 1 of 3)" in line for line in lines),
+                   timeout=60, what=f"the demo to restart the worker:\n{''.join(lines[-5:])}")
+        restarted = next(i for i, line in enumerate(lines) if "as a kubelet would" in line)
+        assert "killed by SIGBUS" in lines[restarted], lines[restarted]
+        eventually(lambda: any("workers 2/2 ready" in line for line in lines[restarted:]),
+                   timeout=120, what=f"the restarted worker to be ready:\n{''.join(lines[-5:])}")
+        assert proc.poll() is None, "".join(lines)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    reader.join(10)
+    assert_nothing_left(mark, "".join(lines))
+
+
 @pytest.mark.parametrize("runtime", ["pytorch", "tensorrtllm"])
 def test_demo_gateway_answers_through_envoy(mark: str, runtime: str) -> None:
     """``trtfleet demo --gateway`` (``make demo-gateway``): the clients call Envoy only, the router is its endpoint
