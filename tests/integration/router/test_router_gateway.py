@@ -144,15 +144,20 @@ def test_a_conversations_second_turn_goes_where_its_prefix_is(pytorch_gateway: P
         assert second.headers[SERVED_HEADER] == first.headers[SERVED_HEADER], index
 
 
-def _zipf_sequence(count: int) -> list[str]:
-    weights = [1 / rank for rank in range(1, len(ADAPTERS) + 1)]
-    sequence, credit = [], [0.0] * len(ADAPTERS)
-    for _ in range(count):  # deterministic: each step the adapter furthest behind its share goes next
+def _zipf_names(names: list[str], count: int) -> list[str]:
+    """``count`` names, the one furthest behind its 1/rank share next (deterministic)."""
+    weights = [1 / rank for rank in range(1, len(names) + 1)]
+    sequence, credit = [], [0.0] * len(names)
+    for _ in range(count):
         credit = [c + w for c, w in zip(credit, weights, strict=True)]
-        chosen = max(range(len(ADAPTERS)), key=lambda i: credit[i])
+        chosen = max(range(len(names)), key=lambda i: credit[i])
         credit[chosen] -= sum(weights)
-        sequence.append(served_name(ADAPTERS[chosen]))
+        sequence.append(names[chosen])
     return sequence
+
+
+def _zipf_sequence(count: int) -> list[str]:
+    return _zipf_names([served_name(adapter) for adapter in ADAPTERS], count)
 
 
 def _round(url: str, sequence: list[str]) -> list[float]:
@@ -285,6 +290,42 @@ def test_churn_through_the_gateway_mispredicts_no_residency(
     print(f"{len(sequence)} requests: {loads:g} cold pushes, {hits:g} warm, {misses:g} misses, {errors} client errors")
     assert loads > len(names) and loads + hits == len(sequence)  # the cache churned; every request counted once
     assert errors == 0 and misses == 0
+
+
+def test_warm_first_routing_through_the_gateway_matches_the_routers_own_on_triton_pods(
+    tmp_path: Path, converted_adapters: list[ConvertedAdapter]
+) -> None:
+    """The ``tensorrtllm`` runtime's counterpart of the test above: Triton's generate extension through Envoy + picker
+    (which pushes a cold adapter's weights over gRPC first) and through the router's own front end, three fresh
+    two-worker fleets each way; the hit rates agree within their rounds' spread."""
+    sequence = _zipf_names([adapter.name for adapter in converted_adapters], 30)
+    rates: dict[str, list[float]] = {"router": [], "gateway": []}
+    latency: dict[str, list[float]] = {"router": [], "gateway": []}
+    for round_number in range(3):
+        for mode in ("router", "gateway"):
+            with ExitStack() as stack:
+                workers = stack.enter_context(reference_workers(2))
+                router = stack.enter_context(
+                    router_for(workers, converted_adapters, picker=PickerSettings(), picker_port=0))
+                url = _gateway(stack, router, tmp_path / f"{mode}{round_number}").url if mode == "gateway" \
+                    else router.http_url
+                times = []
+                for index, name in enumerate(sequence):
+                    started = time.perf_counter()
+                    answer = httpx.post(f"{url}/v2/models/{name}/generate",
+                                        json={"text_input": PROMPTS[index % len(PROMPTS)], "max_tokens": 4}, timeout=60)
+                    times.append(time.perf_counter() - started)
+                    assert answer.status_code == 200, answer.text
+                router.check_books()
+                hits = _metric(router, "trtfleet_router_adapter_cache_hits_total")
+                loads = _metric(router, "trtfleet_router_adapter_loads_total")
+                assert hits + loads == len(sequence)  # every request counted once, warm or cold
+                rates[mode].append(hits / len(sequence))
+                latency[mode].append(statistics.median(times))
+    print("hit rates", rates, "median latency s", latency)
+    gateway_median = statistics.median(rates["gateway"])
+    assert min(rates["router"]) - 0.05 <= gateway_median <= max(rates["router"]) + 0.05, rates
+    assert gateway_median > 0.5  # warm-first: most requests find their adapter where they land
 
 
 def test_a_mispredicted_miss_costs_its_client_one_error_then_the_weights_go_first(
