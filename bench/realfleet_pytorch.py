@@ -111,7 +111,8 @@ class ServeFleet(RealFleet):
             "maxSeqLen": engine.max_seq_len,
             "hostPages": int(self.tiers["hostPages"]),
             "devicePages": int(self.tiers["devicePages"]),
-            "backends": [{"address": f"127.0.0.1:{w.port}", "podId": f"w{i}"} for i, w in enumerate(self._workers)],
+            "backends": [{"address": f"127.0.0.1:{w.port}", "metrics": f"127.0.0.1:{w.port}", "podId": f"w{i}"}
+                         for i, w in enumerate(self._workers)],
             "adapters": [{"servedName": name, "taskId": task_id, "artifact": str(path),
                           "pages": self.pages_per_adapter} for name, task_id, path in self.adapters],
         }]}

@@ -11,8 +11,11 @@ custom_metrics_reporter.cc``@7f9aa46).
 trtllm-serve pods (runtime pytorch) answer ``GET /metrics`` with JSON iteration stats instead (a list, the
 iterations since the last call; ``tensorrt_llm/executor/iteration_stats.py``): the newest entry's
 ``numActiveRequests``, ``numQueuedRequests`` and ``kvCacheStats{usedNumBlocks, maxNumBlocks, tokensPerBlock,
-reusedBlocks, missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list (no iteration since the last
-scrape) says nothing.
+reusedBlocks, missedBlocks}`` (:func:`parse_trtllm_serve_stats`). An empty list says the engine ran no iteration
+since the last scrape: nothing ran or waited in it (an engine with a request iterates each step; trtfleet's pods
+always set ``enable_iter_perf_stats``), so the pod reads as idle, 0 active and 0 waiting, its KV-cache use unknown.
+Without that an idle pod's load would go stale and stay so until it served again, and a detector that fails closed
+on stale pods (llm-d's utilization detector) would never let a request reach it.
 
 Speculative decoding and bandwidth (:mod:`.acceptance`): each pod's drafted / accepted tokens and iterations
 become its acceptance rate, tokens per step (which the routing step model divides the in-flight delay by,
@@ -80,6 +83,7 @@ class ScrapedLoad:
     kv_tokens_per_block: int | None = None  # its block size (Triton "tokens_per")
     spec: SpecSample | None = None  # speculative decoding counts (acceptance.py); None: the pod does not speculate
     iterations: int | None = None  # engine iterations since it started
+    idle: bool = False  # trtllm-serve ran no iteration since the last scrape (0 active, 0 waiting)
 
     def kv_tokens_in_use(self) -> int | None:
         """KV-cache tokens the running requests hold (what each step reads), where the pod says it."""
@@ -141,8 +145,11 @@ def _count(value: object) -> int | None:
 
 
 def parse_trtllm_serve_stats(payload: object) -> ScrapedLoad:
-    """The load signals from trtllm-serve's JSON ``/metrics`` (pure); all None when it holds no iteration."""
-    if not isinstance(payload, list) or not payload or not isinstance(payload[-1], dict):
+    """The load signals from trtllm-serve's JSON ``/metrics`` (pure); an idle pod (0 active, 0 waiting) when it holds
+    no iteration, all None when it is not a list of iterations."""
+    if isinstance(payload, list) and not payload:
+        return ScrapedLoad(0, 0, None, idle=True)
+    if not isinstance(payload, list) or not isinstance(payload[-1], dict):
         return ScrapedLoad(None, None, None)
     last = payload[-1]
     kv = last.get("kvCacheStats")
@@ -239,8 +246,8 @@ class MetricsScraper:
             {"base" if task == 0 else adapters.get(task, f"task-{task}"): found.acceptance_rate
              for task, found in state.by_adapter.items()},
         ))
-        if result.spec is None or current is None or math.isnan(current.tokens_per_step):
-            return None
+        if (result.spec is None and not result.idle) or current is None or math.isnan(current.tokens_per_step):
+            return None  # an idle pod keeps the tokens per step it last drafted at
         return current.tokens_per_step
 
     def _export_pod_load(self, base: str) -> None:

@@ -50,9 +50,12 @@ def _worker_args(batch: int, *extra: str) -> list[str]:
             "--max_batch_size", str(batch), "--min-step-ms", "25", *extra]
 
 
-def _router(stack: ExitStack, tmp: Path, worker: ServeProcess, tenancy: dict[str, Any], **base: Any) -> RouterThread:
-    config = pytorch_fleet_config([{"address": worker.url.removeprefix("http://"), "podId": "w0"}],
-                                  worker.lora_cache(), **base)
+def _router(stack: ExitStack, tmp: Path, worker: ServeProcess, tenancy: dict[str, Any], *, scraped: bool = False,
+            **base: Any) -> RouterThread:
+    """The router in front of ``worker``; ``scraped``: it reads the worker's load from its ``/metrics`` too."""
+    address = worker.url.removeprefix("http://")
+    backend = {"address": address, "podId": "w0"} | ({"metrics": address} if scraped else {})
+    config = pytorch_fleet_config([backend], worker.lora_cache(), **base)
     routing = RoutingConfig.model_validate({"capacityWaitS": 60, "capacityQueueMax": 6, "tenancy": tenancy})
     return start_router(stack, config, routing=routing, api_keys_path=_keys_file(tmp))
 
@@ -188,6 +191,18 @@ def test_a_critical_request_overtakes_sheddable_ones_in_the_engine_queue(tmp_pat
     # the pod runs one request at a time: the critical one is its next, ahead of those queued before it
     assert run.started_between("s", vip.sent_s, vip.first_token_s) <= 1
     assert _overtaken(run, vip) >= 2
+
+
+def test_llmd_flow_control_starts_a_request_on_an_idle_pod(tmp_path: Path, worker: ServeProcess) -> None:
+    """llm-d's utilization detector counts a pod whose load is unknown as saturated: an idle trtllm-serve pod (its
+    ``/metrics`` an empty iteration list) must read as 0 waiting, or no request would ever start to make it known."""
+    tenancy = {"order": "llmd-round-robin", "saturation": {"detector": "llmd-utilization"}}
+    with ExitStack() as stack:
+        router = _router(stack, tmp_path, worker, tenancy, scraped=True)
+        fleet = router.router.fleets.fleets["tiny"]
+        wait_until(lambda: [p.waiting_requests for p in fleet.snapshot().pods] == [0], timeout_s=30)
+        first = Run().stream(_client(router, "steady"), "first", served_name("reverse"))
+    assert first.error is None and first.first_token_s is not None
 
 
 def _overtaken(run: Run, vip: Outcome) -> int:

@@ -11,8 +11,12 @@ What a dispatch cycle does there, and here:
   in sorted order from a cursor kept per band, the flow's oldest request first. The unit of fairness is a
   dispatch turn, not tokens; flows have no weights (llm-d's default ``global-strict`` policy is first come, first
   served across flows: :class:`~trtfleet_router.routing.fairqueue.ArrivalOrder`);
-* saturation: per endpoint ``max(waiting / queueDepthThreshold, kvCacheUsage / kvCacheUtilThreshold)``, a stale
-  endpoint 1.0, averaged over the pool (defaults 5 and 0.8): saturated at 1.0 or more;
+* saturation: per endpoint ``max(waiting / queueDepthThreshold, kvCacheUsage / kvCacheUtilThreshold)``, averaged
+  over the pool (defaults 5 and 0.8): saturated at 1.0 or more. An endpoint whose metrics are missing or stale
+  scores 1.0 (upstream fails closed, ``utilization/detector.go``), so the detector needs every pod's load scraped:
+  upstream reads trtllm-serve's ``trtllm_num_requests_waiting`` / ``trtllm_kv_cache_utilization`` gauges
+  (``datalayer/extractor/metrics/factories.go``), trtfleet its JSON ``/metrics`` (an idle pod reads as 0 waiting,
+  ``upstream/scrape.py``); a missing KV fraction counts as 0, as upstream's unset field does;
 * shedding at a band's capacity evicts the lowest priority, newest first (``eviction/ordering/priority_time``).
 """
 

@@ -39,7 +39,9 @@ def _stats(active: int, queued: int, used: int, reused: int, missed: int) -> dic
     pytest.param(json.dumps([_stats(1, 0, 10, 1, 1), _stats(4, 2, 25, 7, 9)]).encode(),
                  ScrapedLoad(4, 2, 0.25, 7, 9, kv_max_blocks=100, kv_tokens_per_block=32, iterations=3),
                  id="newest-iteration-wins"),
-    pytest.param(b"[]", ScrapedLoad(None, None, None), id="no-iteration-since-last-scrape"),
+    pytest.param(b"[]", ScrapedLoad(0, 0, None, idle=True), id="no-iteration-since-last-scrape: idle"),
+    pytest.param(b"[1]", ScrapedLoad(None, None, None), id="not-iteration-stats"),
+    pytest.param(b"{}", ScrapedLoad(None, None, None), id="not-a-list"),
     pytest.param(b"[{]", ScrapedLoad(None, None, None), id="malformed-json"),
     pytest.param(TEXT.encode(), ScrapedLoad(5, 3, 0.25, 42, requests_total=12), id="triton-text"),
 ])
