@@ -93,11 +93,16 @@ demo-gateway: install tools
 bench: install
 	$(PY) -m bench --quick
 
-# Compiled gRPC load generator for bench.router_overhead (wrk, its HTTP counterpart, is the apt package).
+# Compiled gRPC load generator for bench.router_overhead (wrk, its HTTP counterpart, is the apt package), and
+# GIE's own endpoint picker for bench.gateway, from the Go module whose InferencePool CRD the tests install.
 GHZ_VERSION := v0.120.0
+LWEPP_VERSION := v1.6.2
 bench-tools:
 	@test -x .cache/bench/bin/ghz || GOBIN=$(CURDIR)/.cache/bench/bin go install github.com/bojand/ghz/cmd/ghz@$(GHZ_VERSION)
 	@.cache/bench/bin/ghz --version
+	@test -x .cache/bench/bin/lwepp || GOBIN=$(CURDIR)/.cache/bench/bin GOPATH=$(HOME)/.cache/trtfleet/go \
+		GOMODCACHE=$(HOME)/.cache/trtfleet/go/pkg/mod GOFLAGS=-modcacherw GOWORK=off \
+		$(GO) install sigs.k8s.io/gateway-api-inference-extension/cmd/lwepp@$(LWEPP_VERSION)
 
 # Needs a Docker engine: kind cluster, images, helm install, the reference fleet, openai client checks.
 e2e-kind: install tools

@@ -13,19 +13,22 @@ figures are the proxies' own), all on this machine, load from ``wrk`` (one threa
   InferencePool's picker (``FULL_DUPLEX_STREAMED`` bodies both ways), an ``ORIGINAL_DST`` cluster on the
   picker's ``x-gateway-destination-endpoint``; the client names the adapter, the picker rewrites the path and
   adds ``lora_task_id``;
+* **envoy+lwepp**: the same Envoy, its ``ext_proc`` filter calling GIE's own picker ``lwepp`` (Go, v1.6.2, round
+  robin over an InferencePool's ready Pods; :mod:`bench.lwepp`), the client calling the upstream's model as for
+  **envoy**: what the protocol costs in Go before any model-aware routing. Left out, and said, when ``lwepp`` is
+  not built (``make bench-tools``);
 * **router**: the router's own front end (``/v2/models/{adapter}/generate``), the full path.
 
-Each case runs ``--rounds`` times for ``--seconds``, the four setups alternating within a round; the table keeps
+Each case runs ``--rounds`` times for ``--seconds``, the setups alternating within a round; the table keeps
 each figure's median over rounds. "Added" is a setup's p50 less direct's p50 of the same round. CPU per request
 is the CPU the setup's own processes spent over the requests it answered (Envoy; Envoy and the router for the
 picker; the router), read from /proc: what one core costs per request, whatever else shares the machine.
-GIE's own ``lwepp`` is not in the table: it picks from Pod objects a controller watches, which needs pods whose IPs
-are this machine's loopback (see docs/benchmarks/gateway.md).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -38,14 +41,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bench import report
+from bench import lwepp, report
 from bench.native_loadgen import cpu_s, find_wrk, free_port, wait_port, wrk_run
 from bench.overhead_processes import ADAPTER, TASK_ID, Processes, start
 from trtfleet.demo.envoy import EnvoyProcess, gateway_bootstrap
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SETUPS = ("direct", "envoy", "envoy+python floor", "envoy+picker", "router")
+SETUPS = ("direct", "envoy", "envoy+python floor", "envoy+lwepp", "envoy+picker", "router")
 
 
 @dataclass(frozen=True)
@@ -56,20 +59,31 @@ class Target:
 
 
 def targets(
-    procs: Processes, floor: EnvoyProcess, fixed: EnvoyProcess, fixed_pid: int, gateway: EnvoyProcess, prompt: str
+    procs: Processes,
+    floor: EnvoyProcess,
+    fixed: EnvoyProcess,
+    fixed_pid: int,
+    gateway: EnvoyProcess,
+    prompt: str,
+    go_picker: tuple[EnvoyProcess, int] | None = None,
 ) -> dict[str, Target]:
     warm = {"text_input": prompt, "max_tokens": 1, "lora_task_id": TASK_ID}
     by_name = {"text_input": prompt, "max_tokens": 1}
     upstream_path = f"/v2/models/{procs.upstream_model}/generate"
     adapter_path = f"/v2/models/{ADAPTER}/generate"
     assert floor.process is not None and gateway.process is not None and fixed.process is not None
-    return {
+    found = {
         "direct": Target(f"http://{procs.upstream_http}{upstream_path}", warm, ()),
         "envoy": Target(floor.url + upstream_path, warm, (floor.process.pid,)),
         "envoy+python floor": Target(fixed.url + upstream_path, warm, (fixed.process.pid, fixed_pid)),
         "envoy+picker": Target(gateway.url + adapter_path, by_name, (gateway.process.pid, procs.router_pid)),
         "router": Target(f"http://{procs.router_http}{adapter_path}", by_name, (procs.router_pid,)),
     }
+    if go_picker is not None:
+        envoy, lwepp_pid = go_picker
+        assert envoy.process is not None
+        found["envoy+lwepp"] = Target(envoy.url + upstream_path, warm, (envoy.process.pid, lwepp_pid))
+    return found
 
 
 def warm_up(target: Target) -> None:
@@ -104,19 +118,31 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
         static = gateway_bootstrap(free_port(), free_port(), static_pods=[procs.upstream_http])
         fixed = gateway_bootstrap(free_port(), free_port(), picker=f"127.0.0.1:{fixed_port}")
         routed = gateway_bootstrap(free_port(), free_port(), picker=f"127.0.0.1:{picker_port}")
-        with (EnvoyProcess(static, work / "floor") as floor, EnvoyProcess(fixed, work / "fixed") as fixed_envoy,
-              EnvoyProcess(routed, work / "gateway") as gateway):
+        with contextlib.ExitStack() as stack:
+            floor = stack.enter_context(EnvoyProcess(static, work / "floor"))
+            fixed_envoy = stack.enter_context(EnvoyProcess(fixed, work / "fixed"))
+            gateway = stack.enter_context(EnvoyProcess(routed, work / "gateway"))
+            go_picker = None
+            if lwepp.find_lwepp() is None:
+                print(f"envoy+lwepp left out: {lwepp.LWEPP} not built (make bench-tools)", flush=True)
+            else:
+                picker = stack.enter_context(lwepp.running(procs.upstream_http, work / "lwepp"))
+                config = gateway_bootstrap(free_port(), free_port(), picker=picker.address)
+                go_picker = (stack.enter_context(EnvoyProcess(config, work / "lwepp-envoy")), picker.pid)
             for size in args.prompt_bytes:
                 prompt = ("gateway " * (size // 8 + 1))[:size]
-                setups = targets(procs, floor, fixed_envoy, fixed_picker.pid, gateway, prompt)
+                setups = targets(procs, floor, fixed_envoy, fixed_picker.pid, gateway, prompt, go_picker)
                 warm_up(setups["router"])  # the router stores the adapter on the pod: direct calls find it warm
+                if go_picker is not None:
+                    lwepp.wait_synced(lambda target=setups["envoy+lwepp"]: warm_up(target))
+                names = [name for name in SETUPS if name in setups]
                 for concurrency in args.concurrency:
-                    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in SETUPS}
+                    rounds: dict[str, list[dict[str, float]]] = {name: [] for name in names}
                     for _ in range(args.rounds):
-                        for name in SETUPS:
+                        for name in names:
                             rounds[name].append(measure(setups[name], concurrency, args.seconds, work))
                     direct = rounds["direct"]
-                    for name in SETUPS:
+                    for name in names:
                         added = [r["p50_ms"] - d["p50_ms"] for r, d in zip(rounds[name], direct, strict=True)]
                         row = {"prompt_bytes": size, "concurrency": concurrency, "setup": name,
                                **{key: statistics.median(r[key] for r in rounds[name])
