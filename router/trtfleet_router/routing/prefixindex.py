@@ -300,13 +300,20 @@ class PrefixIndex:
         prefill; nothing while that start is unknown). Without that credit a pod one step from its first token
         looks as busy as one that has just begun a long prompt."""
         pod = self._pods.get(pod_id)
-        return 0.0 if pod is None or not pod.pending_prefill_tokens else _pending_s(pod, now_s, s_per_token)
+        if pod is None or not pod.pending_prefill_tokens:
+            return 0.0
+        pending_s = pod.pending_prefill_tokens * s_per_token
+        elapsed_s = now_s - pod.head_since_s
+        if elapsed_s <= 0.0:  # also for an unknown start (inf)
+            return pending_s
+        head_s = pod.head_tokens * s_per_token
+        return pending_s - (elapsed_s if elapsed_s < head_s else head_s)
 
     def pending_prefill_by_pod(self, now_s: float, s_per_token: float) -> dict[str, float]:
         """:meth:`pending_prefill_s` of every pod with prefill pending (the others' is 0), in one pass."""
         found: dict[str, float] = {}
         for pod_id, pod in self._pods.items():
-            if pod.pending_prefill_tokens:  # _pending_s inlined: the policy reads every pod's for every request
+            if pod.pending_prefill_tokens:  # pending_prefill_s's formula, inlined: it runs for every pod per request
                 pending_s = pod.pending_prefill_tokens * s_per_token
                 elapsed_s = now_s - pod.head_since_s
                 if elapsed_s > 0.0:
@@ -358,12 +365,3 @@ class PrefixIndex:
         if seen != self._holders:
             raise AssertionError("the hash -> pods index disagrees with the pods' blocks")
 
-
-def _pending_s(pod: PodBlocks, now_s: float, s_per_token: float) -> float:
-    """The pod's pending prefill at ``now_s`` in seconds (``PrefixIndex.pending_prefill_s``; some is pending)."""
-    pending_s = pod.pending_prefill_tokens * s_per_token
-    elapsed_s = now_s - pod.head_since_s
-    if elapsed_s <= 0.0:  # also for an unknown start (inf)
-        return pending_s
-    head_s = pod.head_tokens * s_per_token
-    return pending_s - (elapsed_s if elapsed_s < head_s else head_s)

@@ -220,6 +220,7 @@ class TtftCostPolicy:
         transfer_s = self._config.load_s(adapter)
         least_warm_load: int | None = None
         warm_count = 0
+        adapter_copy_s = self._copy_s(adapter)
         for pod_id in ctx.residency.warm_pods(task_id):
             pod = ctx.by_id[pod_id]
             if not ctx.is_candidate(pod) or not pod.residency.is_warm(task_id):
@@ -231,7 +232,7 @@ class TtftCostPolicy:
             prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
             # weights still in transit there: this request carries them too (one more transfer on its link)
             loading_s = self._link_s(pod, transfer_s) if pod.residency.is_loading(task_id) else 0.0
-            copy_s = 0.0 if pod.residency.on_device(task_id) else self._copy_s(adapter)
+            copy_s = 0.0 if not adapter_copy_s or pod.residency.on_device(task_id) else adapter_copy_s
             best.offer(pod, queues.of(pod_id, load) + prefill_s + loading_s + copy_s, False, "warm")
         if best.pod is not None and least_warm_load is not None and ctx.load(best.pod) > least_warm_load:
             best.reason = "warm-prefix"
