@@ -116,7 +116,6 @@ class TtftCostConfig(AdapterPlacementConfig):
     )
 
 
-
 class QueuePrices:
     """Each candidate's queue in seconds for one decision, computed once per pod: the same pod is priced as a warm,
     a cold and a spill candidate, and the spill scan reads every candidate's.
