@@ -98,7 +98,9 @@ class PodLoad:
 
     def foreground(self, now_s: float) -> int:
         """:meth:`load` without any replica's batch lines: what an interactive request is compared by."""
-        return self.load(now_s) - self.background - self.remote_background
+        metrics = self.metrics  # load() inlined: every route reads it for every candidate
+        waiting = metrics.waiting_requests if metrics is not None and now_s <= self.fresh_until_s else 0
+        return self.inflight + self.remote_inflight + waiting - self.background - self.remote_background
 
 
 class AdapterDemand:

@@ -309,6 +309,19 @@ class PrefixIndex:
         head_s = pod.head_tokens * s_per_token
         return pending_s - (elapsed_s if elapsed_s < head_s else head_s)
 
+    def pending_prefill_by_pod(self, now_s: float, s_per_token: float) -> dict[str, float]:
+        """:meth:`pending_prefill_s` of every pod with prefill pending (the others' is 0), in one pass."""
+        found: dict[str, float] = {}
+        for pod_id, pod in self._pods.items():
+            if pod.pending_prefill_tokens:  # pending_prefill_s's formula, inlined: it runs for every pod per request
+                pending_s = pod.pending_prefill_tokens * s_per_token
+                elapsed_s = now_s - pod.head_since_s
+                if elapsed_s > 0.0:
+                    head_s = pod.head_tokens * s_per_token
+                    pending_s -= elapsed_s if elapsed_s < head_s else head_s
+                found[pod_id] = pending_s
+        return found
+
     def pending_tokens(self, ticket_id: PrefillKey) -> int:
         """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""
         pod = self._pending.get(ticket_id)
@@ -351,3 +364,4 @@ class PrefixIndex:
                 seen[block] = seen.get(block, 0) | (1 << pod.slot)
         if seen != self._holders:
             raise AssertionError("the hash -> pods index disagrees with the pods' blocks")
+

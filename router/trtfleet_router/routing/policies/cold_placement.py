@@ -132,6 +132,8 @@ def cold_home(
     first_churn: tuple[PodView, int] | None = None
     first_any: tuple[PodView, int] | None = None
     for pod_id in ranking:
+        if examined >= config.home_pods and first_any is not None and pod_id not in churn:
+            continue  # past the home pods with a fallback found: only a churn pod can still change the answer
         pod = by_id[pod_id]
         if not pod.ready or pod_id in excluded or pod.cache_full_until_s > now_s:
             continue

@@ -48,7 +48,8 @@ Reasons: ``warm``, ``warm-prefix`` (a warm pod chosen over a less loaded one), `
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
 
 from pydantic import Field
 
@@ -115,8 +116,77 @@ class TtftCostConfig(AdapterPlacementConfig):
     )
 
 
+class QueuePrices:
+    """Each candidate's queue in seconds for one decision, computed once per pod: the same pod is priced as a warm,
+    a cold and a spill candidate, and the spill scan reads every candidate's.
+
+    A pod's queue is the prefill still pending there (started, no first token; less what the oldest has computed
+    since it got the pod) plus what the requests in flight add. Only candidates are priced: ``ctx.pods`` are the
+    candidates, and every caller passes the load the request compares (``ctx.load``, ``ctx.loads``)."""
+
+    __slots__ = ("_ctx", "_delay_s", "_every", "_queues", "_s_per_token")
+
+    def __init__(self, ctx: RoutingContext, config: TtftCostConfig) -> None:
+        self._ctx = ctx
+        self._delay_s = config.inflight_delay_s
+        self._s_per_token = config.prefill_s_per_token
+        self._queues: dict[str, float] = {}
+        self._every = False
+
+    def of(self, pod_id: str, load: int) -> float:
+        """The queue of candidate ``pod_id`` whose load is ``load``."""
+        found = self._queues.get(pod_id)
+        if found is None:
+            ctx = self._ctx
+            pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, self._s_per_token)
+            found = self._queues[pod_id] = load * self._delay_s / tokens_per_step(ctx, pod_id) + pending_s
+        return found
+
+    def every(self) -> Mapping[str, float]:
+        """Every candidate's queue, by pod id."""
+        queues = self._queues
+        if not self._every:
+            ctx = self._ctx
+            now_s, delay_s = ctx.now_s, self._delay_s
+            pending = ctx.prefix.pending_prefill_by_pod(now_s, self._s_per_token)
+            for pod, load in zip(ctx.pods, ctx.loads, strict=True):
+                pod_id = pod.pod_id
+                if pod_id not in queues:  # tokens_per_step inlined: this runs for every candidate
+                    state = pod.load
+                    metrics = state.metrics if now_s <= state.fresh_until_s else None
+                    found = metrics.tokens_per_step if metrics is not None else None
+                    per_step = max(1.0, found) if found is not None else 1.0
+                    queues[pod_id] = load * delay_s / per_step + pending.get(pod_id, 0.0)
+            self._every = True
+        return queues
+
+    def shortest(
+        self, adapter: AdapterRef, can_store: Callable[[PodView, AdapterRef], bool]
+    ) -> tuple[PodView, int] | None:
+        """The not-warm candidate with the shortest queue that ``can_store`` the adapter and is not in back-off;
+        walking the adapter's rendezvous ranking, a pod replaces the one found only with a queue shorter by more
+        than ``COST_TIE_S``, so replicas agree. Only a pod that would replace it is checked further."""
+        queues = self.every()
+        ctx = self._ctx
+        by_id = ctx.by_id
+        now_s = ctx.now_s
+        task_id = adapter.task_id
+        found: PodView | None = None
+        below = math.inf  # what a queue must be under to replace the one found (none yet: any)
+        for pod_id in ctx.rankings.rank(adapter.name):
+            queue_s = queues.get(pod_id)
+            if queue_s is None or queue_s >= below:
+                continue  # not a candidate, or not shorter than the one found
+            pod = by_id[pod_id]
+            if pod.residency.is_warm(task_id) or pod.cache_full_until_s > now_s or not can_store(pod, adapter):
+                continue
+            found, below = pod, queue_s - COST_TIE_S
+        return None if found is None else (found, ctx.load(found))
+
+
 class TtftCostPolicy:
     uses_prefix = True  # the fleet hashes prompts and books their blocks only for such policies
+    prices: Callable[[RoutingContext, TtftCostConfig], QueuePrices] = QueuePrices  # one decision's queues
 
     def __init__(self, config: TtftCostConfig, retry_after_s: float, name: str = NAME) -> None:
         self._config = config
@@ -142,12 +212,14 @@ class TtftCostPolicy:
         config = self._config
         task_id = adapter.task_id
         matches = ctx.prefix_matches()
+        queues = self.prices(ctx, config)
         bound = min(ctx.loads) + config.load_bound_inflight
         best = _Best(adapter.name, ctx.placement.pods_of(task_id) if config.planned_homes else ())
         full_prefill_s = ctx.request.prompt_tokens * config.prefill_s_per_token
         transfer_s = self._config.load_s(adapter)
         least_warm_load: int | None = None
         warm_count = 0
+        adapter_copy_s = self._copy_s(adapter)
         for pod_id in ctx.residency.warm_pods(task_id):
             pod = ctx.by_id[pod_id]
             if not ctx.is_candidate(pod) or not pod.residency.is_warm(task_id):
@@ -159,8 +231,8 @@ class TtftCostPolicy:
             prefill_s = self._prefill_s(ctx, pod_id, matches) if pod_id in matches else full_prefill_s
             # weights still in transit there: this request carries them too (one more transfer on its link)
             loading_s = self._link_s(pod, transfer_s) if pod.residency.is_loading(task_id) else 0.0
-            copy_s = 0.0 if pod.residency.on_device(task_id) else self._copy_s(adapter)
-            best.offer(pod, self._queue_s(ctx, pod_id, load) + prefill_s + loading_s + copy_s, False, "warm")
+            copy_s = 0.0 if not adapter_copy_s or pod.residency.on_device(task_id) else adapter_copy_s
+            best.offer(pod, queues.of(pod_id, load) + prefill_s + loading_s + copy_s, False, "warm")
         if best.pod is not None and least_warm_load is not None and ctx.load(best.pod) > least_warm_load:
             best.reason = "warm-prefix"
         # held nowhere: its transfer is on the request's path wherever it goes, so it runs during the queue wait
@@ -170,7 +242,7 @@ class TtftCostPolicy:
             if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or not self._can_store(pod, adapter):
                 continue
             load = ctx.load(pod)
-            cost = self._cold_s(ctx, pod, load, adapter, overlap) + self._prefill_s(ctx, pod_id, matches)
+            cost = self._cold_s(queues, pod, load, adapter, overlap) + self._prefill_s(ctx, pod_id, matches)
             best.offer(pod, cost, True, "cold-prefix")
         hot = warm_count > 0 and ctx.demand.inflight(task_id) >= config.hot_spread_inflight_per_pod * warm_count
         queued = (
@@ -185,21 +257,21 @@ class TtftCostPolicy:
                 load = ctx.load(home)
                 if load > bound or home.cache_full_until_s > ctx.now_s or not self._can_store(home, adapter):
                     continue
-                cost = self._cold_s(ctx, home, load, adapter, overlap) + self._prefill_s(ctx, pod_id, matches)
+                cost = self._cold_s(queues, home, load, adapter, overlap) + self._prefill_s(ctx, pod_id, matches)
                 best.offer(home, cost, True, "cold-planned")
         if best.pod is None or hot or queued or (least_warm_load is not None and least_warm_load > bound):
             found = cold_home(ctx, adapter, bound, config, self._churn)
             if found is not None:
                 pod, load, reason = found
-                cost = self._cold_s(ctx, pod, load, adapter, overlap) + self._prefill_s(ctx, pod.pod_id, matches)
+                cost = self._cold_s(queues, pod, load, adapter, overlap) + self._prefill_s(ctx, pod.pod_id, matches)
                 best.offer(pod, cost, True, reason if warm_count == 0 else "hot-spread")
         # a spill pod holds none of the prefix (those were priced above): it costs at least a transfer and a full
         # prefill, so the O(pods) scan is skipped while the best candidate is cheaper than that
         if best.pod is not None and best.cost_s >= transfer_s + full_prefill_s - COST_TIE_S:
-            spill = self._least_queue(ctx, adapter)
+            spill = queues.shortest(adapter, self._can_store)
             if spill is not None:
                 pod, load = spill
-                cost = self._cold_s(ctx, pod, load, adapter, overlap) + self._prefill_s(ctx, pod.pod_id, matches)
+                cost = self._cold_s(queues, pod, load, adapter, overlap) + self._prefill_s(ctx, pod.pod_id, matches)
                 best.offer(pod, cost, True, "spill")
         if best.pod is not None:
             return Choice(best.pod, best.reason)
@@ -209,39 +281,15 @@ class TtftCostPolicy:
         raise CachesBusy("every candidate pod's LoRA cache is full of busy adapters", self._retry_after_s)
 
     # -- pieces --------------------------------------------------------------------------------------
-    def _least_queue(self, ctx: RoutingContext, adapter: AdapterRef) -> tuple[PodView, int] | None:
-        """The not-warm candidate with the shortest queue that can store the adapter now (not in back-off);
-        equal queues go to the pod ranked first for the adapter, so replicas agree."""
-        now_s = ctx.now_s
-        task_id = adapter.task_id
-        found: tuple[PodView, int] | None = None
-        low = 0.0
-        for pod_id in ctx.rankings.rank(adapter.name):
-            pod = ctx.by_id[pod_id]
-            if not ctx.is_candidate(pod) or pod.residency.is_warm(task_id) or pod.cache_full_until_s > now_s:
-                continue
-            load = ctx.load(pod)
-            queue_s = self._queue_s(ctx, pod_id, load)
-            if (found is None or queue_s < low - COST_TIE_S) and self._can_store(pod, adapter):
-                found, low = (pod, load), queue_s
-        return found
-
-    def _queue_s(self, ctx: RoutingContext, pod_id: str, load: int) -> float:
-        """The prefill still pending there (started, no first token; less what the oldest has computed since
-        it got the pod) plus what the requests in flight add."""
-        config = self._config
-        pending_s = ctx.prefix.pending_prefill_s(pod_id, ctx.now_s, config.prefill_s_per_token)
-        return load * config.inflight_delay_s / tokens_per_step(ctx, pod_id) + pending_s
-
     def _cold_s(
-        self, ctx: RoutingContext, pod: PodView, load: int, adapter: AdapterRef, overlap: bool = False
+        self, queues: QueuePrices, pod: PodView, load: int, adapter: AdapterRef, overlap: bool = False
     ) -> float:
         """The adapter's cold load (and a reload of what it evicts) plus the queue there: one after the other, or
         with ``overlap`` (no pod holds the adapter) overlapped; then its host-to-device copy."""
         transfer_s = self._config.load_s(adapter)
         residency = pod.residency
         evicts = not residency.holds(adapter.task_id) and residency.would_evict(adapter.pages)
-        link_s, queue_s = self._link_s(pod, transfer_s), self._queue_s(ctx, pod.pod_id, load)
+        link_s, queue_s = self._link_s(pod, transfer_s), queues.of(pod.pod_id, load)
         waited_s = max(link_s, queue_s) if overlap else link_s + queue_s
         return waited_s + (transfer_s if evicts else 0.0) + self._copy_s(adapter)
 
@@ -271,8 +319,9 @@ class TtftCostPolicy:
 
     def _choose_base(self, ctx: RoutingContext) -> Choice:
         matches = ctx.prefix_matches()
+        queues = self.prices(ctx, self._config)
         costs = [
-            self._queue_s(ctx, pod.pod_id, load) + self._prefill_s(ctx, pod.pod_id, matches)
+            queues.of(pod.pod_id, load) + self._prefill_s(ctx, pod.pod_id, matches)
             for pod, load in zip(ctx.pods, ctx.loads, strict=True)
         ]
         low = min(costs)
