@@ -1,7 +1,7 @@
 """Tenants on one fleet: a flooding tenant beside a steady one, both backlogged under weights, and a high band beside a
 saturating low band; first come first served, llm-d's flow control and trtfleet's admission side by side.
 
-    .venv/bin/python -m bench.tenants [--quick] [--sim-only | --real-only] [--write]
+    .venv/bin/python -m bench.tenants [--quick] [--sim-only | --real-only] [--admissions vtc,vtc-reserve] [--write]
 
 **Simulator** (section ``tenants-sim``): 64 H100 pods (``bench.profiles.h100_llama3_8b_fleet``, the router's
 ``ttft-cost`` policy), lognormal prompts (median 1000) and outputs (median 250), open-loop Poisson arrivals, the
@@ -15,7 +15,8 @@ the client :func:`bench.replay.replay_spread`. Same scenarios at the fleet's sca
 
 Scenarios: **flood** (tenant A at 5x its fair share, B steady at 0.6x of its share, and B alone), **weights** (A at
 5x, B at 2x its share: both backlogged; served-token shares against weights 1:1 and 1:3), **bands** (a sheddable
-tenant at 2x the fleet's capacity, a critical one at 0.2x, and the critical one alone).
+tenant at 2x the fleet's capacity, a critical one at 0.2x, and the critical one alone). ``vtc-reserve`` is trtfleet's
+admission with ``tenancy.saturation.reservedPerPod: 1`` (each pod's last slot only for requests not flooding).
 """
 
 from __future__ import annotations
@@ -39,7 +40,9 @@ from bench.simtenants import OUTPUT, PROMPT, Admission, TenantSimulation, Traffi
 from bench.simtypes import FleetSpec
 
 PODS: Final = 64
-ADMISSION_LABELS: Final = {"fcfs": "first come, first served", "llmd": "llm-d flow control", "vtc": "trtfleet (VTC)"}
+ADMISSION_LABELS: Final = {"fcfs": "first come, first served", "llmd": "llm-d flow control", "vtc": "trtfleet (VTC)",
+                           "vtc-reserve": "trtfleet (VTC), 1 reserved per pod"}
+RESERVED: Final = 1
 CRITICAL, INTERACTIVE, SHEDDABLE = Priority.CRITICAL, Priority.INTERACTIVE, Priority.SHEDDABLE
 
 
@@ -96,7 +99,8 @@ def run_sim(spec: FleetSpec, flows: Sequence[Traffic], admission: Admission, dur
         rows.setdefault(flow.tenant, []).append((record.arrival_s, record.ttft_s, finish, tokens,
                                                  record.error is None and record.ttft_s is not None, record.waited_s))
     found = {tenant: outcome(tenant, tenant_rows, (warmup_s, duration_s)) for tenant, tenant_rows in rows.items()}
-    print(f"  {admission.mode:<5} {len(trace)} requests, {time.perf_counter() - started:.0f} s: "
+    label = admission.mode + (f" +{admission.reserved_per_pod} reserved" if admission.reserved_per_pod else "")
+    print(f"  {label:<5} {len(trace)} requests, {time.perf_counter() - started:.0f} s: "
           + "; ".join(f"{o.tenant} p99 {_ms(o.ttft_p99_s)} refused {o.refused}" for o in found.values()), flush=True)
     return found
 
@@ -105,7 +109,7 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
-def sim_section(quick: bool) -> tuple[str, dict[str, Any]]:
+def sim_section(quick: bool, modes: Sequence[str] = tuple(ADMISSION_LABELS)) -> tuple[str, dict[str, Any]]:
     spec = h100_llama3_8b_fleet(PODS)
     capacity = sim_capacity(spec)
     duration_s, warmup_s = (25.0, 10.0) if quick else (45.0, 15.0)
@@ -114,16 +118,20 @@ def sim_section(quick: bool) -> tuple[str, dict[str, Any]]:
     print(f"simulator: {PODS} pods, capacity {capacity:.0f} requests/s", flush=True)
     data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s}
 
-    def admissions(weights: tuple[tuple[str, float], ...] = ()) -> list[Admission]:
-        return [Admission("fcfs"), Admission("llmd"), Admission("vtc", inflight_per_pod=per_pod, weights=weights)]
+    def admissions(weights: tuple[tuple[str, float], ...] = ()) -> dict[str, Admission]:
+        every = {"fcfs": Admission("fcfs"), "llmd": Admission("llmd"),
+                 "vtc": Admission("vtc", inflight_per_pod=per_pod, weights=weights),
+                 "vtc-reserve": Admission("vtc", inflight_per_pod=per_pod, weights=weights,
+                                          reserved_per_pod=RESERVED)}
+        return {mode: every[mode] for mode in modes}
 
     flood = [Traffic("A", INTERACTIVE, 5 * share, "adapter-a"), Traffic("B", INTERACTIVE, 0.6 * share, "adapter-b")]
     alone = run_sim(spec, flood[1:], Admission("vtc", inflight_per_pod=per_pod), duration_s, warmup_s)["B"]
-    flood_runs = {a.mode: run_sim(spec, flood, a, duration_s, warmup_s) for a in admissions()}
+    flood_runs = {mode: run_sim(spec, flood, a, duration_s, warmup_s) for mode, a in admissions().items()}
     data["flood"] = {"alone": alone, "runs": flood_runs}
 
     backlogged = [Traffic("A", INTERACTIVE, 5 * share, "adapter-a"), Traffic("B", INTERACTIVE, 2 * share, "adapter-b")]
-    weight_runs = {a.mode: run_sim(spec, backlogged, a, duration_s, warmup_s) for a in admissions()}
+    weight_runs = {mode: run_sim(spec, backlogged, a, duration_s, warmup_s) for mode, a in admissions().items()}
     weighted = run_sim(spec, backlogged, Admission("vtc", inflight_per_pod=per_pod, weights=(("B", 3.0),)),
                        duration_s, warmup_s)
     data["weights"] = {"runs": weight_runs, "vtc_1_3": weighted}
@@ -131,7 +139,7 @@ def sim_section(quick: bool) -> tuple[str, dict[str, Any]]:
     bands = [Traffic("low", SHEDDABLE, 2 * capacity, "adapter-a"), Traffic("high", CRITICAL, 0.2 * capacity,
                                                                              "adapter-b")]
     high_alone = run_sim(spec, bands[1:], Admission("vtc", inflight_per_pod=per_pod), duration_s, warmup_s)["high"]
-    band_runs = {a.mode: run_sim(spec, bands, a, duration_s, warmup_s) for a in admissions()}
+    band_runs = {mode: run_sim(spec, bands, a, duration_s, warmup_s) for mode, a in admissions().items()}
     data["bands"] = {"alone": high_alone, "runs": band_runs}
     return render("sim", data, capacity, f"{PODS} simulated H100 pods"), data
 
@@ -168,6 +176,8 @@ def real_policy_config(mode: str, flows: Sequence[RealFlow], weights: Mapping[st
         tenancy |= {"order": "llmd-round-robin", "saturation": {"detector": "llmd-utilization"}}
     elif mode == "vtc":
         tenancy |= {"saturation": {"inflightPerPod": REAL_BATCH}}
+    elif mode == "vtc-reserve":
+        tenancy |= {"saturation": {"inflightPerPod": REAL_BATCH, "reservedPerPod": RESERVED}}
     else:
         tenancy |= {"order": "fcfs"}
     return {"tenancy": tenancy, "metricsStaleAfterS": 5}
@@ -210,7 +220,7 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
     return found
 
 
-def real_section(quick: bool) -> tuple[str, dict[str, Any]]:
+def real_section(quick: bool, modes: Sequence[str] = tuple(ADMISSION_LABELS)) -> tuple[str, dict[str, Any]]:
     from bench.realfleet import synthetic_peft_adapters
 
     paths = synthetic_peft_adapters(2, seed=40)
@@ -227,13 +237,13 @@ def real_section(quick: bool) -> tuple[str, dict[str, Any]]:
         data["flood"] = {
             "alone": run_real(flood[1:], "vtc", duration_s, warmup_s, work / "alone", adapters)["B"],
             "runs": {mode: run_real(flood, mode, duration_s, warmup_s, work / mode, adapters)
-                     for mode in ("fcfs", "llmd", "vtc")},
+                     for mode in modes},
         }
         backlogged = [RealFlow("A", INTERACTIVE, 5 * share, "adapter-a"), RealFlow("B", INTERACTIVE, 2 * share,
                                                                                  "adapter-b")]
         data["weights"] = {
             "runs": {mode: run_real(backlogged, mode, duration_s, warmup_s, work / f"w-{mode}", adapters)
-                     for mode in ("fcfs", "llmd", "vtc")},
+                     for mode in modes},
             "vtc_1_3": run_real(backlogged, "vtc", duration_s, warmup_s, work / "w13", adapters, {"B": 3.0}),
         }
         bands = [RealFlow("low", SHEDDABLE, 2 * capacity, "adapter-a"), RealFlow("high", CRITICAL, 0.2 * capacity,
@@ -241,7 +251,7 @@ def real_section(quick: bool) -> tuple[str, dict[str, Any]]:
         data["bands"] = {
             "alone": run_real(bands[1:], "vtc", duration_s, warmup_s, work / "high", adapters)["high"],
             "runs": {mode: run_real(bands, mode, duration_s, warmup_s, work / f"b-{mode}", adapters)
-                     for mode in ("fcfs", "llmd", "vtc")},
+                     for mode in modes},
         }
     return render("real", data, capacity, f"{REAL_WORKERS} reference trtllm-serve workers"), data
 
@@ -320,15 +330,21 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sim-only", action="store_true")
     parser.add_argument("--real-only", action="store_true")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks/tenants.md")
+    parser.add_argument("--admissions", default=",".join(ADMISSION_LABELS),
+                        help=f"comma-separated, of {', '.join(ADMISSION_LABELS)} (default: all)")
     args = parser.parse_args(argv)
+    modes = [mode for mode in args.admissions.split(",") if mode]
+    unknown = [mode for mode in modes if mode not in ADMISSION_LABELS]
+    if unknown or not modes:
+        parser.error(f"--admissions: {', '.join(unknown) or 'none given'}; choose from {', '.join(ADMISSION_LABELS)}")
     if not args.real_only:
-        text, data = sim_section(args.quick)
+        text, data = sim_section(args.quick, modes)
         print(text)
         report.save_json("tenants-sim", data)
         if args.write:
             report.write_section("tenants-sim", text)
     if not args.sim_only:
-        text, data = real_section(args.quick)
+        text, data = real_section(args.quick, modes)
         print(text)
         report.save_json("tenants-real", data)
         if args.write:
