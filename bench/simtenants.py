@@ -16,7 +16,10 @@ Three admissions, the same pods, routing policy and trace:
   request turned away when the line's drain estimate says it cannot start within ``capacity_wait_s``, or when the
   line is full and it displaces nobody (the router's rules, with its :class:`~trtfleet_router.upstream.capacity.
   DrainRate`); tenants charged the prompt when a request starts and the output when it ends (the router charges
-  output as it streams; the simulator's pods report a request's tokens only at its end).
+  output as it streams; the simulator's pods report a request's tokens only at its end). With
+  ``reserved_per_pod`` N, a flooding request (:func:`~trtfleet_router.routing.tenancy.may_take_reserved` over the
+  router's :class:`~trtfleet_router.routing.tenancy.ServedShares`, charged the same way) sees the limit
+  ``inflight_per_pod - N``, and the room above it goes to the first waiter that may take it, as the router does.
 
 Arrivals are open loop (Poisson per tenant), so a tenant over its share builds a backlog wherever requests wait.
 """
@@ -26,14 +29,15 @@ from __future__ import annotations
 import dataclasses
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
 from trtfleet_router.routing.baselines.llmd_flow_control import RoundRobinOrder, pool_saturation
 from trtfleet_router.routing.fairqueue import ArrivalOrder, Entry, FairQueue, Priority, TenantOrder
+from trtfleet_router.routing.tenancy import ServedShares, may_take_reserved
 from trtfleet_router.routing.types import RouteRequest, Ticket
-from trtfleet_router.routing.vtc import VirtualTokenCounters
+from trtfleet_router.routing.vtc import INPUT_COST_DEFAULT, OUTPUT_COST_DEFAULT, VirtualTokenCounters
 from trtfleet_router.upstream.capacity import DrainRate
 
 from bench.podsim import SimRequest
@@ -99,6 +103,11 @@ class Admission:
     capacity_wait_s: float = 10.0
     queue_max: int = 1024
     weights: tuple[tuple[str, float], ...] = ()
+    reserved_per_pod: int = 0
+    """vtc: each pod's last slots below ``inflight_per_pod`` only for requests not flooding (0: none)."""
+
+    def weight(self, tenant: str) -> float:
+        return dict(self.weights).get(tenant, 1.0)
 
     def order(self) -> TenantOrder:
         if self.mode == "vtc":
@@ -127,6 +136,7 @@ class TenantSimulation(FleetSimulation):
         self.saturation = 0.0  # llmd: the detector's pool saturation as of the last scrape
         self.ticking = False
         self.started_s: dict[int, float] = {}
+        self.shares = ServedShares(lambda: self.now_s)
 
     # -- admission ---------------------------------------------------------------------------------------
     def _try_route(self, key: int) -> None:
@@ -135,7 +145,12 @@ class TenantSimulation(FleetSimulation):
             super()._try_route(key)
             return
         flow = self.flows[key]
-        if self._saturated() or self.line.waiting_from(flow.band) > 0:
+        reserved = self._may_reserve(flow.tenant, flow.band)
+        if self.admission.reserved_per_pod and reserved:
+            ahead = self.line.waiting_from(flow.band, self._may_reserve)
+        else:
+            ahead = self.line.waiting_from(flow.band)
+        if self._saturated(reserved) or ahead > 0:
             self._enqueue(key)
             if self.admission.mode == "llmd":
                 self._tick_soon()
@@ -146,20 +161,31 @@ class TenantSimulation(FleetSimulation):
     def _start(self, key: int) -> None:
         flow = self.flows[key]
         self.order.charge(flow.tenant, input_tokens=self.trace[key].prompt_tokens)
+        self.shares.add(flow.tenant, INPUT_COST_DEFAULT * self.trace[key].prompt_tokens)
         self.started_s[key] = self.now_s
         super()._try_route(key)
 
-    def _saturated(self) -> bool:
+    def _may_reserve(self, tenant: str, band: Priority) -> bool:
+        """Whether a request may take the pods' reserved slots (always without a reserve)."""
+        if not self.admission.reserved_per_pod:
+            return True
+        return may_take_reserved(band, self.shares.over_share(tenant, self.admission.weight) is not None)
+
+    def _limit(self, reserved: bool) -> int:
+        return self.admission.inflight_per_pod - (0 if reserved else self.admission.reserved_per_pod)
+
+    def _saturated(self, reserved: bool = True) -> bool:
         if self.admission.mode == "llmd":
             return self.saturation >= 1.0
-        return self.fleet.room(self.admission.inflight_per_pod)[0] <= 0
+        return self.fleet.room(self._limit(reserved))[0] <= 0
 
     def _route_request(self, record: RequestRecord) -> RouteRequest:
         """vtc: kept off the pods that hold ``inflight_per_pod`` already, as the router keeps it."""
         route = super()._route_request(record)
         if self.admission.mode != "vtc":
             return route
-        free, full = self.fleet.room(self.admission.inflight_per_pod)
+        flow = self.flows[record.key]
+        free, full = self.fleet.room(self._limit(self._may_reserve(flow.tenant, flow.band)))
         if not full or free <= 0:
             return route
         return dataclasses.replace(route, exclude_pods=route.exclude_pods | full)
@@ -203,14 +229,18 @@ class TenantSimulation(FleetSimulation):
             self._tick_soon()
             return
         while self.line and not self._saturated():
-            self._start_next()
+            if not self.admission.reserved_per_pod or not self._saturated(reserved=False):
+                self._start_next()
+            elif not self._start_next(self._may_reserve):
+                break  # only reserved room, and nobody waiting may take it
 
-    def _start_next(self) -> None:
-        entry = self.line.pop()
+    def _start_next(self, eligible: Callable[[str, Priority], bool] | None = None) -> bool:
+        entry = self.line.pop(eligible)
         if entry is None:
-            return
+            return False
         self._drop_waiting(entry.item)
         self._start(entry.item)
+        return True
 
     def _tick_soon(self) -> None:
         if not self.ticking and self.line:
@@ -245,6 +275,7 @@ class TenantSimulation(FleetSimulation):
         super()._finish(key, ticket, request)
         flow = self.flows[key]
         self.order.charge(flow.tenant, output_tokens=request.max_tokens)
+        self.shares.add(flow.tenant, OUTPUT_COST_DEFAULT * request.max_tokens)
         self.drain.record_end(self.model_name)
         if self.admission.mode != "fcfs":
             self._dispatch()

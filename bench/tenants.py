@@ -1,7 +1,8 @@
 """Tenants on one fleet: a flooding tenant beside a steady one, both backlogged under weights, and a high band beside a
 saturating low band; first come first served, llm-d's flow control and trtfleet's admission side by side.
 
-    .venv/bin/python -m bench.tenants [--quick] [--sim-only | --real-only] [--write]
+    .venv/bin/python -m bench.tenants [--quick] [--sim-only | --real-only] [--admissions vtc,vtc-reserve] [--reserved N]
+                                       [--write]
 
 **Simulator** (section ``tenants-sim``): 64 H100 pods (``bench.profiles.h100_llama3_8b_fleet``, the router's
 ``ttft-cost`` policy), lognormal prompts (median 1000) and outputs (median 250), open-loop Poisson arrivals, the
@@ -15,7 +16,9 @@ the client :func:`bench.replay.replay_spread`. Same scenarios at the fleet's sca
 
 Scenarios: **flood** (tenant A at 5x its fair share, B steady at 0.6x of its share, and B alone), **weights** (A at
 5x, B at 2x its share: both backlogged; served-token shares against weights 1:1 and 1:3), **bands** (a sheddable
-tenant at 2x the fleet's capacity, a critical one at 0.2x, and the critical one alone).
+tenant at 2x the fleet's capacity, a critical one at 0.2x, and the critical one alone). ``vtc-reserve`` is trtfleet's
+admission with ``tenancy.saturation.reservedPerPod`` (``--reserved``, 1 by default: each pod's last slot only for
+requests not flooding).
 """
 
 from __future__ import annotations
@@ -39,7 +42,9 @@ from bench.simtenants import OUTPUT, PROMPT, Admission, TenantSimulation, Traffi
 from bench.simtypes import FleetSpec
 
 PODS: Final = 64
-ADMISSION_LABELS: Final = {"fcfs": "first come, first served", "llmd": "llm-d flow control", "vtc": "trtfleet (VTC)"}
+ADMISSION_LABELS: Final = {"fcfs": "first come, first served", "llmd": "llm-d flow control", "vtc": "trtfleet (VTC)",
+                           "vtc-reserve": "trtfleet (VTC), {reserved} reserved per pod"}
+RESERVED: Final = 1
 CRITICAL, INTERACTIVE, SHEDDABLE = Priority.CRITICAL, Priority.INTERACTIVE, Priority.SHEDDABLE
 
 
@@ -96,7 +101,8 @@ def run_sim(spec: FleetSpec, flows: Sequence[Traffic], admission: Admission, dur
         rows.setdefault(flow.tenant, []).append((record.arrival_s, record.ttft_s, finish, tokens,
                                                  record.error is None and record.ttft_s is not None, record.waited_s))
     found = {tenant: outcome(tenant, tenant_rows, (warmup_s, duration_s)) for tenant, tenant_rows in rows.items()}
-    print(f"  {admission.mode:<5} {len(trace)} requests, {time.perf_counter() - started:.0f} s: "
+    label = admission.mode + (f" +{admission.reserved_per_pod} reserved" if admission.reserved_per_pod else "")
+    print(f"  {label:<5} {len(trace)} requests, {time.perf_counter() - started:.0f} s: "
           + "; ".join(f"{o.tenant} p99 {_ms(o.ttft_p99_s)} refused {o.refused}" for o in found.values()), flush=True)
     return found
 
@@ -105,25 +111,31 @@ def _ms(value: float | None) -> str:
     return "-" if value is None else f"{value * 1000:.0f} ms"
 
 
-def sim_section(quick: bool) -> tuple[str, dict[str, Any]]:
+def sim_section(quick: bool, modes: Sequence[str] = tuple(ADMISSION_LABELS), reserved: int = RESERVED
+                ) -> tuple[str, dict[str, Any]]:
     spec = h100_llama3_8b_fleet(PODS)
     capacity = sim_capacity(spec)
     duration_s, warmup_s = (25.0, 10.0) if quick else (45.0, 15.0)
     share = capacity / 2
     per_pod = spec.pod.max_batch_size
     print(f"simulator: {PODS} pods, capacity {capacity:.0f} requests/s", flush=True)
-    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s}
+    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s,
+                            "reserved": reserved}
 
-    def admissions(weights: tuple[tuple[str, float], ...] = ()) -> list[Admission]:
-        return [Admission("fcfs"), Admission("llmd"), Admission("vtc", inflight_per_pod=per_pod, weights=weights)]
+    def admissions(weights: tuple[tuple[str, float], ...] = ()) -> dict[str, Admission]:
+        every = {"fcfs": Admission("fcfs"), "llmd": Admission("llmd"),
+                 "vtc": Admission("vtc", inflight_per_pod=per_pod, weights=weights),
+                 "vtc-reserve": Admission("vtc", inflight_per_pod=per_pod, weights=weights,
+                                          reserved_per_pod=reserved)}
+        return {mode: every[mode] for mode in modes}
 
     flood = [Traffic("A", INTERACTIVE, 5 * share, "adapter-a"), Traffic("B", INTERACTIVE, 0.6 * share, "adapter-b")]
     alone = run_sim(spec, flood[1:], Admission("vtc", inflight_per_pod=per_pod), duration_s, warmup_s)["B"]
-    flood_runs = {a.mode: run_sim(spec, flood, a, duration_s, warmup_s) for a in admissions()}
+    flood_runs = {mode: run_sim(spec, flood, a, duration_s, warmup_s) for mode, a in admissions().items()}
     data["flood"] = {"alone": alone, "runs": flood_runs}
 
     backlogged = [Traffic("A", INTERACTIVE, 5 * share, "adapter-a"), Traffic("B", INTERACTIVE, 2 * share, "adapter-b")]
-    weight_runs = {a.mode: run_sim(spec, backlogged, a, duration_s, warmup_s) for a in admissions()}
+    weight_runs = {mode: run_sim(spec, backlogged, a, duration_s, warmup_s) for mode, a in admissions().items()}
     weighted = run_sim(spec, backlogged, Admission("vtc", inflight_per_pod=per_pod, weights=(("B", 3.0),)),
                        duration_s, warmup_s)
     data["weights"] = {"runs": weight_runs, "vtc_1_3": weighted}
@@ -131,7 +143,7 @@ def sim_section(quick: bool) -> tuple[str, dict[str, Any]]:
     bands = [Traffic("low", SHEDDABLE, 2 * capacity, "adapter-a"), Traffic("high", CRITICAL, 0.2 * capacity,
                                                                              "adapter-b")]
     high_alone = run_sim(spec, bands[1:], Admission("vtc", inflight_per_pod=per_pod), duration_s, warmup_s)["high"]
-    band_runs = {a.mode: run_sim(spec, bands, a, duration_s, warmup_s) for a in admissions()}
+    band_runs = {mode: run_sim(spec, bands, a, duration_s, warmup_s) for mode, a in admissions().items()}
     data["bands"] = {"alone": high_alone, "runs": band_runs}
     return render("sim", data, capacity, f"{PODS} simulated H100 pods"), data
 
@@ -158,8 +170,8 @@ def real_capacity() -> float:
     return REAL_WORKERS * REAL_BATCH / per_request_s
 
 
-def real_policy_config(mode: str, flows: Sequence[RealFlow], weights: Mapping[str, float] | None = None
-                       ) -> dict[str, Any]:
+def real_policy_config(mode: str, flows: Sequence[RealFlow], weights: Mapping[str, float] | None = None,
+                       reserved: int = RESERVED) -> dict[str, Any]:
     tenants: dict[str, Any] = {flow.tenant: {"priority": flow.band.value} for flow in flows}
     for tenant, weight in (weights or {}).items():
         tenants.setdefault(tenant, {})["weight"] = weight
@@ -168,14 +180,16 @@ def real_policy_config(mode: str, flows: Sequence[RealFlow], weights: Mapping[st
         tenancy |= {"order": "llmd-round-robin", "saturation": {"detector": "llmd-utilization"}}
     elif mode == "vtc":
         tenancy |= {"saturation": {"inflightPerPod": REAL_BATCH}}
+    elif mode == "vtc-reserve":
+        tenancy |= {"saturation": {"inflightPerPod": REAL_BATCH, "reservedPerPod": reserved}}
     else:
         tenancy |= {"order": "fcfs"}
     return {"tenancy": tenancy, "metricsStaleAfterS": 5}
 
 
 def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: float, work: Path,
-             adapters: Sequence[tuple[str, int, Path]], weights: Mapping[str, float] | None = None
-             ) -> dict[str, Outcome]:
+             adapters: Sequence[tuple[str, int, Path]], weights: Mapping[str, float] | None = None,
+             reserved: int = RESERVED) -> dict[str, Outcome]:
     from bench.realfleet_pytorch import serve_fleet
     from bench.replay import replay_spread
     from bench.traces import TraceRequest
@@ -189,7 +203,7 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
     trace = [TraceRequest(r.t_s, r.request_id, r.adapter, r.prompt_tokens, r.max_tokens) for r in trace]
     fleet = serve_fleet("ttft-cost", REAL_WORKERS, adapters, work, max_batch_size=REAL_BATCH, max_queue_size=64,
                         min_step_ms=REAL_STEP_MS, max_loras=2, max_cpu_loras=2,
-                        policy_config=real_policy_config(mode, flows, weights))
+                        policy_config=real_policy_config(mode, flows, weights, reserved))
     fleet.start()
     try:
         headers = [{"x-llm-d-inference-fairness-id": flow.tenant} for flow in per_request]
@@ -210,7 +224,8 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
     return found
 
 
-def real_section(quick: bool) -> tuple[str, dict[str, Any]]:
+def real_section(quick: bool, modes: Sequence[str] = tuple(ADMISSION_LABELS), reserved: int = RESERVED
+                 ) -> tuple[str, dict[str, Any]]:
     from bench.realfleet import synthetic_peft_adapters
 
     paths = synthetic_peft_adapters(2, seed=40)
@@ -219,29 +234,31 @@ def real_section(quick: bool) -> tuple[str, dict[str, Any]]:
     share = capacity / 2
     duration_s, warmup_s = (30.0, 10.0) if quick else (60.0, 15.0)
     print(f"reference fleet: {REAL_WORKERS} workers, capacity about {capacity:.1f} requests/s", flush=True)
-    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s}
+    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s,
+                            "reserved": reserved}
     with tempfile.TemporaryDirectory(prefix="tenants-") as tmp:
         work = Path(tmp)
         flood = [RealFlow("A", INTERACTIVE, 5 * share, "adapter-a"), RealFlow("B", INTERACTIVE, 0.6 * share,
                                                                             "adapter-b")]
         data["flood"] = {
             "alone": run_real(flood[1:], "vtc", duration_s, warmup_s, work / "alone", adapters)["B"],
-            "runs": {mode: run_real(flood, mode, duration_s, warmup_s, work / mode, adapters)
-                     for mode in ("fcfs", "llmd", "vtc")},
+            "runs": {mode: run_real(flood, mode, duration_s, warmup_s, work / mode, adapters, reserved=reserved)
+                     for mode in modes},
         }
         backlogged = [RealFlow("A", INTERACTIVE, 5 * share, "adapter-a"), RealFlow("B", INTERACTIVE, 2 * share,
                                                                                  "adapter-b")]
         data["weights"] = {
-            "runs": {mode: run_real(backlogged, mode, duration_s, warmup_s, work / f"w-{mode}", adapters)
-                     for mode in ("fcfs", "llmd", "vtc")},
+            "runs": {mode: run_real(backlogged, mode, duration_s, warmup_s, work / f"w-{mode}", adapters,
+                                    reserved=reserved)
+                     for mode in modes},
             "vtc_1_3": run_real(backlogged, "vtc", duration_s, warmup_s, work / "w13", adapters, {"B": 3.0}),
         }
         bands = [RealFlow("low", SHEDDABLE, 2 * capacity, "adapter-a"), RealFlow("high", CRITICAL, 0.2 * capacity,
                                                                                 "adapter-b")]
         data["bands"] = {
             "alone": run_real(bands[1:], "vtc", duration_s, warmup_s, work / "high", adapters)["high"],
-            "runs": {mode: run_real(bands, mode, duration_s, warmup_s, work / f"b-{mode}", adapters)
-                     for mode in ("fcfs", "llmd", "vtc")},
+            "runs": {mode: run_real(bands, mode, duration_s, warmup_s, work / f"b-{mode}", adapters, reserved=reserved)
+                     for mode in modes},
         }
     return render("real", data, capacity, f"{REAL_WORKERS} reference trtllm-serve workers"), data
 
@@ -259,6 +276,9 @@ def _share(runs: Mapping[str, Outcome], tenant: str) -> float | None:
 
 
 def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> str:
+    def label(mode: str) -> str:
+        return ADMISSION_LABELS[mode].format(reserved=data.get("reserved", RESERVED))
+
     def wait_column(key: str, title: str) -> list[tuple[str, str]]:
         return [(key, title)] if where == "sim" else []
 
@@ -272,7 +292,7 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
     rows = []
     for mode, runs in flood.items():
         a, b = runs["A"], runs["B"]
-        rows.append({"admission": ADMISSION_LABELS[mode], "b_p50": _ms(b.ttft_p50_s), "b_p99": _ms(b.ttft_p99_s),
+        rows.append({"admission": label(mode), "b_p50": _ms(b.ttft_p50_s), "b_p99": _ms(b.ttft_p99_s),
                      "b_vs_alone": _ratio(b.ttft_p99_s, alone.ttft_p99_s), "b_wait": _ms(b.router_wait_p99_s),
                      "b_refused": f"{b.refused}/{b.requests}", "a_tps": f"{a.tokens_per_s:.0f}",
                      "b_tps": f"{b.tokens_per_s:.0f}", "a_refused": f"{a.refused}/{a.requests}"})
@@ -287,10 +307,10 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
                                   ("b_tps", "B tokens/s"), ("a_tps", "A tokens/s"), ("a_refused", "A refused")]), ""]
     weights = data["weights"]
     rows = []
-    for label, runs, want in [*((ADMISSION_LABELS[m], r, 0.5) for m, r in weights["runs"].items()),
-                              ("trtfleet (VTC), weights A 1 : B 3", weights["vtc_1_3"], 0.75)]:
+    for name, runs, want in [*((label(m), r, 0.5) for m, r in weights["runs"].items()),
+                             ("trtfleet (VTC), weights A 1 : B 3", weights["vtc_1_3"], 0.75)]:
         got = _share(runs, "B")
-        rows.append({"admission": label, "want": f"{want:.0%}", "got": "-" if got is None else f"{got:.1%}",
+        rows.append({"admission": name, "want": f"{want:.0%}", "got": "-" if got is None else f"{got:.1%}",
                      "within": "-" if got is None else ("yes" if abs(got - want) <= 0.1 * want else "no"),
                      "total": f"{sum(o.tokens_per_s for o in runs.values()):.0f}"})
     lines += ["**Weights**: A at 5x, B at 2x its fair share, both backlogged: B's share of the served tokens.", "",
@@ -300,7 +320,7 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
     rows = []
     for mode, runs in bands.items():
         high, low = runs["high"], runs["low"]
-        rows.append({"admission": ADMISSION_LABELS[mode], "p50": _ms(high.ttft_p50_s), "p99": _ms(high.ttft_p99_s),
+        rows.append({"admission": label(mode), "p50": _ms(high.ttft_p50_s), "p99": _ms(high.ttft_p99_s),
                      "vs": _ratio(high.ttft_p99_s, high_alone.ttft_p99_s), "wait": _ms(high.router_wait_p99_s),
                      "refused": f"{high.refused}/{high.requests}", "low_tps": f"{low.tokens_per_s:.0f}"})
     rows.append({"admission": "high band alone", "p50": _ms(high_alone.ttft_p50_s), "p99": _ms(high_alone.ttft_p99_s),
@@ -320,15 +340,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--sim-only", action="store_true")
     parser.add_argument("--real-only", action="store_true")
     parser.add_argument("--write", action="store_true", help="write docs/benchmarks/tenants.md")
+    parser.add_argument("--admissions", default=",".join(ADMISSION_LABELS),
+                        help=f"comma-separated, of {', '.join(ADMISSION_LABELS)} (default: all)")
+    parser.add_argument("--reserved", type=int, default=RESERVED,
+                        help="vtc-reserve: tenancy.saturation.reservedPerPod (default %(default)s)")
     args = parser.parse_args(argv)
+    modes = [mode for mode in args.admissions.split(",") if mode]
+    unknown = [mode for mode in modes if mode not in ADMISSION_LABELS]
+    if unknown or not modes:
+        parser.error(f"--admissions: {', '.join(unknown) or 'none given'}; choose from {', '.join(ADMISSION_LABELS)}")
     if not args.real_only:
-        text, data = sim_section(args.quick)
+        text, data = sim_section(args.quick, modes, args.reserved)
         print(text)
         report.save_json("tenants-sim", data)
         if args.write:
             report.write_section("tenants-sim", text)
     if not args.sim_only:
-        text, data = real_section(args.quick)
+        text, data = real_section(args.quick, modes, args.reserved)
         print(text)
         report.save_json("tenants-real", data)
         if args.write:

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Final, Generic, Protocol, TypeVar
@@ -39,6 +39,9 @@ BANDS: Final = tuple(Priority)
 RANK: Final = {band: rank for rank, band in enumerate(BANDS)}
 """0 for the most important band."""
 CLIENT_BANDS: Final = tuple(band for band in BANDS if band is not Priority.BATCH)
+
+Eligible = Callable[[str, Priority], bool]
+"""Which waiters a wake-up may go to, by ``(tenant, band)`` (a pod's reserved slots: only a request not flooding)."""
 
 ENGINE_PRIORITY: Final = {
     Priority.CRITICAL: 1.0,
@@ -148,10 +151,18 @@ class FairQueue(Generic[T]):
         """Requests waiting in ``band`` (None: in every band)."""
         return len(self) if band is None else self._count[band]
 
-    def waiting_from(self, band: Priority) -> int:
-        """Requests waiting in ``band`` and in more important bands: those a newcomer of ``band`` may wait behind."""
+    def waiting_from(self, band: Priority, eligible: Eligible | None = None) -> int:
+        """Requests waiting in ``band`` and in more important bands: those a newcomer of ``band`` may wait behind
+        (``eligible``: only those of tenants and bands it accepts)."""
         rank = RANK[band]
-        return sum(count for other, count in self._count.items() if RANK[other] <= rank)
+        if eligible is None:
+            return sum(count for other, count in self._count.items() if RANK[other] <= rank)
+        return sum(
+            len(queue)
+            for other in BANDS[: rank + 1]
+            for tenant, queue in self._bands.get(other, {}).items()
+            if eligible(tenant, other)
+        )
 
     def tenants(self, band: Priority) -> Collection[str]:
         """Tenants with a request waiting in ``band``."""
@@ -188,24 +199,34 @@ class FairQueue(Generic[T]):
             self.order.joined(tenant, band, tenants.keys() if tenants is not None else ())
         self.order.admitted(tenant, band)
 
-    def peek(self) -> Entry[T] | None:
+    def peek(self, eligible: Eligible | None = None) -> Entry[T] | None:
         """The entry :meth:`pop` would take."""
-        for band in BANDS:
-            tenants = self._bands.get(band)
-            if tenants:
-                return tenants[self._pick(band, tenants)][0]
-        return None
+        found = self._next(eligible)
+        return found[1][found[2]][0] if found is not None else None
 
-    def pop(self) -> Entry[T] | None:
-        """Take the next entry: the most important band with any, the head of the tenant the order picks."""
+    def pop(self, eligible: Eligible | None = None) -> Entry[T] | None:
+        """Take the next entry: the most important band with any, the head of the tenant the order picks
+        (``eligible``: among the tenants and bands it accepts only)."""
+        found = self._next(eligible)
+        if found is None:
+            return None
+        band, tenants, tenant = found
+        entry = tenants[tenant].popleft()
+        self._drop(entry, tenants)
+        self.order.admitted(tenant, band)
+        return entry
+
+    def _next(self, eligible: Eligible | None) -> tuple[Priority, dict[str, deque[Entry[T]]], str] | None:
+        """The band, its tenants' queues and the tenant whose head goes next."""
         for band in BANDS:
             tenants = self._bands.get(band)
-            if tenants:
-                tenant = self._pick(band, tenants)
-                entry = tenants[tenant].popleft()
-                self._drop(entry, tenants)
-                self.order.admitted(tenant, band)
-                return entry
+            if not tenants:
+                continue
+            if eligible is None:
+                return band, tenants, self._pick(band, tenants)
+            accepted = {name: queue for name, queue in tenants.items() if eligible(name, band)}
+            if accepted:
+                return band, tenants, self._pick(band, accepted)
         return None
 
     def remove(self, entry: Entry[T]) -> bool:

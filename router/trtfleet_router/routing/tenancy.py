@@ -5,6 +5,7 @@ Example::
     tenancy:
       order: vtc                  # vtc (default) | fcfs | llmd-round-robin (comparison)
       saturation: {inflightPerPod: 8}   # requests wait in the router beyond this (0: never, the default)
+                                        # reservedPerPod: 1 keeps each pod's last slot off a flooding request
       tenants:
         chat-product: {weight: 3, priority: critical}
         analytics:    {weight: 1, priority: sheddable}
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Final, Literal
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from trtfleet.api.common import ApiModel
 from trtfleet_router.routing.fairqueue import Priority, band_of_engine_priority, more_important
@@ -71,14 +72,46 @@ class SaturationConfig(ApiModel):
         "for this reason; every request goes to a pod, which queues what its batch does not hold). Set it near the "
         "engine's maxBatchSize so queues form here, in band and fair order, not in the pods.",
     )
+    reserved_per_pod: int = Field(
+        default=0,
+        ge=0,
+        description="inflight: the last slots below inflightPerPod on each pod that only a request that is not "
+        "flooding may take (see :func:`may_take_reserved`): a request of an over-share tenant, or of the sheddable "
+        "or batch band, starts only on a pod below inflightPerPod - reservedPerPod, so a steady tenant's or a "
+        "critical request finds a free slot without waiting for a running one to end (engines do not preempt). "
+        "Not work-conserving: while its tenant counts as over its share, a flood leaves these slots idle. "
+        "0 (the default): no reserve.",
+    )
     queue_depth_threshold: int = Field(default=5, ge=1, description="llmd-utilization: waiting requests per pod.")
     kv_cache_util_threshold: float = Field(
         default=0.8, gt=0, le=1, description="llmd-utilization: KV-cache fraction per pod."
     )
 
+    @model_validator(mode="after")
+    def _reserve_below_limit(self) -> SaturationConfig:
+        if self.reserved_per_pod and not self.reserved_per_pod < self.inflight_per_pod:
+            raise ValueError(
+                f"reservedPerPod ({self.reserved_per_pod}) must be below inflightPerPod ({self.inflight_per_pod:g}): "
+                "the reserve is the last slots below that limit, so a flooding request keeps at least one; lower "
+                "reservedPerPod or raise inflightPerPod"
+            )
+        if self.reserved_per_pod and self.detector != "inflight":
+            raise ValueError("reservedPerPod needs the inflight detector (detector: inflight)")
+        return self
+
     @property
     def enabled(self) -> bool:
         return self.detector == "llmd-utilization" or self.inflight_per_pod > 0
+
+    @property
+    def reserving(self) -> bool:
+        """Whether pods keep reserved slots (the inflight detector with ``reservedPerPod`` above 0)."""
+        return self.reserved_per_pod > 0 and self.inflight_per_pod > 0
+
+    def limit(self, reserved: bool) -> float:
+        """Requests in flight per pod below which a request starts: ``inflightPerPod``, less the reserve for a
+        request that may not take it (``reserved``: it may)."""
+        return self.inflight_per_pod if reserved else self.inflight_per_pod - self.reserved_per_pod
 
 
 class TenancyConfig(ApiModel):
@@ -118,6 +151,18 @@ class TenancyConfig(ApiModel):
 
     def weights(self) -> dict[str, float]:
         return {name: spec.weight for name, spec in self.tenants.items()}
+
+
+RESERVE_BANDS: Final = frozenset({Priority.CRITICAL, Priority.INTERACTIVE})
+"""Bands whose requests may take a pod's reserved slots (``saturation.reservedPerPod``) when their tenant is not over
+its share: sheddable and batch requests are what a reserve is kept from."""
+
+
+def may_take_reserved(band: Priority, over_share: bool) -> bool:
+    """Whether a request may take a reserved slot: it is not flooding, i.e. its band is critical or interactive and
+    its tenant did not receive more than its weight's share of the tokens served lately beside other tenants
+    (:meth:`ServedShares.over_share`; a tenant alone is never over its share). Pure."""
+    return band in RESERVE_BANDS and not over_share
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,6 +23,14 @@ line makes room by pushing out the request shed first (the least important band'
 tenant's newest), never a batch line. Tenants are charged their prompt when a request starts and its output
 as it streams (:mod:`.tenantbooks`).
 
+**Reserved slots** (``saturation.reservedPerPod``, 0 by default): the last slots below ``inflightPerPod`` on each
+pod go only to a request that is not flooding (:func:`~trtfleet_router.routing.tenancy.may_take_reserved`: a
+critical or interactive request of a tenant not over its share). A flooding request sees the lower limit: it
+starts only on a pod below ``inflightPerPod - reservedPerPod`` and otherwise waits in the same line, and a wake-up
+it cannot use for want of room below that limit passes to the first waiter that may take a reserved slot. Engines
+do not preempt, so this is what lets a steady tenant start at once beside a flood; the flood pays by leaving the
+reserve idle while nobody else needs it.
+
 **Batch lines** are the lowest band: woken only when no client request waits, and a batch line starts only
 while :func:`batch_may_start` holds: no client request waits for capacity and the chosen pod's load is below
 ``batch_pod_slots`` (below the engine's max batch, so an interactive request finds a free slot: an engine does
@@ -52,7 +60,7 @@ from trtfleet_router.liveview import FleetSet, PodEndpoint
 from trtfleet_router.metrics import RouterMetrics
 from trtfleet_router.routing.baselines.llmd_flow_control import pool_saturation, scraped_load
 from trtfleet_router.routing.fleet import Fleet
-from trtfleet_router.routing.tenancy import DEFAULT_TENANT, TenancyConfig
+from trtfleet_router.routing.tenancy import DEFAULT_TENANT, TenancyConfig, may_take_reserved
 from trtfleet_router.routing.types import (
     AdapterTooLarge,
     CachesBusy,
@@ -238,9 +246,9 @@ class Admission:
         return self.capacity.retry_after_s(base_model)
 
     # -- saturation ------------------------------------------------------------------------------------
-    def saturated(self, fleet: Fleet, base_model: str) -> bool:
+    def saturated(self, fleet: Fleet, base_model: str, reserved: bool = True) -> bool:
         """Whether ``tenancy.saturation`` says the base model's fleet is full (never while it has no ready pod: the
-        hold for a ready pod handles that)."""
+        hold for a ready pod handles that); ``reserved``: for a request that may take the pods' reserved slots."""
         saturation = self.tenancy.saturation
         if saturation.detector == "llmd-utilization":
             pods = scraped_load(fleet.snapshot().pods)
@@ -251,47 +259,84 @@ class Admission:
                 queue_depth_threshold=saturation.queue_depth_threshold,
                 kv_cache_util_threshold=saturation.kv_cache_util_threshold,
             ) >= 1.0
-        return self._free_slots(fleet, base_model) <= 0
+        return self._free_slots(fleet, base_model, reserved) <= 0
 
-    def _free_slots(self, fleet: Fleet, base_model: str) -> int:
-        """Requests that may start before every ready pod holds ``inflightPerPod`` (inflight detector; 1 without a
-        limit or a ready pod), less those woken and about to start."""
-        per_pod = self.tenancy.saturation.inflight_per_pod
-        if per_pod <= 0 or fleet.ready_count() == 0:
+    def _free_slots(self, fleet: Fleet, base_model: str, reserved: bool = True) -> int:
+        """Requests that may start before every ready pod holds ``inflightPerPod`` (less ``reservedPerPod`` unless
+        ``reserved``; inflight detector; 1 without a limit or a ready pod), less those woken and about to start."""
+        saturation = self.tenancy.saturation
+        if saturation.inflight_per_pod <= 0 or fleet.ready_count() == 0:
             return 1
-        return fleet.room(per_pod)[0] - self.capacity.woken(base_model)
+        return fleet.room(saturation.limit(reserved))[0] - self.capacity.woken(base_model)
 
-    def _route_with_room(self, fleet: Fleet, route: RouteRequest) -> Decision:
-        """``route`` decided among the pods below ``inflightPerPod`` while some pod is (a full pod would queue it
-        behind its batch, where the router cannot order it); among all pods when none of those can take it (tried
-        already, or their LoRA caches busy) or no limit is set."""
+    def may_reserve(self, base_model: str, tenant: str, band: Priority) -> bool:
+        """Whether a request may take the pods' reserved slots (always without ``reservedPerPod``; else when it is
+        not flooding: :func:`~trtfleet_router.routing.tenancy.may_take_reserved`)."""
+        if not self.tenancy.saturation.reserving:
+            return True
+        return may_take_reserved(band, self.tenants.over_share(base_model, tenant) is not None)
+
+    def _reserve_eligible(self, base_model: str) -> Callable[[str, Priority], bool]:
+        return lambda tenant, band: self.may_reserve(base_model, tenant, band)
+
+    def _route_with_room(self, fleet: Fleet, route: RouteRequest, reserved: bool = True) -> Decision:
+        """``route`` decided among the pods below ``inflightPerPod`` (less ``reservedPerPod`` unless ``reserved``)
+        while some pod is (a full pod would queue it behind its batch, where the router cannot order it); else among
+        those below ``inflightPerPod``; among all pods when none of those can take it (tried already, or their LoRA
+        caches busy) or no limit is set."""
         saturation = self.tenancy.saturation
         if saturation.detector == "inflight" and saturation.inflight_per_pod > 0:
-            free, full = fleet.room(saturation.inflight_per_pod)
-            if full and free > 0 and not full <= route.exclude_pods:
-                with contextlib.suppress(NoCapacity):  # else the routing core's answer for the whole fleet
-                    return self._route_once(fleet, dataclasses.replace(route, exclude_pods=route.exclude_pods | full))
+            limits: tuple[float, ...] = (saturation.inflight_per_pod,)
+            if not reserved and saturation.reserving:
+                limits = (saturation.limit(False), *limits)
+            for limit in limits:
+                free, full = fleet.room(limit)
+                if full and free > 0 and not full <= route.exclude_pods:
+                    with contextlib.suppress(NoCapacity):  # else the next limit's, then the whole fleet's answer
+                        return self._route_once(
+                            fleet, dataclasses.replace(route, exclude_pods=route.exclude_pods | full)
+                        )
+                elif not full:
+                    break  # every pod is below this limit: the whole fleet's answer is this limit's
         return self._route_once(fleet, route)
 
-    def _must_wait(self, fleet: Fleet, base: str, band: Priority, woken: bool) -> bool:
-        """A request that may not start now: the fleet is saturated, or (a newcomer) others of its band or a more
-        important one wait already, whose turn the room that freed is."""
+    def _must_wait(self, fleet: Fleet, base: str, band: Priority, woken: bool, reserved: bool = True) -> bool:
+        """A request that may not start now: the fleet is saturated (for it: ``reserved`` says whether it may take
+        the reserved slots), or (a newcomer) others of its band or a more important one wait already, whose turn
+        the room that freed is (for a request that may take reserved slots, only waiters that may too: the others
+        cannot use the room it would take)."""
         if not self.tenancy.saturation.enabled:
             return False
         line = self.capacity.line(base)
-        if not woken and line is not None and line.waiting_from(band) > 0:
-            return True
-        return self.saturated(fleet, base)
+        if not woken and line is not None:
+            if reserved and self.tenancy.saturation.reserving:
+                ahead = line.queue.waiting_from(band, self._reserve_eligible(base))
+            else:
+                ahead = line.waiting_from(band)
+            if ahead > 0:
+                return True
+        return self.saturated(fleet, base, reserved)
 
     def _wake_free(self, fleet: Fleet, base: str) -> None:
-        """Wake as many capacity waiters as the fleet has room for (a head waiter's re-check; new pods)."""
-        if self.tenancy.saturation.detector == "llmd-utilization":
+        """Wake as many capacity waiters as the fleet has room for (a head waiter's re-check; new pods; a woken
+        flooding request that found only reserved room): the reserved slots' share only to those that may take
+        them."""
+        saturation = self.tenancy.saturation
+        if saturation.detector == "llmd-utilization":
             if not self.saturated(fleet, base):
                 self.capacity.wake(base)
             return
         free = self._free_slots(fleet, base)
-        if free > 0:
+        if free <= 0:
+            return
+        if not saturation.reserving:
             self.capacity.wake(base, free)
+            return
+        general = max(0, min(free, self._free_slots(fleet, base, reserved=False)))
+        if general:
+            self.capacity.wake(base, general)
+        if free > general:
+            self.capacity.wake(base, free - general, self._reserve_eligible(base))
 
     def _pods_changed(self, base_models: set[str]) -> None:
         if not self.tenancy.saturation.enabled:
@@ -318,13 +363,16 @@ class Admission:
         hold_until_s = min(time.monotonic() + config.hold_wait_s, deadline_s)
         held = False
         while True:
-            if gated and self._must_wait(fleet, base, priority, woken):
+            reserved = self.may_reserve(base, tenant, priority)
+            if gated and self._must_wait(fleet, base, priority, woken, reserved):
+                if woken and not reserved:
+                    self._wake_free(fleet, base)  # room it may not take goes to a waiter that may
                 woken = await self._wait(fleet, base, priority, tenant, woken, wait_until_s, None, last)
                 if not woken:  # a batch line past its bound: it goes anyway
                     gated = False
                 continue
             try:
-                decision = self._route_with_room(fleet, route) if gated else self._route_once(fleet, route)
+                decision = self._route_with_room(fleet, route, reserved) if gated else self._route_once(fleet, route)
             except CachesBusy as exc:
                 woken = await self._wait(fleet, base, priority, tenant, woken, wait_until_s, exc, last)
                 if not woken:

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 from typing import Final
 
-from trtfleet_router.routing.fairqueue import TenantOrder
+from trtfleet_router.routing.fairqueue import Eligible, TenantOrder
 from trtfleet_router.routing.tenancy import DEFAULT_TENANT
 from trtfleet_router.upstream.waiting import Priority, WaitLine, Wake
 
@@ -154,11 +154,12 @@ class CapacityWaits:
         self.drain.record_end(base_model)
         self.wake(base_model)
 
-    def wake(self, base_model: str, count: int = 1) -> None:
-        """Wake the next ``count`` waiters in the line's order (without counting a request end)."""
+    def wake(self, base_model: str, count: int = 1, eligible: Eligible | None = None) -> None:
+        """Wake the next ``count`` waiters in the line's order (without counting a request end; ``eligible``: only
+        those it accepts)."""
         line = self._lines.get(base_model)
         if line is not None:
-            woken = line.wake(count)
+            woken = line.wake(count, eligible)
             if woken:
                 self._woken[base_model] = self._woken.get(base_model, 0) + woken
 

@@ -15,7 +15,7 @@ import asyncio
 from collections.abc import Callable, Collection
 from enum import Enum
 
-from trtfleet_router.routing.fairqueue import BANDS, ArrivalOrder, Entry, FairQueue, Priority, TenantOrder
+from trtfleet_router.routing.fairqueue import BANDS, ArrivalOrder, Eligible, Entry, FairQueue, Priority, TenantOrder
 from trtfleet_router.routing.tenancy import DEFAULT_TENANT
 
 __all__ = ["BANDS", "Priority", "Wake", "WaitLine"]
@@ -104,12 +104,13 @@ class WaitLine:
             return Wake.TIMED_OUT
         return Wake.WOKEN if future.result() else Wake.SHED
 
-    def wake(self, count: int = 1) -> int:
-        """Wake up to ``count`` waiters, in the line's order; returns how many."""
+    def wake(self, count: int = 1, eligible: Eligible | None = None) -> int:
+        """Wake up to ``count`` waiters, in the line's order (``eligible``: only those it accepts); returns how
+        many."""
         woken = 0
         queue = self._queue
         while woken < count:
-            entry = queue.pop()
+            entry = queue.pop(eligible)
             if entry is None:
                 break
             if not entry.item.done():

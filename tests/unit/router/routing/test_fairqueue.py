@@ -201,3 +201,52 @@ def test_remove_and_counts_by_band() -> None:
     assert queue.remove(a) and not queue.remove(a)
     assert queue.peek() is not None and queue.peek().item == "c"  # type: ignore[union-attr]
     assert [entry.item for entry in queue] == ["c", "l"]
+
+
+@dataclass(frozen=True)
+class EligibleCase:
+    queued: tuple[Queued, ...]
+    eligible: frozenset[str]
+    """Tenants a wake-up may go to (a pod's reserved slot: those not flooding)."""
+    newcomer_band: Priority
+    ahead: int
+    leaves: tuple[str, ...]
+
+
+ELIGIBLE_CASES = [
+    EligibleCase(
+        queued=(Queued("a1", "a"), Queued("a2", "a"), Queued("b1", "b"), Queued("b2", "b")),
+        eligible=frozenset({"b"}), newcomer_band=INTER, ahead=2, leaves=("b1", "b2"),
+    ),
+    EligibleCase(
+        queued=(Queued("a1", "a", CRIT), Queued("b1", "b", SHED), Queued("b2", "b")),
+        eligible=frozenset({"b"}), newcomer_band=INTER, ahead=1, leaves=("b2", "b1"),
+    ),
+    EligibleCase(
+        queued=(Queued("a1", "a"),), eligible=frozenset(), newcomer_band=CRIT, ahead=0, leaves=(),
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(ELIGIBLE_CASES[0], id="the order's pick among eligible tenants only"),
+        pytest.param(ELIGIBLE_CASES[1], id="bands still strictly by importance among the eligible"),
+        pytest.param(ELIGIBLE_CASES[2], id="nobody eligible: nothing leaves, nothing counts ahead"),
+    ],
+)
+def test_eligible_waiters_only(case: EligibleCase) -> None:
+    queue: FairQueue[str] = FairQueue(build("vtc", {}))
+    for item in case.queued:
+        queue.push(item.name, item.band, item.tenant)
+
+    def eligible(tenant: str, band: Priority) -> bool:
+        return tenant in case.eligible
+
+    assert queue.waiting_from(case.newcomer_band, eligible) == case.ahead
+    left = []
+    while (entry := queue.pop(eligible)) is not None:
+        left.append(entry.item)
+    assert tuple(left) == case.leaves
+    assert len(queue) == len(case.queued) - len(case.leaves)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pydantic
@@ -9,7 +10,7 @@ import pytest
 from trtfleet_router.routing import RoutingConfig
 from trtfleet_router.routing.fairqueue import Priority
 from trtfleet_router.routing.policies import parse_routing_config
-from trtfleet_router.routing.tenancy import ServedShares, TenancyConfig, classify
+from trtfleet_router.routing.tenancy import ServedShares, TenancyConfig, classify, may_take_reserved
 
 CRIT, INTER, SHED, BATCH = Priority.CRITICAL, Priority.INTERACTIVE, Priority.SHEDDABLE, Priority.BATCH
 
@@ -104,3 +105,40 @@ def test_served_shares_name_the_tenant_over_its_weight() -> None:
     alone = ServedShares(lambda: 0.0)
     alone.add("a", 5)
     assert alone.over_share("a", weights) is None  # nobody to share with
+
+
+@pytest.mark.parametrize(
+    ("saturation", "message"),
+    [
+        pytest.param({"inflightPerPod": 4, "reservedPerPod": 4}, "must be below inflightPerPod (4)", id="all"),
+        pytest.param({"inflightPerPod": 0, "reservedPerPod": 1}, "must be below inflightPerPod (0)", id="no limit"),
+        pytest.param({"inflightPerPod": 4, "reservedPerPod": -1}, "greater than or equal to 0", id="negative"),
+        pytest.param({"detector": "llmd-utilization", "inflightPerPod": 4, "reservedPerPod": 1},
+                     "needs the inflight detector", id="other detector"),
+    ],
+)
+def test_reserved_slots_are_validated(saturation: dict[str, object], message: str) -> None:
+    with pytest.raises(pydantic.ValidationError, match=re.escape(message)):
+        TenancyConfig.model_validate({"saturation": saturation})
+
+
+def test_reserved_slots_limit_only_a_request_that_may_not_take_them() -> None:
+    saturation = TenancyConfig.model_validate({"saturation": {"inflightPerPod": 4, "reservedPerPod": 1}}).saturation
+    assert saturation.reserving and (saturation.limit(True), saturation.limit(False)) == (4, 3)
+    unset = TenancyConfig.model_validate({"saturation": {"inflightPerPod": 4}}).saturation
+    assert not unset.reserving and (unset.limit(True), unset.limit(False)) == (4, 4)
+
+
+@pytest.mark.parametrize(
+    ("band", "over_share", "may"),
+    [
+        (Priority.CRITICAL, False, True),
+        (Priority.INTERACTIVE, False, True),
+        (Priority.CRITICAL, True, False),
+        (Priority.INTERACTIVE, True, False),
+        (Priority.SHEDDABLE, False, False),
+        (Priority.BATCH, False, False),
+    ],
+)
+def test_who_may_take_a_reserved_slot(band: Priority, over_share: bool, may: bool) -> None:
+    assert may_take_reserved(band, over_share) is may

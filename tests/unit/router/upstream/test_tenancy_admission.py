@@ -298,3 +298,88 @@ def test_without_a_limit_the_policy_alone_picks_the_pod() -> None:
         return preferred, lease.pod
 
     assert run(scenario()) == ("pod0", "pod0")
+
+
+def flood_by_a(admission: Admission) -> Lease:
+    """b was served a little, then a a lot (a is over its share, b under it); a's request holds a slot of pod0."""
+    b_earlier = call(admission, "b0", "b")
+    start_on(admission, "pod0", b_earlier).end(Outcome.OK)
+    admission.tenants.meter(b_earlier).add(2)
+    running = start_on(admission, "pod0", call(admission, "a0", "a"))
+    admission.tenants.meter(call(admission, "a0", "a")).add(300)
+    return running
+
+
+@dataclasses.dataclass(frozen=True)
+class ReserveCase:
+    reserved: int | None
+    """``saturation.reservedPerPod`` (None: unset) beside ``inflightPerPod: 2`` on one pod holding a's request."""
+    tenant: str
+    band: Priority
+    starts_at_once: bool
+
+
+RESERVE_CASES = [
+    ReserveCase(reserved=1, tenant="a", band=Priority.INTERACTIVE, starts_at_once=False),
+    ReserveCase(reserved=1, tenant="a", band=Priority.CRITICAL, starts_at_once=False),
+    ReserveCase(reserved=1, tenant="b", band=Priority.SHEDDABLE, starts_at_once=False),
+    ReserveCase(reserved=1, tenant="b", band=Priority.INTERACTIVE, starts_at_once=True),
+    ReserveCase(reserved=1, tenant="b", band=Priority.CRITICAL, starts_at_once=True),
+    ReserveCase(reserved=0, tenant="a", band=Priority.INTERACTIVE, starts_at_once=True),
+    ReserveCase(reserved=None, tenant="b", band=Priority.SHEDDABLE, starts_at_once=True),
+]
+
+
+@pytest.mark.parametrize(
+    "case",
+    [
+        pytest.param(RESERVE_CASES[0], id="the over-share tenant never takes the reserved slot"),
+        pytest.param(RESERVE_CASES[1], id="nor does its critical request"),
+        pytest.param(RESERVE_CASES[2], id="nor a sheddable request of a tenant under its share"),
+        pytest.param(RESERVE_CASES[3], id="an interactive request under its share takes it"),
+        pytest.param(RESERVE_CASES[4], id="a critical one under its share takes it"),
+        pytest.param(RESERVE_CASES[5], id="reservedPerPod 0: the flood takes every slot, as without the key"),
+        pytest.param(RESERVE_CASES[6], id="unset: every band takes every slot"),
+    ],
+)
+def test_the_reserved_slot_goes_only_to_a_request_not_flooding(case: ReserveCase) -> None:
+    async def scenario() -> tuple[bool, int]:
+        saturation: dict[str, Any] = {"inflightPerPod": 2}
+        if case.reserved is not None:
+            saturation["reservedPerPod"] = case.reserved
+        admission = admission_for(saturation=saturation)
+        running = flood_by_a(admission)
+        task = asyncio.create_task(start(admission, call(admission, "new", case.tenant, case.band)))
+        await settle()
+        started, waiting = task.done(), admission.capacity.waiting("tiny")
+        running.end(Outcome.OK)  # the slot below the reserve frees: whatever waited starts now
+        (await asyncio.wait_for(task, 5)).end(Outcome.OK)
+        return started, waiting
+
+    started, waiting = run(scenario())
+    assert (started, waiting) == (case.starts_at_once, 0 if case.starts_at_once else 1)
+
+
+def test_a_reserved_slot_a_flooding_waiter_cannot_take_goes_to_the_next_that_may() -> None:
+    """Both slots full, a's request waits first and heads the line (b's joined later, lifted to a's counter): when a
+    slot frees and the pod still holds what a flooding request may not go beyond, a's wake-up passes to b's request;
+    a's starts only once the pod holds fewer than ``inflightPerPod - reservedPerPod``, whoever's requests they are."""
+
+    async def scenario() -> list[list[str]]:
+        admission = admission_for(saturation={"inflightPerPod": 2, "reservedPerPod": 1})
+        running = {"a0": flood_by_a(admission), "b1": await start(admission, call(admission, "b1", "b"))}
+        tasks = {name: asyncio.create_task(start(admission, call(admission, name, tenant)))
+                 for name, tenant in (("a1", "a"), ("b2", "b"))}
+        await settle()
+        assert admission.capacity.waiting("tiny") == 2
+        started: list[list[str]] = []
+        for ended in ("b1", "a0", "b2", "a1"):
+            running.pop(ended).end(Outcome.OK)
+            await settle()
+            now = [name for name, task in tasks.items() if task.done() and name not in running]
+            for name in now:
+                running[name] = tasks.pop(name).result()
+            started.append(now)
+        return started
+
+    assert run(scenario()) == [["b2"], [], ["a1"], []]
