@@ -119,7 +119,7 @@ def sim_section(quick: bool, modes: Sequence[str] = tuple(ADMISSION_LABELS), res
     share = capacity / 2
     per_pod = spec.pod.max_batch_size
     print(f"simulator: {PODS} pods, capacity {capacity:.0f} requests/s", flush=True)
-    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s,
+    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s, "quick": quick,
                             "reserved": reserved}
 
     def admissions(weights: tuple[tuple[str, float], ...] = ()) -> dict[str, Admission]:
@@ -234,7 +234,7 @@ def real_section(quick: bool, modes: Sequence[str] = tuple(ADMISSION_LABELS), re
     share = capacity / 2
     duration_s, warmup_s = (30.0, 10.0) if quick else (60.0, 15.0)
     print(f"reference fleet: {REAL_WORKERS} workers, capacity about {capacity:.1f} requests/s", flush=True)
-    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s,
+    data: dict[str, Any] = {"capacity_rps": capacity, "duration_s": duration_s, "warmup_s": warmup_s, "quick": quick,
                             "reserved": reserved}
     with tempfile.TemporaryDirectory(prefix="tenants-") as tmp:
         work = Path(tmp)
@@ -282,7 +282,12 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
     def wait_column(key: str, title: str) -> list[tuple[str, str]]:
         return [(key, title)] if where == "sim" else []
 
-    command = f"python -m bench.tenants {'--sim-only' if where == 'sim' else '--real-only'} --write"
+    options = ["--sim-only" if where == "sim" else "--real-only", *(["--quick"] if data.get("quick") else [])]
+    if list(data["flood"]["runs"]) != list(ADMISSION_LABELS):
+        options.append(f"--admissions {','.join(data['flood']['runs'])}")
+    if data.get("reserved", RESERVED) != RESERVED:
+        options.append(f"--reserved {data['reserved']}")
+    command = f"python -m bench.tenants {' '.join(options)} --write"
     lines = [report.provenance(command), "",
              f"{fleet}; capacity about {capacity:.0f} requests/s of mean-sized requests; measured over arrivals from "
              f"{data['warmup_s']:.0f} s to {data['duration_s']:.0f} s. Goals: B's p99 TTFT within 1.25x of B alone; "
