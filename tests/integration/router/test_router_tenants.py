@@ -166,8 +166,10 @@ def test_a_critical_request_overtakes_waiting_sheddable_ones_in_the_router(
             for future in lows:
                 assert future.result().error is None
     assert vip.first_token_s is not None
-    # before it only a request already let go to the pod (and one whose first token was on its way)
-    assert run.started_between("s", vip.sent_s, vip.first_token_s) <= 2
+    # before its first token: the two already on the pod, and at most one more: when both end in the same engine
+    # step, the vip takes one freed slot and the next waiting request the other, and their first tokens come in
+    # the same step, in either order (the four waiting would all come first, six in all, without the bands)
+    assert run.started_between("s", vip.sent_s, vip.first_token_s) <= 3
     assert _overtaken(run, vip) >= 2  # of the four waiting when it came
     assert router.router.metrics.queue_wait.labels("tiny", "critical", "vip").counts[-1] == 0  # type: ignore[attr-defined]
 
