@@ -25,7 +25,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.native_loadgen import free_port, wait_port  # noqa: E402
-from tests.support.controlplane import ControlPlane  # noqa: E402
+from tests.support.controlplane import ControlPlane, eventually  # noqa: E402
 from tests.support.inferencepool import install  # noqa: E402
 
 LWEPP = ROOT / ".cache" / "bench" / "bin" / "lwepp"
@@ -74,21 +74,18 @@ def running(upstream: str, work: Path) -> Iterator[Lwepp]:
         raise FileNotFoundError(f"{LWEPP} not built: make bench-tools")
     with ControlPlane(work / "control-plane") as cp:
         install(cp)
-        deadline = time.monotonic() + SYNC_TIMEOUT_S  # the controller-manager makes the default ServiceAccount
-        while cp.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode != 0:
-            if time.monotonic() > deadline:
-                raise TimeoutError("no default ServiceAccount: the controller-manager did not start")
-            time.sleep(0.5)
+        eventually(lambda: cp.kubectl("get", "serviceaccount", "default", "-n", "default", check=False).returncode == 0,
+                   timeout=SYNC_TIMEOUT_S, what="the controller-manager's default ServiceAccount")
         pod, pool = _objects(upstream)
         cp.kubectl("apply", "-f", "-", input=json.dumps({"apiVersion": "v1", "kind": "List", "items": [pod, pool]}))
         _mark_running(cp)
         grpc_port = free_port()
-        log = (work / "lwepp.log").open("wb")
-        process = subprocess.Popen(
-            [str(binary), "--pool-name", POOL, "--pool-namespace", "default", "--grpc-port", str(grpc_port),
-             "--grpc-health-port", str(free_port()), "--metrics-port", str(free_port()), "--secure-serving=false",
-             "--zap-devel=false", "--zap-log-level=error"],
-            env=cp.env, stdout=log, stderr=subprocess.STDOUT)
+        with (work / "lwepp.log").open("wb") as log:  # the child keeps its own descriptor
+            process = subprocess.Popen(
+                [str(binary), "--pool-name", POOL, "--pool-namespace", "default", "--grpc-port", str(grpc_port),
+                 "--grpc-health-port", str(free_port()), "--metrics-port", str(free_port()), "--secure-serving=false",
+                 "--zap-devel=false", "--zap-log-level=error"],
+                env=cp.env, stdout=log, stderr=subprocess.STDOUT)
         try:
             wait_port(grpc_port)
             yield Lwepp(f"127.0.0.1:{grpc_port}", process.pid)
@@ -99,17 +96,16 @@ def running(upstream: str, work: Path) -> Iterator[Lwepp]:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
-            log.close()
 
 
 def wait_synced(probe: Callable[[], None]) -> None:
     """Until ``probe`` (a request through Envoy and lwepp) passes: lwepp answers 503 until its caches synced."""
-    deadline = time.monotonic() + SYNC_TIMEOUT_S
-    while True:
+
+    def passes() -> bool:
         try:
             probe()
-            return
         except (OSError, RuntimeError):
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+            return False
+        return True
+
+    eventually(passes, timeout=SYNC_TIMEOUT_S, what="lwepp to pick the benchmark's Pod")
