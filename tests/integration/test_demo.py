@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -70,6 +71,25 @@ def assert_nothing_left(mark: str, output: str) -> None:
     assert not Path(workdir.group(1)).exists(), f"the demo left {workdir.group(1)} behind"
 
 
+@contextmanager
+def live_demo(argv: list[str], mark: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
+    """The demo running, its output lines collected as they come; killed if it still runs when the block ends, and
+    then (on a block that passed) nothing it started may be left."""
+    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines: list[str] = []
+    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
+    reader.start()
+    try:
+        yield proc, lines
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        reader.join(10)
+    assert_nothing_left(mark, "".join(lines))
+
+
 @pytest.fixture
 def mark() -> Iterator[str]:
     token = secrets.token_hex(8)
@@ -115,12 +135,7 @@ def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
 
     argv = demo_argv("--workers", "1", "--adapters", "upper", "--refresh-s", "0.5")
     http_port = argv[argv.index("--http-port") + 1]
-    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    try:
+    with live_demo(argv, mark) as (proc, lines):
         eventually(lambda: proc.poll() is not None or any("live summary" in line for line in lines),
                    timeout=DEMO_TIMEOUT_S, what="the demo to be ready")
         assert proc.poll() is None, "".join(lines)
@@ -136,14 +151,8 @@ def test_demo_serves_openai_clients_and_stops_on_sigint(mark: str) -> None:
         run_batch_example(lines)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(10)
     output = "".join(lines)
     assert "SIGINT: stopping the demo" in output and output.rstrip().endswith("stopped")
-    assert_nothing_left(mark, output)
 
 
 def test_a_worker_whose_stub_dies_restarts_and_no_client_sees_it(mark: str) -> None:
@@ -153,12 +162,7 @@ def test_a_worker_whose_stub_dies_restarts_and_no_client_sees_it(mark: str) -> N
 
     argv = demo_argv("--workers", "2", "--runtime", "tensorrtllm", "--refresh-s", "0.5")
     http_port = argv[argv.index("--http-port") + 1]
-    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
-    try:
+    with live_demo(argv, mark) as (proc, lines):
         eventually(lambda: proc.poll() is not None or any("live summary" in line for line in lines),
                    timeout=DEMO_TIMEOUT_S, what="the demo to be ready")
         assert proc.poll() is None, "".join(lines)
@@ -178,12 +182,6 @@ def test_a_worker_whose_stub_dies_restarts_and_no_client_sees_it(mark: str) -> N
         assert proc.poll() is None, "".join(lines)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(10)
-    assert_nothing_left(mark, "".join(lines))
 
 
 @pytest.mark.parametrize("runtime", ["pytorch", "tensorrtllm"])

@@ -4,21 +4,17 @@ is answered, and the idle fleet goes back to zero; nothing is left running after
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from tests.integration.test_demo import (
     DEMO_TIMEOUT_S,
-    MARK_ENV,
     STOP_TIMEOUT_S,
-    assert_nothing_left,
     check_answer,
     demo_argv,
+    live_demo,
 )
 from tests.integration.test_demo import mark as mark  # the fixture
 from tests.support.controlplane import eventually
@@ -35,16 +31,10 @@ def test_demo_autoscales_zero_to_n_to_zero_without_losing_a_request(mark: str, r
 
     argv = demo_argv("--workers", "1", "--autoscale", "2", "--autoscale-zero-after-s", "3", "--runtime", runtime)
     http_port = argv[argv.index("--http-port") + 1]
-    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
+    with live_demo(argv, mark) as (proc, lines):
+        def count(text: str) -> int:
+            return sum(text in line for line in list(lines))
 
-    def count(text: str) -> int:
-        return sum(text in line for line in list(lines))
-
-    try:
         eventually(lambda: proc.poll() is not None or count("autoscaler ScaledToZero") == 1,
                    timeout=DEMO_TIMEOUT_S, what="the idle demo to scale to zero workers")
         assert proc.poll() is None, "".join(lines)
@@ -65,9 +55,3 @@ def test_demo_autoscales_zero_to_n_to_zero_without_losing_a_request(mark: str, r
                    what=f"the idle fleet back to zero:\n{''.join(lines[-5:])}")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(10)
-    assert_nothing_left(mark, "".join(lines))
