@@ -370,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     runs: dict[str, list[dict[str, Phase]]] = {name: [] for name in libraries}
     with ControlPlane(controller_manager=False) as cp:
         cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        cp.kubectl("wait", "--for", "condition=established", "--timeout=60s", "crd/adapters.trtfleet.io")
+        cp.wait_established("adapters.trtfleet.io")
         for round_ in range(args.rounds):
             order = libraries if round_ % 2 == 0 else libraries[::-1]
             for name in order:

@@ -102,7 +102,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rows = []
     with ControlPlane(controller_manager=False) as cp:
         cp.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
-        cp.kubectl("wait", "--for", "condition=established", "--timeout=60s", "crd/adapters.trtfleet.io")
+        cp.wait_established("adapters.trtfleet.io")
         for round_ in range(args.rounds):
             ns = f"discovery-{round_}"
             cp.kubectl("create", "namespace", ns)

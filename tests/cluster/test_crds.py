@@ -26,9 +26,7 @@ EXAMPLES = sorted((ROOT / "examples").glob("*.yaml"))
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The CRDs applied with plain `kubectl apply -f crds/` and Established."""
     control_plane.kubectl("apply", "-f", str(CRD_DIR))
-    control_plane.kubectl(
-        "wait", "--for", "condition=established", "--timeout=60s", *(f"crd/{name}" for name in CRD_NAMES)
-    )
+    control_plane.wait_established(*CRD_NAMES)
     # Discovery follows Established closely, not atomically: poll until served.
     def served(resource: str) -> bool:
         return control_plane.kubectl("get", resource, "-A", check=False).returncode == 0

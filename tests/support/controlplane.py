@@ -174,6 +174,19 @@ class ControlPlane:
             raise KubectlError(res.returncode, cmd, res.stdout, stderr)
         return res
 
+    def wait_established(self, *crds: str, timeout: float = 60.0) -> None:
+        """Until each CRD (``name.group``) is Established. Not ``kubectl wait --for condition=established``: right
+        after an apply a CRD may have no status yet, and kubectl wait then fails at once (".status.conditions
+        accessor error: <nil>")."""
+        path = '{.status.conditions[?(@.type=="Established")].status}'
+        for name in crds:
+            eventually(
+                lambda name=name: self.kubectl("get", f"crd/{name}", "-o", f"jsonpath={path}", check=False)
+                .stdout.strip() == "True",
+                timeout=timeout,
+                what=f"CRD {name} to be Established",
+            )
+
     def _diagnostics(self, wait_args: tuple[str, ...]) -> str:
         """What a failed ``kubectl wait`` leaves to read: nodes (conditions, taints), the namespace's
         pods and its latest events."""

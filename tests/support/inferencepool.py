@@ -75,29 +75,17 @@ def served(cp: ControlPlane) -> bool:
     return result.returncode == 0 and '"inferencepools"' in result.stdout
 
 
-def wait_established(cp: ControlPlane, name: str, timeout_s: float = 60.0) -> None:
-    """Until CRD ``name`` is Established. Not ``kubectl wait``: right after an apply the CRD may have no status yet,
-    and ``kubectl wait --for condition=...`` then fails at once (".status.conditions accessor error: <nil>")."""
-    path = '{.status.conditions[?(@.type=="Established")].status}'
-
-    def established() -> bool:
-        result = cp.kubectl("get", f"crd/{name}", "-o", f"jsonpath={path}", check=False)
-        return result.returncode == 0 and result.stdout.strip() == "True"
-
-    eventually(established, timeout=timeout_s, what=f"CRD {name} to be Established")
-
-
 def install(cp: ControlPlane) -> None:
     """Apply the CRD server-side and wait until InferencePools are served."""
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path()))
-    wait_established(cp, CRD_NAME)
+    cp.wait_established(CRD_NAME)
     eventually(lambda: served(cp), timeout=30, what="InferencePools to be served")
 
 
 def install_httproute(cp: ControlPlane) -> None:
     """Apply Gateway API's HTTPRoute CRD (standard channel) server-side and wait until HTTPRoutes are served."""
     cp.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(crd_path(HTTPROUTE_FILE)))
-    wait_established(cp, HTTPROUTE_CRD_NAME)
+    cp.wait_established(HTTPROUTE_CRD_NAME)
     eventually(lambda: cp.kubectl("get", "httproutes", "-A", check=False).returncode == 0, timeout=30,
                what="HTTPRoutes to be served")
 

@@ -16,14 +16,7 @@ from tests.support.controlplane import ControlPlane, eventually
 def crds(control_plane: ControlPlane) -> ControlPlane:
     """The trtfleet CRDs, Established and served."""
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(CRD_DIR))
-    control_plane.kubectl(
-        "wait",
-        "--for",
-        "condition=established",
-        "--timeout=60s",
-        "crd/basemodels.trtfleet.io",
-        "crd/adapters.trtfleet.io",
-    )
+    control_plane.wait_established("basemodels.trtfleet.io", "adapters.trtfleet.io")
     for resource in ("basemodels", "adapters"):
         eventually(
             lambda r=resource: control_plane.kubectl("get", r, "-A", check=False).returncode == 0,

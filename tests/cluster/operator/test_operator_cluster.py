@@ -267,7 +267,7 @@ spec:
 def test_standby_replica_takes_over(crds: ControlPlane, kube_namespace: str, tmp_path: Path) -> None:
     cp, ns = crds, kube_namespace
     cp.kubectl("apply", "-f", "-", input=PEERING_CRD)
-    cp.kubectl("wait", "--for", "condition=established", "crd/kopfpeerings.kopf.dev")
+    cp.wait_established("kopfpeerings.kopf.dev")
     wait_until(lambda: cp.kubectl("get", "kopfpeerings", "-n", ns, check=False).returncode == 0, 30, "served")
     apply(cp, ns, "apiVersion: kopf.dev/v1\nkind: KopfPeering\nmetadata: {name: trtfleet}\n")
     (tmp_path / "active").mkdir()

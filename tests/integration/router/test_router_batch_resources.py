@@ -38,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[3]
 @pytest.fixture(scope="module")
 def crds(control_plane: ControlPlane) -> ControlPlane:
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    control_plane.kubectl("wait", "--for", "condition=established", "--timeout=60s", "crd/batches.trtfleet.io")
+    control_plane.wait_established("batches.trtfleet.io")
 
     def served() -> bool:
         return control_plane.kubectl("get", "batches", "-A", check=False).returncode == 0

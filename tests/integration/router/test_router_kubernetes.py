@@ -29,9 +29,7 @@ CRD_NAMES = ("basemodels.trtfleet.io", "adapters.trtfleet.io")
 def crds(control_plane: ControlPlane) -> ControlPlane:
     # The real CRDs: the session's control plane is shared, so no test may swap in other schemas.
     control_plane.kubectl("apply", "--server-side", "--force-conflicts", "-f", str(ROOT / "crds"))
-    control_plane.kubectl(
-        "wait", "--for", "condition=established", "--timeout=60s", *(f"crd/{name}" for name in CRD_NAMES)
-    )
+    control_plane.wait_established(*CRD_NAMES)
 
     def served(resource: str) -> bool:
         return control_plane.kubectl("get", resource, "-A", check=False).returncode == 0
@@ -160,7 +158,7 @@ def test_inference_objectives_name_bands_where_their_crd_is_installed(crds: Cont
     cp, ns = crds, kube_namespace
     crd = ROOT / "tests" / "fixtures" / "crds" / "inferenceobjectives.llm-d.ai.yaml"
     cp.kubectl("apply", "--server-side", "-f", str(crd))
-    cp.kubectl("wait", "--for", "condition=established", "--timeout=60s", "crd/inferenceobjectives.llm-d.ai")
+    cp.wait_established("inferenceobjectives.llm-d.ai")
     eventually(
         lambda: cp.kubectl("get", "inferenceobjectives", "-A", check=False).returncode == 0,
         timeout=30,
