@@ -73,6 +73,17 @@ class PodBlocks:
         self.head_tokens = 0  # the oldest one's uncached tokens
 
 
+def _pending_prefill_s(pod: PodBlocks, now_s: float, s_per_token: float) -> float:
+    """A pod's pending prefill in seconds at ``now_s``, less the head request's progress (see
+    :meth:`PrefixIndex.pending_prefill_s`)."""
+    pending_s = pod.pending_prefill_tokens * s_per_token
+    elapsed_s = now_s - pod.head_since_s
+    if elapsed_s <= 0.0:  # also for an unknown start (inf)
+        return pending_s
+    head_s = pod.head_tokens * s_per_token
+    return pending_s - (elapsed_s if elapsed_s < head_s else head_s)
+
+
 class PrefixIndex:
     """Per-pod block LRUs and the fleet-wide ``block hash -> pods`` bit masks."""
 
@@ -302,25 +313,15 @@ class PrefixIndex:
         pod = self._pods.get(pod_id)
         if pod is None or not pod.pending_prefill_tokens:
             return 0.0
-        pending_s = pod.pending_prefill_tokens * s_per_token
-        elapsed_s = now_s - pod.head_since_s
-        if elapsed_s <= 0.0:  # also for an unknown start (inf)
-            return pending_s
-        head_s = pod.head_tokens * s_per_token
-        return pending_s - (elapsed_s if elapsed_s < head_s else head_s)
+        return _pending_prefill_s(pod, now_s, s_per_token)
 
     def pending_prefill_by_pod(self, now_s: float, s_per_token: float) -> dict[str, float]:
         """:meth:`pending_prefill_s` of every pod with prefill pending (the others' is 0), in one pass."""
-        found: dict[str, float] = {}
-        for pod_id, pod in self._pods.items():
-            if pod.pending_prefill_tokens:  # pending_prefill_s's formula, inlined: it runs for every pod per request
-                pending_s = pod.pending_prefill_tokens * s_per_token
-                elapsed_s = now_s - pod.head_since_s
-                if elapsed_s > 0.0:
-                    head_s = pod.head_tokens * s_per_token
-                    pending_s -= elapsed_s if elapsed_s < head_s else head_s
-                found[pod_id] = pending_s
-        return found
+        return {
+            pod_id: _pending_prefill_s(pod, now_s, s_per_token)
+            for pod_id, pod in self._pods.items()
+            if pod.pending_prefill_tokens
+        }
 
     def pending_tokens(self, ticket_id: PrefillKey) -> int:
         """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""
