@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from bench.native_loadgen import cpu_s
@@ -20,11 +20,14 @@ from trtfleet.demand import prometheus_samples
 LOOP_LAG: Final = "trtfleet_router_event_loop_lag_seconds"
 
 
-def cumulative_buckets(text: str, name: str = LOOP_LAG) -> list[tuple[float, float]]:
-    """(upper bound, cumulative count) of histogram ``name``'s buckets, summed over label sets, by bound."""
+def cumulative_buckets(
+    text: str, name: str = LOOP_LAG, match: Mapping[str, str] | None = None
+) -> list[tuple[float, float]]:
+    """(upper bound, cumulative count) of histogram ``name``'s buckets, summed over the label sets that have every
+    label of ``match`` (all of them without it), by bound."""
     counts: dict[float, float] = {}
     for sample, labels, value in prometheus_samples(text):
-        if sample == f"{name}_bucket":
+        if sample == f"{name}_bucket" and all(labels.get(key) == want for key, want in (match or {}).items()):
             bound = float(labels["le"])
             counts[bound] = counts.get(bound, 0.0) + value
     return sorted(counts.items())

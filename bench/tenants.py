@@ -27,8 +27,9 @@ import argparse
 import asyncio
 import math
 import tempfile
+import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Final
@@ -37,6 +38,7 @@ from trtfleet_router.routing.fairqueue import Priority
 
 from bench import report
 from bench.profiles import h100_llama3_8b_fleet, pod_capacity_requests_per_s
+from bench.routerwindow import cumulative_buckets, window_quantile
 from bench.simstats import percentile
 from bench.simtenants import OUTPUT, PROMPT, Admission, TenantSimulation, Traffic, tenant_trace
 from bench.simtypes import FleetSpec
@@ -45,6 +47,7 @@ PODS: Final = 64
 ADMISSION_LABELS: Final = {"fcfs": "first come, first served", "llmd": "llm-d flow control", "vtc": "trtfleet (VTC)",
                            "vtc-reserve": "trtfleet (VTC), {reserved} reserved per pod"}
 RESERVED: Final = 1
+QUEUE_WAIT: Final = "trtfleet_router_queue_wait_seconds"
 CRITICAL, INTERACTIVE, SHEDDABLE = Priority.CRITICAL, Priority.INTERACTIVE, Priority.SHEDDABLE
 
 
@@ -65,7 +68,8 @@ class Outcome:
     tokens_per_s: float
     """Prompt + output tokens of its requests that finished in the window, per second."""
     router_wait_p99_s: float | None = None
-    """Simulator: how long its requests waited in the router before they started (p99)."""
+    """How long its requests waited in the router before they started (p99): the simulator's own figure; on the
+    reference fleet, the router's histogram over the requests that started after the warm-up."""
 
 
 Row = tuple[float, float | None, float | None, int, bool, float]
@@ -207,9 +211,16 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
     fleet.start()
     try:
         headers = [{"x-llm-d-inference-fairness-id": flow.tenant} for flow in per_request]
+        at_warmup: list[str] = []  # the router's metrics once the warm-up is over
+        timer = threading.Timer(warmup_s, lambda: at_warmup.append(fleet.router_metrics()))
         started = time.perf_counter()
-        samples = asyncio.run(replay_spread([fleet.base_url], [0] * len(trace), trace, 120.0, headers=headers))
+        timer.start()
+        try:
+            samples = asyncio.run(replay_spread([fleet.base_url], [0] * len(trace), trace, 120.0, headers=headers))
+        finally:
+            timer.cancel()
         elapsed = time.perf_counter() - started
+        waits = _router_waits(at_warmup[0] if at_warmup else "", fleet.router_metrics(), {f.tenant for f in flows})
     finally:
         fleet.stop()
     rows: dict[str, list[Row]] = {}
@@ -218,9 +229,22 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
         ok = sample.error is None and sample.ttft_s is not None
         rows.setdefault(flow.tenant, []).append((request.t_s, sample.ttft_s, finish, request.prompt_tokens
                                                  + sample.output_tokens, ok, 0.0))
-    found = {tenant: outcome(tenant, tenant_rows, (warmup_s, duration_s)) for tenant, tenant_rows in rows.items()}
+    found = {tenant: replace(outcome(tenant, tenant_rows, (warmup_s, duration_s)), router_wait_p99_s=waits[tenant])
+             for tenant, tenant_rows in rows.items()}
     print(f"  {mode:<5} {len(trace)} requests, {elapsed:.0f} s: "
           + "; ".join(f"{o.tenant} p99 {_ms(o.ttft_p99_s)} refused {o.refused}" for o in found.values()), flush=True)
+    return found
+
+
+def _router_waits(before: str, after: str, tenants: Iterable[str]) -> dict[str, float | None]:
+    """Each tenant's p99 wait in the router over the requests that started between two scrapes of its metrics
+    (``trtfleet_router_queue_wait_seconds``, interpolated in a bucket as Prometheus does)."""
+    found: dict[str, float | None] = {}
+    for tenant in tenants:
+        match = {"tenant": tenant}
+        p99 = window_quantile(cumulative_buckets(before, QUEUE_WAIT, match), cumulative_buckets(after, QUEUE_WAIT,
+                                                                                               match), 0.99)
+        found[tenant] = None if math.isnan(p99) else p99
     return found
 
 
@@ -279,9 +303,6 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
     def label(mode: str) -> str:
         return ADMISSION_LABELS[mode].format(reserved=data.get("reserved", RESERVED))
 
-    def wait_column(key: str, title: str) -> list[tuple[str, str]]:
-        return [(key, title)] if where == "sim" else []
-
     options = ["--sim-only" if where == "sim" else "--real-only", *(["--quick"] if data.get("quick") else [])]
     if list(data["flood"]["runs"]) != list(ADMISSION_LABELS):
         options.append(f"--admissions {','.join(data['flood']['runs'])}")
@@ -292,7 +313,9 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
              f"{fleet}; capacity about {capacity:.0f} requests/s of mean-sized requests; measured over arrivals from "
              f"{data['warmup_s']:.0f} s to {data['duration_s']:.0f} s. Goals: B's p99 TTFT within 1.25x of B alone; "
              "A gets what B leaves; served-token shares within 10 % of the weights while both are backlogged; the high "
-             "band's p99 TTFT within 1.25x of an idle fleet.", ""]
+             "band's p99 TTFT within 1.25x of an idle fleet."
+             + ("" if where == "sim" else " Router wait: the router's `queue_wait_seconds` histogram over the requests "
+                "that started after the warm-up (interpolated in a bucket: 10, 25, 50, 100, 250 ms ...)."), ""]
     flood, alone = data["flood"]["runs"], data["flood"]["alone"]
     rows = []
     for mode, runs in flood.items():
@@ -307,7 +330,7 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
                  "b_tps": f"{alone.tokens_per_s:.0f}", "a_refused": "-"})
     lines += ["**Flood**: A at 5x its fair share, B steady at 0.6x of its share (equal weights).", "",
               report.table(rows, [("admission", "admission"), ("b_p50", "B TTFT p50"), ("b_p99", "B TTFT p99"),
-                                  ("b_vs_alone", "B p99 / B alone"), *wait_column("b_wait", "B router wait p99"),
+                                  ("b_vs_alone", "B p99 / B alone"), ("b_wait", "B router wait p99"),
                                   ("b_refused", "B refused"),
                                   ("b_tps", "B tokens/s"), ("a_tps", "A tokens/s"), ("a_refused", "A refused")]), ""]
     weights = data["weights"]
@@ -333,7 +356,7 @@ def render(where: str, data: Mapping[str, Any], capacity: float, fleet: str) -> 
                  "refused": f"{high_alone.refused}/{high_alone.requests}", "low_tps": "-"})
     lines += ["**Bands**: a sheddable tenant at 2x the fleet's capacity, a critical one at 0.2x.", "",
               report.table(rows, [("admission", "admission"), ("p50", "high TTFT p50"), ("p99", "high TTFT p99"),
-                                  ("vs", "p99 / alone"), *wait_column("wait", "high router wait p99"),
+                                  ("vs", "p99 / alone"), ("wait", "high router wait p99"),
                                   ("refused", "high refused"),
                                   ("low_tps", "low tokens/s")])]
     return "\n".join(lines)

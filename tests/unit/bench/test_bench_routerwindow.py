@@ -41,6 +41,20 @@ def test_buckets_are_read_from_the_routers_own_exposition() -> None:
     assert window_quantile(before, sorted(buckets.items()), 0.5) == pytest.approx(0.001)
 
 
+def test_buckets_of_one_label_set_leave_the_others_out() -> None:
+    metrics = RouterMetrics()
+    for tenant, wait in (("A", 0.0004), ("A", 0.3), ("B", 0.0004), ("B", 0.003), ("B", 0.003)):
+        metrics.queue_wait.labels("tiny", "interactive", tenant).observe(wait)
+    text = metrics.exposition().decode()
+    name = "trtfleet_router_queue_wait_seconds"
+    b = dict(cumulative_buckets(text, name, {"tenant": "B"}))
+    assert b[0.001] == 1 and b[0.005] == 3 and b[INF] == 3
+    a = dict(cumulative_buckets(text, name, {"tenant": "A", "band": "interactive"}))
+    assert a[0.001] == 1 and a[0.25] == 1 and a[0.5] == 2
+    assert dict(cumulative_buckets(text, name))[INF] == 5  # no match: every label set
+    assert cumulative_buckets(text, name, {"tenant": "C"}) == []
+
+
 class _Fleet:
     """A stand-in for bench.realfleet.RealFleet's two calls: a real process as the router, a real RouterMetrics."""
 
