@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import math
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from trtfleet_router.routing.types import PodMetrics
 
@@ -73,9 +73,10 @@ class PodBlocks:
         self.head_tokens = 0  # the oldest one's uncached tokens
 
 
-def _pending_prefill_s(pod: PodBlocks, now_s: float, s_per_token: float) -> float:
+def pending_prefill_of(pod: PodBlocks, now_s: float, s_per_token: float) -> float:
     """A pod's pending prefill in seconds at ``now_s``, less the head request's progress (see
-    :meth:`PrefixIndex.pending_prefill_s`)."""
+    :meth:`PrefixIndex.pending_prefill_s`; the queue prices of every candidate call it on :attr:`PrefixIndex.pods`
+    directly)."""
     pending_s = pod.pending_prefill_tokens * s_per_token
     elapsed_s = now_s - pod.head_since_s
     if elapsed_s <= 0.0:  # also for an unknown start (inf)
@@ -124,6 +125,11 @@ class PrefixIndex:
 
     def pod(self, pod_id: str) -> PodBlocks | None:
         return self._pods.get(pod_id)
+
+    @property
+    def pods(self) -> Mapping[str, PodBlocks]:
+        """Every pod's blocks and prefill queue, by pod id (read them; change them through the methods)."""
+        return self._pods
 
     def _clear(self, pod: PodBlocks) -> None:
         keep = ~(1 << pod.slot)
@@ -313,15 +319,7 @@ class PrefixIndex:
         pod = self._pods.get(pod_id)
         if pod is None or not pod.pending_prefill_tokens:
             return 0.0
-        return _pending_prefill_s(pod, now_s, s_per_token)
-
-    def pending_prefill_by_pod(self, now_s: float, s_per_token: float) -> dict[str, float]:
-        """:meth:`pending_prefill_s` of every pod with prefill pending (the others' is 0), in one pass."""
-        return {
-            pod_id: _pending_prefill_s(pod, now_s, s_per_token)
-            for pod_id, pod in self._pods.items()
-            if pod.pending_prefill_tokens
-        }
+        return pending_prefill_of(pod, now_s, s_per_token)
 
     def pending_tokens(self, ticket_id: PrefillKey) -> int:
         """The uncached tokens of a request whose prefill still waits (0: done, or never booked)."""

@@ -62,6 +62,7 @@ from trtfleet_router.routing.policies.cold_placement import (
     cold_anywhere,
     cold_home,
 )
+from trtfleet_router.routing.prefixindex import pending_prefill_of
 from trtfleet_router.routing.types import AdapterRef, CachesBusy
 
 NAME = "ttft-cost"
@@ -147,16 +148,25 @@ class QueuePrices:
         queues = self._queues
         if not self._every:
             ctx = self._ctx
-            now_s, delay_s = ctx.now_s, self._delay_s
-            pending = ctx.prefix.pending_prefill_by_pod(now_s, self._s_per_token)
+            now_s, delay_s, s_per_token = ctx.now_s, self._delay_s, self._s_per_token
+            blocks_of = ctx.prefix.pods
             for pod, load in zip(ctx.pods, ctx.loads, strict=True):
                 pod_id = pod.pod_id
-                if pod_id not in queues:  # tokens_per_step inlined: this runs for every candidate
-                    state = pod.load
-                    metrics = state.metrics if now_s <= state.fresh_until_s else None
-                    found = metrics.tokens_per_step if metrics is not None else None
-                    per_step = max(1.0, found) if found is not None else 1.0
-                    queues[pod_id] = load * delay_s / per_step + pending.get(pod_id, 0.0)
+                if pod_id in queues:
+                    continue
+                # tokens_per_step and pending_prefill_s inlined: this runs for every candidate
+                state = pod.load
+                metrics = state.metrics
+                per_step = 1.0
+                if metrics is not None and now_s <= state.fresh_until_s:
+                    found = metrics.tokens_per_step
+                    if found is not None and found > 1.0:
+                        per_step = found
+                queue_s = load * delay_s / per_step
+                blocks = blocks_of.get(pod_id)
+                if blocks is not None and blocks.pending_prefill_tokens:
+                    queue_s += pending_prefill_of(blocks, now_s, s_per_token)
+                queues[pod_id] = queue_s
             self._every = True
         return queues
 
@@ -173,6 +183,7 @@ class QueuePrices:
         task_id = adapter.task_id
         found: PodView | None = None
         below = math.inf  # what a queue must be under to replace the one found (none yet: any)
+        shortest_s = min(queues.values(), default=math.inf)
         for pod_id in ctx.rankings.rank(adapter.name):
             queue_s = queues.get(pod_id)
             if queue_s is None or queue_s >= below:
@@ -181,6 +192,8 @@ class QueuePrices:
             if pod.residency.is_warm(task_id) or pod.cache_full_until_s > now_s or not can_store(pod, adapter):
                 continue
             found, below = pod, queue_s - COST_TIE_S
+            if below <= shortest_s:
+                break  # no candidate's queue is under it: the rest of the ranking cannot replace this one
         return None if found is None else (found, ctx.load(found))
 
 

@@ -29,6 +29,7 @@ from trtfleet_router.routing.policies.ttft_cost import (
     tokens_per_step,
 )
 from trtfleet_router.routing.prefix import PromptBlocks
+from trtfleet_router.routing.prefixindex import pending_prefill_of
 from trtfleet_router.routing.types import RoutingError
 
 MIB = 2**20
@@ -87,10 +88,12 @@ def fleet_pair(policy: str, seed: int, pods: dict[str, PodInfo], clock: list[flo
 
 
 def check_bulk_reads(fleet: Fleet, now_s: float, s_per_token: float) -> None:
-    """The one-pass reads the prices use agree with the per-pod ones."""
-    pending = fleet.prefix_index.pending_prefill_by_pod(now_s, s_per_token)
+    """The direct reads the prices use agree with the per-pod ones."""
+    index = fleet.prefix_index
     for pod_id, pod in fleet.pods.items():
-        assert pending.get(pod_id, 0.0) == fleet.prefix_index.pending_prefill_s(pod_id, now_s, s_per_token)
+        blocks = index.pods.get(pod_id)
+        direct = pending_prefill_of(blocks, now_s, s_per_token) if blocks and blocks.pending_prefill_tokens else 0.0
+        assert direct == index.pending_prefill_s(pod_id, now_s, s_per_token)
         load = pod.load
         assert load.foreground(now_s) == load.load(now_s) - load.background - load.remote_background
 
