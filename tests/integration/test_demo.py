@@ -71,6 +71,16 @@ def assert_nothing_left(mark: str, output: str) -> None:
     assert not Path(workdir.group(1)).exists(), f"the demo left {workdir.group(1)} behind"
 
 
+def print_demo_output(output: str) -> None:
+    """The demo's output and the tails of its logs, for a failed test's report (a killed demo leaves them)."""
+    print(output)
+    workdir = WORKDIR.search(output)
+    logs = Path(workdir.group(1)) / "logs" if workdir is not None else None
+    for log in sorted(logs.glob("*.log")) if logs is not None and logs.is_dir() else []:
+        print(f"--- {log.name} (last 40 lines)")
+        print("\n".join(log.read_text(errors="replace").splitlines()[-40:]))
+
+
 @contextmanager
 def live_demo(argv: list[str], mark: str) -> Iterator[tuple[subprocess.Popen[str], list[str]]]:
     """The demo running, its output lines collected as they come; killed if it still runs when the block ends, and
@@ -82,6 +92,9 @@ def live_demo(argv: list[str], mark: str) -> Iterator[tuple[subprocess.Popen[str
     reader.start()
     try:
         yield proc, lines
+    except BaseException:
+        print_demo_output("".join(lines))
+        raise
     finally:
         if proc.poll() is None:
             proc.kill()

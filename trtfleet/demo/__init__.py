@@ -265,17 +265,23 @@ def wait_ready(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[Wo
         wait_workers(sup, args, workers, [*children, router])
     base = local_url(args.host, args.http_port)
 
+    debug = local_url(args.host, args.metrics_port) + "/debug/fleets"
+
     def router_ready() -> bool:
         if not http_ok(f"{base}/v2/health/ready"):
             return False
         try:
             with urllib.request.urlopen(f"{base}/v1/models", timeout=5) as resp:
                 listed = {m["id"] for m in json.loads(resp.read())["data"]}
+            # every worker routable: the router's health probes may have ejected one that was still starting
+            # (connection refused), and it takes it back only once its ejection time is over
+            with urllib.request.urlopen(debug, timeout=5) as resp:
+                pods = json.loads(resp.read()).get(BASE_MODEL, {}).get("pods", [])
         except (OSError, ValueError, KeyError):
             return False
-        return set(served) <= listed
+        return set(served) <= listed and sum(1 for pod in pods if pod["ready"]) >= len(workers)
 
-    sup.wait_until(router_ready, what="waiting for the router to list the adapters",
+    sup.wait_until(router_ready, what="waiting for the router to list the adapters and route to every worker",
                    timeout_s=ROUTER_READY_TIMEOUT_S, watch=[*children, router], progress=say)
 
 
