@@ -205,14 +205,9 @@ def test_demo_gateway_answers_through_envoy(mark: str, runtime: str) -> None:
     gateway_port = free_port()
     argv = demo_argv("--gateway", "--gateway-port", str(gateway_port), "--epp-port", str(free_port()),
                      "--workers", "2", "--runtime", runtime, "--refresh-s", "0.5")
-    proc = subprocess.Popen(argv, env={**os.environ, MARK_ENV: mark}, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
-    lines: list[str] = []
-    reader = threading.Thread(target=lambda: lines.extend(iter(proc.stdout.readline, "")), daemon=True)  # type: ignore[union-attr]
-    reader.start()
     gateway = f"http://127.0.0.1:{gateway_port}"
     models = ["tiny", "tiny-upper", "tiny-reverse", "tiny-json"]
-    try:
+    with live_demo(argv, mark) as (proc, lines):
         eventually(lambda: proc.poll() is not None or any("live summary" in line for line in lines),
                    timeout=DEMO_TIMEOUT_S, what="the demo to be ready")
         assert proc.poll() is None, "".join(lines)
@@ -241,9 +236,3 @@ def test_demo_gateway_answers_through_envoy(mark: str, runtime: str) -> None:
                    what=f"the live summary to count the gateway's requests:\n{''.join(lines[-5:])}")
         proc.send_signal(signal.SIGINT)
         assert proc.wait(STOP_TIMEOUT_S) == 0, "".join(lines)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
-    reader.join(10)
-    assert_nothing_left(mark, "".join(lines))
