@@ -220,7 +220,7 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
         finally:
             timer.cancel()
         elapsed = time.perf_counter() - started
-        waits = _router_waits(at_warmup[0] if at_warmup else "", fleet.router_metrics(), {f.tenant for f in flows})
+        waits = router_waits(at_warmup[0] if at_warmup else "", fleet.router_metrics(), {f.tenant for f in flows})
     finally:
         fleet.stop()
     rows: dict[str, list[Row]] = {}
@@ -236,7 +236,7 @@ def run_real(flows: Sequence[RealFlow], mode: str, duration_s: float, warmup_s: 
     return found
 
 
-def _router_waits(before: str, after: str, tenants: Iterable[str]) -> dict[str, float | None]:
+def router_waits(before: str, after: str, tenants: Iterable[str]) -> dict[str, float | None]:
     """Each tenant's p99 wait in the router over the requests that started between two scrapes of its metrics
     (``trtfleet_router_queue_wait_seconds``, interpolated in a bucket as Prometheus does)."""
     found: dict[str, float | None] = {}
