@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final, Protocol
 
-import grpc
 from aiohttp import web
 
 from trtfleet.internalauth import TokenFile
 from trtfleet_router.batch.wiring import BatchSettings, build_batch_parts
 from trtfleet_router.epp.exchange import PickerSettings
 from trtfleet_router.epp.server import EndpointPicker, PickerHealth, build_picker_server
+from trtfleet_router.epp.wire import WireServer
 from trtfleet_router.errors import RouterError, mapping_for, openai_error_body, triton_error_body
 from trtfleet_router.internalaccess import InternalAccess, choose_access
 from trtfleet_router.liveview import DiscoverySnapshot, FleetSet
@@ -159,7 +159,7 @@ class Router:
         self.metrics_port: int | None = None
         self.peer_port: int | None = None
         self._peer_server: PeerServer | None = None
-        self._picker: grpc.aio.Server | None = None
+        self._picker: WireServer | None = None
         self.picker_health = PickerHealth()
         self.picker_port_bound: int | None = None
 
@@ -238,10 +238,11 @@ class Router:
             self.metrics_port = await self._serve_http(self.metrics_app(), s.metrics_port)
         if s.picker is not None:
             picker = EndpointPicker(self.services, self.dispatcher, self.prewarmer, s.picker)
-            self._picker = build_picker_server(picker, self.picker_health)
-            self.picker_port_bound = self._picker.add_insecure_port(f"{s.host}:{max(0, s.picker_port)}")
-            await self._picker.start()
-            await self.picker_health.serving(True)
+            self._picker = build_picker_server(
+                picker, self.picker_health, max_message_bytes=s.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES
+            )
+            self.picker_port_bound = await self._picker.start(s.host, max(0, s.picker_port))
+            self.picker_health.serving(True)
         if s.grpc_port is not None:
             self._grpc = build_grpc_server(
                 self.services, max_message_bytes=s.frontend.max_body_bytes + HTTP_OVERHEAD_BYTES
@@ -295,7 +296,7 @@ class Router:
     async def stop(self) -> None:
         self.lifecycle.start_draining()
         if self._picker is not None:
-            await self.picker_health.serving(False)
+            self.picker_health.serving(False)
         drained = await self.lifecycle.wait_idle(self.settings.drain_timeout_s)
         log.info("router draining done", extra={"ctx": {"drained": drained, "left": self.lifecycle.inflight}})
         if self._peer_server is not None:
@@ -306,7 +307,7 @@ class Router:
         if self._grpc is not None:
             await self._grpc.stop(grace=1.0)
         if self._picker is not None:
-            await self._picker.stop(grace=1.0)
+            await self._picker.stop(grace_s=1.0)
         for runner in self._runners:
             await runner.cleanup()
         if self.peers is not None:

@@ -1,0 +1,182 @@
+"""The picker port's HTTP/2 (``trtfleet_router.epp.wire``) against grpcio's real client: health checks as kubelet
+and Envoy call them, unknown methods, messages larger than every flow-control window, header blocks continued over
+frames, many streams on one connection, a client that cancels, a handler that fails, a peer that is not HTTP/2.
+The ext_proc exchange itself over this port is tested in test_picker_protocol.py, and behind a real Envoy in
+tests/integration/router/test_router_gateway.py."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from trtfleet_router.epp.server import HEALTH_CHECK, PickerHealth
+from trtfleet_router.epp.wire import CallFailed, GrpcStatus, Method, Stream, WireServer
+
+from tests.support.loopthread import LoopThread
+
+ECHO = "/test.Wire/Echo"
+FAIL = "/test.Wire/Fail"
+HOLD = "/test.Wire/Hold"
+MAX_MESSAGE = 4 << 20
+Request = health_pb2.HealthCheckRequest  # any message with a string field serves as a payload
+
+
+class Served:
+    def __init__(self) -> None:
+        self.loop = LoopThread()
+        self.health = PickerHealth()
+        self.held = threading.Event()
+        self.released = threading.Event()
+        methods = {
+            ECHO: Method(Request.FromString, self.echo),
+            FAIL: Method(Request.FromString, self.fail),
+            HOLD: Method(Request.FromString, self.hold),
+            HEALTH_CHECK: Method(Request.FromString, self.health.check),
+        }
+        self.server = WireServer(methods, MAX_MESSAGE)
+        self.port = self.loop.run(self.server.start("127.0.0.1", 0))
+        self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
+                                             options=[("grpc.max_send_message_length", 64 << 20)])
+
+    async def echo(self, stream: Stream) -> None:
+        while (message := await stream.read()) is not grpc.aio.EOF:
+            await stream.write(message)
+
+    async def fail(self, stream: Stream) -> None:
+        message = await stream.read()
+        if message.service == "refuse":
+            raise CallFailed(GrpcStatus.NOT_FOUND, "no such thing: é")
+        raise ValueError("broken handler")
+
+    async def hold(self, stream: Stream) -> None:
+        await stream.read()
+        self.held.set()
+        try:
+            await asyncio.sleep(60)
+        finally:
+            self.released.set()
+
+    def call(self, path: str, messages: list[Request], **options: object) -> list[Request]:
+        method = self.channel.stream_stream(path, request_serializer=Request.SerializeToString,
+                                            response_deserializer=Request.FromString)
+        return list(method(iter(messages), timeout=30, **options))
+
+    def close(self) -> None:
+        self.channel.close()
+        self.loop.run(self.server.stop(grace_s=0.5))
+        self.loop.close()
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    found = Served()
+    yield found
+    found.close()
+
+
+def test_health_checks_answer_as_kubelet_and_envoy_ask(served: Served) -> None:
+    stub = health_pb2_grpc.HealthStub(served.channel)
+    with pytest.raises(grpc.RpcError) as unknown_before:
+        stub.Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=10)
+    assert unknown_before.value.code() == grpc.StatusCode.NOT_FOUND  # nothing said yet
+    served.loop.loop.call_soon_threadsafe(served.health.serving, True)
+    served.loop.run(asyncio.sleep(0))
+    serving = health_pb2.HealthCheckResponse.SERVING
+    for service in ("liveness", "readiness", "envoy.service.ext_proc.v3.ExternalProcessor", ""):
+        assert stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10).status == serving
+    served.loop.loop.call_soon_threadsafe(served.health.serving, False)
+    served.loop.run(asyncio.sleep(0))
+    assert stub.Check(health_pb2.HealthCheckRequest(service="readiness"), timeout=10).status == (
+        health_pb2.HealthCheckResponse.NOT_SERVING)
+    assert stub.Check(health_pb2.HealthCheckRequest(service="liveness"), timeout=10).status == serving
+    with pytest.raises(grpc.RpcError) as watch:
+        next(iter(stub.Watch(health_pb2.HealthCheckRequest(service="liveness"), timeout=10)))
+    assert watch.value.code() == grpc.StatusCode.UNIMPLEMENTED
+
+
+def test_a_method_not_served_is_unimplemented_and_the_connection_goes_on(served: Served) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        served.call("/test.Wire/Nothing", [Request(service="x")])
+    assert refused.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert "/test.Wire/Nothing" in (refused.value.details() or "")
+    assert served.call(ECHO, [Request(service="after")]) == [Request(service="after")]
+
+
+def test_messages_larger_than_every_window_go_both_ways_whole_and_in_order(served: Served) -> None:
+    messages = [Request(service=f"{index}:" + "x" * (300_000 + index)) for index in range(12)]  # 3.6 MB each way
+    assert served.call(ECHO, messages) == messages
+
+
+def test_a_message_over_the_limit_is_refused_as_resource_exhausted(served: Served) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        served.call(ECHO, [Request(service="x" * (MAX_MESSAGE + 1))])
+    assert refused.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert served.call(ECHO, [Request(service="small")]) == [Request(service="small")]
+
+
+def test_a_header_block_continued_over_frames_is_read(served: Served) -> None:
+    big = (("x-big", "v" * 40_000),)  # over one 16 KiB frame: HEADERS then CONTINUATION
+    assert served.call(ECHO, [Request(service="headers")], metadata=big) == [Request(service="headers")]
+
+
+def test_many_streams_on_one_connection_each_get_their_own_answers(served: Served) -> None:
+    def one(index: int) -> list[Request]:
+        return served.call(ECHO, [Request(service=f"{index}-{part}") for part in range(5)])
+
+    with ThreadPoolExecutor(16) as pool:
+        answers = list(pool.map(one, range(64)))
+    assert answers == [[Request(service=f"{index}-{part}") for part in range(5)] for index in range(64)]
+
+
+def test_a_failing_handler_ends_its_call_with_a_status_the_client_reads(served: Served) -> None:
+    with pytest.raises(grpc.RpcError) as refused:
+        served.call(FAIL, [Request(service="refuse")])
+    assert refused.value.code() == grpc.StatusCode.NOT_FOUND
+    assert refused.value.details() == "no such thing: é"  # percent-encoded on the wire, as gRPC says
+    with pytest.raises(grpc.RpcError) as broken:
+        served.call(FAIL, [Request(service="crash")])
+    assert broken.value.code() == grpc.StatusCode.INTERNAL
+    assert "broken handler" in (broken.value.details() or "")
+
+
+def test_a_client_that_cancels_cancels_the_handler(served: Served) -> None:
+    method = served.channel.stream_stream(HOLD, request_serializer=Request.SerializeToString,
+                                          response_deserializer=Request.FromString)
+    call = method(iter([Request(service="hold")]), timeout=30)
+    assert served.held.wait(10)
+    call.cancel()
+    assert served.released.wait(10)  # the handler's task was cancelled: its finally ran
+
+
+def test_stopping_ends_open_calls_as_unavailable(served: Served) -> None:
+    method = served.channel.stream_stream(HOLD, request_serializer=Request.SerializeToString,
+                                          response_deserializer=Request.FromString)
+    call = method(iter([Request(service="hold")]), timeout=30)
+    assert served.held.wait(10)
+    served.loop.run(served.server.stop(grace_s=0.2))
+    with pytest.raises(grpc.RpcError) as stopped:
+        list(call)
+    assert stopped.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert served.released.wait(10)
+
+
+def test_a_peer_that_is_not_http2_is_told_so_and_others_are_served(served: Served) -> None:
+    with socket.create_connection(("127.0.0.1", served.port), timeout=10) as sock:
+        sock.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+        answer = b""
+        while chunk := sock.recv(65536):
+            answer += chunk
+    frames = []
+    while answer:
+        length = int.from_bytes(answer[:3], "big")
+        frames.append((answer[3], answer[9 : 9 + length]))
+        answer = answer[9 + length :]
+    assert [kind for kind, _ in frames] == [4, 8, 7]  # SETTINGS and a window on connect, then GOAWAY
+    assert int.from_bytes(frames[-1][1][4:8], "big") == 1 and b"prior knowledge" in frames[-1][1]  # PROTOCOL_ERROR
+    assert served.call(ECHO, [Request(service="still")]) == [Request(service="still")]
