@@ -1,9 +1,9 @@
 """The picker's gRPC port without a gRPC library: HTTP/2 frames read and written on the router's own event loop.
 
 Why: a gateway's ``ext_proc`` stream carries six small messages in and five out per HTTP request. Through grpc.aio
-each costs a trip through gRPC's core, its poller thread and back into the event loop; a picker that decides
-nothing spent about 3 ms of CPU per request that way, as much on grpc's sync server, and about 0.5 ms with the
-frames handled here (``bench/extproc_floor.py``, docs/benchmarks/gateway.md). The exchanges run as tasks on the
+each costs a trip through gRPC's core, its poller thread and back into the event loop. A picker that decides
+nothing spent about 3 ms of CPU per request that way (``bench/extproc_floor.py``), as much on grpc's sync server,
+and about 0.5 ms with the frames handled as here (docs/benchmarks/gateway.md). The exchanges run as tasks on the
 loop that owns the fleet view, so no message crosses a thread.
 
 What it speaks: cleartext HTTP/2 with prior knowledge (RFC 9113), as Envoy's ``envoy_grpc`` client and every gRPC
