@@ -37,6 +37,8 @@ MAX_WINDOW: Final = (1 << 31) - 1
 REOPEN_AT: Final = 1 << 30
 """Received bytes after which a receive window is reopened to its maximum."""
 DEFAULT_FRAME_BYTES: Final = 16_384
+MAX_HEADER_BLOCK_BYTES: Final = 256 * 1024
+"""A header block continued past this is refused (a peer could otherwise send CONTINUATION frames forever)."""
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
@@ -70,9 +72,10 @@ class CallFailed(Exception):
         self.message = message
 
 
-def frame(kind: int, flags: int, stream_id: int, payload: bytes = b"") -> bytes:
+def frame(kind: int, flags: int, stream_id: int, payload: bytes | memoryview = b"") -> bytes:
     size = len(payload)
-    return bytes((size >> 16, (size >> 8) & 0xFF, size & 0xFF, kind, flags)) + stream_id.to_bytes(4, "big") + payload
+    return b"".join((bytes((size >> 16, (size >> 8) & 0xFF, size & 0xFF, kind, flags)), stream_id.to_bytes(4, "big"),
+                     payload))
 
 
 def _hpack_integer(value: int, prefix_bits: int, first: int) -> bytes:
@@ -114,7 +117,8 @@ class Stream:
         self.id = stream_id
         self.decode = decode
         self.inbox: collections.deque[Message] = collections.deque()
-        self.partial = b""
+        self.partial = bytearray()  # the start of a message whose end has not come yet
+        self.wanted = 0  # bytes ``partial`` needs before a message can be parsed out of it
         self.waiter: asyncio.Future[None] | None = None  # the handler, parked for a message or for the windows
         self.half_closed = False  # the peer sent END_STREAM
         self.reset = False  # the peer sent RST_STREAM (or the connection ended)
@@ -122,7 +126,7 @@ class Stream:
         self.headers_sent = False
         self.send_window = connection.peer_window
         self.received = 0
-        self.pending: collections.deque[bytes] = collections.deque()
+        self.pending: collections.deque[memoryview] = collections.deque()
         self.task: asyncio.Task[None] | None = None
 
     async def read(self) -> Any:
@@ -246,7 +250,7 @@ class Connection(asyncio.Protocol):
             position = len(PREFACE)
             self.preface = True
         size = len(data)
-        while size - position >= 9 and not self.closing:
+        while size - position >= 9:
             length = int.from_bytes(data[position : position + 3], "big")
             if length > DEFAULT_FRAME_BYTES:  # this side advertises the default SETTINGS_MAX_FRAME_SIZE
                 raise ConnectionFailed(FRAME_SIZE_ERROR, f"a frame of {length} bytes")
@@ -276,7 +280,7 @@ class Connection(asyncio.Protocol):
                 stream = self.streams.pop(stream_id, None)
                 if stream is not None:
                     self._cancel(stream)
-            elif kind == GOAWAY:
+            elif kind == GOAWAY:  # the peer opens no more streams; the ones under way go on to their ends
                 self.closing = True
                 self._close_when_idle()
             elif kind == PUSH_PROMISE:
@@ -299,7 +303,14 @@ class Connection(asyncio.Protocol):
         if stream.received >= REOPEN_AT:
             self.out.append(frame(WINDOW_UPDATE, 0, stream_id, struct.pack(">I", stream.received)))
             stream.received = 0
-        data = stream.partial + payload if stream.partial else payload
+        if stream.partial:  # a message cut over frames: gathered until it is whole, then parsed once
+            stream.partial += payload
+            if len(stream.partial) < stream.wanted:
+                self._data_end(stream, flags)
+                return
+            data, stream.partial = bytes(stream.partial), bytearray()
+        else:
+            data = payload
         position, size = 0, len(data)
         while size - position >= 5:
             length = int.from_bytes(data[position + 1 : position + 5], "big")
@@ -318,7 +329,12 @@ class Connection(asyncio.Protocol):
                 self._finish(stream, GrpcStatus.INTERNAL, "a request message that does not parse")
                 return
             position += 5 + length
-        stream.partial = data[position:]
+        if position < size:
+            stream.partial = bytearray(data[position:])
+            stream.wanted = 5 + length if size - position >= 5 else 5
+        self._data_end(stream, flags)
+
+    def _data_end(self, stream: Stream, flags: int) -> None:
         if flags & END_STREAM:
             stream.half_closed = True
         stream.wake()
@@ -337,6 +353,8 @@ class Connection(asyncio.Protocol):
         if self.header_block is None or self.header_block[0] != stream_id:
             raise ConnectionFailed(PROTOCOL_ERROR, "a CONTINUATION without its HEADERS")
         self.header_block[2].extend(payload)
+        if len(self.header_block[2]) > MAX_HEADER_BLOCK_BYTES:
+            raise ConnectionFailed(PROTOCOL_ERROR, f"a header block over {MAX_HEADER_BLOCK_BYTES} bytes")
         if flags & END_HEADERS:
             first, first_flags, block = self.header_block
             self.header_block = None
@@ -406,7 +424,7 @@ class Connection(asyncio.Protocol):
         if not stream.headers_sent:
             self.out.append(frame(HEADERS, END_HEADERS, stream.id, self._block(RESPONSE_HEADERS)))
             stream.headers_sent = True
-        stream.pending.append(message)
+        stream.pending.append(memoryview(message))  # a message larger than the windows is sent in slices, uncopied
         self._send_stream(stream)
         self._schedule_flush()
 

@@ -13,10 +13,14 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import grpc
+import hpack
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from trtfleet_router.epp import wire
 from trtfleet_router.epp.server import HEALTH_CHECK, PickerHealth
-from trtfleet_router.epp.wire import CallFailed, GrpcStatus, Method, Stream, WireServer
+from trtfleet_router.epp.wire import PREFACE, CallFailed, GrpcStatus, Method, Stream, WireServer
 
 from tests.support.loopthread import LoopThread
 
@@ -27,6 +31,11 @@ MAX_MESSAGE = 4 << 20
 Request = health_pb2.HealthCheckRequest  # any message with a string field serves as a payload
 
 
+async def echo(stream: Stream) -> None:
+    while (message := await stream.read()) is not grpc.aio.EOF:
+        await stream.write(message)
+
+
 class Served:
     def __init__(self) -> None:
         self.loop = LoopThread()
@@ -34,7 +43,7 @@ class Served:
         self.held = threading.Event()
         self.released = threading.Event()
         methods = {
-            ECHO: Method(Request.FromString, self.echo),
+            ECHO: Method(Request.FromString, echo),
             FAIL: Method(Request.FromString, self.fail),
             HOLD: Method(Request.FromString, self.hold),
             HEALTH_CHECK: Method(Request.FromString, self.health.check),
@@ -43,10 +52,6 @@ class Served:
         self.port = self.loop.run(self.server.start("127.0.0.1", 0))
         self.channel = grpc.insecure_channel(f"127.0.0.1:{self.port}",
                                              options=[("grpc.max_send_message_length", 64 << 20)])
-
-    async def echo(self, stream: Stream) -> None:
-        while (message := await stream.read()) is not grpc.aio.EOF:
-            await stream.write(message)
 
     async def fail(self, stream: Stream) -> None:
         message = await stream.read()
@@ -180,3 +185,89 @@ def test_a_peer_that_is_not_http2_is_told_so_and_others_are_served(served: Serve
     assert [kind for kind, _ in frames] == [4, 8, 7]  # SETTINGS and a window on connect, then GOAWAY
     assert int.from_bytes(frames[-1][1][4:8], "big") == 1 and b"prior knowledge" in frames[-1][1]  # PROTOCOL_ERROR
     assert served.call(ECHO, [Request(service="still")]) == [Request(service="still")]
+
+
+class Recorder(asyncio.Transport):
+    """A transport that keeps what the connection writes."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.written = bytearray()
+        self.closed = False
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self.written += data
+
+    def is_closing(self) -> bool:
+        return self.closed
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def _client_bytes(messages: list[Request]) -> bytes:
+    """A gRPC client's side of one call, framed by hand: the preface, SETTINGS, a HEADERS block continued over a
+    CONTINUATION, a GOAWAY (the client opens nothing more), the messages in DATA frames of at most 100 bytes (one
+    of them padded), END_STREAM, a PING."""
+    block = hpack.Encoder().encode([(":method", "POST"), (":scheme", "http"), (":path", ECHO),
+                                    (":authority", "picker"), ("content-type", "application/grpc"),
+                                    ("te", "trailers"), ("x-filler", "f" * 300)])
+    out = PREFACE + wire.frame(wire.SETTINGS, 0, 0)
+    out += wire.frame(wire.HEADERS, 0, 1, block[:50]) + wire.frame(wire.CONTINUATION, wire.END_HEADERS, 1, block[50:])
+    out += wire.frame(wire.GOAWAY, 0, 0, (1).to_bytes(4, "big") + (0).to_bytes(4, "big"))
+    data = b"".join(b"\x00" + len(m.SerializeToString()).to_bytes(4, "big") + m.SerializeToString() for m in messages)
+    chunks = [data[start : start + 100] for start in range(0, len(data), 100)]
+    for index, chunk in enumerate(chunks):
+        flags = wire.END_STREAM if index == len(chunks) - 1 else 0
+        if index == 1:
+            out += wire.frame(wire.DATA, flags | wire.PADDED, 1, bytes([3]) + chunk + b"\x00\x00\x00")
+        else:
+            out += wire.frame(wire.DATA, flags, 1, chunk)
+    return out + wire.frame(wire.PING, 0, 0, b"12345678")
+
+
+def _frames(data: bytes) -> list[tuple[int, int, int, bytes]]:
+    found = []
+    while data:
+        length = int.from_bytes(data[:3], "big")
+        found.append((data[3], data[4], int.from_bytes(data[5:9], "big"), data[9 : 9 + length]))
+        data = data[9 + length :]
+    return found
+
+
+@given(cuts=st.lists(st.integers(min_value=1, max_value=2_000), max_size=30))
+@settings(max_examples=60, derandomize=True, database=None, deadline=None)
+def test_whatever_the_segmentation_a_call_is_read_and_answered_the_same(cuts: list[int]) -> None:
+    messages = [Request(service=f"m{index}-" + "y" * (index * 37)) for index in range(6)]
+    sent = _client_bytes(messages)
+    points = sorted({cut % len(sent) for cut in cuts} | {0, len(sent)})
+
+    async def exchange() -> tuple[bytes, bool]:
+        server = WireServer({ECHO: Method(Request.FromString, echo)}, MAX_MESSAGE)
+        connection = wire.Connection(server.methods, MAX_MESSAGE, server)
+        transport = Recorder()
+        connection.connection_made(transport)
+        for start, end in zip(points, points[1:], strict=False):
+            connection.data_received(sent[start:end])
+            await asyncio.sleep(0)
+        for _ in range(20):
+            await asyncio.sleep(0)
+        return bytes(transport.written), transport.closed
+
+    written, closed = asyncio.run(exchange())
+    assert closed  # after the GOAWAY, once its one stream ended
+    frames = _frames(written)
+    kinds = [(kind, flags) for kind, flags, stream, _ in frames if stream == 1]
+    assert kinds[0] == (wire.HEADERS, wire.END_HEADERS)
+    assert kinds[-1] == (wire.HEADERS, wire.END_HEADERS | wire.END_STREAM)
+    answer = b"".join(payload for kind, _, stream, payload in frames if kind == wire.DATA and stream == 1)
+    echoed = []
+    while answer:
+        length = int.from_bytes(answer[1:5], "big")
+        echoed.append(Request.FromString(answer[5 : 5 + length]))
+        answer = answer[5 + length :]
+    assert echoed == messages
+    trailers = next(payload for kind, flags, stream, payload in frames
+                    if stream == 1 and kind == wire.HEADERS and flags & wire.END_STREAM)
+    assert hpack.Decoder().decode(trailers) == [("grpc-status", "0")]
+    assert (wire.PING, wire.ACK, 0, b"12345678") in frames
