@@ -9,6 +9,8 @@ figures are the proxies' own), all on this machine, load from ``wrk`` (one threa
 * **envoy**: the pinned Envoy with a static cluster in front of it (the floor any gateway pays);
 * **envoy+python floor**: Envoy with the same ``ext_proc`` filter calling :mod:`bench.extproc_floor`, a picker
   on grpc.aio that decides nothing (one fixed endpoint): what the protocol costs in Python before any routing;
+* **envoy+wire floor**: the same do-nothing picker served on the HTTP/2 frames trtfleet's picker port reads
+  itself (``--wire``): the protocol's cost in Python as trtfleet's picker pays it;
 * **envoy+picker**: the same Envoy, its ``ext_proc`` filter calling a ``trtfleet router --epp-port`` as the
   InferencePool's picker (``FULL_DUPLEX_STREAMED`` bodies both ways), an ``ORIGINAL_DST`` cluster on the
   picker's ``x-gateway-destination-endpoint``; the client names the adapter, the picker rewrites the path and
@@ -48,7 +50,7 @@ from trtfleet.demo.envoy import EnvoyProcess, gateway_bootstrap
 
 ROOT = Path(__file__).resolve().parent.parent
 
-SETUPS = ("direct", "envoy", "envoy+python floor", "envoy+lwepp", "envoy+picker", "router")
+SETUPS = ("direct", "envoy", "envoy+python floor", "envoy+wire floor", "envoy+lwepp", "envoy+picker", "router")
 
 
 @dataclass(frozen=True)
@@ -66,6 +68,7 @@ def targets(
     gateway: EnvoyProcess,
     prompt: str,
     go_picker: tuple[EnvoyProcess, int] | None = None,
+    wire_floor: tuple[EnvoyProcess, int] | None = None,
 ) -> dict[str, Target]:
     warm = {"text_input": prompt, "max_tokens": 1, "lora_task_id": TASK_ID}
     by_name = {"text_input": prompt, "max_tokens": 1}
@@ -79,10 +82,11 @@ def targets(
         "envoy+picker": Target(gateway.url + adapter_path, by_name, (gateway.process.pid, procs.router_pid)),
         "router": Target(f"http://{procs.router_http}{adapter_path}", by_name, (procs.router_pid,)),
     }
-    if go_picker is not None:
-        envoy, lwepp_pid = go_picker
-        assert envoy.process is not None
-        found["envoy+lwepp"] = Target(envoy.url + upstream_path, warm, (envoy.process.pid, lwepp_pid))
+    for name, extra in (("envoy+lwepp", go_picker), ("envoy+wire floor", wire_floor)):
+        if extra is not None:
+            envoy, picker_pid = extra
+            assert envoy.process is not None
+            found[name] = Target(envoy.url + upstream_path, warm, (envoy.process.pid, picker_pid))
     return found
 
 
@@ -110,17 +114,21 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
     limits = ("--max-input-len", "65536", "--max-seq-len", "66000", "--max-body-bytes", str(8 << 20))
     procs = start("echo", "auto", True, ("--epp-port", str(picker_port), *limits))
     rows: list[dict[str, Any]] = []
-    fixed_port = free_port()
-    fixed_picker = subprocess.Popen([sys.executable, "-m", "bench.extproc_floor", "--port", str(fixed_port),
-                                     "--endpoint", procs.upstream_http], cwd=ROOT)
+    fixed_port, wire_port = free_port(), free_port()
+    floor_command = [sys.executable, "-m", "bench.extproc_floor", "--endpoint", procs.upstream_http]
+    fixed_picker = subprocess.Popen([*floor_command, "--port", str(fixed_port)], cwd=ROOT)
+    wire_picker = subprocess.Popen([*floor_command, "--port", str(wire_port), "--wire"], cwd=ROOT)
     try:
         wait_port(fixed_port)
+        wait_port(wire_port)
         static = gateway_bootstrap(free_port(), free_port(), static_pods=[procs.upstream_http])
         fixed = gateway_bootstrap(free_port(), free_port(), picker=f"127.0.0.1:{fixed_port}")
         routed = gateway_bootstrap(free_port(), free_port(), picker=f"127.0.0.1:{picker_port}")
         with contextlib.ExitStack() as stack:
             floor = stack.enter_context(EnvoyProcess(static, work / "floor"))
             fixed_envoy = stack.enter_context(EnvoyProcess(fixed, work / "fixed"))
+            wire_config = gateway_bootstrap(free_port(), free_port(), picker=f"127.0.0.1:{wire_port}")
+            wire_floor = (stack.enter_context(EnvoyProcess(wire_config, work / "wire")), wire_picker.pid)
             gateway = stack.enter_context(EnvoyProcess(routed, work / "gateway"))
             go_picker = None
             if lwepp.find_lwepp() is None:
@@ -131,7 +139,7 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                 go_picker = (stack.enter_context(EnvoyProcess(config, work / "lwepp-envoy")), picker.pid)
             for size in args.prompt_bytes:
                 prompt = ("gateway " * (size // 8 + 1))[:size]
-                setups = targets(procs, floor, fixed_envoy, fixed_picker.pid, gateway, prompt, go_picker)
+                setups = targets(procs, floor, fixed_envoy, fixed_picker.pid, gateway, prompt, go_picker, wire_floor)
                 warm_up(setups["router"])  # the router stores the adapter on the pod: direct calls find it warm
                 if go_picker is not None:
                     lwepp.wait_synced(lambda target=setups["envoy+lwepp"]: warm_up(target))
@@ -151,8 +159,9 @@ def run(args: argparse.Namespace) -> list[dict[str, Any]]:
                         rows.append(row)
                         print(report.table([row], COLUMNS), flush=True)
     finally:
-        fixed_picker.terminate()
-        fixed_picker.wait(timeout=10)
+        for floor_picker in (fixed_picker, wire_picker):
+            floor_picker.terminate()
+            floor_picker.wait(timeout=10)
         procs.stop()
     return rows
 
