@@ -196,6 +196,10 @@ def start_fleet(
     started = [triton.spawn_worker(sup, basemodel, assets, i + 1, say) for i in range(args.workers)]
     fleet = workdir / "fleet.yaml"
     triton.write_fleet(fleet, spec, [w for w, _ in started], adapters)
+    # The router starts once the workers answer: started beside them, it probes them while they still refuse
+    # connections, its gRPC channels back off, and the first requests after "ready" fail fast for up to the
+    # backoff (a 503 when the other worker is down; CI run 13).
+    wait_workers(sup, args, started, [c for _, c in started])
     return started, start_router(sup, args, fleet)
 
 
@@ -260,9 +264,7 @@ def wait_workers(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[
 
 def wait_ready(sup: Supervisor, args: argparse.Namespace, workers: list[tuple[WorkerEndpoint, Child]],
                router: Child, served: list[str]) -> None:
-    children = [c for _, c in workers]
-    if args.runtime != "pytorch":  # pytorch workers were ready before the router started
-        wait_workers(sup, args, workers, [*children, router])
+    children = [c for _, c in workers]  # ready before the router started (start_fleet, the pytorch branch)
     base = local_url(args.host, args.http_port)
 
     debug = local_url(args.host, args.metrics_port) + "/debug/fleets"

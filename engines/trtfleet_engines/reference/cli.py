@@ -279,6 +279,7 @@ def run(args: argparse.Namespace) -> int:
             )
         code = worker.process.wait()
         if worker.watchdog is not None and worker.watchdog.deaths:
+            worker.stop()  # its clean-up (stubs tritonserver left behind) logs first: the death is the last line
             print(f"trtfleet worker: {worker.watchdog.deaths[0].describe()}", file=sys.stderr)
             return EXIT_FAILED
         return 0 if stopping else code
