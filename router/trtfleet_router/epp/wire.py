@@ -1,10 +1,9 @@
 """The picker's gRPC port without a gRPC library: HTTP/2 frames read and written on the router's own event loop.
 
-Why: a gateway's ``ext_proc`` stream carries six small messages in and five out per HTTP request. Through grpc.aio
-each costs a trip through gRPC's core, its poller thread and back into the event loop. A picker that decides
-nothing spent about 3 ms of CPU per request that way (``bench/extproc_floor.py``), as much on grpc's sync server,
-and about 0.5 ms with the frames handled as here (docs/benchmarks/gateway.md). The exchanges run as tasks on the
-loop that owns the fleet view, so no message crosses a thread.
+Why: a gateway's ``ext_proc`` stream carries about six small messages each way per HTTP request, and through
+grpc.aio each one crosses gRPC's core and its poller thread before it reaches the event loop; handled here, a
+message is a few slices of bytes and a protobuf parse (the comparison is in docs/benchmarks/gateway.md). The
+exchanges run as tasks on the loop that owns the fleet view, so no message crosses a thread.
 
 What it speaks: cleartext HTTP/2 with prior knowledge (RFC 9113), as Envoy's ``envoy_grpc`` client and every gRPC
 client use it for an ``http://`` target, and gRPC's mapping onto it (length-prefixed messages, status in trailers).
@@ -37,6 +36,7 @@ MAX_WINDOW: Final = (1 << 31) - 1
 REOPEN_AT: Final = 1 << 30
 """Received bytes after which a receive window is reopened to its maximum."""
 DEFAULT_FRAME_BYTES: Final = 16_384
+MAX_FRAME_SIZE: Final = (1 << 24) - 1
 MAX_HEADER_BLOCK_BYTES: Final = 256 * 1024
 """A header block continued past this is refused (a peer could otherwise send CONTINUATION frames forever)."""
 
@@ -400,6 +400,8 @@ class Connection(asyncio.Protocol):
                     stream.send_window += value - self.peer_window
                 self.peer_window = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
+                if not DEFAULT_FRAME_BYTES <= value <= MAX_FRAME_SIZE:
+                    raise ConnectionFailed(PROTOCOL_ERROR, f"a SETTINGS_MAX_FRAME_SIZE of {value}")
                 self.max_frame = value
             elif key == SETTINGS_HEADER_TABLE_SIZE and value < hpack.Encoder().header_table_size:
                 # this side indexes nothing, but a smaller table must still be acknowledged in the next block

@@ -271,3 +271,19 @@ def test_whatever_the_segmentation_a_call_is_read_and_answered_the_same(cuts: li
                     if stream == 1 and kind == wire.HEADERS and flags & wire.END_STREAM)
     assert hpack.Decoder().decode(trailers) == [("grpc-status", "0")]
     assert (wire.PING, wire.ACK, 0, b"12345678") in frames
+
+
+def test_a_frame_size_setting_outside_the_protocols_range_ends_the_connection() -> None:
+    async def exchange() -> tuple[bytes, bool]:
+        server = WireServer({ECHO: Method(Request.FromString, echo)}, MAX_MESSAGE)
+        connection = wire.Connection(server.methods, MAX_MESSAGE, server)
+        transport = Recorder()
+        connection.connection_made(transport)
+        setting = (wire.SETTINGS_MAX_FRAME_SIZE).to_bytes(2, "big") + (0).to_bytes(4, "big")
+        connection.data_received(PREFACE + wire.frame(wire.SETTINGS, 0, 0, setting))
+        return bytes(transport.written), transport.closed
+
+    written, closed = asyncio.run(exchange())
+    goaway = [payload for kind, _, _, payload in _frames(written) if kind == wire.GOAWAY]
+    assert closed and len(goaway) == 1
+    assert int.from_bytes(goaway[0][4:8], "big") == 1 and b"SETTINGS_MAX_FRAME_SIZE of 0" in goaway[0]
