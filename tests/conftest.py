@@ -33,6 +33,19 @@ def _in_ci() -> bool:
     return os.environ.get("CI", "").lower() == "true"
 
 
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Under CI, a failure's report is written the moment it happens, not only in the summary after every test:
+    a run of forty minutes is read while it goes on, and a run stopped early still says why its first test
+    failed."""
+    if not (_in_ci() and report.failed):
+        return
+    sys.stderr.write(f"\n---- {report.nodeid} failed ({report.when}), as it happened ----\n")
+    sys.stderr.write(f"{report.longreprtext[-6000:]}\n")
+    sections = [f"-- {name} --\n{text[-3000:]}" for name, text in report.sections if text.strip()]
+    sys.stderr.write("\n".join(sections[-3:]) + "\n---- end of the failure's report ----\n")
+    sys.stderr.flush()
+
+
 _build_error: BaseException | None = None
 
 
