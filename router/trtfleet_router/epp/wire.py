@@ -7,11 +7,12 @@ exchanges run as tasks on the loop that owns the fleet view, so no message cross
 
 What it speaks: cleartext HTTP/2 with prior knowledge (RFC 9113), as Envoy's ``envoy_grpc`` client and every gRPC
 client use it for an ``http://`` target, and gRPC's mapping onto it (length-prefixed messages, status in trailers).
-Header blocks are decoded with ``hpack`` (the peer's dynamic table included); this side writes only literals that
-are never indexed, so it keeps no table. Flow control both ways: this side opens its receive windows to the
-maximum and reopens them as data is read; it sends no more than the peer's windows allow and holds a writer until
-they reopen. A method this port does not serve is answered UNIMPLEMENTED; a message over ``max_message_bytes``
-RESOURCE_EXHAUSTED. No TLS, no server push, no compression (a compressed message is refused).
+Header blocks are decoded with ``hpack`` (the peer's dynamic table included), the repeated ones once while the table
+stays as it is (:class:`HeaderDecoder`); this side writes only literals that are never indexed, so it keeps no
+table. Flow control both ways: this side opens its receive windows to the maximum and reopens them as data is read;
+it sends no more than the peer's windows allow and holds a writer until they reopen. A method this port does not
+serve is answered UNIMPLEMENTED; a message over ``max_message_bytes`` RESOURCE_EXHAUSTED. No TLS, no server push, no
+compression (a compressed message is refused).
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ DEFAULT_FRAME_BYTES: Final = 16_384
 MAX_FRAME_SIZE: Final = (1 << 24) - 1
 MAX_HEADER_BLOCK_BYTES: Final = 256 * 1024
 """A header block continued past this is refused (a peer could otherwise send CONTINUATION frames forever)."""
+KNOWN_BLOCKS, KNOWN_BLOCK_BYTES = 256, 4096
+"""Header blocks kept decoded per connection (:class:`HeaderDecoder`), and the largest kept."""
 
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
 END_STREAM, ACK, END_HEADERS, PADDED, PRIORITY_FLAG = 0x1, 0x1, 0x4, 0x8, 0x20
@@ -106,6 +109,79 @@ def trailers(status: int, message: str = "") -> bytes:
         text = urllib.parse.quote(message, safe=" !\"#$&'()*+,-./:;<=>?@[\\]^_`{|}~")
         block += literal(b"grpc-message", text.encode())
     return block
+
+
+def _prefixed(block: bytes, at: int, prefix_bits: int) -> tuple[int, int] | None:
+    """An HPACK integer with a ``prefix_bits`` prefix at ``at``: (value, where the next field starts), None if cut."""
+    limit = (1 << prefix_bits) - 1
+    value = block[at] & limit
+    at += 1
+    if value < limit:
+        return value, at
+    shift = 0
+    while at < len(block):
+        byte = block[at]
+        at += 1
+        value += (byte & 0x7F) << shift
+        shift += 7
+        if not byte & 0x80:
+            return value, at
+        if shift > 28:
+            return None
+    return None
+
+
+def writes_table(block: bytes) -> bool:
+    """Whether decoding a header block can change the decoder's dynamic table (RFC 7541 section 6): it adds a field
+    to it or resizes it (or does not parse, so nothing is known of it). Other blocks may read the table: such a
+    block decodes to the same fields for as long as the table holds what it did."""
+    at, size = 0, len(block)
+    while at < size:
+        first = block[at]
+        if first & 0x80:  # an indexed field
+            found = _prefixed(block, at, 7)
+            if found is None:
+                return True
+            at = found[1]
+            continue
+        if first & 0xE0:  # 01xxxxxx adds to the table, 001xxxxx resizes it
+            return True
+        found = _prefixed(block, at, 4)  # 0000xxxx not indexed, 0001xxxx never indexed: a name index, 0 = literal
+        if found is None:
+            return True
+        name_index, at = found
+        for _string in range(1 if name_index else 2):  # the name's string if it is literal, then the value's
+            if at >= size or (found := _prefixed(block, at, 7)) is None:
+                return True
+            at = found[1] + found[0]
+        if at > size:
+            return True
+    return False
+
+
+class HeaderDecoder:
+    """The peer's header blocks decoded with ``hpack``, the last decoded blocks that leave the dynamic table as it
+    was kept by their bytes until a block changes the table. Envoy indexes its fixed fields in the first stream of
+    a connection and then starts every ``ext_proc`` stream with the same block (table references and a literal
+    ``:path``); decoding that in pure Python, Huffman strings and all, was a tenth of the picker's time per
+    request."""
+
+    def __init__(self) -> None:
+        self.decoder = hpack.Decoder()
+        self.known: dict[bytes, list[tuple[bytes, bytes]]] = {}
+
+    def decode(self, block: bytes) -> list[tuple[bytes, bytes]]:
+        fields = self.known.get(block)
+        if fields is not None:
+            return fields
+        fields = [(name, value) for name, value in self.decoder.decode(block, raw=True)]
+        if writes_table(block):
+            self.known.clear()  # what the kept blocks read from the table may have changed
+        elif len(block) <= KNOWN_BLOCK_BYTES:
+            if len(self.known) >= KNOWN_BLOCKS:
+                self.known.clear()
+            self.known[block] = fields
+        return fields
 
 
 class Stream:
@@ -182,7 +258,7 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.buffer = b""
         self.preface = False
-        self.decoder = hpack.Decoder()
+        self.headers = HeaderDecoder()
         self.streams: dict[int, Stream] = {}
         self.last_stream = 0
         self.header_block: tuple[int, int, bytearray] | None = None  # stream, flags, block until END_HEADERS
@@ -362,7 +438,7 @@ class Connection(asyncio.Protocol):
 
     def _header_block(self, stream_id: int, flags: int, block: bytes) -> None:
         try:
-            fields = self.decoder.decode(block, raw=True)
+            fields = self.headers.decode(block)
         except hpack.HPACKError as exc:
             raise ConnectionFailed(COMPRESSION_ERROR, f"a header block that does not decode: {exc}") from exc
         existing = self.streams.get(stream_id)

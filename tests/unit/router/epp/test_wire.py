@@ -287,3 +287,74 @@ def test_a_frame_size_setting_outside_the_protocols_range_ends_the_connection() 
     goaway = [payload for kind, _, _, payload in _frames(written) if kind == wire.GOAWAY]
     assert closed and len(goaway) == 1
     assert int.from_bytes(goaway[0][4:8], "big") == 1 and b"SETTINGS_MAX_FRAME_SIZE of 0" in goaway[0]
+
+
+ENVOY_STREAM_HEADERS = bytes.fromhex(  # how Envoy 1.40 starts its later ext_proc streams on a connection, captured
+    "8304a560b5773fa5d05b3b98855cbe5315761c8bf7657c1e525b2a1d1aec390a841ec635d8721508c286c1c0bfbe")
+
+
+@pytest.mark.parametrize(("block", "writes"), [
+    (ENVOY_STREAM_HEADERS, False),  # reads the table (indices 62-65), a literal :path not indexed
+    (b"\x82\x86\x84", False),  # static entries only
+    (b"\xbe\xff\x00", False),  # indices 62 and 127 (a multi-byte integer): reads
+    (b"\x04\x03abc", False),  # not indexed, :path's name from the static table
+    (b"\x10\x01x\x01y", False),  # never indexed, literal name
+    (b"\x44\x03abc", True),  # incremental indexing adds to the table
+    (b"\x82\x40\x01x\x01y", True),  # ... also after other fields, with a literal name
+    (b"\x20\x82", True),  # a table size update
+    (b"\x04\x05abc", True),  # a value cut short: not known
+    (b"\x10\x01x", True),  # a literal name with no value
+    (b"\xff\xff\xff\xff\xff\xff", True),  # an integer that never ends
+    (b"", False),
+])
+def test_a_header_block_writes_the_table_when_a_field_adds_to_or_resizes_it(block: bytes, writes: bool) -> None:
+    assert wire.writes_table(block) is writes
+
+
+def test_envoys_stream_headers_are_decoded_once_while_the_table_stays() -> None:
+    encoder, headers = hpack.Encoder(), wire.HeaderDecoder()
+    fixed = [(":method", "POST"), (":authority", "picker"), ("content-type", "application/grpc")]
+    path = hpack.NeverIndexedHeaderTuple(":path", "/envoy.service.ext_proc.v3.ExternalProcessor/Process")
+    first = encoder.encode([*fixed, path])  # indexes the fixed fields
+    assert wire.writes_table(first) and headers.decode(first)[-1] == (b":path", path[1].encode())
+    second = encoder.encode([*fixed, path])
+    assert not wire.writes_table(second) and len(second) < len(first)
+    decoded = headers.decode(second)
+    assert headers.decode(second) is decoded and list(headers.known) == [second]
+    assert headers.decode(encoder.encode([("x-new", "1")])) == [(b"x-new", b"1")]  # indexed: the table changed
+    assert headers.known == {}
+
+
+HEADER_NAMES = st.sampled_from([":path", ":method", "content-type", "x-request-id", "x-custom", "te"])
+HEADER_LISTS = st.lists(st.tuples(HEADER_NAMES, st.sampled_from(["a", "POST", "/x", "trailers", "é" * 3]),
+                                  st.booleans()), max_size=6)
+
+
+@given(steps=st.lists(st.one_of(HEADER_LISTS, st.integers(min_value=0, max_value=50)), max_size=25))
+@settings(max_examples=120, derandomize=True, database=None, deadline=None)
+def test_kept_blocks_decode_as_hpack_does_whatever_the_table_holds(steps: list[object]) -> None:
+    """Blocks an encoder makes (indexed, never indexed, the table growing and evicting) and replays of earlier ones
+    decode through the memo exactly as through hpack alone, errors included."""
+    encoder = hpack.Encoder()
+    encoder.header_table_size = 256  # small: entries get evicted, and an old block's references go stale
+    sent: list[bytes] = []
+    ours, plain = wire.HeaderDecoder(), hpack.Decoder()
+    for step in steps:
+        if isinstance(step, int):
+            if not sent:
+                continue
+            block = sent[step % len(sent)]
+        else:
+            fields = [hpack.NeverIndexedHeaderTuple(n, v) if never else hpack.HeaderTuple(n, v)
+                      for n, v, never in step]  # type: ignore[misc]
+            block = encoder.encode(fields)
+            sent.append(block)
+        try:
+            expected: object = [(bytes(n), bytes(v)) for n, v in plain.decode(block, raw=True)]
+        except hpack.HPACKError as exc:
+            expected = type(exc)
+        try:
+            got: object = ours.decode(block)
+        except hpack.HPACKError as exc:
+            got = type(exc)
+        assert got == expected
