@@ -198,7 +198,7 @@ def start_fleet(
     triton.write_fleet(fleet, spec, [w for w, _ in started], adapters)
     # The router starts once the workers answer: started beside them, it probes them while they still refuse
     # connections, its gRPC channels back off, and the first requests after "ready" fail fast for up to the
-    # backoff (a 503 when the other worker is down; CI run 13).
+    # backoff (a 503 when the other worker is down).
     wait_workers(sup, args, started, [c for _, c in started])
     return started, start_router(sup, args, fleet)
 

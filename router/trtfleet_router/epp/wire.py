@@ -160,9 +160,9 @@ def writes_table(block: bytes) -> bool:
 
 
 class HeaderDecoder:
-    """The peer's header blocks decoded with ``hpack``, the last decoded blocks that leave the dynamic table as it
-    was kept by their bytes until a block changes the table. Envoy indexes its fixed fields in the first stream of
-    a connection and then starts every ``ext_proc`` stream with the same block (table references and a literal
+    """The peer's header blocks decoded with ``hpack``. A block that leaves the dynamic table as it was is kept
+    decoded by its bytes, until a block changes the table. Why: Envoy indexes its fixed fields in the first stream
+    of a connection and then starts every ``ext_proc`` stream with the same block (table references and a literal
     ``:path``), which hpack would otherwise decode in pure Python, Huffman strings and all, for every request."""
 
     def __init__(self) -> None:
